@@ -1,0 +1,21 @@
+"""tim-report: measure and explain the mismatch between an RL rollout engine and its trainer."""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "analyze", "load"]
+
+
+def load(path, **kwargs):
+    """Read a step batch file into a StepBatch (see tim_report.loader.load)."""
+    from .loader import load as _load
+
+    return _load(path, **kwargs)
+
+
+def analyze(batch, thresholds=None, run_id=None):
+    """Analyse a StepBatch into a Report (see tim_report.analyze.analyze)."""
+    from .analyze import analyze as _analyze
+
+    return _analyze(batch, thresholds, run_id)

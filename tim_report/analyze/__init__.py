@@ -1,0 +1,61 @@
+"""Analysis: StepBatch → Report. Pure numpy; no file formats, no HTML."""
+
+from __future__ import annotations
+
+from ..batch import StepBatch
+from ..report import Report
+from . import breakdowns as bd
+from .config import Thresholds
+from .corrections import routing, what_if
+from .distributions import distributions
+from .metrics import summary_metrics
+from .samples import sample_rows
+from .tokens import valid_tokens
+from .verl_metrics import verl_metrics
+
+__all__ = ["Thresholds", "analyze"]
+
+
+def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str | None = None) -> Report:
+    th = thresholds or Thresholds()
+    tok, problems = valid_tokens(batch)
+    groups = bd.group_table(tok, batch.group, 1 - th.ppo_eps_low, 1 + th.ppo_eps_high, th.veto)
+    route = routing(groups, th)
+    groups["route"] = route.pop("routes")
+    report = Report(
+        run=run_info(batch, run_id),
+        metrics=summary_metrics(tok, th),
+        breakdowns={
+            "by_probability": bd.by_probability(tok),
+            "by_position": bd.by_position(tok),
+            "length_growth": bd.length_growth(tok),
+            "by_group": groups,
+        },
+        routing=route,
+        what_if=what_if(tok, th),
+        verl=verl_metrics(tok),
+        data_problems=problems,
+        distributions=distributions(tok, th),
+        samples=sample_rows(batch, tok, th),
+    )
+    report.run["thresholds"] = th.to_dict()
+    return report
+
+
+def run_info(batch: StepBatch, run_id: str | None) -> dict:
+    meta = dict(batch.meta)
+    return {
+        "id": run_id or meta.get("run_id"),
+        "source": meta.get("source"),
+        "meta": meta,
+        "notes": list(batch.notes),
+        "available": {
+            "token_ids": batch.token_ids is not None,
+            "token_text": batch.token_text is not None or batch.decoder is not None,
+            "groups": batch.group is not None,
+            "reward": batch.reward is not None,
+            "advantage": batch.advantage is not None,
+            "shadow_logp": batch.shadow_logp is not None,
+            "prompts": batch.prompt_ids is not None or batch.prompt_text is not None,
+        },
+    }

@@ -1,0 +1,84 @@
+"""What to do with the batch: per-group routing, and what common corrections would drop (design §4)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .config import SAFETY_BOUND, Thresholds
+from .tokens import Tokens
+
+ROUTES = ("train", "train_with_correction", "quarantine")
+
+
+def routing(groups: dict, th: Thresholds) -> dict:
+    """Any vetoed token → quarantine; PPO-clipped fraction above the threshold → train_with_correction."""
+    vetoed = np.asarray(groups["vetoed_tokens"]) > 0
+    clipped = np.asarray(groups["clipped_fraction"]) > th.route_clip_fraction
+    route = np.where(vetoed, "quarantine", np.where(clipped, "train_with_correction", "train"))
+    counts = {r: int((route == r).sum()) for r in ROUTES}
+    total = max(len(route), 1)
+    return {
+        "unit": groups["unit"],
+        "rules": {
+            "quarantine": f"any token with r < {th.veto:g} (veto)",
+            "train_with_correction": f"more than {th.route_clip_fraction:.0%} of tokens outside the PPO clip range "
+                                     f"[{1 - th.ppo_eps_low:g}, {1 + th.ppo_eps_high:g}]",
+            "train": "otherwise",
+        },
+        "thresholds": {"veto": th.veto, "clip_fraction": th.route_clip_fraction,
+                       "ppo_clip": [1 - th.ppo_eps_low, 1 + th.ppo_eps_high]},
+        "counts": counts,
+        "fractions": {r: counts[r] / total for r in ROUTES},
+        "routes": route.tolist(),
+    }
+
+
+def what_if(tok: Tokens, th: Thresholds) -> list[dict]:
+    """Fraction of tokens / sequences each correction would truncate, mask or reject on this batch."""
+    log_r = tok.log_r
+    present = tok.seqs_present()
+    count = tok.seq_count()
+    seq_sum = np.clip(tok.seq_sum(tok.delta), -SAFETY_BOUND, SAFETY_BOUND)
+    seq_mean = np.divide(tok.seq_sum(tok.delta), count, out=np.zeros(tok.n_seqs), where=count > 0)
+
+    def seq_fraction_from_tokens(hit: np.ndarray) -> float:
+        return float((np.bincount(tok.seq[hit], minlength=tok.n_seqs)[present] > 0).mean())
+
+    rows = []
+    hit = log_r > math.log(th.tis_token_cap)
+    rows.append(_row("token_tis", f"Token TIS, cap {th.tis_token_cap:g}", "token", "truncate",
+                     f"weights r > {th.tis_token_cap:g} are clipped to {th.tis_token_cap:g}", "verl rollout_is=token",
+                     float(hit.mean()), seq_fraction_from_tokens(hit)))
+    seq_hit = (seq_sum > math.log(th.seq_mask_cap))[present]
+    rows.append(_row("seq_mask", f"Sequence mask, cap {th.seq_mask_cap:g}", "sequence", "mask",
+                     f"sequences whose product ratio Π r > {th.seq_mask_cap:g} are masked",
+                     "TRL vllm_importance_sampling_mode=sequence_mask", _token_share(tok, seq_hit, present),
+                     float(seq_hit.mean())))
+    hit = (log_r < math.log(th.icepop_low)) | (log_r > math.log(th.icepop_high))
+    rows.append(_row("icepop", f"IcePop [{th.icepop_low:g}, {th.icepop_high:g}]", "token", "mask",
+                     f"tokens with r outside [{th.icepop_low:g}, {th.icepop_high:g}] are masked", "OpenRLHF IcePop",
+                     float(hit.mean()), seq_fraction_from_tokens(hit)))
+    geo = seq_mean[present]
+    seq_hit = (geo < math.log(th.geo_low)) | (geo > math.log(th.geo_high))
+    rows.append(_row("geo_rs", f"Geometric RS [{th.geo_low:g}, {th.geo_high:g}]", "sequence", "reject",
+                     f"sequences whose geometric-mean ratio exp(mean δ) is outside [{th.geo_low:g}, {th.geo_high:g}] are rejected",
+                     "verl rollout_rs=geometric (Geo-RS)", _token_share(tok, seq_hit, present), float(seq_hit.mean())))
+    hit = tok.delta < math.log(th.veto)
+    rows.append(_row("veto", f"Veto, r < {th.veto:g}", "sequence", "reject",
+                     f"sequences holding any token with r < {th.veto:g} are rejected", "verl rollout_token_veto_threshold",
+                     _token_share(tok, np.bincount(tok.seq[hit], minlength=tok.n_seqs)[present] > 0, present),
+                     seq_fraction_from_tokens(hit)))
+    return rows
+
+
+def _token_share(tok: Tokens, seq_hit: np.ndarray, present: np.ndarray) -> float:
+    """Fraction of valid tokens that sit in the hit sequences."""
+    counts = tok.seq_count()[present]
+    return float(counts[seq_hit].sum() / counts.sum())
+
+
+def _row(id_, name, level, action, rule, source, token_fraction, seq_fraction) -> dict:
+    return {"id": id_, "name": name, "level": level, "action": action, "rule": rule, "source": source,
+            "token_fraction": token_fraction, "sequence_fraction": seq_fraction}

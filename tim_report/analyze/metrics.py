@@ -1,0 +1,147 @@
+"""Summary metrics with their exact definitions (design §4).
+
+Conventions: δ = trainer_logp − rollout_logp (nats), r = exp(δ) = p_train / p_rollout (δ clamped
+to ±20 before exponentiating, as verl does). Token-mean = over all valid tokens of the batch;
+seq-mean = mean over sequences of per-sequence values. Standard errors on token-means treat
+sequences as clusters (tokens of one sequence are not independent), which is wider and more
+honest than std/√T.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .config import SAFETY_BOUND, Thresholds
+from .tokens import Tokens
+
+PERCENTILES = (0.1, 1, 5, 10, 25, 50, 75, 90, 95, 99, 99.9)
+SPEARMAN_MAX_TOKENS = 2_000_000  # above this, Spearman uses a fixed seeded subsample (rank cost; SE ≈ 1e-3)
+
+
+def token_mean_se(tok: Tokens, values: np.ndarray) -> tuple[float, float]:
+    """Token-mean and its cluster-robust standard error (clusters = sequences)."""
+    n = tok.n
+    mean = float(values.mean())
+    if n < 2:
+        return mean, float("nan")
+    resid = tok.seq_sum(values) - mean * tok.seq_count()
+    g = int(tok.seqs_present().sum())
+    if g < 2:
+        return mean, float(values.std(ddof=1) / math.sqrt(n))
+    se = math.sqrt(float(np.square(resid).sum()) * g / (g - 1)) / n
+    return mean, se
+
+
+def mean_se(values: np.ndarray) -> tuple[float, float]:
+    n = values.shape[0]
+    return float(values.mean()), (float(values.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan"))
+
+
+def kish_ess(log_w: np.ndarray) -> float:
+    """(Σw)² / (N·Σw²) in log space, so sequence weights exp(Σδ) never overflow."""
+    m = float(log_w.max())
+    w = np.exp(log_w - m)
+    return float(w.sum() ** 2 / (log_w.shape[0] * np.square(w).sum()))
+
+
+def top_share(log_w: np.ndarray, fraction: float = 0.01) -> float:
+    """Share of Σw carried by the largest `fraction` of weights."""
+    w = np.exp(log_w - float(log_w.max()))
+    k = max(1, math.ceil(fraction * w.shape[0]))
+    top = np.partition(w, w.shape[0] - k)[w.shape[0] - k:]
+    return float(top.sum() / w.sum())
+
+
+def pearson(a: np.ndarray, b: np.ndarray) -> float | None:
+    if a.shape[0] < 2 or a.std() == 0 or b.std() == 0:
+        return None
+    return float(np.corrcoef(a, b)[0, 1])
+
+
+def spearman(a: np.ndarray, b: np.ndarray, seed: int = 0) -> tuple[float | None, int]:
+    import pandas as pd
+
+    n = a.shape[0]
+    if n > SPEARMAN_MAX_TOKENS:
+        idx = np.random.default_rng(seed).choice(n, SPEARMAN_MAX_TOKENS, replace=False)
+        a, b = a[idx], b[idx]
+    ra = pd.Series(a).rank(method="average").to_numpy()
+    rb = pd.Series(b).rank(method="average").to_numpy()
+    return pearson(ra, rb), int(a.shape[0])
+
+
+def percentile_ladder(values: np.ndarray) -> list[float]:
+    return [float(v) for v in np.percentile(values, PERCENTILES)]
+
+
+def summary_metrics(tok: Tokens, th: Thresholds) -> dict:
+    """The flat `metrics` object of summary.json."""
+    d, log_r = tok.delta, tok.log_r
+    r = np.exp(log_r)
+    abs_d = np.abs(d)
+    k3 = r - 1.0 - log_r
+    p_ro, p_tr = np.exp(tok.rollout), np.exp(tok.trainer)
+    abs_dp = np.abs(p_tr - p_ro)
+    present = tok.seqs_present()
+    count = tok.seq_count()[present]
+    seq_sum = tok.seq_sum(d)[present]
+    seq_log_r = np.clip(seq_sum, -SAFETY_BOUND, SAFETY_BOUND)
+
+    m: dict = {"tokens": tok.n, "sequences": int(present.sum()), "sequences_in_batch": tok.n_seqs}
+    m["bias"], m["bias_se"] = token_mean_se(tok, d)
+    m["kl_k1"], m["kl_k1_se"] = token_mean_se(tok, -d)
+    m["kl_k2"], m["kl_k2_se"] = token_mean_se(tok, 0.5 * np.square(d))
+    m["kl_k3"], m["kl_k3_se"] = token_mean_se(tok, k3)
+    r2_mean, r2_se = token_mean_se(tok, np.square(r))
+    m["chi2_token"], m["chi2_token_se"] = r2_mean - 1.0, r2_se
+    seq_r2_mean, seq_r2_se = mean_se(np.exp(2.0 * seq_log_r))
+    m["chi2_seq"], m["chi2_seq_se"] = seq_r2_mean - 1.0, seq_r2_se
+    m["ess"] = kish_ess(log_r)
+    m["ess_seq"] = kish_ess(seq_log_r)
+
+    mean_ro = tok.seq_sum(tok.rollout)[present] / count
+    mean_tr = tok.seq_sum(tok.trainer)[present] / count
+    m["ppl_rollout"], m["ppl_rollout_se"] = mean_se(np.exp(-mean_ro))
+    m["ppl_trainer"], m["ppl_trainer_se"] = mean_se(np.exp(-mean_tr))
+    m["log_ppl_diff"], m["log_ppl_diff_se"] = mean_se(mean_ro - mean_tr)
+
+    m["corr_logp"] = pearson(tok.rollout, tok.trainer)
+    m["spearman_logp"], m["spearman_logp_tokens"] = spearman(tok.rollout, tok.trainer)
+    m["corr_prob"] = pearson(p_ro, p_tr)
+    m["abs_dp_mean"], m["abs_dp_mean_se"] = token_mean_se(tok, abs_dp)
+    m["abs_dp_max"] = float(abs_dp.max())
+    m["token_mult_prob_error"], m["token_mult_prob_error_se"] = token_mean_se(tok, np.exp(np.abs(log_r)))
+
+    m["outside_2x"] = float(np.mean(np.abs(log_r) > math.log(th.band_2x)))
+    m["outside_5x"] = float(np.mean(np.abs(log_r) > math.log(th.band_5x)))
+    m["phantom_clip"] = float(np.mean((r < 1 - th.ppo_eps_low) | (r > 1 + th.ppo_eps_high)))
+    vetoed = d < math.log(th.veto)
+    m["veto_token_fraction"] = float(vetoed.mean())
+    m["veto_seq_fraction"] = float((np.bincount(tok.seq[vetoed], minlength=tok.n_seqs)[present] > 0).mean())
+    m["top1pct_mass"] = top_share(log_r, 0.01)
+
+    m["abs_delta_mean"], m["abs_delta_mean_se"] = token_mean_se(tok, abs_d)
+    m["abs_delta_median"] = float(np.median(abs_d))
+    m["abs_delta_p90"] = float(np.percentile(abs_d, 90))
+    m["abs_delta_p99"] = float(np.percentile(abs_d, 99))
+    m["abs_delta_max"] = float(abs_d.max())
+    m["seq_log_ratio_mean"], m["seq_log_ratio_mean_se"] = mean_se(seq_sum)
+    m["seq_log_ratio_abs_max"] = float(np.abs(seq_sum).max())
+    m["percentiles"] = {
+        "q": list(PERCENTILES),
+        "delta": percentile_ladder(d),
+        "abs_delta": percentile_ladder(abs_d),
+        "k3": percentile_ladder(k3),
+        "abs_dp": percentile_ladder(abs_dp),
+    }
+    m["thresholds"] = {
+        "ppo_clip": [1 - th.ppo_eps_low, 1 + th.ppo_eps_high],
+        "band_2x": [1 / th.band_2x, th.band_2x],
+        "band_5x": [1 / th.band_5x, th.band_5x],
+        "veto": th.veto,
+        "log_ratio_clamp": SAFETY_BOUND,
+    }
+    return m
+

@@ -1,0 +1,82 @@
+"""The sequences a person should read: the K worst by mean |δ| and K seeded random others."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..batch import StepBatch
+from .config import Thresholds
+from .tokens import Tokens
+
+
+def select(tok: Tokens, th: Thresholds) -> list[tuple[int, str]]:
+    present = np.flatnonzero(tok.seqs_present())
+    mean_abs = tok.seq_sum(np.abs(tok.delta))[present] / tok.seq_count()[present]
+    order = np.lexsort((present, -mean_abs))  # worst first, ties by index: deterministic
+    worst = present[order[: th.samples_k]]
+    rest = np.setdiff1d(present, worst)
+    k = min(th.samples_k, rest.size)
+    rand = np.sort(np.random.default_rng(th.seed).choice(rest, k, replace=False)) if k else np.array([], int)
+    return [(int(i), "worst") for i in worst] + [(int(i), "random") for i in rand]
+
+
+def _num(x: float) -> float | None:
+    return float(x) if np.isfinite(x) else None
+
+
+def sample_rows(batch: StepBatch, tok: Tokens, th: Thresholds) -> list[dict]:
+    valid = np.zeros(batch.n_tokens, bool)
+    valid[tok.index] = True
+    out = []
+    for i, kind in select(tok, th):
+        sl = batch.tokens_of(i)
+        n = sl.stop - sl.start
+        shown = slice(sl.start, sl.start + min(n, th.sample_max_tokens))
+        ro = batch.rollout_logp[shown]
+        tr = batch.trainer_logp[shown]
+        with np.errstate(invalid="ignore", over="ignore"):
+            diff = tr - ro
+            r = np.exp(np.clip(diff, -20, 20))
+        text = batch.token_strings(shown)
+        ids = batch.token_ids[shown] if batch.token_ids is not None else None
+        sel = tok.seq == i
+        d = tok.delta[sel]
+        rows = [
+            {
+                "pos": j,
+                "token": text[j],
+                "token_id": int(ids[j]) if ids is not None else None,
+                "rollout_logp": _num(ro[j]),
+                "trainer_logp": _num(tr[j]),
+                "diff": _num(diff[j]),
+                "p_rollout": _num(np.exp(ro[j])),
+                "p_trainer": _num(np.exp(tr[j])),
+                "r": _num(r[j]),
+                "mask": bool(batch.mask[shown.start + j]),
+                "valid": bool(valid[shown.start + j]),
+            }
+            for j in range(shown.stop - shown.start)
+        ]
+        out.append({
+            "sequence": i,
+            "kind": kind,
+            "group": str(batch.group[i]) if batch.group is not None else None,
+            "tokens": int(n),
+            "valid_tokens": int(sel.sum()),
+            "abs_delta_mean": float(np.abs(d).mean()),
+            "seq_log_ratio": float(d.sum()),
+            "reward": _num(batch.reward[i]) if batch.reward is not None else None,
+            "prompt": batch.prompt_string(i),
+            "response": _response_text(batch, sl),
+            "rows": rows,
+            "rows_truncated": n > th.sample_max_tokens,
+        })
+    return out
+
+
+def _response_text(batch: StepBatch, sl: slice) -> str | None:
+    if batch.token_text is not None:
+        return "".join(str(t) for t in batch.token_text[sl])
+    if batch.decoder is not None and batch.token_ids is not None:
+        return batch.decoder([int(t) for t in batch.token_ids[sl]])
+    return None

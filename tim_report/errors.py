@@ -1,0 +1,14 @@
+"""The one exception type that means "the user's input is wrong" (exit code 2)."""
+
+from __future__ import annotations
+
+
+class BadInput(Exception):
+    """Input the tool cannot use. The message is one line and names the file."""
+
+    exit_code = 2
+
+    def __init__(self, source: object, problem: str):
+        self.source = str(source)
+        self.problem = problem
+        super().__init__(f"{self.source}: {problem}")

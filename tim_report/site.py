@@ -1,0 +1,90 @@
+"""Build the output site: one folder per batch plus the index, written atomically.
+
+Everything is rendered into a temporary folder beside the output and moved into place only
+when every input has succeeded, so a bad input never leaves a half-written site.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .analyze import Thresholds, analyze
+from .errors import BadInput
+from .loader import load
+from .report import Report, dumps
+
+FORMATS = ("html", "md", "json")
+
+
+@dataclass
+class BuildOptions:
+    keys: dict[str, str] = field(default_factory=dict)
+    allow_pickle: bool = False
+    tokenizer: str | None = None
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    formats: tuple[str, ...] = FORMATS
+    notes_md: str | None = None
+    base_url: str | None = None
+    timestamp: str | None = None
+
+
+def safe_run_id(name: str) -> str:
+    rid = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")
+    return rid or "run"
+
+
+def unique_ids(paths: list[Path], given: list[str] | None) -> list[str]:
+    if given:
+        if len(given) != len(paths):
+            raise BadInput("--run-id", f"given {len(given)} times for {len(paths)} input files")
+        ids = [safe_run_id(g) for g in given]
+    else:
+        ids = [safe_run_id(p.stem) for p in paths]
+    seen: dict[str, int] = {}
+    out = []
+    for rid in ids:
+        seen[rid] = seen.get(rid, 0) + 1
+        out.append(rid if seen[rid] == 1 else f"{rid}-{seen[rid]}")
+    return out
+
+
+def analyze_file(path: Path, run_id: str, opts: BuildOptions) -> Report:
+    batch = load(path, keys=opts.keys, allow_pickle=opts.allow_pickle, tokenizer=opts.tokenizer)
+    return analyze(batch, opts.thresholds, run_id=run_id)
+
+
+def write_run(report: Report, run_dir: Path, opts: BuildOptions) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if "json" in opts.formats:
+        (run_dir / "summary.json").write_text(dumps(report.summary_dict()), encoding="utf-8")
+        (run_dir / "samples.json").write_text(dumps(report.samples_dict(), compact=True), encoding="utf-8")
+
+
+def build(paths: list[Path], out: Path, opts: BuildOptions, run_ids: list[str] | None = None) -> list[Report]:
+    """Analyse every input, render into a temporary folder, then move the results into `out`."""
+    ids = unique_ids(paths, run_ids)
+    reports = [analyze_file(p, rid, opts) for p, rid in zip(paths, ids)]
+    if out.exists() and not out.is_dir():
+        raise BadInput(out, "output path exists and is not a directory")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".tim-report-", dir=out.parent) as tmp:
+        staging = Path(tmp)
+        for report in reports:
+            write_run(report, staging / report.run["id"], opts)
+        _move_into(staging, out)
+    return reports
+
+
+def _move_into(staging: Path, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    for item in sorted(staging.iterdir()):
+        target = out / item.name
+        if target.is_dir():
+            shutil.rmtree(target)
+        elif target.exists():
+            target.unlink()
+        shutil.move(str(item), str(target))

@@ -1,0 +1,64 @@
+"""Synthetic step batches with known properties, for tests, benchmarks and examples.
+
+Fast and vectorised so a benchmark can make 16M tokens; for mismatch that comes from real
+logits, see the tiny model in `models/` and `tim-report capture`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .batch import StepBatch
+
+
+def make_batch(n_seqs: int = 64, mean_len: int = 128, noise: float = 0.01, seed: int = 0,
+               group_size: int = 4) -> StepBatch:
+    """A batch whose trainer log-probs differ from the rollout's by noise that grows on unlikely tokens."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(max(1, mean_len // 2), mean_len + mean_len // 2 + 1, n_seqs)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    t = int(offsets[-1])
+    confident = rng.random(t) < 0.6  # peaked distributions: most sampled tokens are likely, a tail is not
+    rollout = -np.where(confident, rng.exponential(0.03, t), rng.exponential(2.0, t))
+    rollout = np.maximum(rollout, -25.0)
+    delta = noise * rng.standard_normal(t) * (1.0 + np.sqrt(-rollout))
+    trainer = np.minimum(rollout + delta, 0.0)
+    return StepBatch(
+        rollout_logp=rollout,
+        trainer_logp=trainer,
+        offsets=offsets,
+        mask=np.ones(t, bool),
+        token_ids=rng.integers(0, 2048, t).astype(np.int64),
+        group=np.repeat(np.arange((n_seqs + group_size - 1) // group_size), group_size)[:n_seqs].astype(str),
+        reward=rng.random(n_seqs).round(3),
+        meta={"model": "synthetic", "rollout_engine": "synthetic", "trainer_engine": "synthetic",
+              "rollout_dtype": "bf16", "trainer_dtype": "fp32", "device": "cpu", "seed": seed},
+    )
+
+
+def to_padded(batch: StepBatch, *, rollout_key: str = "rollout_log_probs", trainer_key: str = "old_log_probs",
+              mask_key: str = "response_mask", tokens_key: str = "responses", pad_logp: float = 0.0) -> dict:
+    """The batch as a framework would save it: right-padded [B, L] arrays plus a mask (verl names by default)."""
+    lengths = batch.seq_lengths
+    b, width = batch.n_seqs, int(lengths.max())
+    cols = np.arange(width)
+    keep = cols[None, :] < lengths[:, None]
+
+    def pad(values, fill, dtype):
+        out = np.full((b, width), fill, dtype=dtype)
+        out[keep] = values
+        return out
+
+    d = {
+        rollout_key: pad(batch.rollout_logp, pad_logp, np.float32),
+        trainer_key: pad(batch.trainer_logp, pad_logp, np.float32),
+        mask_key: pad(batch.mask.astype(np.int64), 0, np.int64),
+    }
+    if batch.token_ids is not None:
+        d[tokens_key] = pad(batch.token_ids, 0, np.int64)
+    if batch.group is not None:
+        d["uid"] = np.asarray(batch.group, dtype=str)
+    if batch.reward is not None:
+        d["token_level_scores"] = np.zeros((b, width), np.float32)
+        d["token_level_scores"][np.arange(b), lengths - 1] = batch.reward
+    return d
