@@ -290,6 +290,8 @@ def build_batch(raw: RawFile, roles: dict[str, RoleChoice]) -> StepBatch:
     if layout == "padded":
         cols = rollout.shape[1]
         mask2d = _aligned(p, "mask", roles, get("mask"), rollout.shape, notes)
+        if mask2d is not None and rollout.size and not (mask2d > 0).any():
+            raise BadInput(p, f"mask '{roles['mask'].key}' selects no tokens")
         attn = get("attention")
         if attn is not None:
             attn = _numeric(p, roles["attention"].key, attn, "padded")

@@ -37,7 +37,8 @@ def make_batch(n_seqs: int = 64, mean_len: int = 128, noise: float = 0.01, seed:
 
 
 def to_padded(batch: StepBatch, *, rollout_key: str = "rollout_log_probs", trainer_key: str = "old_log_probs",
-              mask_key: str = "response_mask", tokens_key: str = "responses", pad_logp: float = 0.0) -> dict:
+              mask_key: str = "response_mask", tokens_key: str = "responses", pad_logp: float = 0.0,
+              dtype=np.float32) -> dict:
     """The batch as a framework would save it: right-padded [B, L] arrays plus a mask (verl names by default)."""
     lengths = batch.seq_lengths
     b, width = batch.n_seqs, int(lengths.max())
@@ -50,8 +51,8 @@ def to_padded(batch: StepBatch, *, rollout_key: str = "rollout_log_probs", train
         return out
 
     d = {
-        rollout_key: pad(batch.rollout_logp, pad_logp, np.float32),
-        trainer_key: pad(batch.trainer_logp, pad_logp, np.float32),
+        rollout_key: pad(batch.rollout_logp, pad_logp, dtype),
+        trainer_key: pad(batch.trainer_logp, pad_logp, dtype),
         mask_key: pad(batch.mask.astype(np.int64), 0, np.int64),
     }
     if batch.token_ids is not None:

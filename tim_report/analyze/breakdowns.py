@@ -14,7 +14,7 @@ PROB_EDGES = (0.0, 1e-4, 1e-3, 1e-2, 0.1, 0.5, 0.9, 0.99, 1.0)
 def _bucket_rows(tok: Tokens, codes: np.ndarray, n_buckets: int, labels: list[str], extra: dict | None = None) -> list[dict]:
     """Per-bucket count, mean |δ|, mean δ, mean k3 and each bucket's share of Σ|δ| and Σk3."""
     abs_d = np.abs(tok.delta)
-    k3 = np.exp(tok.log_r) - 1.0 - tok.log_r
+    k3 = tok.k3()
     n = np.bincount(codes, minlength=n_buckets)
     s_abs = np.bincount(codes, weights=abs_d, minlength=n_buckets)
     s_abs2 = np.bincount(codes, weights=np.square(abs_d), minlength=n_buckets)
@@ -112,7 +112,7 @@ def group_table(tok: Tokens, groups: np.ndarray | None, clip_low: float, clip_hi
     clipped = np.bincount(g, weights=((r < clip_low) | (r > clip_high)).astype(float), minlength=ng)
     vetoed = np.bincount(g, weights=(tok.delta < math.log(veto)).astype(float), minlength=ng)
     abs_sum = np.bincount(g, weights=np.abs(tok.delta), minlength=ng)
-    k3_sum = np.bincount(g, weights=r - 1.0 - tok.log_r, minlength=ng)
+    k3_sum = np.bincount(g, weights=tok.k3(), minlength=ng)
     min_log_r = np.full(ng, np.inf)
     np.minimum.at(min_log_r, g, tok.log_r)
     seqs = np.bincount(seq_code[np.flatnonzero(tok.seqs_present())], minlength=ng)

@@ -81,7 +81,7 @@ def summary_metrics(tok: Tokens, th: Thresholds) -> dict:
     d, log_r = tok.delta, tok.log_r
     r = np.exp(log_r)
     abs_d = np.abs(d)
-    k3 = r - 1.0 - log_r
+    k3 = tok.k3()
     p_ro, p_tr = np.exp(tok.rollout), np.exp(tok.trainer)
     abs_dp = np.abs(p_tr - p_ro)
     present = tok.seqs_present()

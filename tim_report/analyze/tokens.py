@@ -31,6 +31,10 @@ class Tokens:
     def n(self) -> int:
         return int(self.delta.shape[0])
 
+    def k3(self) -> np.ndarray:
+        """Per-token k3 = r − 1 − log r (≥ 0; expm1 keeps it exact for tiny δ)."""
+        return np.maximum(np.expm1(self.log_r) - self.log_r, 0.0)
+
     def seq_sum(self, values: np.ndarray) -> np.ndarray:
         return np.bincount(self.seq, weights=values, minlength=self.n_seqs)
 

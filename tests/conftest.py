@@ -1,0 +1,33 @@
+"""Shared fixtures: small step batches written in the layouts real frameworks use."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tim_report.testing import make_batch, to_padded
+
+
+@pytest.fixture
+def batch():
+    return make_batch(n_seqs=24, mean_len=40, noise=0.01, seed=1)
+
+
+@pytest.fixture
+def verl_pt(tmp_path, batch):
+    """A verl-style .pt: padded tensors, response_mask, responses, uid as a list of str."""
+    import torch
+
+    d = to_padded(batch, dtype=np.float64)
+    path = tmp_path / "verl_step_7.pt"
+    torch.save({k: (v.tolist() if v.dtype.kind == "U" else torch.from_numpy(v)) for k, v in d.items()}, path)
+    return path
+
+
+@pytest.fixture
+def trl_npz(tmp_path, batch):
+    d = to_padded(batch, rollout_key="sampling_per_token_logps", trainer_key="old_per_token_logps",
+                  mask_key="completion_mask", tokens_key="completion_ids", dtype=np.float64)
+    path = tmp_path / "trl.npz"
+    np.savez(path, **d)
+    return path
