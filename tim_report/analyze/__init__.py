@@ -7,16 +7,18 @@ from ..report import Report
 from . import breakdowns as bd
 from .config import Thresholds
 from .corrections import routing, what_if
+from .diagnosis import DiagnosisThresholds, diagnose
 from .distributions import distributions
 from .metrics import summary_metrics
 from .samples import sample_rows
 from .tokens import valid_tokens
 from .verl_metrics import verl_metrics
 
-__all__ = ["Thresholds", "analyze"]
+__all__ = ["DiagnosisThresholds", "Thresholds", "analyze"]
 
 
-def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str | None = None) -> Report:
+def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str | None = None,
+            diagnosis_thresholds: DiagnosisThresholds | None = None) -> Report:
     th = thresholds or Thresholds()
     tok, problems = valid_tokens(batch)
     groups = bd.group_table(tok, batch.group, 1 - th.ppo_eps_low, 1 + th.ppo_eps_high, th.veto)
@@ -38,6 +40,7 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
         distributions=distributions(tok, th),
         samples=sample_rows(batch, tok, th),
     )
+    report.diagnosis = diagnose(batch, tok, report.metrics, diagnosis_thresholds, (th.ppo_eps_low, th.ppo_eps_high))
     report.run["thresholds"] = th.to_dict()
     return report
 

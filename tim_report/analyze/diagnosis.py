@@ -1,0 +1,430 @@
+"""Diagnosis: is the mismatch numerical noise or a bug? (design §5, issue 4)
+
+`diagnose()` returns the `diagnosis` object of summary.json:
+
+    {"regime": "identical" | "numerical_noise" | "elevated" | "systematic",
+     "verdict": one plain sentence, "evidence": {name: number}, "what_to_check": text,
+     "findings": [{"id", "severity": "info" | "warn" | "error", "title", "evidence", "likely_cause",
+                   "what_to_check"}],
+     "precision_gap": {...} or {"available": false, "reason", "how_to_get"},
+     "thresholds": the DiagnosisThresholds used}
+
+Every detector is a pure function of the valid tokens (`Tokens`), vectorised, and only fires when
+its signal is both large (an effect-size threshold) and significant (a z-score with cluster-robust
+standard errors, clusters = sequences, and a minimum count), so clean bf16 / fp16 noise does not
+trigger it on small batches. docs/diagnosis.md explains each detector and shows the confusion
+matrix the fault-injection tests produce (scripts/diagnosis_matrix.py).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields, replace
+
+import numpy as np
+
+from ..batch import StepBatch
+from .breakdowns import length_growth
+from .precision_gap import cluster_mean_se, precision_gap
+from .tokens import Tokens
+
+REGIMES = ("identical", "numerical_noise", "elevated", "systematic")
+SEVERITIES = ("info", "warn", "error")
+FINDING_IDS = ("shift", "temperature", "processed_logprobs", "dummy_zero", "one_side_broken", "low_prob_tail",
+               "drift_with_length", "precision_gap")
+
+
+@dataclass(frozen=True)
+class DiagnosisThresholds:
+    """Every limit the diagnosis uses, with its reason. Override with `replace()` or `check --set NAME=VALUE`."""
+
+    # identical: |δ| ≤ atol + rtol·|logp| on every token. fp32 log-softmax of logits of size ~30 rounds at
+    # ~30·2⁻²⁴ ≈ 2e-6; 1e-5 leaves room for a different reduction order (batch shape) in fp32.
+    identical_atol: float = 1e-5
+    identical_rtol: float = 1e-6
+    # numerical_noise ceiling. Published dense bf16/fp16 engine-vs-trainer runs sit at KL ≈ 4e-4 … 1e-2
+    # (verl rollout-correction docs, "Defeating the training-inference mismatch via FP16", Yao et al.
+    # "Your efficient RL framework secretly brings you off-policy RL training"); mean |δ| a few hundredths
+    # at most; log-prob correlation ≈ 1. Compared with 2 standard errors of slack so small batches pass.
+    noise_kl_max: float = 1e-2
+    noise_abs_delta_max: float = 0.05
+    noise_corr_min: float = 0.99
+    # systematic: correlation of log-probs this far below 1 means the two sides do not score the same
+    # model or context (bf16 on our tiny model gives ≥ 0.999; a re-initialised trainer gives ≈ 0).
+    systematic_corr_max: float = 0.9
+    # significance for every detector: |z| ≥ 5 with cluster-robust SEs, and at least this many tokens.
+    z: float = 5.0
+    min_tokens: int = 64
+    # shift: mean |trainer[t] − rollout[t±1]| below this fraction of mean |trainer[t] − rollout[t]|.
+    # Neighbouring log-probs of real text differ by ~1-2 nats; an off-by-one trainer matches its neighbour
+    # to noise level (ratio ≈ 0.01-0.1), a correct one never matches the neighbour better (ratio ≫ 1).
+    shift_ratio: float = 0.5
+    # temperature: |slope of δ on rollout_logp| ≥ 0.05, i.e. the two sides' temperatures differ by ≥ 5%
+    # (common sampling temperatures are 0.6-1.0; bf16 noise gives |slope| < 0.01 on our fixtures).
+    temperature_slope_min: float = 0.05
+    # processed_logprobs: share of non-zero δ (rollout ≠ 0 exactly) that are negative. Top-p / top-k
+    # renormalisation can only raise the rollout log-prob (δ = log kept mass ≤ 0); noise gives ≈ 0.5.
+    processed_negative_share: float = 0.95
+    # dummy_zero: rollout log-prob exactly 0 (p = 1) where the trainer gives p < 0.5: no engine samples a
+    # token it gives probability 1 that the same model gives less than 1/2. 3+ tokens → error.
+    dummy_trainer_logp_max: float = math.log(0.5)
+    dummy_error_count: int = 3
+    # one_side_broken: token-level perplexity of one side this many times the other's on the same tokens.
+    # bf16/fp16 noise moves perplexity by ~1%; 1.5x is far outside noise, 3x is a different model/context.
+    ppl_ratio_warn: float = 1.5
+    ppl_ratio_error: float = 3.0
+    # low_prob_tail (info): tokens with rollout p < tail_p carry ≥ tail_k3_share of Σk3 while being at
+    # most tail_token_share_max of the tokens. Normal for noise (design §4); reported as context.
+    tail_p: float = 0.1
+    tail_k3_share: float = 0.5
+    tail_token_share_max: float = 0.5
+    # drift_with_length: exponent b of |Σδ| ∝ length^b significantly above 0.5 (random walk) and ≥ 0.75;
+    # warn only when the per-token bias is itself beyond noise (|bias| ≥ noise_kl_max: noise has
+    # bias ≈ −KL), else info. Needs min_drift_sequences sequences.
+    drift_exponent_min: float = 0.75
+    drift_z: float = 3.0
+    min_drift_sequences: int = 8
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def override(self, values: dict[str, str]) -> "DiagnosisThresholds":
+        """A copy with NAME=VALUE strings applied (types from the field defaults)."""
+        known = {f.name: f for f in fields(self)}
+        changes = {}
+        for name, value in values.items():
+            if name not in known:
+                raise KeyError(f"unknown diagnosis threshold '{name}' (known: {', '.join(known)})")
+            changes[name] = type(getattr(self, name))(float(value)) if isinstance(getattr(self, name), (int, float)) else value
+        return replace(self, **changes)
+
+
+def _finding(id_: str, severity: str, title: str, evidence: dict, likely_cause: str, what_to_check: str) -> dict:
+    return {"id": id_, "severity": severity, "title": title,
+            "evidence": {k: (float(v) if isinstance(v, (float, np.floating)) else int(v) if isinstance(v, (int, np.integer, bool, np.bool_)) else v)
+                         for k, v in evidence.items()},
+            "likely_cause": likely_cause, "what_to_check": what_to_check}
+
+
+def _slope(x: np.ndarray, y: np.ndarray, seq: np.ndarray) -> tuple[float, float, float]:
+    """OLS slope of y on x, its cluster-robust SE (clusters = sequences) and R²."""
+    xc, yc = x - x.mean(), y - y.mean()
+    sxx = float(xc @ xc)
+    if sxx == 0:
+        return 0.0, float("inf"), 0.0
+    b = float(xc @ yc) / sxx
+    e = yc - b * xc
+    sums = np.bincount(seq, weights=xc * e)
+    g = int((np.bincount(seq) > 0).sum())
+    var = float(np.square(sums).sum()) * (g / (g - 1) if g > 1 else 1.0) / sxx ** 2
+    syy = float(yc @ yc)
+    r2 = 1.0 - float(e @ e) / syy if syy > 0 else 0.0
+    return b, math.sqrt(var), r2
+
+
+def _neighbour_pairs(tok: Tokens) -> np.ndarray:
+    """i such that valid tokens i and i+1 are adjacent positions of the same sequence."""
+    return np.flatnonzero((tok.index[1:] == tok.index[:-1] + 1) & (tok.seq[1:] == tok.seq[:-1]))
+
+
+# ---------------------------------------------------------------- detectors
+
+
+def detect_shift(tok: Tokens, dt: DiagnosisThresholds) -> dict | None:
+    """trainer[t] agrees better with rollout[t+1] (or rollout[t−1]) than with rollout[t]."""
+    i = _neighbour_pairs(tok)
+    if i.shape[0] < dt.min_tokens:
+        return None
+    best = None
+    # lead: trainer[t] vs rollout[t+1], over t = i; lag: trainer[t] vs rollout[t−1], over t = i+1
+    for name, t, other in (("next", i, i + 1), ("previous", i + 1, i)):
+        same = np.abs(tok.trainer[t] - tok.rollout[t])
+        shifted = np.abs(tok.trainer[t] - tok.rollout[other])
+        m_same, m_shift = float(same.mean()), float(shifted.mean())
+        diff_mean, diff_se = cluster_mean_se(same - shifted, tok.seq[t])
+        z = diff_mean / diff_se if diff_se > 0 else (math.inf if diff_mean > 0 else 0.0)
+        if m_shift < dt.shift_ratio * m_same and z >= dt.z and (best is None or m_shift < best[2]):
+            best = (name, m_same, m_shift, z, int(t.shape[0]))
+    if best is None:
+        return None
+    name, m_same, m_shift, z, n = best
+    offset = "+1" if name == "next" else "−1"
+    return _finding(
+        "shift", "error", f"Off-by-one: trainer log-probs match the rollout's at position t{offset}",
+        {"mean_abs_diff_same_position": m_same, "mean_abs_diff_shifted": m_shift,
+         "shift": 1 if name == "next" else -1, "ratio": m_shift / m_same if m_same > 0 else 0.0, "z": z,
+         "pairs": n, "threshold_ratio": dt.shift_ratio},
+        f"trainer_logp[t] is the log-prob of the token at t{offset}: logits and labels are aligned with one "
+        "slice too many or too few (logits[:, :-1] vs labels[:, 1:]), or one side follows a shifted convention "
+        "(OpenRLHF drops the first position, AReaL rolls by −1) and the loader assumed the other.",
+        "Check the logits/labels slicing in the trainer's log-prob computation and the alignment the loader "
+        "assumed (`tim-report inspect FILE`); override the keys or fix the export so both arrays index the same token.")
+
+
+def detect_processed(tok: Tokens, dt: DiagnosisThresholds, corr: float | None) -> dict | None:
+    """Rollout log-probs renormalised after top-p / top-k: rollout ≥ trainer on (nearly) every token."""
+    nonzero = tok.rollout != 0.0
+    moved = nonzero & (np.abs(tok.delta) > dt.identical_atol)
+    n = int(moved.sum())
+    if n < dt.min_tokens or (corr is not None and corr < dt.systematic_corr_max):
+        return None
+    neg = tok.delta[moved] < 0
+    share = float(neg.mean())
+    z_sign = (share - 0.5) / (0.5 / math.sqrt(n))
+    mean, se = cluster_mean_se(tok.delta[nonzero], tok.seq[nonzero])
+    if share < dt.processed_negative_share or z_sign < dt.z or not (se > 0 and -mean / se >= dt.z):
+        return None
+    zeros_below = int(((tok.rollout == 0.0) & (tok.trainer < -1e-4)).sum())
+    return _finding(
+        "processed_logprobs", "error", "Rollout log-probs are renormalised (top-p / top-k): rollout ≥ trainer on "
+        f"{share:.1%} of tokens",
+        {"negative_delta_share": share, "tokens_compared": n, "mean_delta": mean, "mean_delta_se": se,
+         "rollout_exact_zero_trainer_below": zeros_below, "rollout_exact_zero_share": float(np.mean(tok.rollout == 0.0)),
+         "min_delta": float(tok.delta.min()), "implied_min_kept_mass": float(math.exp(tok.delta.min())),
+         "threshold_negative_share": dt.processed_negative_share},
+        "The rollout engine returned log-probs of the distribution after top-p / top-k (and min-p) truncation, "
+        "renormalised over the kept tokens (e.g. vLLM logprobs_mode='processed_logprobs'), while the trainer scores "
+        "the full distribution: δ = log(kept mass) ≤ 0, and 0 exactly where only one token was kept.",
+        "Return raw log-probs from the engine (vLLM logprobs_mode='raw_logprobs' / 'raw_logits' with matching "
+        "temperature), or apply the same truncation in the trainer; exp(min δ) shows the smallest kept mass (≈ top_p).")
+
+
+def detect_temperature(tok: Tokens, dt: DiagnosisThresholds, corr: float | None) -> dict | None:
+    """δ regressed on rollout_logp has slope T_rollout/T_trainer − 1 instead of ≈ 0."""
+    if tok.n < dt.min_tokens or (corr is not None and corr < dt.systematic_corr_max):
+        return None
+    slope, se, r2 = _slope(tok.rollout, tok.delta, tok.seq)
+    if abs(slope) < dt.temperature_slope_min or not (se > 0 and abs(slope) / se >= dt.z):
+        return None
+    ratio = 1.0 + slope
+    if ratio > 1:
+        how = (f"the rollout's log-probs are flatter, as if at temperature ≈ {ratio:.2f}× the trainer's "
+               f"(e.g. rollout sampled and scored at T={ratio:.2g} while the trainer used T=1, or the trainer "
+               f"divided logits by 1/{ratio:.2g})")
+    else:
+        how = (f"the rollout's log-probs are sharper, as if at temperature ≈ {ratio:.2f}× the trainer's "
+               f"(e.g. rollout sampled and scored at T={ratio:.2g} while the trainer scored at T=1, or the trainer "
+               f"divided logits by T={1 / ratio:.2g} and the rollout returned raw log-probs)")
+    return _finding(
+        "temperature", "error", f"Temperature on one side only: T_rollout / T_trainer ≈ {ratio:.2f}",
+        {"slope": slope, "slope_se": se, "r2": r2, "temperature_ratio": ratio, "inverse_ratio": 1.0 / ratio if ratio else None,
+         "tokens": tok.n, "threshold_slope": dt.temperature_slope_min},
+        "Sampling temperature is applied on one side only: " + how + ". Tempered log-probs satisfy "
+        "log p_T = log p / T − log Z_T, so δ = (T−1)·rollout_logp + per-position constant.",
+        "Make both sides use the same temperature: divide the trainer's logits by the rollout temperature "
+        "(verl/TRL do this), and check whether the engine returns log-probs before or after temperature "
+        "(vLLM logprobs_mode raw vs processed).")
+
+
+def detect_dummy_zero(tok: Tokens, dt: DiagnosisThresholds) -> tuple[dict | None, np.ndarray]:
+    """Exact 0.0 rollout log-probs inside the mask where the trainer gives p < 1/2."""
+    hit = (tok.rollout == 0.0) & (tok.trainer < dt.dummy_trainer_logp_max)
+    n = int(hit.sum())
+    if n == 0:
+        return None, hit
+    i = _neighbour_pairs(tok)
+    in_runs = np.zeros(tok.n, bool)
+    pair_hit = hit[i] & hit[i + 1]
+    in_runs[i[pair_hit]] = True
+    in_runs[i[pair_hit] + 1] = True
+    seqs = int(np.unique(tok.seq[hit]).shape[0])
+    abs_d = np.abs(tok.delta)
+    severity = "error" if n >= dt.dummy_error_count else "warn"
+    return _finding(
+        "dummy_zero", severity, f"{n} masked-in tokens have rollout log-prob exactly 0.0 (placeholder values)",
+        {"tokens": n, "token_share": n / tok.n, "sequences": seqs, "in_runs_share": float(in_runs[hit].mean()),
+         "mean_trainer_logp": float(tok.trainer[hit].mean()),
+         "abs_delta_share": float(abs_d[hit].sum() / abs_d.sum()) if abs_d.sum() > 0 else 0.0,
+         "rollout_exact_zero_tokens": int((tok.rollout == 0.0).sum()),
+         "threshold_trainer_logp": dt.dummy_trainer_logp_max},
+        "Tokens the engine did not sample (tool / environment output, padding, prompt) carry a placeholder "
+        "log-prob of 0.0 but are inside the loss mask, so the trainer's real log-prob is compared with p = 1.",
+        "Mask tool and environment tokens out of the loss (response_mask / loss_mask), and check the padding "
+        "value of the rollout log-prob array; if every rollout log-prob is 0, the engine returned processed "
+        "log-probs of greedy decoding.") , hit
+
+
+def detect_one_side_broken(tok: Tokens, dt: DiagnosisThresholds, corr: float | None, keep: np.ndarray,
+                           explained: bool) -> dict | None:
+    """One side's token-level perplexity many times the other's on the same tokens."""
+    if keep.sum() < dt.min_tokens:
+        return None
+    ro, tr, seq = tok.rollout[keep], tok.trainer[keep], tok.seq[keep]
+    d_mean, d_se = cluster_mean_se(tr - ro, seq)
+    ppl_ro, ppl_tr = math.exp(-float(ro.mean())), math.exp(-float(tr.mean()))
+    ratio = math.exp(abs(d_mean))
+    low_corr = corr is not None and corr < dt.systematic_corr_max
+    significant = d_se > 0 and abs(d_mean) / d_se >= dt.z
+    if not ((ratio >= dt.ppl_ratio_warn and significant) or low_corr):
+        return None
+    error = (ratio >= dt.ppl_ratio_error and significant) or low_corr
+    if explained and not error:
+        return None  # a temperature / processed-log-probs finding already explains a moderate gap
+    higher = "trainer" if ppl_tr > ppl_ro else "rollout"
+    return _finding(
+        "one_side_broken", "error" if error else "warn",
+        f"The {higher} side's perplexity is {ratio:.2g}× the other's on the same tokens"
+        + (f" (log-prob correlation {corr:.2f})" if low_corr else ""),
+        {"ppl_rollout": ppl_ro, "ppl_trainer": ppl_tr, "ppl_ratio": ratio, "mean_delta": d_mean,
+         "mean_delta_se": d_se, "corr_logp": corr, "tokens": int(keep.sum()),
+         "threshold_ppl_ratio_warn": dt.ppl_ratio_warn, "threshold_ppl_ratio_error": dt.ppl_ratio_error,
+         "threshold_corr": dt.systematic_corr_max},
+        f"The {higher} side is not scoring the same model or context: different or stale weights (wrong "
+        "checkpoint, weight sync not applied, LoRA not merged, quantisation), a different prompt / chat template, "
+        "truncated context, or a different tokenizer.",
+        "Compare weight checksums / the step of both sides, the exact prompt token ids each side saw, the "
+        "tokenizer and chat template, and any quantisation; re-score a few sequences with both sides by hand.")
+
+
+def detect_low_prob_tail(tok: Tokens, dt: DiagnosisThresholds) -> dict | None:
+    """Mismatch concentrated on low-probability tokens (informational)."""
+    tail = tok.rollout < math.log(dt.tail_p)
+    k3 = np.exp(tok.log_r) - 1.0 - tok.log_r
+    tot = float(k3.sum())
+    if tot <= 0 or tail.sum() == 0:
+        return None
+    token_share = float(tail.mean())
+    k3_share = float(k3[tail].sum() / tot)
+    abs_d = np.abs(tok.delta)
+    abs_share = float(abs_d[tail].sum() / abs_d.sum())
+    if k3_share < dt.tail_k3_share or token_share > dt.tail_token_share_max:
+        return None
+    return _finding(
+        "low_prob_tail", "info",
+        f"Tokens with p < {dt.tail_p:g} are {token_share:.0%} of tokens and carry {k3_share:.0%} of the KL",
+        {"tail_p": dt.tail_p, "token_share": token_share, "k3_share": k3_share, "abs_delta_share": abs_share,
+         "abs_delta_mean_tail": float(abs_d[tail].mean()), "abs_delta_mean_rest": float(abs_d[~tail].mean()) if (~tail).any() else 0.0},
+        "Low-probability tokens sit where small logit errors change log p most (the softmax tail); precision "
+        "noise concentrates there, and so do the tokens that importance-sampling corrections clip.",
+        "Expected for numerical noise. If the mismatch matters, look at the probability-bucket table; an fp32 LM "
+        "head / fp16 rollout narrows the tail most.")
+
+
+def detect_drift(tok: Tokens, dt: DiagnosisThresholds, bias: float, bias_se: float) -> dict | None:
+    """|Σδ| grows faster than √length: accumulation, not a random walk."""
+    g = length_growth(tok)
+    b, se = g.get("exponent"), g.get("exponent_se")
+    if b is None or se is None or g["sequences_used"] < dt.min_drift_sequences or not se > 0:
+        return None
+    z = (b - 0.5) / se
+    if b < dt.drift_exponent_min or z < dt.drift_z:
+        return None
+    material = abs(bias) >= dt.noise_kl_max and bias_se > 0 and abs(bias) / bias_se >= dt.z
+    lengths = tok.seq_count()[tok.seqs_present()]
+    return _finding(
+        "drift_with_length", "warn" if material else "info",
+        f"|Σδ| grows as length^{b:.2f} (a random walk would be length^0.5)",
+        {"exponent": b, "exponent_se": se, "z_vs_random_walk": z, "sequences": g["sequences_used"],
+         "bias_per_token": bias, "bias_se": bias_se, "expected_seq_log_ratio_at_p90_length":
+         bias * float(np.percentile(lengths, 90)), "threshold_exponent": dt.drift_exponent_min,
+         "threshold_bias": dt.noise_kl_max},
+        "The per-token mismatch has a consistent sign (or grows along the sequence), so sequence-level ratios "
+        "drift with length instead of averaging out: a temperature / processing difference, a KV-cache or "
+        "RoPE precision issue, or, when the bias is tiny, just the KL of the noise summed over long sequences.",
+        "Look at the by-position table: growing |δ| with position points at KV-cache dtype / RoPE / long-context "
+        "kernels; a flat but signed δ points at a one-sided transformation. Prefer token-level or geometric "
+        "corrections over sequence-product ratios for long sequences.")
+
+
+# ---------------------------------------------------------------- regime and verdict
+
+
+def _is_identical(tok: Tokens, dt: DiagnosisThresholds) -> bool:
+    tol = dt.identical_atol + dt.identical_rtol * np.maximum(np.abs(tok.rollout), np.abs(tok.trainer))
+    return bool(np.all(np.abs(tok.delta) <= tol))
+
+
+def _fmt(x) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.3g}"
+
+
+DEFAULT_CHECK = {
+    "identical": "Nothing to fix. If you expected a precision or engine difference, check that the two sides "
+                 "really ran different engines / dtypes (the batch may hold the same array twice).",
+    "numerical_noise": "Nothing is broken. If clipping or ESS still hurt, use an importance-sampling correction "
+                       "(see the what-if table) or narrow the precision gap (fp16 rollout and training, fp32 LM head); "
+                       "capture with --shadow to measure the precision share.",
+    "elevated": "Beyond the noise published for bf16/fp16 engines, with no specific fault detected: compare engine "
+                "versions, attention backends, KV-cache dtype, fp32 LM head and quantisation; capture with --shadow "
+                "to split precision from the rest; read the worst sequences.",
+    "systematic": "Check that both sides load the same weights (same step), see the same prompt tokens and chat "
+                  "template, and apply the same temperature and sampling processing.",
+}
+
+
+def diagnose(batch: StepBatch, tok: Tokens, metrics: dict, thresholds: DiagnosisThresholds | None = None,
+             ppo_eps: tuple[float, float] = (0.2, 0.28)) -> dict:
+    """The `diagnosis` object of summary.json for one batch (`metrics` is `summary_metrics`' result)."""
+    dt = thresholds or DiagnosisThresholds()
+    corr = metrics.get("corr_logp")
+    gap = precision_gap(batch, tok, *ppo_eps)
+    kl, kl_se = metrics["kl_k3"], metrics.get("kl_k3_se") or 0.0
+    ad, ad_se = metrics["abs_delta_mean"], metrics.get("abs_delta_mean_se") or 0.0
+    bias, bias_se = metrics["bias"], metrics.get("bias_se") or 0.0
+    ppl_ratio = math.exp(abs(float(tok.trainer.mean()) - float(tok.rollout.mean())))
+    evidence = {"tokens": tok.n, "kl_k3": kl, "kl_k3_se": kl_se, "abs_delta_mean": ad, "abs_delta_max": metrics["abs_delta_max"],
+                "bias": bias, "corr_logp": corr, "ppl_ratio": ppl_ratio, "ess": metrics.get("ess"),
+                "phantom_clip": metrics.get("phantom_clip")}
+
+    findings: list[dict] = []
+    if _is_identical(tok, dt):
+        regime = "identical"
+    else:
+        dummy, dummy_hit = detect_dummy_zero(tok, dt)
+        processed = detect_processed(tok, dt, corr)
+        temperature = None if processed else detect_temperature(tok, dt, corr)
+        shift = detect_shift(tok, dt)
+        broken = detect_one_side_broken(tok, dt, corr, ~dummy_hit, explained=bool(processed or temperature or shift))
+        findings = [f for f in (shift, dummy, processed, temperature, broken) if f]
+        findings += [f for f in (detect_drift(tok, dt, bias, bias_se), detect_low_prob_tail(tok, dt)) if f]
+        worst = max((SEVERITIES.index(f["severity"]) for f in findings), default=0)
+        low_corr = corr is not None and corr < dt.systematic_corr_max
+        beyond_noise = ((kl - 2 * kl_se) > dt.noise_kl_max or (ad - 2 * ad_se) > dt.noise_abs_delta_max
+                        or (corr is not None and corr < dt.noise_corr_min))
+        if worst == 2 or low_corr:
+            regime = "systematic"
+        elif worst == 1 or beyond_noise:
+            regime = "elevated"
+        else:
+            regime = "numerical_noise"
+    if gap.get("available"):
+        findings.append(_gap_finding(gap))
+    findings.sort(key=lambda f: -SEVERITIES.index(f["severity"]))  # stable: detector order within a severity
+
+    top = findings[0] if findings and findings[0]["severity"] != "info" else None
+    nums = f"KL k3 {_fmt(kl)}, mean |δ| {_fmt(ad)} nats, log-prob correlation {_fmt(corr)}"
+    if regime == "identical":
+        verdict = f"Identical: no token's log-prob differs beyond float rounding (max |δ| {_fmt(metrics['abs_delta_max'])})."
+    elif regime == "numerical_noise":
+        verdict = f"Numerical noise: the mismatch is the size bf16/fp16 engine differences produce ({nums})."
+    elif regime == "elevated":
+        verdict = (f"Elevated: beyond numerical noise but not clearly broken ({nums})" +
+                   (f"; {top['title'][0].lower() + top['title'][1:]}." if top else "."))
+    else:
+        verdict = (f"Systematic: {top['title'][0].lower() + top['title'][1:]} ({nums})." if top else
+                   f"Systematic: the two sides do not score the same model or context ({nums}).")
+    return {
+        "regime": regime,
+        "verdict": verdict,
+        "evidence": evidence,
+        "what_to_check": top["what_to_check"] if top else DEFAULT_CHECK[regime],
+        "findings": findings,
+        "precision_gap": gap,
+        "thresholds": dt.to_dict(),
+    }
+
+
+def _gap_finding(gap: dict) -> dict:
+    share = gap["beta_share_sq"]
+    return _finding(
+        "precision_gap", "info",
+        f"Precision alone (β) explains {share:.0%} of the log-ratio (Σβ²/(Σα²+Σβ²)); PPO clips "
+        f"{gap['clip_fraction_beta']:.2%} of tokens on β alone" if share is not None else "Precision gap (β) is zero",
+        {"beta_share_sq": share, "beta_share_abs": gap["beta_share_abs"], "beta_bias": gap["beta_bias"],
+         "beta_bias_se": gap["beta_bias_se"], "beta_abs_mean": gap["beta_abs_mean"],
+         "alpha_abs_mean": gap["alpha_abs_mean"], "clip_fraction_beta": gap["clip_fraction_beta"],
+         "clip_fraction_total": gap["clip_fraction_total"], "corr_beta_advantage": gap["corr_beta_advantage"]},
+        "β = trainer − shadow compares the trainer's own weights in two precisions, so it is pure numerical "
+        "precision; clipping on β alone ('phantom clipping') throws away gradient although the policy has not moved.",
+        "If β dominates and clips a material share, align precision (fp16 both sides, fp32 LM head, same "
+        "attention kernels) rather than hunting a bug; if α dominates, the difference is engine / weights / context.")
