@@ -64,14 +64,26 @@ def main() -> None:
 @click.option("--tokenizer", type=click.Path(), help="Local tokenizer folder to decode token ids (offline).")
 @click.option("--ppo-eps", nargs=2, type=float, default=(0.2, 0.28), show_default=True, metavar="LOW HIGH",
               help="PPO clip ε for phantom clipping and routing.")
+@click.option("--notes", "notes", type=click.Path(path_type=Path, dir_okay=False),
+              help="Markdown file with your narrative, shown after the headline (raw HTML is escaped).")
+@click.option("--timestamp", is_flag=True, help="Stamp the build time into the pages (off: same input, same bytes).")
 @_fail_cleanly
-def build(files, out, run_ids, keys, allow_pickle, tokenizer, ppo_eps):
+def build(files, out, run_ids, keys, allow_pickle, tokenizer, ppo_eps, notes, timestamp):
     """Analyse step batches and write the report site into OUTPUT."""
     from .analyze import Thresholds
     from .site import BuildOptions, build as build_site
 
     opts = BuildOptions(keys=_parse_keys(keys), allow_pickle=allow_pickle, tokenizer=tokenizer,
                         thresholds=Thresholds(ppo_eps_low=ppo_eps[0], ppo_eps_high=ppo_eps[1]))
+    if notes is not None:
+        try:
+            opts.notes_md = notes.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise BadInput(notes, f"cannot read notes: {exc}") from None
+    if timestamp:
+        from datetime import datetime, timezone
+
+        opts.timestamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     reports = build_site(list(files), out, opts, list(run_ids) or None)
     for r in reports:
         m = r.metrics

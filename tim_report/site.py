@@ -62,6 +62,10 @@ def write_run(report: Report, run_dir: Path, opts: BuildOptions) -> None:
     if "json" in opts.formats:
         (run_dir / "summary.json").write_text(dumps(report.summary_dict()), encoding="utf-8")
         (run_dir / "samples.json").write_text(dumps(report.samples_dict(), compact=True), encoding="utf-8")
+    if "html" in opts.formats:
+        from .render.html import render_run
+
+        (run_dir / "index.html").write_text(render_run(report, notes_md=opts.notes_md, timestamp=opts.timestamp), encoding="utf-8")
 
 
 def build(paths: list[Path], out: Path, opts: BuildOptions, run_ids: list[str] | None = None) -> list[Report]:
@@ -75,6 +79,10 @@ def build(paths: list[Path], out: Path, opts: BuildOptions, run_ids: list[str] |
         staging = Path(tmp)
         for report in reports:
             write_run(report, staging / report.run["id"], opts)
+        if "html" in opts.formats:
+            from .render.html import render_index
+
+            (staging / "index.html").write_text(render_index(reports, timestamp=opts.timestamp), encoding="utf-8")
         _move_into(staging, out)
     return reports
 

@@ -1,0 +1,208 @@
+"""Altair chart specs from the Report's pre-binned data. Reshaping and rounding only: no statistics here.
+
+Each chart is a dict {id, title, caption, spec}; `spec` is a Vega-Lite dict embedded with `|tojson`.
+Floats are rounded to a few significant digits so pages stay small and files stay byte-stable.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import altair as alt
+
+WIDTH = 460
+HEIGHT = 220
+ORANGE = "#e08a00"
+RED = "#d62728"
+BLUE = "#3b6ea5"
+
+
+def sig(x: float | None, digits: int = 4) -> float | None:
+    """Round to `digits` significant digits (display precision), keeping None / non-finite as None."""
+    if x is None or not math.isfinite(x):
+        return None
+    return float(f"{x:.{digits}g}")
+
+
+def _finish(chart: alt.TopLevelMixin) -> dict:
+    spec = chart.to_dict()
+    spec.pop("$schema", None)  # never fetched, but keep every URL out of the page
+    return spec
+
+
+def _base(chart):
+    return chart.properties(width=WIDTH, height=HEIGHT)
+
+
+# ---- ratio histogram on a symlog axis of log r -------------------------------------------------
+
+def _ratio_ticks(lo: float, hi: float, c: float, bands: dict) -> list[float]:
+    """Tick positions (in log r) that read well as r on a symlog axis: 1, the band edges, 1 ± 10^-k, big ratios."""
+    cands = [0.0] + [v for pair in bands.values() for v in pair]
+    for k in range(1, 8):
+        cands += [math.log1p(10.0 ** -k), math.log1p(-(10.0 ** -k))]
+    for big in (20.0, 100.0, 1e3, 1e4, 1e6, 1e8):
+        cands += [math.log(big), -math.log(big)]
+
+    def u(v: float) -> float:
+        return math.copysign(math.log1p(abs(v) / c), v)
+
+    span = u(hi) - u(lo)
+    keep: list[float] = []
+    for v in cands:  # in priority order
+        if lo <= v <= hi and all(abs(u(v) - u(k)) > span / 14 for k in keep):
+            keep.append(v)
+    return sorted(keep)
+
+
+RATIO_LABEL = ("abs(datum.value) < 0.01 ? (datum.value == 0 ? '1' : (datum.value > 0 ? '1+' : '1−') + "
+               "format(abs(exp(datum.value) - 1), '.0e')) : format(exp(datum.value), '.3~g')")
+
+
+def ratio_chart(ratio: dict) -> dict:
+    edges, counts, c = ratio["edges"], ratio["counts"], ratio["symlog_constant"]
+    lo, hi = edges[0], edges[-1]
+    bars = [{"a": sig(edges[i], 6), "b": sig(edges[i + 1], 6), "n": counts[i]} for i in range(len(counts)) if counts[i]]
+    b2, b5 = ratio["bands"]["2x"], ratio["bands"]["5x"]
+    x_scale = alt.Scale(type="symlog", constant=c, domain=[lo, hi], nice=False)
+    x_axis = alt.Axis(values=[sig(v, 6) for v in _ratio_ticks(lo, hi, c, ratio["bands"])], labelExpr=RATIO_LABEL,
+                      title="r = p_train / p_rollout (symlog scale of log r)", labelOverlap=True, grid=False)
+    bands = alt.Data(values=[{"a": b5[0], "b": b5[1], "band": "5x"}, {"a": b2[0], "b": b2[1], "band": "2x"}])
+    band = alt.Chart(bands).mark_rect(opacity=0.1).encode(
+        x=alt.X("a:Q", scale=x_scale, axis=x_axis), x2="b:Q",
+        color=alt.Color("band:N", scale=alt.Scale(domain=["2x", "5x"], range=[ORANGE, RED]), legend=alt.Legend(title="verl band", orient="top-right")))
+    edges_ = alt.Data(values=[{"x": v, "band": "2x"} for v in b2] + [{"x": v, "band": "5x"} for v in b5])
+    rule2 = alt.Chart(edges_).transform_filter("datum.band == '2x'").mark_rule(color=ORANGE, strokeDash=[2, 2], strokeWidth=1.5).encode(x="x:Q")
+    rule5 = alt.Chart(edges_).transform_filter("datum.band == '5x'").mark_rule(color=RED, strokeDash=[6, 3], strokeWidth=1.5).encode(x="x:Q")
+    hist = alt.Chart(alt.Data(values=bars)).mark_rect(color=BLUE).encode(
+        x="a:Q", x2="b:Q", y=alt.Y("n:Q", title="tokens", scale=alt.Scale(type="sqrt")),
+        tooltip=[alt.Tooltip("a:Q", title="log r from", format=".3g"), alt.Tooltip("b:Q", title="log r to", format=".3g"),
+                 alt.Tooltip("n:Q", title="tokens")])
+    one = alt.Chart(alt.Data(values=[{"x": 0}])).mark_rule(color="currentColor", strokeWidth=1.5).encode(
+        x="x:Q")
+    one = one.encode(color=alt.value("#111"))
+    return _finish(_base(alt.layer(band, hist, rule2, rule5, one)))
+
+
+# ---- |Δp| histogram ------------------------------------------------------------------------------
+
+def abs_dp_chart(d: dict) -> dict:
+    e, counts = d["edges"], d["counts"]
+    bars = [{"a": sig(e[i], 4), "b": sig(e[i + 1], 4), "n": counts[i]} for i in range(len(counts)) if counts[i]]
+    chart = alt.Chart(alt.Data(values=bars)).mark_rect(color=BLUE).encode(
+        x=alt.X("a:Q", scale=alt.Scale(type="log", domain=[e[0], e[-1]], nice=False),
+                axis=alt.Axis(format="~e", title="|Δp| = |p_train − p_rollout| (log scale)", grid=False, tickCount=9)),
+        x2="b:Q", y=alt.Y("n:Q", title="tokens"),
+        tooltip=[alt.Tooltip("a:Q", title="|Δp| from", format=".2e"), alt.Tooltip("b:Q", title="to", format=".2e"),
+                 alt.Tooltip("n:Q", title="tokens")])
+    return _finish(_base(chart))
+
+
+# ---- rollout vs trainer log-prob density --------------------------------------------------------
+
+def density_chart(d: dict, corr: float | None) -> dict:
+    e = d["edges"]
+    lo, hi = e[0], e[-1]
+    w = (hi - lo) / (len(e) - 1)
+    cells = [{"i": i, "j": j, "n": n} for i, j, n in d["cells"]]
+    xs = alt.Scale(domain=[lo, hi], nice=False, zero=False)
+    rects = alt.Chart(alt.Data(values=cells)).transform_calculate(
+        x0=f"{lo!r} + datum.i * {w!r}", x1=f"{lo!r} + (datum.i + 1) * {w!r}",
+        y0=f"{lo!r} + datum.j * {w!r}", y1=f"{lo!r} + (datum.j + 1) * {w!r}",
+    ).mark_rect().encode(
+        x=alt.X("x0:Q", scale=xs, title="rollout log-prob"), x2="x1:Q",
+        y=alt.Y("y0:Q", scale=xs, title="trainer log-prob"), y2="y1:Q",
+        color=alt.Color("n:Q", scale=alt.Scale(type="log", scheme="blues"), title="tokens"),
+        tooltip=[alt.Tooltip("x0:Q", title="rollout logp from", format=".2f"), alt.Tooltip("y0:Q", title="trainer logp from", format=".2f"),
+                 alt.Tooltip("n:Q", title="tokens")])
+    line = alt.Chart(alt.Data(values=[{"x": lo, "y": lo}, {"x": hi, "y": hi}])).mark_line(
+        color=RED, strokeDash=[4, 3], strokeWidth=1).encode(x="x:Q", y="y:Q")
+    title = f"Pearson r = {corr:.6f}" if corr is not None else ""
+    return _finish(alt.layer(rects, line).properties(width=300, height=300, title=alt.Title(title, fontSize=12, fontWeight="normal", anchor="start")))
+
+
+# ---- |δ| by bucket -------------------------------------------------------------------------------
+
+def bucket_chart(rows: list[dict], x_title: str, mark: str = "bar") -> dict:
+    data = [{"bucket": r["bucket"], "k": k, "m": sig(r["abs_delta_mean"]), "se": sig(r.get("abs_delta_se") or 0.0),
+             "lo": sig(r["abs_delta_mean"] - (r.get("abs_delta_se") or 0.0)), "hi": sig(r["abs_delta_mean"] + (r.get("abs_delta_se") or 0.0)),
+             "tokens": r["tokens"], "share": sig(r["token_share"], 3), "dshare": sig(r["abs_delta_share"], 3)}
+            for k, r in enumerate(rows)]
+    order = [r["bucket"] for r in rows]
+    x = alt.X("bucket:N", sort=order, title=x_title, axis=alt.Axis(labelAngle=-30))
+    base = alt.Chart(alt.Data(values=data))
+    tooltip = [alt.Tooltip("bucket:N"), alt.Tooltip("m:Q", title="mean |δ|", format=".3g"), alt.Tooltip("se:Q", title="± s.e.", format=".2g"),
+               alt.Tooltip("tokens:Q"), alt.Tooltip("share:Q", title="share of tokens", format=".1%"),
+               alt.Tooltip("dshare:Q", title="share of Σ|δ|", format=".1%")]
+    if mark == "bar":
+        main = base.mark_bar(color=BLUE).encode(x=x, y=alt.Y("m:Q", title="mean |δ| (nats)"), tooltip=tooltip)
+    else:
+        main = base.mark_line(point=True, color=BLUE).encode(x=x, y=alt.Y("m:Q", title="mean |δ| (nats)"), tooltip=tooltip)
+    err = base.mark_rule(color="#555").encode(x=x, y="lo:Q", y2="hi:Q")
+    return _finish(_base(alt.layer(main, err)))
+
+
+# ---- sequence log-ratio vs length -----------------------------------------------------------------
+
+def seq_chart(d: dict) -> dict:
+    pts = [{"L": L, "s": sig(s), "i": i} for L, s, i in zip(d["length"], d["seq_log_ratio"], d["sequence"]) if s is not None]
+    points = alt.Chart(alt.Data(values=pts)).mark_circle(size=14, opacity=0.6, color=BLUE).encode(
+        x=alt.X("L:Q", title="response length (tokens)"), y=alt.Y("s:Q", title="Σδ (nats)"),
+        tooltip=[alt.Tooltip("i:Q", title="row"), alt.Tooltip("L:Q", title="tokens"), alt.Tooltip("s:Q", title="Σδ", format=".3g")])
+    zero = alt.Chart(alt.Data(values=[{"y": 0}])).mark_rule(color="#888").encode(y="y:Q")
+    return _finish(_base(alt.layer(points, zero)))
+
+
+# ---- index: trend over steps ---------------------------------------------------------------------
+
+def trend_chart(points: list[dict]) -> dict:
+    """points: [{step, run, metric, value}] read straight from reports."""
+    chart = alt.Chart(alt.Data(values=points)).mark_line(point=True).encode(
+        x=alt.X("step:Q", title="training step"), y=alt.Y("value:Q", title=None),
+        color=alt.Color("metric:N", legend=None),
+        tooltip=[alt.Tooltip("run:N"), alt.Tooltip("step:Q"), alt.Tooltip("value:Q", format=".4g")],
+    ).properties(width=240, height=140).facet(facet=alt.Facet("metric:N", title=None), columns=3).resolve_scale(y="independent")
+    return _finish(chart)
+
+
+def run_charts(report) -> list[dict[str, Any]]:
+    """The run page's charts, each with the one sentence that says what good looks like."""
+    dist, bd, m = report.distributions, report.breakdowns, report.metrics
+    out = []
+    ratio = dist.get("ratio")
+    if ratio and ratio.get("counts"):
+        cap = ("Good: one narrow spike at r = 1 (black line), well inside the shaded 2x band (dotted orange) and 5x band (dashed red); "
+               "the axis stretches near 1 so bf16-sized noise is visible.")
+        if ratio.get("exact_one"):
+            cap += f" {ratio['exact_one']:,} tokens have r exactly 1."
+        out.append({"id": "ratio", "title": "Importance ratio r per token", "caption": cap, "spec": ratio_chart(ratio)})
+    if dist.get("abs_dp") and dist["abs_dp"].get("counts"):
+        cap = "Good: the mass sits far left (|Δp| below 1e-3); a bump near 1 means tokens one side finds likely and the other does not."
+        if dist["abs_dp"].get("zero"):
+            cap += f" {dist['abs_dp']['zero']:,} tokens with |Δp| = 0 are not shown (log axis)."
+        out.append({"id": "abs_dp", "title": "Probability difference |Δp| per token", "caption": cap, "spec": abs_dp_chart(dist["abs_dp"])})
+    if dist.get("logp_density") and dist["logp_density"].get("cells"):
+        d = dist["logp_density"]
+        cap = "Good: every cell on the dashed y = x line and a correlation above 0.999; a cloud off the line means the two sides score different things."
+        if d.get("clipped_below"):
+            cap += f" {d['clipped_below']:,} tokens below {d['edges'][0]:g} are drawn at the edge."
+        out.append({"id": "density", "title": "Rollout vs trainer log-prob", "caption": cap, "spec": density_chart(d, m.get("corr_logp"))})
+    if bd.get("by_probability"):
+        out.append({"id": "by_probability", "title": "|δ| by rollout probability",
+                    "caption": "Good: low bars everywhere. Unlikely tokens (left) normally carry more mismatch; a tall bar on likely tokens (right) is a warning sign.",
+                    "spec": bucket_chart(bd["by_probability"], "rollout probability p_rollout")})
+    if bd.get("by_position"):
+        out.append({"id": "by_position", "title": "|δ| by position in the response",
+                    "caption": "Good: a flat line. A rise along the response means the two sides drift apart as the context grows (KV cache, positions, long-context kernels).",
+                    "spec": bucket_chart(bd["by_position"], "token position in the response", mark="line")})
+    sl = dist.get("seq_log_ratio")
+    if sl and sl.get("length"):
+        g = bd.get("length_growth") or {}
+        cap = "Good: points spread evenly around 0, widening slowly with length (a random walk); a fan that leans one way is systematic drift."
+        if g.get("exponent") is not None:
+            cap += f" Fitted |Σδ| ∝ length^b with b = {g['exponent']:.2f} ± {g['exponent_se']:.2f} (0.5 noise, 1 systematic)."
+        if sl.get("shown", 0) < sl.get("total", 0):
+            cap += f" Showing {sl['shown']:,} of {sl['total']:,} sequences."
+        out.append({"id": "seq", "title": "Sequence log-ratio Σδ vs length", "caption": cap, "spec": seq_chart(sl)})
+    return out
