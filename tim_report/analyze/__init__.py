@@ -28,8 +28,7 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
         run=run_info(batch, run_id),
         metrics=summary_metrics(tok, th),
         breakdowns={
-            "by_probability": bd.by_probability(tok),
-            "by_position": bd.by_position(tok),
+            **bd.bucket_tables(tok),
             "length_growth": bd.length_growth(tok),
             "by_group": groups,
         },

@@ -11,10 +11,9 @@ from .tokens import Tokens
 PROB_EDGES = (0.0, 1e-4, 1e-3, 1e-2, 0.1, 0.5, 0.9, 0.99, 1.0)
 
 
-def _bucket_rows(tok: Tokens, codes: np.ndarray, n_buckets: int, labels: list[str], extra: dict | None = None) -> list[dict]:
+def _bucket_rows(tok: Tokens, abs_d: np.ndarray, k3: np.ndarray, codes: np.ndarray, n_buckets: int,
+                 labels: list[str], extra: dict | None = None) -> list[dict]:
     """Per-bucket count, mean |δ|, mean δ, mean k3 and each bucket's share of Σ|δ| and Σk3."""
-    abs_d = np.abs(tok.delta)
-    k3 = tok.k3()
     n = np.bincount(codes, minlength=n_buckets)
     s_abs = np.bincount(codes, weights=abs_d, minlength=n_buckets)
     s_abs2 = np.bincount(codes, weights=np.square(abs_d), minlength=n_buckets)
@@ -44,13 +43,20 @@ def _bucket_rows(tok: Tokens, codes: np.ndarray, n_buckets: int, labels: list[st
     return rows
 
 
-def by_probability(tok: Tokens) -> list[dict]:
-    p = np.exp(tok.rollout)
+def bucket_tables(tok: Tokens) -> dict:
+    """|δ| and k3 by rollout-probability bucket and by position bucket (sharing the per-token terms)."""
+    abs_d, k3 = np.abs(tok.delta), tok.k3()
+    return {"by_probability": by_probability(tok, abs_d, k3), "by_position": by_position(tok, abs_d, k3)}
+
+
+def by_probability(tok: Tokens, abs_d: np.ndarray, k3: np.ndarray) -> list[dict]:
     edges = np.asarray(PROB_EDGES)
-    codes = np.clip(np.searchsorted(edges, p, side="right") - 1, 0, len(edges) - 2)
+    # bucket on log p (no exp needed): searchsorted against log edges
+    log_edges = np.log(np.maximum(edges[1:-1], 1e-300))
+    codes = np.searchsorted(log_edges, tok.rollout, side="right")
     labels = [f"{_fmt_p(edges[i])}–{_fmt_p(edges[i + 1])}" for i in range(len(edges) - 1)]
     lo = {"p_low": list(edges[:-1].astype(float)), "p_high": list(edges[1:].astype(float))}
-    return _bucket_rows(tok, codes, len(edges) - 1, labels, lo)
+    return _bucket_rows(tok, abs_d, k3, codes, len(edges) - 1, labels, lo)
 
 
 def _fmt_p(x: float) -> str:
@@ -64,18 +70,20 @@ def position_edges(max_pos: int) -> list[int]:
     return edges
 
 
-def by_position(tok: Tokens) -> list[dict]:
-    edges = np.asarray(position_edges(int(tok.pos.max())))
-    codes = np.searchsorted(edges, tok.pos, side="right") - 1
+def by_position(tok: Tokens, abs_d: np.ndarray, k3: np.ndarray) -> list[dict]:
+    pos = tok.pos
+    edges = np.asarray(position_edges(int(pos.max())))
+    codes = np.searchsorted(edges, pos, side="right") - 1
+    del pos
     labels = [f"{edges[i]}–{edges[i + 1] - 1}" for i in range(len(edges) - 1)]
     extra = {"pos_low": [int(e) for e in edges[:-1]], "pos_high": [int(e) - 1 for e in edges[1:]]}
-    return _bucket_rows(tok, codes, len(edges) - 1, labels, extra)
+    return _bucket_rows(tok, abs_d, k3, codes, len(edges) - 1, labels, extra)
 
 
 def length_growth(tok: Tokens) -> dict:
     """Fit |Σδ| ∝ length^b over sequences: b ≈ 0.5 is a random walk (noise), b ≈ 1 is systematic drift."""
-    present = tok.seqs_present()
-    length = tok.seq_count()[present].astype(float)
+    present = tok.present
+    length = tok.counts[present].astype(float)
     abs_sum = np.abs(tok.seq_sum(tok.delta)[present])
     ok = (abs_sum > 0) & (length >= 1)
     x, y = np.log(length[ok]), np.log(abs_sum[ok])
@@ -103,29 +111,37 @@ def group_codes(groups: np.ndarray | None, n_seqs: int) -> tuple[np.ndarray, np.
 
 
 def group_table(tok: Tokens, groups: np.ndarray | None, clip_low: float, clip_high: float, veto: float) -> dict:
-    """Per group: sequences, tokens, mean |δ|, k3, PPO-clipped fraction, vetoed tokens, min r."""
+    """Per group: sequences, tokens, mean |δ|, k3, PPO-clipped fraction, vetoed tokens, min r.
+
+    Token sums are first reduced per sequence (contiguous runs), then per group on [N] arrays.
+    """
     seq_code, names, unit = group_codes(groups, tok.n_seqs)
-    g = seq_code[tok.seq]
     ng = len(names)
     r = np.exp(tok.log_r)
-    n = np.bincount(g, minlength=ng)
-    clipped = np.bincount(g, weights=((r < clip_low) | (r > clip_high)).astype(float), minlength=ng)
-    vetoed = np.bincount(g, weights=(tok.delta < math.log(veto)).astype(float), minlength=ng)
-    abs_sum = np.bincount(g, weights=np.abs(tok.delta), minlength=ng)
-    k3_sum = np.bincount(g, weights=tok.k3(), minlength=ng)
+    per_seq = {
+        "clipped": tok.seq_sum(((r < clip_low) | (r > clip_high)).astype(np.float64)),
+        "vetoed": tok.seq_sum((tok.delta < math.log(veto)).astype(np.float64)),
+        "abs": tok.seq_sum(np.abs(tok.delta)),
+        "k3": tok.seq_sum(tok.k3()),
+    }
+    del r
+    seq_min = np.full(tok.n_seqs, np.inf)
+    seq_min[tok.seq[tok._starts]] = np.minimum.reduceat(tok.log_r, tok._starts)
+    n = np.bincount(seq_code, weights=tok.counts, minlength=ng)
+    sums = {k: np.bincount(seq_code, weights=v, minlength=ng) for k, v in per_seq.items()}
     min_log_r = np.full(ng, np.inf)
-    np.minimum.at(min_log_r, g, tok.log_r)
-    seqs = np.bincount(seq_code[np.flatnonzero(tok.seqs_present())], minlength=ng)
+    np.minimum.at(min_log_r, seq_code, seq_min)
+    seqs = np.bincount(seq_code, weights=tok.present, minlength=ng)
     keep = n > 0
     with np.errstate(invalid="ignore", divide="ignore"):
         table = {
             "name": names[keep].tolist(),
             "sequences": seqs[keep].astype(int).tolist(),
             "tokens": n[keep].astype(int).tolist(),
-            "abs_delta_mean": (abs_sum / n)[keep].tolist(),
-            "k3_mean": (k3_sum / n)[keep].tolist(),
-            "clipped_fraction": (clipped / n)[keep].tolist(),
-            "vetoed_tokens": vetoed[keep].astype(int).tolist(),
+            "abs_delta_mean": (sums["abs"] / n)[keep].tolist(),
+            "k3_mean": (sums["k3"] / n)[keep].tolist(),
+            "clipped_fraction": (sums["clipped"] / n)[keep].tolist(),
+            "vetoed_tokens": np.rint(sums["vetoed"][keep]).astype(int).tolist(),
             "min_ratio": np.exp(min_log_r)[keep].tolist(),
         }
     return {"unit": unit, **table}

@@ -11,7 +11,7 @@ from .tokens import Tokens
 
 def select(tok: Tokens, th: Thresholds) -> list[tuple[int, str]]:
     present = np.flatnonzero(tok.seqs_present())
-    mean_abs = tok.seq_sum(np.abs(tok.delta))[present] / tok.seq_count()[present]
+    mean_abs = tok.seq_sum(np.abs(tok.delta))[present] / tok.counts[present]
     order = np.lexsort((present, -mean_abs))  # worst first, ties by index: deterministic
     worst = present[order[: th.samples_k]]
     rest = np.setdiff1d(present, worst)
@@ -25,8 +25,11 @@ def _num(x: float) -> float | None:
 
 
 def sample_rows(batch: StepBatch, tok: Tokens, th: Thresholds) -> list[dict]:
-    valid = np.zeros(batch.n_tokens, bool)
-    valid[tok.index] = True
+    if tok.valid_index is None:
+        valid = batch.mask
+    else:
+        valid = np.zeros(batch.n_tokens, bool)
+        valid[tok.valid_index] = True
     out = []
     for i, kind in select(tok, th):
         sl = batch.tokens_of(i)

@@ -1,0 +1,106 @@
+"""Analysis time and peak memory at 1M, 4M and 16M tokens, beside a one-pass numpy baseline.
+
+Baseline = load the same file + mean |δ| + k3 + three percentiles + one histogram: the least any
+mismatch report must do. Targets at 16M tokens: analysis ≤ 3× the baseline's time, peak memory
+≤ 3× the batch's raw bytes. Each measurement runs in a fresh process; memory is tracemalloc's
+peak (numpy reports its buffers to it).
+
+    python benchmarks/bench_analyze.py [--sizes 1,4,16] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+MEAN_LEN = 512
+
+
+def make_file(millions: int, folder: Path) -> tuple[Path, int]:
+    from tim_report.testing import make_batch
+
+    b = make_batch(n_seqs=millions * 1_000_000 // MEAN_LEN, mean_len=MEAN_LEN, noise=0.01, seed=0)
+    path = folder / f"bench_{millions}M.npz"
+    b.save(path)
+    raw = sum(a.nbytes for a in (b.rollout_logp, b.trainer_logp, b.offsets, b.mask, b.token_ids))
+    return path, raw
+
+
+def baseline(path: str) -> None:
+    import numpy as np
+
+    with np.load(path, allow_pickle=False) as f:
+        ro, tr = f["rollout_logp"], f["trainer_logp"]
+    d = tr - ro
+    abs_mean = np.abs(d).mean()
+    k3 = (np.expm1(d) - d).mean()
+    q = np.percentile(np.abs(d), [50, 90, 99])
+    h = np.histogram(d, bins=100)
+    return abs_mean, k3, q, h
+
+
+def ours(path: str) -> None:
+    from tim_report.analyze import analyze
+    from tim_report.loader import load
+
+    return analyze(load(path))
+
+
+def child(kind: str, path: str, memory: bool) -> None:
+    import tracemalloc
+
+    import numpy  # noqa: F401 - import cost is not what we measure
+    import pandas  # noqa: F401
+    import tim_report.analyze  # noqa: F401
+
+    fn = baseline if kind == "baseline" else ours
+    if memory:
+        tracemalloc.start()
+    t0 = time.perf_counter()
+    fn(path)
+    elapsed = time.perf_counter() - t0
+    peak = tracemalloc.get_traced_memory()[1] if memory else 0
+    print(json.dumps({"seconds": elapsed, "peak": peak}))
+
+
+def measure(kind: str, path: Path, repeat: int) -> tuple[float, int]:
+    def once(memory: bool) -> dict:
+        out = subprocess.run([sys.executable, __file__, "--child", kind, str(path)] + (["--memory"] if memory else []),
+                             capture_output=True, text=True, check=True).stdout
+        return json.loads(out.strip().splitlines()[-1])
+
+    seconds = min(once(False)["seconds"] for _ in range(repeat))
+    return seconds, once(True)["peak"]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", default="1,4,16", help="millions of tokens, comma-separated")
+    ap.add_argument("--repeat", type=int, default=3, help="timing runs per cell (the minimum is reported)")
+    ap.add_argument("--child", nargs=2, metavar=("KIND", "PATH"), help=argparse.SUPPRESS)
+    ap.add_argument("--memory", action="store_true", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args.child[0], args.child[1], args.memory)
+        return
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for m in [int(s) for s in args.sizes.split(",")]:
+            path, raw = make_file(m, Path(tmp))
+            bt, bm = measure("baseline", path, args.repeat)
+            ot, om = measure("ours", path, args.repeat)
+            rows.append((m, raw, bt, ot, bm, om))
+            path.unlink()
+    print(f"| tokens | raw MB | baseline s | tim-report s | time × | baseline peak MB | tim-report peak MB | peak / raw |")
+    print("|---|---|---|---|---|---|---|---|")
+    for m, raw, bt, ot, bm, om in rows:
+        print(f"| {m}M | {raw / 1e6:.0f} | {bt:.2f} | {ot:.2f} | {ot / bt:.2f} | {bm / 1e6:.0f} | {om / 1e6:.0f} | {om / raw:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
