@@ -250,6 +250,8 @@ def detect_one_side_broken(tok: Tokens, dt: DiagnosisThresholds, corr: float | N
     if keep.sum() < dt.min_tokens:
         return None
     ro, tr, seq = tok.rollout[keep], tok.trainer[keep], tok.seq[keep]
+    if not keep.all():  # correlation without the tokens another finding already explains (dummy zeros)
+        corr = float(np.corrcoef(ro, tr)[0, 1]) if ro.std() > 0 and tr.std() > 0 else None
     d_mean, d_se = cluster_mean_se(tr - ro, seq)
     ppl_ro, ppl_tr = math.exp(-float(ro.mean())), math.exp(-float(tr.mean()))
     ratio = math.exp(abs(d_mean))
@@ -374,11 +376,13 @@ def diagnose(batch: StepBatch, tok: Tokens, metrics: dict, thresholds: Diagnosis
         processed = detect_processed(tok, dt, corr)
         temperature = None if processed else detect_temperature(tok, dt, corr)
         shift = detect_shift(tok, dt)
-        broken = detect_one_side_broken(tok, dt, corr, ~dummy_hit, explained=bool(processed or temperature or shift))
+        # a shifted trainer decorrelates the log-probs by itself: no separate "broken side" claim then
+        broken = None if shift else detect_one_side_broken(tok, dt, corr, ~dummy_hit,
+                                                            explained=bool(processed or temperature))
         findings = [f for f in (shift, dummy, processed, temperature, broken) if f]
         findings += [f for f in (detect_drift(tok, dt, bias, bias_se), detect_low_prob_tail(tok, dt)) if f]
         worst = max((SEVERITIES.index(f["severity"]) for f in findings), default=0)
-        low_corr = corr is not None and corr < dt.systematic_corr_max
+        low_corr = corr is not None and corr < dt.systematic_corr_max and not (shift or dummy)
         beyond_noise = ((kl - 2 * kl_se) > dt.noise_kl_max or (ad - 2 * ad_se) > dt.noise_abs_delta_max
                         or (corr is not None and corr < dt.noise_corr_min))
         if worst == 2 or low_corr:

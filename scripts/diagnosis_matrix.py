@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Run the diagnosis on every fault fixture and print the confusion matrices as markdown.
+
+    python scripts/diagnosis_matrix.py [--data tests/data/faults] [--details] > docs/_diagnosis_matrix.md
+
+Used by docs/diagnosis.md (pasted between its MATRIX markers; tests/test_diagnosis_faults.py checks
+the doc is up to date) and by the tests themselves (`evaluate()`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tim_report.analyze import analyze  # noqa: E402
+from tim_report.analyze.diagnosis import FINDING_IDS, REGIMES  # noqa: E402
+from tim_report.loader import load  # noqa: E402
+
+DEFAULT_DATA = ROOT / "tests" / "data" / "faults"
+
+
+def evaluate(data: Path = DEFAULT_DATA) -> list[dict]:
+    """One row per fixture: expected regime/findings, and what the diagnosis said."""
+    manifest = json.loads((data / "manifest.json").read_text())
+    rows = []
+    for name, case in manifest["cases"].items():
+        d = analyze(load(data / case["file"])).diagnosis
+        fired = {f["id"]: f["severity"] for f in d["findings"]}
+        rows.append({"case": name, "expected_regime": case["regime"], "regime": d["regime"],
+                     "expected_findings": case["findings"], "findings": fired, "verdict": d["verdict"],
+                     "tokens": case["tokens"], "sequences": case["sequences"]})
+    return rows
+
+
+def markdown(rows: list[dict], details: bool = True) -> str:
+    out = ["Regime (rows: injected truth, columns: diagnosed):", "",
+           "| expected \\ diagnosed | " + " | ".join(REGIMES) + " |", "|---|" + "---|" * len(REGIMES)]
+    for exp in REGIMES:
+        counts = [sum(1 for r in rows if r["expected_regime"] == exp and r["regime"] == got) for got in REGIMES]
+        if sum(counts):
+            out.append(f"| {exp} | " + " | ".join(str(c) for c in counts) + " |")
+    ids = [i for i in FINDING_IDS]
+    out += ["", "Findings (rows: fixture; cells: severity of each finding that fired; ✔ = expected and fired, "
+            "✘ = expected and missing):", "",
+            "| fixture | tokens | expected regime | diagnosed | " + " | ".join(f"`{i}`" for i in ids) + " |",
+            "|---|---:|---|---|" + "---|" * len(ids)]
+    for r in rows:
+        cells = []
+        for i in ids:
+            sev = r["findings"].get(i)
+            if i in r["expected_findings"]:
+                cells.append(f"✔ {sev}" if sev else "✘")
+            else:
+                cells.append(sev or "")
+        mark = "" if r["regime"] == r["expected_regime"] else " ✘"
+        out.append(f"| {r['case']} | {r['tokens']} | {r['expected_regime']} | {r['regime']}{mark} | " + " | ".join(cells) + " |")
+    if details:
+        out += ["", "Verdicts:", ""] + [f"- **{r['case']}**: {r['verdict']}" for r in rows]
+    return "\n".join(out) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
+    ap.add_argument("--details", action="store_true", help="also list each fixture's verdict")
+    args = ap.parse_args()
+    sys.stdout.write(markdown(evaluate(args.data), args.details))
+
+
+if __name__ == "__main__":
+    main()
