@@ -129,5 +129,9 @@ def inspect(file, keys, allow_pickle, as_json):
         console.print(f"note: {note}")
 
 
+from .check import check as _check_command  # noqa: E402  (after the shared options it reuses)
+
+main.add_command(_check_command)
+
 if __name__ == "__main__":  # pragma: no cover
     main()
