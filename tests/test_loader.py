@@ -166,3 +166,14 @@ def test_groups_from_n_in_meta(tmp_path):
     b.save(tmp_path / "g.npz")
     loaded = load(tmp_path / "g.npz")
     assert list(loaded.group) == ["0"] * 4 + ["1"] * 4 + ["2"] * 4
+
+
+def test_docs_list_every_key_name():
+    from pathlib import Path
+
+    from tim_report.loader import ROLE_ALIASES
+
+    doc = (Path(__file__).parent.parent / "docs" / "formats.md").read_text()
+    for role, names in ROLE_ALIASES.items():
+        row = next(line for line in doc.splitlines() if line.startswith(f"| {role} |"))
+        assert row == f"| {role} | " + ", ".join(f"`{n}`" for n in names) + " |"

@@ -61,11 +61,11 @@ def abs_dp_histogram(tok: Tokens) -> dict:
     np.abs(dp, out=dp)
     edges = np.logspace(-8, 0, 49)
     zero = int(np.count_nonzero(dp == 0))
-    with np.errstate(divide="ignore"):
-        np.log10(dp, out=dp)
+    np.maximum(dp, 1e-300, out=dp)
+    np.log10(dp, out=dp)
     idx = np.clip(((dp + 8.0) * 6.0).astype(np.int64), 0, 47)  # 6 bins per decade from 1e-8
-    idx[dp == -np.inf] = 48  # exact zeros: counted apart
-    counts = np.bincount(idx, minlength=49)[:48]
+    counts = np.bincount(idx, minlength=48)
+    counts[0] -= zero  # exact zeros landed in the first bin; they are reported apart
     return {"edges": edges.tolist(), "counts": counts.astype(int).tolist(), "zero": zero}
 
 
