@@ -265,8 +265,9 @@ def detect_one_side_broken(tok: Tokens, dt: DiagnosisThresholds, corr: float | N
     higher = "trainer" if ppl_tr > ppl_ro else "rollout"
     return _finding(
         "one_side_broken", "error" if error else "warn",
-        f"The {higher} side's perplexity is {ratio:.2g}× the other's on the same tokens"
-        + (f" (log-prob correlation {corr:.2f})" if low_corr else ""),
+        (f"The {higher} side's perplexity is {ratio:.2g}× the other's on the same tokens"
+         + (f" (log-prob correlation {corr:.2f})" if low_corr else "")) if ratio >= dt.ppl_ratio_warn else
+        f"Log-prob correlation is only {corr:.2f}: the two sides do not score the same model or context",
         {"ppl_rollout": ppl_ro, "ppl_trainer": ppl_tr, "ppl_ratio": ratio, "mean_delta": d_mean,
          "mean_delta_se": d_se, "corr_logp": corr, "tokens": int(keep.sum()),
          "threshold_ppl_ratio_warn": dt.ppl_ratio_warn, "threshold_ppl_ratio_error": dt.ppl_ratio_error,

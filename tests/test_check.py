@@ -1,0 +1,123 @@
+"""`tim-report check`: exit codes, one line per violation, limits and --fail-on."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from tim_report.analyze import analyze
+from tim_report.check import default_limits, evaluate
+from tim_report.cli import main
+from tim_report.testing import make_batch
+
+
+def run(*args):
+    return CliRunner().invoke(main, ["check", *map(str, args)])
+
+
+@pytest.fixture
+def clean(tmp_path):
+    p = tmp_path / "clean.npz"
+    make_batch(n_seqs=16, mean_len=48, noise=0.01).save(p)
+    return p
+
+
+@pytest.fixture
+def shifted(tmp_path):
+    b = make_batch(n_seqs=16, mean_len=48, noise=0.01)
+    p = tmp_path / "shifted.npz"
+    replace(b, trainer_logp=np.roll(b.trainer_logp, 1)).save(p)
+    return p
+
+
+@pytest.fixture
+def noisy(tmp_path):
+    """Elevated (warn-free) mismatch that breaks the KL limit only when it is tightened."""
+    p = tmp_path / "noisy.npz"
+    make_batch(n_seqs=16, mean_len=48, noise=0.05, seed=2).save(p)
+    return p
+
+
+def test_clean_passes(clean):
+    r = run(clean)
+    assert r.exit_code == 0, r.output
+    assert r.output.strip().startswith(f"{clean}: ok (numerical_noise")
+
+
+def test_fault_fails_with_one_line_each(shifted):
+    r = run(shifted)
+    assert r.exit_code == 1
+    lines = r.output.strip().splitlines()
+    assert any(line.startswith(f"{shifted}: error shift: ") for line in lines)
+    assert any(line.startswith(f"{shifted}: limit ") for line in lines)
+    assert all(line.startswith(str(shifted)) for line in lines)
+
+
+def test_several_files_any_failure_fails(clean, shifted):
+    r = run(clean, shifted)
+    assert r.exit_code == 1
+    assert f"{clean}: ok" in r.output and f"{shifted}: error shift" in r.output
+
+
+def test_limits(noisy):
+    assert run(noisy).exit_code == 0
+    r = run(noisy, "--max-kl-k3", "1e-4")
+    assert r.exit_code == 1 and "limit kl_k3 = " in r.output and "(--max-kl-k3)" in r.output
+    r = run(noisy, "--min-ess", "0.9999")
+    assert r.exit_code == 1 and "ess = " in r.output
+    r = run(noisy, "--max-outside-5x", "-1", "--max-phantom-clip", "0")
+    assert r.exit_code == 1 and "outside_5x" in r.output and "phantom_clip" in r.output
+    assert len(r.output.strip().splitlines()) == 2
+
+
+def test_fail_on(shifted):
+    assert run(shifted, "--fail-on", "never", "--no-limits").exit_code == 0
+    r = run(shifted, "--no-limits")
+    assert r.exit_code == 1 and "limit" not in r.output
+
+
+def test_fail_on_warn(tmp_path):
+    b = make_batch(n_seqs=64, mean_len=128, noise=0.01, seed=5)
+    p = tmp_path / "drift.npz"
+    replace(b, trainer_logp=np.minimum(b.trainer_logp - 0.015, 0)).save(p)  # drift_with_length warns
+    assert run(p, "--no-limits").exit_code == 0
+    r = run(p, "--no-limits", "--fail-on", "warn")
+    assert r.exit_code == 1 and "warn drift_with_length" in r.output
+
+
+def test_bad_input_exits_2(tmp_path, clean):
+    assert run(tmp_path / "missing.npz").exit_code == 2
+    bad = tmp_path / "bad.npz"
+    bad.write_bytes(b"not a zip")
+    assert run(bad).exit_code == 2
+    r = run(clean, "--set", "no_such=1")
+    assert r.exit_code == 2 and "no_such" in r.output
+    assert run(clean, "--set", "shift_ratio=abc").exit_code == 2
+    assert run(clean, "--key", "oops").exit_code == 2
+
+
+def test_set_override(shifted):
+    r = run(shifted, "--no-limits", "--set", "shift_ratio=1e-9")
+    assert "error shift:" not in r.output
+
+
+def test_json_output(clean, shifted):
+    r = run(clean, shifted, "--json")
+    rows = [json.loads(line) for line in r.output.strip().splitlines()]
+    assert [row["ok"] for row in rows] == [True, False]
+    assert any(v["id"] == "shift" for v in rows[1]["violations"])
+
+
+def test_default_limits_are_verls_alerts():
+    lim = {(l.metric, l.op): l.bound for l in default_limits()}
+    assert lim == {("kl_k1", "max"): 0.1, ("kl_k3", "max"): 0.1, ("ess", "min"): 0.3, ("chi2_token", "max"): 1.0}
+
+
+def test_evaluate_api():
+    rep = analyze(make_batch(n_seqs=8, mean_len=32))
+    res = evaluate(rep, default_limits(), "error", "x")
+    assert res.ok and res.regime == "numerical_noise"
