@@ -31,3 +31,8 @@ def trl_npz(tmp_path, batch):
     path = tmp_path / "trl.npz"
     np.savez(path, **d)
     return path
+
+
+def pytest_addoption(parser):
+    parser.addoption("--update-gold", action="store_true", default=False,
+                     help="Rewrite the HTML gold files in tests/gold/ from the current output.")
