@@ -189,11 +189,14 @@ def detect_processed(tok: Tokens, dt: DiagnosisThresholds, corr: float | None) -
         "temperature), or apply the same truncation in the trainer; exp(min δ) shows the smallest kept mass (≈ top_p).")
 
 
-def detect_temperature(tok: Tokens, dt: DiagnosisThresholds, corr: float | None) -> dict | None:
-    """δ regressed on rollout_logp has slope T_rollout/T_trainer − 1 instead of ≈ 0."""
-    if tok.n < dt.min_tokens or (corr is not None and corr < dt.systematic_corr_max):
+def detect_temperature(tok: Tokens, dt: DiagnosisThresholds, corr: float | None,
+                       keep: np.ndarray | None = None) -> dict | None:
+    """δ regressed on rollout_logp has slope T_rollout/T_trainer − 1 instead of ≈ 0 (over `keep` tokens)."""
+    keep = np.ones(tok.n, bool) if keep is None else keep
+    n = int(keep.sum())
+    if n < dt.min_tokens or (corr is not None and corr < dt.systematic_corr_max):
         return None
-    slope, se, r2 = _slope(tok.rollout, tok.delta, tok.seq)
+    slope, se, r2 = _slope(tok.rollout[keep], tok.delta[keep], tok.seq[keep])
     if abs(slope) < dt.temperature_slope_min or not (se > 0 and abs(slope) / se >= dt.z):
         return None
     ratio = 1.0 + slope
@@ -208,7 +211,7 @@ def detect_temperature(tok: Tokens, dt: DiagnosisThresholds, corr: float | None)
     return _finding(
         "temperature", "error", f"Temperature on one side only: T_rollout / T_trainer ≈ {ratio:.2f}",
         {"slope": slope, "slope_se": se, "r2": r2, "temperature_ratio": ratio, "inverse_ratio": 1.0 / ratio if ratio else None,
-         "tokens": tok.n, "threshold_slope": dt.temperature_slope_min},
+         "tokens": n, "threshold_slope": dt.temperature_slope_min},
         "Sampling temperature is applied on one side only: " + how + ". Tempered log-probs satisfy "
         "log p_T = log p / T − log Z_T, so δ = (T−1)·rollout_logp + per-position constant.",
         "Make both sides use the same temperature: divide the trainer's logits by the rollout temperature "
@@ -375,7 +378,7 @@ def diagnose(batch: StepBatch, tok: Tokens, metrics: dict, thresholds: Diagnosis
     else:
         dummy, dummy_hit = detect_dummy_zero(tok, dt)
         processed = detect_processed(tok, dt, corr)
-        temperature = None if processed else detect_temperature(tok, dt, corr)
+        temperature = None if processed else detect_temperature(tok, dt, corr, ~dummy_hit)
         shift = detect_shift(tok, dt)
         # a shifted trainer decorrelates the log-probs by itself: no separate "broken side" claim then
         broken = None if shift else detect_one_side_broken(tok, dt, corr, ~dummy_hit,
