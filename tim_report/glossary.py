@@ -35,7 +35,7 @@ GLOSSARY: list[dict[str, Any]] = [
         "formula": "median_t |δ_t|", "verl": None,
         "readings": [(1e-9, "ok", "identical: both sides produce the same numbers"),
                      (0.02, "ok", "the size of bf16/fp16 numerical noise"),
-                     (0.1, "warn", "elevated: more than precision noise alone usually gives"),
+                     (0.5, "warn", "elevated: more than precision noise alone usually gives"),
                      (math.inf, "bad", "large: the two sides are probably not scoring the same model or context")],
     },
     {
@@ -59,7 +59,7 @@ GLOSSARY: list[dict[str, Any]] = [
         "key": "corr_logp", "name": "log-prob correlation",
         "plain": "Pearson correlation between the two sides' log-probs over all tokens. Noise keeps it above 0.999; a bug drags it down.",
         "formula": "pearson(rollout_logp, trainer_logp)", "verl": None, "higher_is_better": True,
-        "readings": [(0.99, "bad", "weak: the two sides rank tokens differently"),
+        "readings": [(0.95, "bad", "weak: the two sides rank tokens differently"),
                      (0.999, "warn", "visible scatter around y = x"),
                      (math.inf, "ok", "tight: the points sit on y = x")],
     },

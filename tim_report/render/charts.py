@@ -159,7 +159,7 @@ def seq_chart(d: dict) -> dict:
 def trend_chart(points: list[dict]) -> dict:
     """points: [{step, run, metric, value}] read straight from reports."""
     chart = alt.Chart(alt.Data(values=points)).mark_line(point=True).encode(
-        x=alt.X("step:Q", title="training step"), y=alt.Y("value:Q", title=None),
+        x=alt.X("step:Q", title="training step", axis=alt.Axis(format="d", tickMinStep=1)), y=alt.Y("value:Q", title=None),
         color=alt.Color("metric:N", legend=None),
         tooltip=[alt.Tooltip("run:N"), alt.Tooltip("step:Q"), alt.Tooltip("value:Q", format=".4g")],
     ).properties(width=240, height=140).facet(facet=alt.Facet("metric:N", title=None), columns=3).resolve_scale(y="independent")

@@ -128,11 +128,12 @@ def token_rows(sample: dict, band5: tuple[float, float], band2: tuple[float, flo
         r, diff = t.get("r"), t.get("diff")
         flags = []
         r_cls = ""
+        r_mark = ""
         if r is not None:
             if r < band5[0] or r > band5[1]:
-                r_cls, flags = "o5", flags + ["▲" if r > 1 else "▼"]
+                r_cls, r_mark = "o5", ("▲" if r > 1 else "▼")
             elif r < band2[0] or r > band2[1]:
-                r_cls = "o2"
+                r_cls, r_mark = "o2", ("△" if r > 1 else "▽")
         hot = diff is not None and abs(diff) > HOT_DIFF
         if hot:
             flags.insert(0, "●")
@@ -144,7 +145,7 @@ def token_rows(sample: dict, band5: tuple[float, float], band2: tuple[float, flo
         rows.append({
             "cls": cls, "pos": t["pos"], "token": visible(t.get("token")), "flag": "".join(flags),
             "ro": fixed(t.get("rollout_logp")), "tr": fixed(t.get("trainer_logp")), "diff": fmt(diff),
-            "pr": fmt(t.get("p_rollout"), 4), "pt": fmt(t.get("p_trainer"), 4), "r": fmt(r, 5), "r_cls": r_cls,
+            "pr": fmt(t.get("p_rollout"), 4), "pt": fmt(t.get("p_trainer"), 4), "r": (r_mark + " " if r_mark else "") + fmt(r, 5), "r_cls": r_cls,
         })
     return rows
 
