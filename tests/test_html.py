@@ -190,3 +190,19 @@ def test_gold(tmp_path, request):
     update = request.config.getoption("--update-gold", default=False)
     compare_gold(scrub((out / "gold" / "index.html").read_text(encoding="utf-8"), tmp_path), "run.html", update)
     compare_gold(scrub((out / "index.html").read_text(encoding="utf-8"), tmp_path), "index.html", update)
+
+
+def test_renders_without_diagnosis_and_with_precision_gap():
+    from tim_report.analyze import analyze
+    from tim_report.render.html import render_run
+
+    b = make_batch(16, 20)
+    b.shadow_logp = b.trainer_logp - 0.001
+    b.meta = {"model": "m"}  # no engines, dtypes, device or loader keys
+    r = analyze(b, run_id="r")
+    page = render_run(r)
+    if r.diagnosis and r.diagnosis.get("precision_gap"):
+        assert "Precision gap" in page
+    r.diagnosis = None
+    page = render_run(r)
+    assert "Verdict" not in page and 'id="headline"' in page

@@ -12,7 +12,7 @@ import math
 from pathlib import Path
 from typing import Any, Iterable
 
-from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from jinja2 import Environment, FileSystemLoader
 from markupsafe import Markup
 
 from .. import glossary
@@ -200,10 +200,25 @@ def kv_items(d: Any) -> list[tuple[str, str]]:
         v = d[k]
         if isinstance(v, dict):
             out += [(f"{k}.{k2}", fmt(v2) if not isinstance(v2, (dict, list)) else str(v2)) for k2, v2 in sorted(v.items())]
+        elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            continue  # shown as a table by kv_tables
         elif isinstance(v, list):
             out.append((k, ", ".join(fmt(x) for x in v[:12]) + (" …" if len(v) > 12 else "")))
         else:
             out.append((k, fmt(v)))
+    return out
+
+
+def kv_tables(d: Any) -> list[tuple[str, list[str], list[list[str]]]]:
+    """Lists of dicts inside a small evidence dict (e.g. β by probability bucket) as (name, columns, rows)."""
+    if not isinstance(d, dict):
+        return []
+    out = []
+    for k in sorted(d):
+        v = d[k]
+        if isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            cols = list(v[0])
+            out.append((k, cols, [[fmt(x.get(c)) for c in cols] for x in v]))
     return out
 
 
@@ -222,10 +237,10 @@ def render_notes(notes_md: str | None) -> Markup | None:
 @functools.lru_cache(maxsize=4)
 def environment(path: str | None = None) -> Environment:
     env = Environment(loader=FileSystemLoader(path or str(templates_dir())), autoescape=True,
-                      undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+                      trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.policies["json.dumps_kwargs"] = {"sort_keys": True, "separators": (",", ":"), "ensure_ascii": False}
     env.filters.update(fmt=fmt, pct=pct, fixed=fixed, visible=visible)
-    env.globals.update(glossary=glossary.GLOSSARY, conventions=glossary.CONVENTIONS, health=glossary.health, kv_items=kv_items)
+    env.globals.update(glossary=glossary.GLOSSARY, conventions=glossary.CONVENTIONS, health=glossary.health, kv_items=kv_items, kv_tables=kv_tables)
     return env
 
 
