@@ -4,7 +4,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "analyze", "load"]
+__all__ = ["__version__", "analyze", "compare", "load"]
 
 
 def load(path, **kwargs):
@@ -19,3 +19,13 @@ def analyze(batch, thresholds=None, run_id=None):
     from .analyze import analyze as _analyze
 
     return _analyze(batch, thresholds, run_id)
+
+
+def compare(before, after, labels=None, thresholds=None, **load_kwargs):
+    """Compare two StepBatches or step batch files; returns a Comparison (.to_dict/.to_html/.to_markdown/.write).
+
+    See tim_report.commands.compare.compare and tim_report.analyze.compare.compare_batches.
+    """
+    from .commands.compare import compare as _compare
+
+    return _compare(before, after, labels=labels, thresholds=thresholds, **load_kwargs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import sys
@@ -67,14 +68,21 @@ def main() -> None:
 @click.option("--notes", "notes", type=click.Path(path_type=Path, dir_okay=False),
               help="Markdown file with your narrative, shown after the headline (raw HTML is escaped).")
 @click.option("--timestamp", is_flag=True, help="Stamp the build time into the pages (off: same input, same bytes).")
+@click.option("--format", "formats", multiple=True, type=click.Choice(["html", "md", "json"]),
+              help="Write only these formats (repeatable; default all three): html pages, report.md files, summary/samples JSON.")
+@click.option("--base-url", metavar="URL", help="Make the markdown's links absolute under URL (e.g. the GitHub Pages site), for a PR comment.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Analyse this many batches at once, in separate processes (same output as --jobs 1).")
 @_fail_cleanly
-def build(files, out, run_ids, keys, allow_pickle, tokenizer, ppo_eps, notes, timestamp):
+def build(files, out, run_ids, keys, allow_pickle, tokenizer, ppo_eps, notes, timestamp, formats, base_url, jobs):
     """Analyse step batches and write the report site into OUTPUT."""
     from .analyze import Thresholds
-    from .site import BuildOptions, build as build_site
+    from .site import FORMATS, BuildOptions, build as build_site
 
     opts = BuildOptions(keys=_parse_keys(keys), allow_pickle=allow_pickle, tokenizer=tokenizer,
-                        thresholds=Thresholds(ppo_eps_low=ppo_eps[0], ppo_eps_high=ppo_eps[1]))
+                        thresholds=Thresholds(ppo_eps_low=ppo_eps[0], ppo_eps_high=ppo_eps[1]),
+                        formats=tuple(f for f in FORMATS if f in formats) if formats else FORMATS,
+                        base_url=base_url or None, jobs=jobs)
     if notes is not None:
         try:
             opts.notes_md = notes.read_text(encoding="utf-8")
@@ -84,12 +92,31 @@ def build(files, out, run_ids, keys, allow_pickle, tokenizer, ppo_eps, notes, ti
         from datetime import datetime, timezone
 
         opts.timestamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    reports = build_site(list(files), out, opts, list(run_ids) or None)
+    with _progress(len(files)) as progress:
+        reports = build_site(list(files), out, opts, list(run_ids) or None, progress=progress)
     for r in reports:
         m = r.metrics
         click.echo(f"{r.run['id']}: {m['tokens']} tokens, {m['sequences']} sequences, "
                    f"median |δ| {m['abs_delta_median']:.3g} nats, KL k3 {m['kl_k3']:.3g}, ESS {m['ess']:.4f}")
     click.echo(f"wrote {out}/")
+
+
+PROGRESS_MIN_FILES = 8  # a build of this many files shows a progress bar even when stderr is not a terminal
+
+
+@contextlib.contextmanager
+def _progress(total: int):
+    """A rich progress bar on stderr, only for several files (when stderr is a terminal) or many; else None."""
+    if total < 2 or (total < PROGRESS_MIN_FILES and not sys.stderr.isatty()):
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("analysing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=sys.stderr.isatty()) as bar:
+        task = bar.add_task("analyse", total=total)
+        yield lambda done, _total: bar.update(task, completed=done)
 
 
 @main.command()
@@ -132,6 +159,9 @@ def inspect(file, keys, allow_pickle, as_json):
 from .check import check as _check_command  # noqa: E402  (after the shared options it reuses)
 
 main.add_command(_check_command)
+from .commands.compare import compare_command as _compare_command  # noqa: E402
+
+main.add_command(_compare_command)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

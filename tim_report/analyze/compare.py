@@ -1,0 +1,306 @@
+"""Before/after comparison of two step batches. Pure numpy: renderers only reshape what this returns.
+
+`compare_batches(before, after)` returns a JSON-able dict (compare.json is this dict serialised):
+
+    labels        {"before": str, "after": str}
+    runs          one small summary per side (tokens, sequences, regime, verdict, engines)
+    metrics       rows {key, name, before, after, change, relative_change, better, direction, tolerance}
+    distributions ratio histograms of both sides on the SAME bins, |Δp| histograms (fixed bins)
+    per_token     when both batches cover the same tokens: the change of |δ| per token, counts of
+                  tokens that got better / worse, the most improved / worsened tokens, per-sequence
+                  change; otherwise {"available": False, "reason": ...}
+
+Direction rules (which way is better) live in METRICS below; "same" means the change is within the
+noise (2 combined standard errors, where the metric has them) or below 1% of the larger value.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .. import glossary
+from ..batch import StepBatch
+from ..report import Report
+from .config import Thresholds
+from .distributions import RATIO_BINS, _subsample, symlog
+from .tokens import Tokens, valid_tokens
+
+SCHEMA_VERSION = 1
+REL_TOL = 0.01  # a metric that moved by less than 1% of its (goodness) value is "same"
+SE_TOL = 2.0  # ... or by less than this many combined standard errors
+TOKEN_TOL = 1e-4  # nats: a token's |δ| must move by more than this to count as better / worse
+TOP_TOKENS = 20  # most improved / most worsened tokens kept
+TOP_SEQS = 10  # most improved / most worsened sequences kept
+MAX_SEQ_POINTS = 2000  # per-sequence scatter points kept (evenly spaced rows)
+
+# key, which way is better: "lower" (smaller is better), "zero" (|value| closer to 0), "one" (closer to 1),
+# None (context only, no direction)
+METRICS: list[tuple[str, str | None]] = [
+    ("tokens", None), ("sequences", None),
+    ("abs_delta_median", "lower"), ("abs_delta_mean", "lower"), ("abs_delta_p90", "lower"), ("abs_delta_p99", "lower"),
+    ("abs_delta_max", "lower"), ("bias", "zero"),
+    ("kl_k1", "zero"), ("kl_k2", "lower"), ("kl_k3", "lower"), ("chi2_token", "zero"), ("chi2_seq", "zero"),
+    ("ess", "one"), ("ess_seq", "one"),
+    ("corr_logp", "one"), ("spearman_logp", "one"), ("corr_prob", "one"),
+    ("outside_2x", "lower"), ("outside_5x", "lower"), ("phantom_clip", "lower"),
+    ("veto_token_fraction", "lower"), ("veto_seq_fraction", "lower"),
+    ("token_mult_prob_error", "one"), ("top1pct_mass", "lower"),
+    ("abs_dp_mean", "lower"), ("abs_dp_max", "lower"),
+    ("log_ppl_diff", "zero"), ("seq_log_ratio_abs_max", "lower"),
+]
+BETTER_TEXT = {"lower": "lower is better", "zero": "closer to 0 is better", "one": "closer to 1 is better", None: "context"}
+EXTRA_NAMES = {"abs_delta_p90": "p90 |δ|", "veto_seq_fraction": "veto (sequences)", "abs_dp_mean": "mean |Δp|",
+               "abs_dp_max": "max |Δp|", "seq_log_ratio_abs_max": "max |Σδ| of a sequence", "tokens": "tokens",
+               "sequences": "sequences"}
+
+
+def _finite(x: Any) -> float | None:
+    if x is None or isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
+        return None
+    return float(x)
+
+
+def _goodness(value: float, better: str) -> float:
+    """Distance from ideal: smaller is better."""
+    if better == "zero":
+        return abs(value)
+    if better == "one":
+        return abs(1.0 - value)
+    return value
+
+
+def metric_row(key: str, better: str | None, mb: dict, ma: dict) -> dict:
+    b, a = mb.get(key), ma.get(key)
+    entry = glossary.BY_KEY.get(key)
+    row = {"key": key, "name": entry["name"] if entry else EXTRA_NAMES.get(key, key), "before": b, "after": a,
+           "better": better, "better_text": BETTER_TEXT[better], "change": None, "relative_change": None,
+           "direction": "n/a", "tolerance": None}
+    fb, fa = _finite(b), _finite(a)
+    if fb is None or fa is None:
+        return row
+    row["change"] = fa - fb
+    row["relative_change"] = (fa - fb) / abs(fb) if fb != 0 else (0.0 if fa == fb else None)
+    if better is None:
+        row["direction"] = "same" if fa == fb else "changed"
+        return row
+    gb, ga = _goodness(fb, better), _goodness(fa, better)
+    tol = REL_TOL * max(abs(gb), abs(ga))
+    se_b, se_a = _finite(mb.get(key + "_se")), _finite(ma.get(key + "_se"))
+    if se_b is not None and se_a is not None:
+        tol = max(tol, SE_TOL * math.hypot(se_b, se_a))
+    row["tolerance"] = tol
+    if abs(ga - gb) <= tol:
+        row["direction"] = "same"
+    else:
+        row["direction"] = "better" if ga < gb else "worse"
+    return row
+
+
+def run_summary(report: Report, label: str) -> dict:
+    meta = report.run.get("meta") or {}
+    diag = report.diagnosis or {}
+    return {
+        "label": label, "id": report.run.get("id"), "source": report.run.get("source"),
+        "model": meta.get("model") or meta.get("model_name"),
+        "rollout": " ".join(str(meta[k]) for k in ("rollout_engine", "rollout_dtype") if meta.get(k) not in (None, "")) or None,
+        "trainer": " ".join(str(meta[k]) for k in ("trainer_engine", "trainer_dtype") if meta.get(k) not in (None, "")) or None,
+        "step": meta.get("step"), "tokens": report.metrics.get("tokens"), "sequences": report.metrics.get("sequences"),
+        "regime": diag.get("regime"), "verdict": diag.get("verdict"),
+        "findings": [{"id": f.get("id"), "severity": f.get("severity"), "title": f.get("title")} for f in diag.get("findings", [])],
+        "excluded_tokens": (report.data_problems or {}).get("excluded_tokens", 0),
+    }
+
+
+# ---- distributions on shared bins -----------------------------------------------------------------
+
+def shared_ratio_histograms(tb: Tokens, ta: Tokens, th: Thresholds) -> dict:
+    """Both sides' log r histograms on one set of symlog bins (the constant and range follow both batches)."""
+    sample = np.concatenate([_subsample(tb.log_r), _subsample(ta.log_r)])
+    nz = np.abs(sample[sample != 0])
+    c = float(max(np.median(nz) if nz.size else 1e-3, 1e-6))
+    top = max(float(np.abs(tb.log_r).max()), float(np.abs(ta.log_r).max()))
+    extent = max(1.15 * math.log(th.band_5x), top * 1.02)
+    u_max = float(symlog(extent, c))
+    u_edges = np.linspace(-u_max, u_max, RATIO_BINS + 1)
+    edges = np.sign(u_edges) * c * np.expm1(np.abs(u_edges))
+
+    def counts(tok: Tokens) -> list[int]:
+        u = symlog(tok.log_r, c)
+        idx = np.clip(((u + u_max) / (2 * u_max) * RATIO_BINS).astype(np.int64), 0, RATIO_BINS - 1)
+        return np.bincount(idx, minlength=RATIO_BINS).astype(int).tolist()
+
+    cb, ca = counts(tb), counts(ta)
+    return {
+        "x": "log_r", "symlog_constant": c, "edges": edges.tolist(),
+        "before": {"counts": cb, "fraction": [n / tb.n for n in cb], "exact_one": int((tb.log_r == 0).sum())},
+        "after": {"counts": ca, "fraction": [n / ta.n for n in ca], "exact_one": int((ta.log_r == 0).sum())},
+        "bands": {"2x": [-math.log(th.band_2x), math.log(th.band_2x)], "5x": [-math.log(th.band_5x), math.log(th.band_5x)]},
+    }
+
+
+def shared_abs_dp(rb: Report, ra: Report) -> dict | None:
+    """|Δp| histograms: the analysis already bins both on fixed log-spaced edges, so they overlay as they are."""
+    hb, ha = (rb.distributions or {}).get("abs_dp"), (ra.distributions or {}).get("abs_dp")
+    if not hb or not ha or hb.get("edges") != ha.get("edges"):
+        return None
+
+    def side(h: dict) -> dict:
+        total = sum(h["counts"]) + h.get("zero", 0)
+        return {"counts": h["counts"], "fraction": [n / total if total else 0.0 for n in h["counts"]], "zero": h.get("zero", 0)}
+
+    return {"edges": hb["edges"], "before": side(hb), "after": side(ha)}
+
+
+# ---- per-token change -----------------------------------------------------------------------------
+
+def same_tokens(before: StepBatch, after: StepBatch) -> tuple[bool, str]:
+    """Whether the two batches are over the same tokens, and how that was decided (or why not)."""
+    if before.n_seqs != after.n_seqs:
+        return False, f"different numbers of sequences ({before.n_seqs:,} vs {after.n_seqs:,})"
+    if before.n_tokens != after.n_tokens or not np.array_equal(before.offsets, after.offsets):
+        return False, (f"different sequence lengths ({before.n_tokens:,} vs {after.n_tokens:,} tokens)"
+                       if before.n_tokens != after.n_tokens else "same number of tokens but different sequence lengths")
+    if before.token_ids is not None and after.token_ids is not None:
+        diff = int(np.count_nonzero(np.asarray(before.token_ids) != np.asarray(after.token_ids)))
+        if diff:
+            return False, f"token ids differ at {diff:,} of {before.n_tokens:,} positions (different samples)"
+        return True, "same sequence lengths and token ids"
+    return True, "same sequence lengths (token ids absent on at least one side, so only the shape was compared)"
+
+
+def _both_valid(batch: StepBatch, tok: Tokens) -> np.ndarray:
+    ok = np.zeros(batch.n_tokens, bool)
+    ok[tok.index] = True
+    return ok
+
+
+def _flat(batch: StepBatch, tok: Tokens, values: np.ndarray) -> np.ndarray:
+    out = np.full(batch.n_tokens, np.nan)
+    out[tok.index] = values
+    return out
+
+
+def per_token_change(before: StepBatch, after: StepBatch, tb: Tokens, ta: Tokens, tol: float = TOKEN_TOL,
+                     top: int = TOP_TOKENS, top_seqs: int = TOP_SEQS) -> dict:
+    same, how = same_tokens(before, after)
+    if not same:
+        return {"available": False, "reason": f"The batches are not over the same tokens: {how}. "
+                                              "Only the aggregate metrics and distributions are compared."}
+    both = _both_valid(before, tb) & _both_valid(after, ta)
+    idx = np.flatnonzero(both)
+    n = int(idx.size)
+    notes = []
+    only_one = int(np.count_nonzero(_both_valid(before, tb) ^ _both_valid(after, ta)))
+    if only_one:
+        notes.append(f"{only_one:,} tokens are valid (masked in, finite) on one side only and are left out of the per-token change.")
+    if n == 0:
+        return {"available": False, "reason": "No token is valid on both sides."}
+    d_b = _flat(before, tb, tb.delta)[idx]
+    d_a = _flat(after, ta, ta.delta)[idx]
+    ab, aa = np.abs(d_b), np.abs(d_a)
+    change = aa - ab
+    better = change < -tol
+    worse = change > tol
+    ro_b, ro_a = before.rollout_logp[idx], after.rollout_logp[idx]
+    tr_b, tr_a = before.trainer_logp[idx], after.trainer_logp[idx]
+    seq_all = np.repeat(np.arange(before.n_seqs), before.seq_lengths)
+    seq = seq_all[idx]
+    pos = idx - before.offsets[seq]
+
+    def token_row(j: int) -> dict:
+        k = int(idx[j])
+        text = None
+        for src in (after, before):  # the first side that has text (or a decoder), else ids shown as [id]
+            if src.token_text is not None or src.decoder is not None:
+                text = src.token_strings(slice(k, k + 1))[0]
+                break
+        else:
+            if after.token_ids is not None or before.token_ids is not None:
+                text = (after if after.token_ids is not None else before).token_strings(slice(k, k + 1))[0]
+        tid = after.token_ids if after.token_ids is not None else before.token_ids
+        return {"sequence": int(seq[j]), "position": int(pos[j]), "token": text,
+                "token_id": int(tid[k]) if tid is not None else None,
+                "diff_before": float(d_b[j]), "diff_after": float(d_a[j]), "abs_change": float(change[j]),
+                "rollout_before": float(ro_b[j]), "rollout_after": float(ro_a[j]),
+                "trainer_before": float(tr_b[j]), "trainer_after": float(tr_a[j])}
+
+    def extreme(values: np.ndarray, mask: np.ndarray, k: int) -> list[int]:
+        cand = np.flatnonzero(mask)
+        if cand.size > k:
+            cand = cand[np.argpartition(values[cand], k - 1)[:k]]
+        return [int(j) for j in cand[np.lexsort((cand, values[cand]))]]  # stable: ties by position
+
+    # per sequence: mean |δ| over the tokens compared
+    cnt = np.bincount(seq, minlength=before.n_seqs)
+    present = cnt > 0
+    mb = np.bincount(seq, weights=ab, minlength=before.n_seqs)[present] / cnt[present]
+    ma = np.bincount(seq, weights=aa, minlength=before.n_seqs)[present] / cnt[present]
+    seq_ids = np.flatnonzero(present)
+    sch = ma - mb
+    s_better, s_worse = sch < -tol, sch > tol
+
+    def seq_row(j: int) -> dict:
+        return {"sequence": int(seq_ids[j]), "tokens": int(cnt[seq_ids[j]]), "abs_delta_mean_before": float(mb[j]),
+                "abs_delta_mean_after": float(ma[j]), "change": float(sch[j]),
+                "tokens_better": int(np.count_nonzero(better[seq == seq_ids[j]])),
+                "tokens_worse": int(np.count_nonzero(worse[seq == seq_ids[j]]))}
+
+    pick = np.arange(seq_ids.size)
+    if pick.size > MAX_SEQ_POINTS:
+        pick = np.linspace(0, seq_ids.size - 1, MAX_SEQ_POINTS).astype(np.int64)
+    return {
+        "available": True, "how": how, "notes": notes, "tolerance": tol, "tokens_compared": n,
+        "counts": {"better": int(better.sum()), "worse": int(worse.sum()), "same": int(n - better.sum() - worse.sum())},
+        "fractions": {"better": float(better.mean()), "worse": float(worse.mean()),
+                      "same": float(1.0 - better.mean() - worse.mean())},
+        "abs_delta_change_mean": float(change.mean()),
+        "abs_delta_change_se": float(change.std(ddof=1) / math.sqrt(n)) if n > 1 else None,
+        "abs_delta_change_median": float(np.median(change)),
+        "rollout_changed": int(np.count_nonzero(np.abs(ro_a - ro_b) > tol)),
+        "trainer_changed": int(np.count_nonzero(np.abs(tr_a - tr_b) > tol)),
+        "most_improved": [token_row(j) for j in extreme(change, better, top)],
+        "most_worsened": [token_row(j) for j in extreme(-change, worse, top)],
+        "sequences": {
+            "compared": int(seq_ids.size),
+            "counts": {"better": int(s_better.sum()), "worse": int(s_worse.sum()),
+                       "same": int(seq_ids.size - s_better.sum() - s_worse.sum())},
+            "most_improved": [seq_row(j) for j in extreme(sch, s_better, top_seqs)],
+            "most_worsened": [seq_row(j) for j in extreme(-sch, s_worse, top_seqs)],
+            "points": {"sequence": seq_ids[pick].astype(int).tolist(), "before": mb[pick].tolist(), "after": ma[pick].tolist()},
+        },
+    }
+
+
+# ---- entry point ----------------------------------------------------------------------------------
+
+def compare_batches(before: StepBatch, after: StepBatch, before_report: Report | None = None,
+                    after_report: Report | None = None, labels: tuple[str, str] = ("before", "after"),
+                    thresholds: Thresholds | None = None) -> dict:
+    """Compare two batches (analysing them first when their Reports are not given)."""
+    from . import analyze
+
+    th = thresholds or Thresholds()
+    rb = before_report or analyze(before, th, run_id=labels[0])
+    ra = after_report or analyze(after, th, run_id=labels[1])
+    tb, _ = valid_tokens(before)
+    ta, _ = valid_tokens(after)
+    rows = [metric_row(k, better, rb.metrics, ra.metrics) for k, better in METRICS
+            if k in rb.metrics or k in ra.metrics]
+    directed = [r for r in rows if r["better"] is not None]
+    tally = {d: sum(1 for r in directed if r["direction"] == d) for d in ("better", "worse", "same", "n/a")}
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "tim-report/compare",
+        "labels": {"before": labels[0], "after": labels[1]},
+        "runs": {"before": run_summary(rb, labels[0]), "after": run_summary(ra, labels[1])},
+        "metrics": rows,
+        "tally": tally,
+        "rules": {"relative_tolerance": REL_TOL, "se_tolerance": SE_TOL, "token_tolerance": TOKEN_TOL,
+                  "same": f"'same' when the change is within {SE_TOL:g} combined standard errors (where the metric has them) "
+                          f"or under {REL_TOL:.0%} of the larger value (distance from the ideal value)."},
+        "distributions": {"ratio": shared_ratio_histograms(tb, ta, th), "abs_dp": shared_abs_dp(rb, ra)},
+        "per_token": per_token_change(before, after, tb, ta),
+    }
