@@ -199,8 +199,10 @@ _MD_ESCAPE = {"&": "&amp;", "<": "&lt;", ">": "&gt;", "|": "&#124;", "`": "&#96;
 
 
 def md_text(s) -> str:
-    """Untrusted text (token text, labels) made inert inside a GitHub table cell."""
-    return "".join(_MD_ESCAPE.get(ch_, ch_) for ch_ in visible(s) if ch_ not in "\r\n") if s is not None else ""
+    """Untrusted text (labels, reasons) made inert inside a GitHub table cell: markup as entities, one line."""
+    if s is None:
+        return ""
+    return "".join(_MD_ESCAPE.get(ch_, ch_) for ch_ in str(s).replace("\r", " ").replace("\n", " "))
 
 
 def _md_token_table(rows: list[dict]) -> list[str]:

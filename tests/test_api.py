@@ -1,0 +1,82 @@
+"""The Python API for notebooks and scripts: load → analyze → to_dict / to_html / _repr_html_ / to_markdown, compare."""
+
+from __future__ import annotations
+
+import html
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+import tim_report
+from tim_report.report import dumps
+from tim_report.testing import make_batch
+
+EVIL = "<script>alert(1)</script>"
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    path = tmp_path_factory.mktemp("api") / "step_3.npz"
+    b = make_batch(n_seqs=12, mean_len=30, noise=0.02, seed=5)
+    b.token_text = [EVIL if i % 7 == 0 else "tok" for i in range(b.n_tokens)]
+    b.save(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def report(saved):
+    return tim_report.analyze(tim_report.load(saved), run_id="step_3")
+
+
+def test_import_stays_light():
+    code = "import sys, tim_report; print(sorted(m for m in ('torch', 'transformers', 'vllm', 'altair') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_to_dict_is_json(report):
+    d = report.to_dict()
+    assert d["run"]["id"] == "step_3" and d["samples"]
+    json.loads(dumps(d))
+
+
+def test_to_html_is_the_run_page(report):
+    page = report.to_html(notes_md="# Why\n\nbecause <b>x</b>")
+    assert page.startswith("<!DOCTYPE html>") and "step_3" in page
+    assert EVIL not in page and "&lt;b&gt;x&lt;/b&gt;" in page
+
+
+def test_repr_html_is_a_self_contained_iframe(report):
+    out = report._repr_html_()
+    m = re.fullmatch(r'<iframe title="[^"]*" srcdoc="([^"]*)" sandbox="allow-scripts" style="[^"]*"></iframe>', out, re.S)
+    assert m, out[:200]
+    assert "<" not in m.group(1)  # the page is fully escaped inside the attribute
+    assert html.unescape(m.group(1)) == report.to_html()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tim_report.render.markdown") is None,
+                    reason="tim_report/render/markdown.py (render_run_md) is not in this checkout yet")
+def test_to_markdown(report):
+    md = report.to_markdown(base_url="https://example.org/site/")
+    assert isinstance(md, str) and 0 < len(md) <= 60_000
+    assert EVIL not in md
+
+
+def test_compare_from_paths(tmp_path, saved):
+    other = tmp_path / "step_4.npz"
+    b = tim_report.load(saved)
+    b.trainer_logp = b.rollout_logp + 0.5 * (b.trainer_logp - b.rollout_logp)
+    b.save(other)
+    cmp = tim_report.compare(saved, other)
+    d = cmp.to_dict()
+    assert d["labels"] == {"before": "step_3", "after": "step_4"}
+    assert d["per_token"]["available"] and d["per_token"]["counts"]["worse"] == 0
+    assert cmp.to_html().startswith("<!DOCTYPE html>")
+    assert cmp.to_markdown().startswith("<!-- tim-report compare -->")
+    assert cmp._repr_html_().startswith("<iframe")
+    out = cmp.write(tmp_path / "cmp")
+    assert (out / "compare.json").is_file() and (out / "index.html").is_file()
