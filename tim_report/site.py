@@ -9,8 +9,10 @@ from __future__ import annotations
 import re
 import shutil
 import tempfile
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from .analyze import Thresholds, analyze
 from .errors import BadInput
@@ -30,6 +32,7 @@ class BuildOptions:
     notes_md: str | None = None
     base_url: str | None = None
     timestamp: str | None = None
+    jobs: int = 1
 
 
 def safe_run_id(name: str) -> str:
@@ -66,15 +69,67 @@ def write_run(report: Report, run_dir: Path, opts: BuildOptions) -> None:
         from .render.html import render_run
 
         (run_dir / "index.html").write_text(render_run(report, notes_md=opts.notes_md, timestamp=opts.timestamp), encoding="utf-8")
+    if "md" in opts.formats:
+        from .render.markdown import render_run_md
+
+        (run_dir / "report.md").write_text(render_run_md(report, base_url=opts.base_url), encoding="utf-8")
 
 
-def build(paths: list[Path], out: Path, opts: BuildOptions, run_ids: list[str] | None = None) -> list[Report]:
+def analyze_all(paths: list[Path], ids: list[str], opts: BuildOptions,
+                progress: Callable[[int, int], None] | None = None) -> list[Report]:
+    """Analyse every input, serially or in `opts.jobs` processes; results in input order either way.
+
+    The first bad input raises its BadInput (the pending analyses are cancelled), so nothing is written.
+    `progress(done, total)` is called after each input.
+    """
+    total = len(paths)
+    if opts.jobs <= 1 or total <= 1:
+        reports = []
+        for i, (p, rid) in enumerate(zip(paths, ids)):
+            reports.append(analyze_file(p, rid, opts))
+            if progress:
+                progress(i + 1, total)
+        return reports
+    with ProcessPoolExecutor(max_workers=min(opts.jobs, total)) as pool:
+        futures = [pool.submit(_analyze_job, p, rid, opts) for p, rid in zip(paths, ids)]
+        for n, f in enumerate(as_completed(futures), 1):
+            if f.exception() is not None or f.result()[0] == "bad":
+                for g in futures:
+                    g.cancel()  # not yet started; the running ones finish before the pool closes
+                break
+            if progress:
+                progress(n, total)
+    # Inputs start in order, so every input before a cancelled one ran: the first failure in input
+    # order is the one a serial build would have stopped at.
+    for f in futures:
+        if f.cancelled():
+            continue
+        if f.exception() is not None:
+            raise f.exception()
+        if f.result()[0] == "bad":
+            raise BadInput(*f.result()[1:])
+    return [f.result()[1] for f in futures]
+
+
+def _analyze_job(path: Path, run_id: str, opts: BuildOptions) -> tuple:
+    """analyze_file in a worker; BadInput comes back as data (its constructor does not survive pickling)."""
+    try:
+        return ("ok", analyze_file(path, run_id, opts))
+    except BadInput as exc:
+        return ("bad", exc.source, exc.problem)
+
+
+def build(paths: list[Path], out: Path, opts: BuildOptions, run_ids: list[str] | None = None,
+          progress: Callable[[int, int], None] | None = None) -> list[Report]:
     """Analyse every input, render into a temporary folder, then move the results into `out`."""
     ids = unique_ids(paths, run_ids)
-    reports = [analyze_file(p, rid, opts) for p, rid in zip(paths, ids)]
+    reports = analyze_all(paths, ids, opts, progress)
     if out.exists() and not out.is_dir():
         raise BadInput(out, "output path exists and is not a directory")
     out.parent.mkdir(parents=True, exist_ok=True)
+    from .analyze.runs import index_summary
+
+    index = index_summary(reports)
     with tempfile.TemporaryDirectory(prefix=".tim-report-", dir=out.parent) as tmp:
         staging = Path(tmp)
         for report in reports:
@@ -82,7 +137,11 @@ def build(paths: list[Path], out: Path, opts: BuildOptions, run_ids: list[str] |
         if "html" in opts.formats:
             from .render.html import render_index
 
-            (staging / "index.html").write_text(render_index(reports, timestamp=opts.timestamp), encoding="utf-8")
+            (staging / "index.html").write_text(render_index(reports, timestamp=opts.timestamp, index=index), encoding="utf-8")
+        if "md" in opts.formats:
+            from .render.markdown import render_index_md
+
+            (staging / "report.md").write_text(render_index_md(reports, index, base_url=opts.base_url), encoding="utf-8")
         _move_into(staging, out)
     return reports
 

@@ -156,13 +156,14 @@ def seq_chart(d: dict) -> dict:
 
 # ---- index: trend over steps ---------------------------------------------------------------------
 
-def trend_chart(points: list[dict]) -> dict:
-    """points: [{step, run, metric, value}] read straight from reports."""
+def trend_chart(points: list[dict], metrics: list[str] | None = None) -> dict:
+    """points: [{step, run, metric, value}] from the index summary; one small panel per metric, in `metrics` order."""
+    order = metrics or sorted({p["metric"] for p in points})
     chart = alt.Chart(alt.Data(values=points)).mark_line(point=True).encode(
         x=alt.X("step:Q", title="training step", axis=alt.Axis(format="d", tickMinStep=1)), y=alt.Y("value:Q", title=None),
-        color=alt.Color("metric:N", legend=None),
-        tooltip=[alt.Tooltip("run:N"), alt.Tooltip("step:Q"), alt.Tooltip("value:Q", format=".4g")],
-    ).properties(width=240, height=140).facet(facet=alt.Facet("metric:N", title=None), columns=3).resolve_scale(y="independent")
+        color=alt.Color("metric:N", legend=None, sort=order),
+        tooltip=[alt.Tooltip("run:N"), alt.Tooltip("step:Q"), alt.Tooltip("metric:N"), alt.Tooltip("value:Q", format=".4g")],
+    ).properties(width=240, height=140).facet(facet=alt.Facet("metric:N", title=None, sort=order), columns=4).resolve_scale(y="independent")
     return _finish(chart)
 
 

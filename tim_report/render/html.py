@@ -2,7 +2,7 @@
 
 Entry points (called from `tim_report.site`):
     render_run(report, notes_md=None, timestamp=None) -> str      site/<run-id>/index.html
-    render_index(reports, timestamp=None) -> str                   site/index.html
+    render_index(reports, timestamp=None, index=None) -> str       site/index.html
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import math
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from jinja2 import Environment, FileSystemLoader
 from markupsafe import Markup
@@ -275,31 +275,20 @@ def render_run(report, notes_md: str | None = None, timestamp: str | None = None
     return environment().get_template("run.html").render(**run_context(report, notes_md, timestamp))
 
 
-def index_rows(reports: Iterable) -> list[dict]:
-    rows = []
-    for rep in reports:
-        m, diag = rep.metrics, rep.diagnosis or {}
-        rows.append({"id": rep.run["id"], "t": title_parts(rep), "m": m, "health": glossary.health(m.get("ess")),
-                     "routing": (rep.routing or {}).get("counts") or {}, "regime": diag.get("regime")})
-    return rows
+def trend_points(index: dict) -> list[dict]:
+    """The trend chart's points from the index summary, rounded for display."""
+    tr = index.get("trend") or {}
+    return [{**p, "value": ch.sig(p["value"], 6)} for p in tr.get("points") or []]
 
 
-def trend_points(reports: list) -> list[dict]:
-    pts = []
-    for rep in reports:
-        step = (rep.run.get("meta") or {}).get("step")
-        if isinstance(step, (int, float)) and not isinstance(step, bool):
-            for key, name in (("ess", "ESS"), ("kl_k3", "KL k3"), ("abs_delta_median", "median |δ|")):
-                v = rep.metrics.get(key)
-                if v is not None and math.isfinite(v):
-                    pts.append({"step": step, "run": rep.run["id"], "metric": name, "value": ch.sig(v, 6)})
-    return pts
+def render_index(reports: list, timestamp: str | None = None, index: dict | None = None) -> str:
+    """site/index.html from the index summary (analyze.runs.index_summary; computed here when not given)."""
+    if index is None:
+        from ..analyze.runs import index_summary
 
-
-def render_index(reports: list, timestamp: str | None = None) -> str:
-    pts = trend_points(reports)
-    steps = {p["step"] for p in pts}
-    charts = [{"id": "trend", "spec": ch.trend_chart(pts)}] if len(steps) >= 2 else []
+        index = index_summary(reports)
+    tr = index.get("trend")
+    charts = [{"id": "trend", "spec": ch.trend_chart(trend_points(index), [m["name"] for m in tr["metrics"]])}] if tr else []
     return environment().get_template("index.html").render(
-        rows=index_rows(reports), charts=charts, chart_specs=charts, vega_js=_vega(charts), timestamp=timestamp,
+        rows=index["runs"], ix=index, charts=charts, chart_specs=charts, vega_js=_vega(charts), timestamp=timestamp,
         version=_version())

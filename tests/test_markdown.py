@@ -1,0 +1,187 @@
+"""The markdown reports: GFM validity, escaping, the 60,000-character budget, links, --format and --base-url."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from markdown_it import MarkdownIt
+
+from tim_report.analyze import analyze
+from tim_report.cli import main
+from tim_report.render import markdown as mdr
+from tim_report.render.markdown import esc, render_index_md, render_run_md
+from tim_report.testing import make_batch
+
+from test_html import HOSTILE, build_site, hostile_batch
+
+ALLOWED_HTML = re.compile(r"(?:(?:<details>|</details>|<summary>[^<>]*</summary>)\s*)+")
+PARSER = MarkdownIt("commonmark", {"html": True}).enable("table").enable("strikethrough")
+
+
+def _walk(tokens):
+    for t in tokens:
+        yield t
+        if t.children:
+            yield from _walk(t.children)
+
+
+def check_gfm(text: str) -> list:
+    """Parse as GitHub would (tables on, raw HTML recognised) and check what GitHub would strip or mangle."""
+    tokens = PARSER.parse(text)
+    # every table row has as many cells as the header
+    widths, in_table = [], False
+    for t in tokens:
+        if t.type == "table_open":
+            in_table, widths = True, []
+        elif t.type == "tr_open":
+            widths.append(0)
+        elif t.type in ("th_open", "td_open") and in_table:
+            widths[-1] += 1
+        elif t.type == "table_close":
+            in_table = False
+            assert widths and len(set(widths)) == 1, f"ragged table: {widths}"
+    for t in _walk(tokens):
+        if t.type in ("html_block", "html_inline"):
+            assert ALLOWED_HTML.fullmatch(t.content), f"raw HTML GitHub would strip or run: {t.content!r}"
+        if t.type == "link_open":
+            assert not re.match(r"(?i)\s*(javascript|data|vbscript):", t.attrs["href"]), t.attrs["href"]
+        if t.type == "image":
+            pytest.fail("no images in the markdown")
+    low = text.lower()
+    for bad in ("<script", "style=", "class=", "data:", "<img", "<svg", "<style", "javascript:"):
+        assert bad not in low, bad
+    return tokens
+
+
+def table_count(text: str) -> int:
+    return sum(1 for t in PARSER.parse(text) if t.type == "table_open")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("md")
+    return build_site(tmp, [("step7", hostile_batch()), ("step9", hostile_batch(seed=4, step=9))])
+
+
+def test_files_and_sections(site):
+    run = (site / "step7" / "report.md").read_text(encoding="utf-8")
+    index = (site / "report.md").read_text(encoding="utf-8")
+    for text in (run, index):
+        check_gfm(text)
+        assert len(text) <= mdr.MAX_CHARS
+    assert run.startswith("# ")
+    heads = re.findall(r"^## (.*)$", run, flags=re.M)
+    assert heads[0].startswith("Verdict") and heads[1] == "Summary" and "Findings" in heads  # the verdict opens it
+    assert "<summary>Glossary</summary>" in run and "**KL (k3)**" in run  # glossary from glossary.py, collapsed
+    assert "[HTML report](index.html)" in run
+    assert "## Runs" in index and "## Engine pairs" in index and "## Over training steps" in index
+    assert "## Precision matrix" not in index  # one dtype pair only
+
+
+def test_hostile_text_is_inert(site):
+    run = (site / "step7" / "report.md").read_text(encoding="utf-8")
+    index = (site / "report.md").read_text(encoding="utf-8")
+    for text in (run, index):
+        tokens = check_gfm(text)
+        rendered = PARSER.render(text)
+        assert "<script>" not in rendered and "<img" not in rendered and "<svg" not in rendered
+        assert "&lt;script&gt;alert('model')&lt;/script&gt;" in text  # shown as text, not dropped
+        assert not any(t.type == "link_open" and "javascript" in t.attrs["href"] for t in _walk(tokens))
+
+
+def test_escape_keeps_cells_whole():
+    nasty = "a|b`c`\n<script>x</script> *y* _z_ [l](javascript:1) ![i](data:x) #1 @me $x$ style=\"c\""
+    row = mdr.table(["name", "n"], [[esc(nasty), "1"]])
+    tokens = check_gfm(row)
+    cells = [t for t in _walk(tokens) if t.type == "text"]
+    assert any("a|b`c`↵<script>x</script>" in c.content for c in cells)  # literal, in one cell
+    assert sum(1 for t in tokens if t.type == "td_open") == 2
+    assert esc(None) == "—" and esc("") == "∅" and esc("x" * 500).endswith("…") and len(esc("x" * 500)) == mdr.NAME_CHARS
+
+
+def adversarial_batch():
+    """Thousands of groups with names that try to break tables and open markup; 5,000-character tokens."""
+    b = make_batch(n_seqs=3000, mean_len=6, noise=0.3, seed=2, group_size=1)
+    evil = ["|x|", "`tick`", "<script>alert(1)</script>", "a\nb", "| --- |", "<b style=\"c\" class=\"d\">", "![i](data:image/png;base64,AA)"]
+    b.group = np.array([evil[i % len(evil)] + f"{i}" + "y" * 200 for i in range(b.n_seqs)], dtype=object).astype(str)
+    b.token_text = [("<script>" + "w" * 5000 + "|`") if i % 3 == 0 else evil[i % len(evil)] for i in range(b.n_tokens)]
+    b.meta = {**b.meta, "model": "m|" * 3000, "rollout_engine": "<script>e</script>", "device": "d\n|x"}
+    return b
+
+
+def test_adversarial_batch_fits_and_stays_valid(monkeypatch):
+    report = analyze(adversarial_batch())
+    text = render_run_md(report)
+    assert mdr.width(text) <= mdr.MAX_CHARS
+    check_gfm(text)
+    assert "## Verdict" in text and "## Summary" in text
+    # a smaller budget drops whole sections from the bottom up and says so, with the HTML link
+    monkeypatch.setattr(mdr, "MAX_CHARS", 9000)
+    small = render_run_md(report, base_url="https://example.org/site")
+    assert mdr.width(small) <= 9000
+    check_gfm(small)
+    assert "## Verdict" in small and "## Summary" in small
+    note = re.search(r"Left out to stay under 9,000 characters: (.*)\. Everything is in the \[HTML report\]\(([^)]*)\)", small)
+    assert note and note.group(2) == "https://example.org/site/run/index.html"
+    dropped = note.group(1).split(", ")
+    assert dropped[-1] == "glossary" and "Glossary" not in small
+    # a budget below the core still never exceeds it and keeps the markup balanced
+    monkeypatch.setattr(mdr, "MAX_CHARS", 1500)
+    tiny = render_run_md(report)
+    assert mdr.width(tiny) <= 1500 and "Everything is in the [HTML report](index.html)" in tiny
+    check_gfm(tiny)
+
+
+def test_budget_drops_bottom_first():
+    text = mdr.assemble(["# t", "core"], [("a", "A" * 100), ("b", "B" * 100), ("c", "C" * 100)], "[HTML](x)", limit=250)
+    assert "A" * 100 in text and "B" * 100 not in text and "C" * 100 not in text
+    assert "Left out to stay under 250 characters: b, c." in text and len(text) <= 250
+
+
+def test_deterministic_and_render_is_pure():
+    b = hostile_batch()
+    r1, r2 = analyze(b, run_id="x"), analyze(b, run_id="x")
+    assert render_run_md(r1) == render_run_md(r2)
+    from tim_report.analyze.runs import index_summary
+
+    assert render_index_md([r1], index_summary([r1])) == render_index_md([r2], index_summary([r2]))
+
+
+def test_format_md_only_and_base_url(tmp_path):
+    paths = []
+    for i, step in enumerate((3, 8)):
+        p = tmp_path / f"global_step_{step}.npz"
+        make_batch(n_seqs=8, mean_len=10, seed=i).save(p)
+        paths.append(str(p))
+    out = tmp_path / "site"
+    res = CliRunner().invoke(main, ["build", *paths, "-o", str(out), "--format", "md", "--base-url", "https://u.github.io/r/"])
+    assert res.exit_code == 0, res.output
+    files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    assert files == ["global_step_3/report.md", "global_step_8/report.md", "report.md"]
+    index = (out / "report.md").read_text(encoding="utf-8")
+    links = re.findall(r"\]\(([^)]*)\)", index)
+    assert links and all(u.startswith("https://u.github.io/r/") for u in links)
+    assert "https://u.github.io/r/global_step_8/index.html" in links
+    run = (out / "global_step_3" / "report.md").read_text(encoding="utf-8")
+    assert all(u.startswith("https://u.github.io/r/global_step_3/") for u in re.findall(r"\]\(([^)]*)\)", run))
+
+    out2 = tmp_path / "site2"
+    res = CliRunner().invoke(main, ["build", *paths, "-o", str(out2), "--format", "json", "--format", "html"])
+    assert res.exit_code == 0, res.output
+    assert not list(out2.rglob("*.md")) and (out2 / "index.html").is_file() and (out2 / "global_step_3" / "summary.json").is_file()
+
+
+def test_relative_links_resolve(site):
+    index = (site / "report.md").read_text(encoding="utf-8")
+    links = re.findall(r"\]\(([^)]*)\)", index)
+    assert "step7/index.html" in links and "step9/report.md" in links
+    for link in links:
+        assert (site / link).is_file(), link
+    for rid in ("step7", "step9"):
+        run = (site / rid / "report.md").read_text(encoding="utf-8")
+        for link in re.findall(r"\]\(([^)]*)\)", run):
+            assert (site / rid / link).is_file(), link

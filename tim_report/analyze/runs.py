@@ -1,0 +1,149 @@
+"""Aggregation across runs: the index's runs table, engine-pair matrix, precision matrix and trend.
+
+Pure functions over `Report` objects or their summary dicts (summary.json loaded back). Both the HTML
+index and the markdown index render from `index_summary()`'s output; renderers compute nothing.
+
+Aggregation follows the seed table: runs with the same (rollout engine, trainer engine) pair are one
+row with their count, the plain mean over runs of ESS, phantom clipping, mean Σδ and mean |δ|, the
+worst (largest) max |δ|, the total token count, and a colour from the mean ESS (green ≥ 0.99, amber
+0.95–0.99, red < 0.95). Means skip runs where a metric is missing; a row with none gets None.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+from ..glossary import health
+
+# The trend over steps: (metric key in summary.json, label). Order is the chart and table order.
+TREND_METRICS = (("kl_k3", "KL k3"), ("ess", "ESS"), ("outside_5x", "outside 5x"), ("abs_delta_median", "median |δ|"))
+HEALTH_ORDER = ("green", "amber", "red", "unknown")
+
+
+def _parts(r: Any) -> tuple[dict, dict, dict, dict]:
+    """(run, metrics, routing, diagnosis) of a Report or of its summary dict."""
+    if isinstance(r, dict):
+        return r.get("run") or {}, r.get("metrics") or {}, r.get("routing") or {}, r.get("diagnosis") or {}
+    return r.run or {}, r.metrics or {}, r.routing or {}, r.diagnosis or {}
+
+
+def _num(x: Any) -> float | None:
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return None
+    x = float(x)
+    return x if math.isfinite(x) else None
+
+
+def _mean(values: Iterable[Any]) -> float | None:
+    xs = [v for v in (_num(x) for x in values) if v is not None]
+    return math.fsum(xs) / len(xs) if xs else None
+
+
+def _max(values: Iterable[Any]) -> float | None:
+    xs = [v for v in (_num(x) for x in values) if v is not None]
+    return max(xs) if xs else None
+
+
+def _label(x: Any) -> str:
+    return str(x) if x not in (None, "") else "?"
+
+
+def _step(meta: dict) -> int | float | None:
+    s = meta.get("step")
+    if isinstance(s, bool) or not isinstance(s, (int, float)):
+        return None
+    return s if math.isfinite(s) else None
+
+
+def run_row(report: Any) -> dict:
+    """One run's row of the index: identity, headline numbers, routing counts, verdict and colour."""
+    run, m, routing, diag = _parts(report)
+    meta = run.get("meta") or {}
+    counts = routing.get("counts") or {}
+    return {
+        "id": str(run.get("id") or "run"),
+        "model": meta.get("model") or meta.get("model_name") or None,
+        "rollout_engine": _label(meta.get("rollout_engine")), "rollout_dtype": _label(meta.get("rollout_dtype")),
+        "trainer_engine": _label(meta.get("trainer_engine")), "trainer_dtype": _label(meta.get("trainer_dtype")),
+        "device": meta.get("device") or None, "step": _step(meta),
+        "tokens": m.get("tokens"), "sequences": m.get("sequences"),
+        "ess": m.get("ess"), "kl_k3": m.get("kl_k3"), "abs_delta_median": m.get("abs_delta_median"),
+        "abs_delta_mean": m.get("abs_delta_mean"), "abs_delta_max": m.get("abs_delta_max"),
+        "outside_2x": m.get("outside_2x"), "outside_5x": m.get("outside_5x"), "phantom_clip": m.get("phantom_clip"),
+        "veto_token_fraction": m.get("veto_token_fraction"), "veto_seq_fraction": m.get("veto_seq_fraction"),
+        "seq_log_ratio_mean": m.get("seq_log_ratio_mean"),
+        "routing": {k: counts.get(k) for k in ("train", "train_with_correction", "quarantine")},
+        "routing_unit": routing.get("unit") or "group",
+        "regime": diag.get("regime"), "verdict": diag.get("verdict"),
+        "health": health(_num(m.get("ess"))),
+    }
+
+
+def engine_pairs(rows: list[dict]) -> list[dict]:
+    """The seed table: one row per (rollout engine, trainer engine), in order of first appearance."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["rollout_engine"], r["trainer_engine"]), []).append(r)
+    out = []
+    for (ro, tr), rs in groups.items():
+        mean_ess = _mean(r["ess"] for r in rs)
+        tokens = [r["tokens"] for r in rs if _num(r["tokens"]) is not None]
+        out.append({
+            "rollout_engine": ro, "trainer_engine": tr, "count": len(rs), "runs": [r["id"] for r in rs],
+            "mean_ess": mean_ess, "mean_clipped": _mean(r["phantom_clip"] for r in rs),
+            "mean_seq_log_ratio": _mean(r["seq_log_ratio_mean"] for r in rs),
+            "mean_abs_delta": _mean(r["abs_delta_mean"] for r in rs),
+            "worst_abs_delta_max": _max(r["abs_delta_max"] for r in rs),
+            "tokens": sum(int(t) for t in tokens) if tokens else None,
+            "health": health(mean_ess),
+        })
+    return out
+
+
+def precision_matrix(rows: list[dict]) -> dict | None:
+    """Rollout dtype × trainer dtype: mean over runs of median |δ| and KL k3; None when every run has one dtype pair."""
+    cells: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        cells.setdefault((r["rollout_dtype"], r["trainer_dtype"]), []).append(r)
+    if len(cells) < 2:
+        return None
+    rollout = sorted({k[0] for k in cells})
+    trainer = sorted({k[1] for k in cells})
+    out_cells = []
+    for ro in rollout:
+        line = []
+        for tr in trainer:
+            rs = cells.get((ro, tr))
+            if not rs:
+                line.append(None)
+                continue
+            mean_ess = _mean(r["ess"] for r in rs)
+            line.append({"rollout_dtype": ro, "trainer_dtype": tr, "count": len(rs), "runs": [r["id"] for r in rs],
+                         "mean_abs_delta_median": _mean(r["abs_delta_median"] for r in rs),
+                         "mean_kl_k3": _mean(r["kl_k3"] for r in rs), "mean_ess": mean_ess, "health": health(mean_ess)})
+        out_cells.append(line)
+    return {"rollout_dtypes": rollout, "trainer_dtypes": trainer, "cells": out_cells}
+
+
+def trend(rows: list[dict]) -> dict | None:
+    """Headline metrics against training step, sorted by step then run id; None with fewer than two distinct steps."""
+    stepped = sorted((r for r in rows if r["step"] is not None), key=lambda r: (r["step"], r["id"]))
+    if len({r["step"] for r in stepped}) < 2:
+        return None
+    table = [{"step": r["step"], "run": r["id"], **{k: _num(r[k]) for k, _ in TREND_METRICS}} for r in stepped]
+    points = [{"step": t["step"], "run": t["run"], "metric": name, "value": t[k]}
+              for t in table for k, name in TREND_METRICS if t[k] is not None]
+    return {"metrics": [{"key": k, "name": n} for k, n in TREND_METRICS], "rows": table, "points": points,
+            "steps": len({r["step"] for r in stepped}), "unstepped": len(rows) - len(stepped)}
+
+
+def index_summary(reports: Iterable[Any]) -> dict:
+    """Everything the index shows: runs, health counts, engine pairs, precision matrix (or None), trend (or None)."""
+    rows = [run_row(r) for r in reports]
+    counts = {h: sum(1 for r in rows if r["health"] == h) for h in HEALTH_ORDER}
+    regimes: dict[str, int] = {}
+    for r in rows:
+        regimes[r["regime"] or "unknown"] = regimes.get(r["regime"] or "unknown", 0) + 1
+    return {"runs": rows, "health_counts": counts, "regimes": dict(sorted(regimes.items())),
+            "engine_pairs": engine_pairs(rows), "precision": precision_matrix(rows), "trend": trend(rows)}

@@ -1,0 +1,382 @@
+"""GitHub-flavoured markdown: one report per run and the index, for a PR comment or $GITHUB_STEP_SUMMARY.
+
+Entry points:
+    render_run_md(report, base_url=None) -> str            site/<run-id>/report.md
+    render_index_md(reports, index, base_url=None) -> str  site/report.md (index from analyze.runs.index_summary)
+
+Rules: no markup GitHub strips (no style, class, scripts, data: images); colour is never the only signal
+(🟢🟡🔴 go with the word, ✅⚠️❌ with the reading, ▲▼ / △▽ mark ratios outside the 5x / 2x bands); every
+user-provided string (token text, group names, model, engines, device) is escaped so it cannot open markup
+or break a table cell; the result is at most MAX_CHARS characters (counted in UTF-16 code units, as
+browsers and GitHub's API count them): whole sections are dropped from the bottom up, never the title,
+the verdict or the summary, and a closing note names what was dropped and links the HTML page.
+Deterministic: the same input gives the same text. Renderers compute nothing: numbers come from the Report
+or from the index summary, and are only formatted here.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable
+from urllib.parse import quote
+
+from .. import glossary
+from .html import fmt, fixed, groups_view, headline, kv_items, kv_tables, pct, samples_view, title_parts
+from .tokens import visible
+
+MAX_CHARS = 60_000
+NAME_CHARS = 80  # model, engine, group names in tables
+TEXT_CHARS = 160  # model in the title, finding titles, evidence values
+TOKEN_CHARS = 32  # one token's text in a per-token table
+SAMPLES = 4  # sequences shown (worst first, as the Report orders them)
+SAMPLE_TOKENS = 30  # per-token rows per sequence
+GROUP_ROWS = 30
+INDEX_RUN_ROWS = 100
+
+HEALTH = {"green": "🟢", "amber": "🟡", "red": "🔴", "unknown": "⚪"}
+LEVEL = {"ok": "✅", "warn": "⚠️", "bad": "❌", "na": "➖"}
+SEVERITY = {"error": "❌ error", "warn": "⚠️ warn", "info": "ℹ️ info"}
+REGIME = {"identical": "✅", "numerical_noise": "✅", "elevated": "⚠️", "systematic": "❌"}
+ROUTE = {"train": "✅ train", "train_with_correction": "⚠️ train with correction", "quarantine": "❌ quarantine"}
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]")
+_SPECIAL = re.compile(r"([\\`*_\[\]|~#$@!{}=:])")  # = and : too: no "style=", "data:", "http://" survives as such
+_SPECIAL_OWN = re.compile(r"([\\`*_\[\]|~#$@!{}])")
+
+
+# ---- escaping and small builders ------------------------------------------------------------------
+
+def esc(text: Any, limit: int | None = NAME_CHARS, own: bool = False) -> str:
+    """A user-provided string as inert inline text: controls made visible, HTML as entities, markdown escaped.
+
+    `own`: text tim-report wrote itself (verdicts, glossary, rules), where ':' and '=' stay unescaped for readability.
+    """
+    if text is None:
+        return "—"
+    s = str(text)
+    if limit is not None and len(s) > limit:
+        s = s[: limit - 1] + "…"
+    s = _CONTROL.sub(lambda m: visible(m.group(0)) if m.group(0) not in "\u2028\u2029" else "↵", s)
+    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    s = (_SPECIAL_OWN if own else _SPECIAL).sub(r"\\\1", s)
+    return s if s.strip() else "∅"
+
+
+def width(text: str) -> int:
+    """Length in UTF-16 code units (emoji count 2), the stricter of the ways GitHub may count."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+def href(path: str, base_url: str | None) -> str:
+    """A link target: relative to the page, or absolute under `base_url`. Safe inside (…) of a markdown link."""
+    if base_url:
+        path = base_url.rstrip("/") + "/" + path
+    return quote(path, safe=":/?#[]@!$&'*+,;=%~")
+
+
+def _run_path(run_id: Any, page: str) -> str:
+    return quote(str(run_id), safe="") + "/" + page
+
+
+def table(headers: list[str], rows: list[list[str]], numeric: Iterable[int] = ()) -> str:
+    """A GFM table; cells are already escaped. `numeric`: indices of right-aligned columns."""
+    num = set(numeric)
+    head = "| " + " | ".join(headers) + " |"
+    rule = "|" + "|".join("---:" if i in num else "---" for i in range(len(headers))) + "|"
+    body = ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join([head, rule, *body])
+
+
+def details(summary: str, body: str) -> str:
+    """A collapsed block: GitHub renders the markdown inside when blank lines surround it."""
+    return f"<details>\n<summary>{summary}</summary>\n\n{body}\n\n</details>"
+
+
+def assemble(core: list[str], sections: list[tuple[str, str]], html_link: str, limit: int | None = None) -> str:
+    """Join the blocks, dropping whole sections from the bottom up until the text fits in `limit` (MAX_CHARS)."""
+    limit = MAX_CHARS if limit is None else limit
+    kept = list(sections)
+    dropped: list[str] = []
+    while True:
+        blocks = core + [s for _, s in kept]
+        if dropped:
+            blocks.append(f"> ✂️ Left out to stay under {limit:,} characters: {', '.join(dropped)}. "
+                          f"Everything is in the {html_link}.")
+        text = "\n\n".join(blocks) + "\n"
+        if width(text) <= limit or not kept:
+            break
+        name, _ = kept.pop()
+        dropped.insert(0, name)
+    if width(text) > limit:  # the core alone is too long: cannot happen with the caps above, but never exceed
+        note = f"\n\n> ✂️ Cut at {limit:,} characters. Everything is in the {html_link}.\n"
+        budget = limit - width(note)
+        cut = text
+        while width(cut) > budget:  # dropping k code points drops at least k UTF-16 units
+            cut = cut[: len(cut) - (width(cut) - budget)]
+        i = cut.rfind("\n\n")
+        text = (cut[:i] if i > 0 else "") + note
+    return text
+
+
+# ---- the run report -------------------------------------------------------------------------------
+
+def _colour(c: str) -> str:
+    return f"{HEALTH.get(c, '⚪')} {c}"
+
+
+def _verdict(report) -> str:
+    diag = report.diagnosis
+    if not diag:
+        return "## Verdict\n\nThe diagnosis did not run for this batch; the numbers below still hold."
+    regime = str(diag.get("regime") or "unknown")
+    lines = [f"## Verdict: {REGIME.get(regime, '➖')} {esc(regime.replace('_', ' '))}", "",
+             esc(diag.get("verdict"), None, own=True)]
+    ev = kv_items(diag.get("evidence"))
+    if ev:
+        lines += ["", "Evidence: " + " · ".join(f"{esc(k)} = {esc(v, TEXT_CHARS)}" for k, v in ev)]
+    if diag.get("what_to_check"):
+        lines += ["", f"**What to check:** {esc(diag['what_to_check'], None, own=True)}"]
+    findings = diag.get("findings") or []
+    if findings:
+        lines += ["", "Findings: " + "; ".join(f"{SEVERITY.get(f.get('severity'), '➖')} {esc(f.get('title'), TEXT_CHARS)}"
+                                             for f in findings) + " (details below)."]
+    return "\n".join(lines)
+
+
+def _summary(report) -> str:
+    m = report.metrics
+    rows = [[f"{esc(h['name'])}", esc(h["value"]), f"{LEVEL.get(h['level'], '➖')} {esc(h['reading'], None, own=True)}"]
+            for h in headline(report)]
+    extra = [["tokens / sequences", f"{fmt(m.get('tokens'))} / {fmt(m.get('sequences'))}", ""],
+             ["mean \\|δ\\| (nats)", esc(f"{fmt(m.get('abs_delta_mean'))} ± {fmt(m.get('abs_delta_mean_se'), 2)}"), ""],
+             ["max \\|δ\\| (nats)", fmt(m.get("abs_delta_max")), ""],
+             ["χ² token", fmt(m.get("chi2_token")), ""]]
+    return "## Summary\n\n" + table(["metric", "value", "reading"], rows + extra, numeric=[1]) + \
+        f"\n\n{esc(glossary.CONVENTIONS, None, own=True)}"
+
+
+def _findings(report) -> str:
+    findings = (report.diagnosis or {}).get("findings") or []
+    if not findings:
+        return "## Findings\n\nNo detector fired (off-by-one shift, one-sided temperature, processed log-probs, dummy log-probs, precision gap)."
+    out = ["## Findings"]
+    for f in findings:
+        lines = [f"### {SEVERITY.get(f.get('severity'), '➖')}: {esc(f.get('title'), TEXT_CHARS)}", ""]
+        if f.get("likely_cause"):
+            lines.append(f"- **Likely cause:** {esc(f['likely_cause'], None, own=True)}")
+        if f.get("what_to_check"):
+            lines.append(f"- **Check:** {esc(f['what_to_check'], None, own=True)}")
+        ev = kv_items(f.get("evidence"))
+        if ev:
+            lines.append("- **Evidence:** " + "; ".join(f"{esc(k)} = {esc(v, TEXT_CHARS)}" for k, v in ev))
+        for name, cols, rows in kv_tables(f.get("evidence")):
+            lines += ["", f"{esc(name.replace('_', ' '))}:", "",
+                      table([esc(c) for c in cols], [[esc(v) for v in r] for r in rows], numeric=range(1, len(cols)))]
+        out.append("\n".join(lines))
+    return "\n\n".join(out)
+
+
+def _routing(report) -> str:
+    r = report.routing or {}
+    counts, fractions = r.get("counts") or {}, r.get("fractions") or {}
+    unit = esc(r.get("unit") or "group")
+    parts = [f"{ROUTE[k]} {fmt(counts.get(k))} ({pct(fractions.get(k))})" for k in ROUTE]
+    lines = [f"## Routing by {unit} and what-if corrections", "", " · ".join(parts)]
+    rules = r.get("rules") or {}
+    if rules:
+        lines += ["", "Rules: " + "; ".join(f"{esc(k)}: {esc(v, None, own=True)}" for k, v in sorted(rules.items())) + "."]
+    if report.what_if:
+        rows = [[esc(w.get("name")), esc(w.get("level")), esc(w.get("action")), esc(w.get("rule"), None, own=True), esc(w.get("source"), None, own=True),
+                 pct(w.get("token_fraction")), pct(w.get("sequence_fraction"))] for w in report.what_if]
+        lines += ["", table(["correction", "level", "action", "rule", "as in", "tokens affected", "sequences affected"], rows, numeric=[5, 6])]
+    return "\n".join(lines)
+
+
+def _by_probability(report) -> str:
+    rows = [[esc(b.get("bucket")), fmt(b.get("tokens")), pct(b.get("token_share")),
+             esc(f"{fmt(b.get('abs_delta_mean'))} ± {fmt(b.get('abs_delta_se'), 2)}"), fmt(b.get("delta_mean")),
+             fmt(b.get("k3_mean")), pct(b.get("abs_delta_share")), pct(b.get("k3_share"))]
+            for b in (report.breakdowns or {}).get("by_probability") or []]
+    if not rows:
+        return ""
+    return ("## |δ| by rollout probability\n\n"
+            + table(["p_rollout", "tokens", "share", "mean \\|δ\\| ± s.e.", "mean δ", "mean k3", "share of Σ\\|δ\\|", "share of Σk3"],
+                    rows, numeric=range(1, 8)))
+
+
+def _groups(report) -> str:
+    g = groups_view(report)
+    if not g["rows"]:
+        return ""
+    rows = [[esc(x["name"]), ROUTE.get(x["route"], esc(x["route"])), fmt(x["sequences"]), fmt(x["tokens"]),
+             fmt(x["abs_delta_mean"]), fmt(x["k3_mean"]), pct(x["clipped_fraction"]), fmt(x["vetoed_tokens"]), fmt(x["min_ratio"])]
+            for x in g["rows"][:GROUP_ROWS]]
+    unit = esc(g["unit"])
+    shown = len(rows)
+    note = (f"The worst {shown} of {fmt(g['total'])} {unit}s (quarantine first, then train with correction, then by mean |δ|); "
+            "all are in summary.json and the HTML page." if g["total"] > shown else f"All {fmt(g['total'])} {unit}s.")
+    body = table([unit, "routing", "seqs", "tokens", "mean \\|δ\\|", "k3", "PPO-clipped", "vetoed", "min r"], rows, numeric=range(2, 9))
+    return details(f"Worst {unit}s ({fmt(g['total'])} in all)", f"{note}\n\n{body}")
+
+
+def _samples(report, html: str) -> str:
+    samples = samples_view(report)[:SAMPLES]
+    if not samples:
+        return ""
+    blocks = ["Marks: ▲/▼ r above 5 / below 1/5 (outside the 5x band); △/▽ outside the 2x band; "
+              "● |diff| > 0.5 nats; m outside the training mask; ✗ excluded as invalid. "
+              "Whitespace: ␣ space, ↵ newline, ⇥ tab, ∅ empty."]
+    for s in samples:
+        head = [f"**row {fmt(s['sequence'])}** ({esc(s.get('kind'))})"]
+        if s.get("group") is not None:
+            head.append(f"group {esc(s['group'])}")
+        head += [f"{fmt(s.get('tokens'))} tokens", f"mean \\|diff\\| {fmt(s.get('abs_delta_mean'))} nats", f"Σδ {fmt(s.get('seq_log_ratio'))}"]
+        if s.get("hot"):
+            head.append(f"● {s['hot']} tokens with \\|diff\\| > 0.5")
+        if s.get("out5"):
+            head.append(f"▲▼ {s['out5']} outside 5x")
+        rows = [[str(x["pos"]), esc(x["flag"], None) if x["flag"] else "", esc(x["token"], TOKEN_CHARS), x["ro"], x["tr"], esc(x["diff"]), x["pr"], x["pt"], esc(x["r"])]
+                for x in (s["head"] + s["more"])[:SAMPLE_TOKENS]]
+        n = len(s["head"]) + len(s["more"])
+        more = f"\n\nFirst {SAMPLE_TOKENS} of {n} tokens; the rest are in the {html}." if n > SAMPLE_TOKENS else ""
+        blocks.append(" · ".join(head) + "\n\n"
+                      + table(["pos", "", "token", "rollout logp", "trainer logp", "diff", "p_rollout", "p_trainer", "r"], rows, numeric=range(3, 9))
+                      + more)
+    total = len(report.samples)
+    return details(f"Samples: {len(samples)} of {total} sequences, token by token", "\n\n".join(blocks))
+
+
+def _all_numbers(report) -> str:
+    m = report.metrics
+    rows = []
+    for k in sorted(m):
+        v = m[k]
+        if isinstance(v, (dict, list)) or k.endswith("_se"):
+            continue
+        se = m.get(k + "_se")
+        rows.append([esc(k), esc(fmt(v) if se is None else f"{fmt(v)} ± {fmt(se, 2)}")])
+    verl = report.verl or {}
+    vrows = [[esc(k), esc(fmt(v))] for k, v in sorted(verl.items()) if not isinstance(v, (dict, list))]
+    body = table(["metric", "value"], rows, numeric=[1])
+    if vrows:
+        body += "\n\nThe same batch under verl's metric names:\n\n" + table(["verl metric", "value"], vrows, numeric=[1])
+    return details("All numbers", body)
+
+
+def _glossary() -> str:
+    lines = [f"{esc(glossary.CONVENTIONS, None, own=True)}", ""]
+    for e in glossary.GLOSSARY:
+        line = f"- **{esc(e['name'], None, own=True)}**: {esc(e['plain'], None, own=True)} Formula: {esc(e['formula'], None, own=True)}."
+        if e.get("verl"):
+            line += f" verl: {esc(e['verl'], None, own=True)}."
+        lines.append(line)
+    return details("Glossary", "\n".join(lines))
+
+
+def render_run_md(report, base_url: str | None = None) -> str:
+    """site/<run-id>/report.md: title, verdict, summary, findings, routing, breakdowns, samples, glossary."""
+    t = title_parts(report)
+    m = report.metrics
+    rid = report.run.get("id") or "run"
+    page = href(_run_path(rid, "index.html"), base_url) if base_url else "index.html"
+    html = f"[HTML report]({page})"
+    colour = glossary.health(m.get("ess"))
+    sub = [_colour(colour) + f" (ESS {fixed(m.get('ess'), 4)})", f"run {esc(rid)}"]
+    if t["device"]:
+        sub.append(esc(t["device"]))
+    if t["step"] is not None:
+        sub.append(f"step {esc(t['step'])}")
+    sub += [f"{fmt(m.get('tokens'))} tokens", f"{fmt(m.get('sequences'))} sequences", html]
+    title = f"# {esc(t['model'], TEXT_CHARS)}: {esc(t['rollout'])} → {esc(t['trainer'])}\n\n" + " · ".join(sub)
+    core = [title, _verdict(report), _summary(report)]
+    sections = [("findings", _findings(report)), ("routing and what-if", _routing(report)),
+                ("|δ| by probability", _by_probability(report)), ("groups", _groups(report)),
+                ("samples", _samples(report, html)), ("all numbers", _all_numbers(report)), ("glossary", _glossary())]
+    return assemble(core, [(name, s) for name, s in sections if s], html)
+
+
+# ---- the index ------------------------------------------------------------------------------------
+
+def _pair(ro_engine: str, ro_dtype: str, tr_engine: str, tr_dtype: str) -> str:
+    return f"{esc(ro_engine)} {esc(ro_dtype)} → {esc(tr_engine)} {esc(tr_dtype)}"
+
+
+def _runs_table(index: dict, base_url: str | None) -> str:
+    runs = index["runs"]
+    rows = []
+    for r in runs[:INDEX_RUN_ROWS]:
+        link = f"[{esc(r['id'])}]({href(_run_path(r['id'], 'index.html'), base_url)})"
+        md = f"[md]({href(_run_path(r['id'], 'report.md'), base_url)})"
+        rt = r["routing"]
+        rows.append([
+            _colour(r["health"]), f"{link} ({md})", esc(r["model"]), f"{esc(r['rollout_engine'])} → {esc(r['trainer_engine'])}",
+            f"{esc(r['rollout_dtype'])} → {esc(r['trainer_dtype'])}", esc(r["device"]),
+            fmt(r["step"]) if r["step"] is not None else "—", fmt(r["tokens"]), fixed(r["ess"], 4), fmt(r["kl_k3"]),
+            fmt(r["abs_delta_median"]), pct(r["outside_5x"]), pct(r["veto_token_fraction"]),
+            f"{fmt(rt.get('train'))} / {fmt(rt.get('train_with_correction'))} / {fmt(rt.get('quarantine'))}",
+            f"{REGIME.get(r['regime'], '➖')} {esc((r['regime'] or '—').replace('_', ' '))}",
+        ])
+    out = "## Runs\n\n" + table(["colour", "run", "model", "engines", "dtypes", "device", "step", "tokens", "ESS", "KL k3",
+                                  "median \\|δ\\|", "outside 5x", "veto", "routing (train / corr. / quar.)", "verdict"],
+                                 rows, numeric=range(6, 13))
+    if len(runs) > INDEX_RUN_ROWS:
+        out += f"\n\nThe first {INDEX_RUN_ROWS} of {len(runs):,} runs; all are in index.html."
+    return out
+
+
+def _pairs_table(index: dict) -> str:
+    rows = [[_colour(p["health"]), esc(p["rollout_engine"]), esc(p["trainer_engine"]), fmt(p["count"]), fixed(p["mean_ess"], 4),
+             pct(p["mean_clipped"]), fmt(p["mean_seq_log_ratio"]), fmt(p["mean_abs_delta"]), fmt(p["worst_abs_delta_max"]), fmt(p["tokens"])]
+            for p in index["engine_pairs"]]
+    return ("## Engine pairs\n\nRuns with the same rollout and trainer engine, aggregated: means over runs, the worst max |δ|, "
+            "total tokens; the colour is the mean ESS's.\n\n"
+            + table(["colour", "rollout engine", "trainer engine", "runs", "mean ESS", "mean clipped", "mean Σδ", "mean \\|δ\\|",
+                     "worst max \\|δ\\|", "tokens"], rows, numeric=range(3, 10)))
+
+
+def _precision_table(index: dict) -> str:
+    p = index.get("precision")
+    if not p:
+        return ""
+    rows = []
+    for ro, line in zip(p["rollout_dtypes"], p["cells"]):
+        cells = [esc(ro)]
+        for c in line:
+            cells.append("—" if c is None else
+                         f"{HEALTH.get(c['health'], '⚪')} \\|δ\\| {fmt(c['mean_abs_delta_median'])} · KL {fmt(c['mean_kl_k3'])} · {c['count']} run{'s' if c['count'] != 1 else ''}")
+        rows.append(cells)
+    return ("## Precision matrix\n\nRollout dtype (rows) × trainer dtype (columns): mean over runs of median |δ| (nats) and KL k3.\n\n"
+            + table(["rollout \\\\ trainer"] + [esc(d) for d in p["trainer_dtypes"]], rows))
+
+
+def _trend_table(index: dict) -> str:
+    tr = index.get("trend")
+    if not tr:
+        return ""
+    metrics = tr["metrics"]
+    rows = [[fmt(x["step"]), esc(x["run"])] + [fixed(x[m["key"]], 4) if m["key"] == "ess" else
+                                                 (pct(x[m["key"]]) if m["key"] == "outside_5x" else fmt(x[m["key"]])) for m in metrics]
+            for x in tr["rows"]]
+    note = f" {tr['unstepped']} runs without a step are not shown." if tr.get("unstepped") else ""
+    return (f"## Over training steps\n\n{tr['steps']} steps.{note}\n\n"
+            + table(["step", "run"] + [esc(m["name"]) for m in metrics], rows, numeric=range(2, 2 + len(metrics))))
+
+
+def render_index_md(reports, index: dict, base_url: str | None = None) -> str:
+    """site/report.md: the runs table, the engine-pair table, the precision matrix and the trend, from `index`."""
+    del reports  # everything shown comes from the index summary; kept for the API's symmetry with the HTML index
+    runs = index["runs"]
+    page = href("index.html", base_url) if base_url else "index.html"
+    html = f"[HTML index]({page})"
+    hc = index["health_counts"]
+    counts = " · ".join(f"{HEALTH[h]} {hc[h]} {h}" for h in ("green", "amber", "red", "unknown") if hc.get(h))
+    title = (f"# Rollout vs trainer log-prob mismatch: {len(runs)} run{'s' if len(runs) != 1 else ''}\n\n"
+             f"{counts or 'no runs'} · health by token ESS: 🟢 ≥ 0.99, 🟡 0.95–0.99, 🔴 < 0.95 · {html}")
+    columns = ("Columns: median |δ| is the typical per-token log-prob gap in nats; KL k3 estimates KL(rollout ‖ trainer); "
+               "ESS is the token importance weights' effective sample size (1 is perfect); outside 5x is the share of tokens "
+               "with r = p_train / p_rollout outside [1/5, 5]; veto is the share of tokens with r < 1e-4; routing counts "
+               "groups to train, train with an IS correction, or quarantine. Each run's report has a glossary.")
+    core = [title, _runs_table(index, base_url)]
+    sections = [("engine pairs", _pairs_table(index) if len(runs) > 1 else ""), ("precision matrix", _precision_table(index)),
+                ("trend over steps", _trend_table(index)), ("columns", esc(columns, None, own=True))]
+    return assemble(core, [(n, s) for n, s in sections if s], html)
