@@ -1,0 +1,156 @@
+"""Many runs in one build: aggregation (analyze/runs.py), the index in HTML and markdown, steps, --jobs."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tim_report.analyze.runs import engine_pairs, index_summary, precision_matrix, run_row, trend
+from tim_report.cli import main
+from tim_report.glossary import health
+from tim_report.render.html import fixed, fmt, pct
+from tim_report.report import Report
+from tim_report.site import BuildOptions, build
+from tim_report.testing import make_batch
+
+from test_markdown import check_gfm
+
+# (file name, rollout engine, rollout dtype, trainer engine, trainer dtype, noise, meta step)
+RUNS = [
+    ("global_step_10", "vllm", "bf16", "fsdp", "fp32", 0.01, None),
+    ("step_20", "vllm", "bf16", "fsdp", "fp32", 0.03, None),
+    ("vllm_fp16", "vllm", "fp16", "fsdp", "fp16", 0.005, 30),
+    ("sglang_a", "sglang", "bf16", "megatron", "fp32", 0.2, None),
+]
+
+
+def write_inputs(folder: Path) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for i, (name, re_, rd, te, td, noise, step) in enumerate(RUNS):
+        b = make_batch(n_seqs=16, mean_len=24, noise=noise, seed=i)
+        b.meta = {**b.meta, "rollout_engine": re_, "rollout_dtype": rd, "trainer_engine": te, "trainer_dtype": td}
+        if step is not None:
+            b.meta["step"] = step
+        p = folder / f"{name}.npz"
+        b.save(p)
+        paths.append(p)
+    return paths
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    tmp = tmp_path_factory.mktemp("runs")
+    out = tmp / "site"
+    build(write_inputs(tmp / "in"), out, BuildOptions())
+    return out
+
+
+def summaries(site: Path) -> dict[str, dict]:
+    return {name: json.loads((site / name / "summary.json").read_text(encoding="utf-8")) for name, *_ in RUNS}
+
+
+def test_steps_from_names_and_meta(site):
+    s = summaries(site)
+    assert s["global_step_10"]["run"]["meta"]["step"] == 10  # global_step_N in the file name
+    assert s["step_20"]["run"]["meta"]["step"] == 20  # step_N
+    assert s["vllm_fp16"]["run"]["meta"]["step"] == 30  # meta step
+    assert "step" not in s["sglang_a"]["run"]["meta"]
+    tr = trend([run_row(x) for x in s.values()])
+    assert [(r["step"], r["run"]) for r in tr["rows"]] == [(10, "global_step_10"), (20, "step_20"), (30, "vllm_fp16")]
+    assert tr["unstepped"] == 1 and tr["steps"] == 3
+    assert {p["metric"] for p in tr["points"]} == {"KL k3", "ESS", "outside 5x", "median |δ|"}
+    assert trend([run_row(s["global_step_10"])]) is None  # one step: no trend
+
+
+def test_engine_pairs_match_hand_computed_means(site):
+    s = summaries(site)
+    pairs = {(p["rollout_engine"], p["trainer_engine"]): p for p in index_summary(list(s.values()))["engine_pairs"]}
+    assert list(pairs) == [("vllm", "fsdp"), ("sglang", "megatron")]
+    vllm = [s[n]["metrics"] for n in ("global_step_10", "step_20", "vllm_fp16")]
+    p = pairs[("vllm", "fsdp")]
+    assert p["count"] == 3 and p["runs"] == ["global_step_10", "step_20", "vllm_fp16"]
+    for key, metric in (("mean_ess", "ess"), ("mean_clipped", "phantom_clip"), ("mean_seq_log_ratio", "seq_log_ratio_mean"),
+                        ("mean_abs_delta", "abs_delta_mean")):
+        assert p[key] == pytest.approx(sum(m[metric] for m in vllm) / 3, rel=1e-12), key
+    assert p["worst_abs_delta_max"] == max(m["abs_delta_max"] for m in vllm)
+    assert p["tokens"] == sum(m["tokens"] for m in vllm)
+    assert p["health"] == health(p["mean_ess"])
+    sg = pairs[("sglang", "megatron")]
+    assert sg["count"] == 1 and sg["mean_ess"] == s["sglang_a"]["metrics"]["ess"] and sg["health"] == "red"
+
+
+def test_precision_matrix(site):
+    s = summaries(site)
+    pm = precision_matrix([run_row(x) for x in s.values()])
+    assert pm["rollout_dtypes"] == ["bf16", "fp16"] and pm["trainer_dtypes"] == ["fp16", "fp32"]
+    bf16_fp32 = pm["cells"][0][1]
+    runs = [s[n]["metrics"] for n in ("global_step_10", "step_20", "sglang_a")]
+    assert bf16_fp32["count"] == 3
+    assert bf16_fp32["mean_abs_delta_median"] == pytest.approx(sum(m["abs_delta_median"] for m in runs) / 3, rel=1e-12)
+    assert bf16_fp32["mean_kl_k3"] == pytest.approx(sum(m["kl_k3"] for m in runs) / 3, rel=1e-12)
+    assert pm["cells"][0][0] is None and pm["cells"][1][0]["count"] == 1 and pm["cells"][1][1] is None
+    same = [run_row(s["global_step_10"]), run_row(s["step_20"])]
+    assert precision_matrix(same) is None  # one dtype pair: no matrix
+
+
+def test_reports_and_summary_dicts_agree(site):
+    s = summaries(site)
+    from_dicts = index_summary(list(s.values()))
+    from_reports = index_summary([Report.from_dict(x) for x in s.values()])
+    assert from_dicts == from_reports
+
+
+def test_missing_values_are_skipped():
+    rows = [run_row({"run": {"id": "a"}, "metrics": {"ess": 0.9}}), run_row({"run": {"id": "b"}, "metrics": {"ess": None}})]
+    (p,) = engine_pairs(rows)
+    assert p["mean_ess"] == 0.9 and p["mean_abs_delta"] is None and p["tokens"] is None and p["rollout_engine"] == "?"
+    assert run_row({"run": {"id": "c"}, "metrics": {"ess": math.nan}})["health"] == "unknown"
+
+
+def test_index_pages_show_the_aggregates(site):
+    s = summaries(site)
+    ix = index_summary(list(s.values()))
+    md = (site / "report.md").read_text(encoding="utf-8")
+    check_gfm(md)
+    p = ix["engine_pairs"][0]
+    row = next(line for line in md.splitlines() if line.startswith("| 🟢") and "| vllm | fsdp |" in line)
+    assert f"| {fixed(p['mean_ess'], 4)} | {pct(p['mean_clipped'])} | {fmt(p['mean_seq_log_ratio'])} |" in row
+    assert f"| {fmt(p['tokens'])} |" in row and "| 3 |" in row
+    assert "## Precision matrix" in md and "## Over training steps" in md
+    for name, *_ in RUNS:
+        assert f"]({name}/index.html)" in md
+    html = (site / "index.html").read_text(encoding="utf-8")
+    for name, *_ in RUNS:
+        assert f'href="{name}/index.html"' in html
+    assert 'id="engine-pairs"' in html and 'id="precision"' in html and 'id="chart-trend"' in html
+    assert f'title="global_step_10, step_20, vllm_fp16">3<' in html and fixed(p["mean_ess"], 4) in html
+    assert html.count('class="vega"') == 1  # the trend stays one faceted chart
+    specs = re.search(r'<script type="application/json" id="tim-specs">(.*?)</script>', html, re.S).group(1)
+    assert all(m in specs for m in ("KL k3", "ESS", "outside 5x", "median |δ|"))
+
+
+def test_jobs_output_is_identical(tmp_path):
+    paths = write_inputs(tmp_path / "in")
+    build(paths, tmp_path / "one", BuildOptions(jobs=1))
+    build(paths, tmp_path / "two", BuildOptions(jobs=2))
+    files = sorted(p.relative_to(tmp_path / "one") for p in (tmp_path / "one").rglob("*") if p.is_file())
+    assert files == sorted(p.relative_to(tmp_path / "two") for p in (tmp_path / "two").rglob("*") if p.is_file())
+    for f in files:
+        assert (tmp_path / "one" / f).read_bytes() == (tmp_path / "two" / f).read_bytes(), f
+
+
+def test_jobs_bad_input_exits_2_and_writes_nothing(tmp_path):
+    paths = write_inputs(tmp_path / "in")
+    bad = tmp_path / "in" / "broken.npz"
+    bad.write_bytes(b"not a zip file")
+    out = tmp_path / "site"
+    res = CliRunner().invoke(main, ["build", str(paths[0]), str(bad), str(paths[1]), "-o", str(out), "--jobs", "2"])
+    assert res.exit_code == 2
+    assert "broken.npz" in res.output and "Traceback" not in res.output
+    assert not out.exists() and not list(tmp_path.glob(".tim-report-*"))
