@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import html
-import importlib.util
 import json
 import re
 import subprocess
@@ -58,12 +57,14 @@ def test_repr_html_is_a_self_contained_iframe(report):
     assert html.unescape(m.group(1)) == report.to_html()
 
 
-@pytest.mark.skipif(importlib.util.find_spec("tim_report.render.markdown") is None,
-                    reason="tim_report/render/markdown.py (render_run_md) is not in this checkout yet")
 def test_to_markdown(report):
+    from tim_report.render.markdown import render_run_md
+
     md = report.to_markdown(base_url="https://example.org/site/")
-    assert isinstance(md, str) and 0 < len(md) <= 60_000
+    assert md == render_run_md(report, base_url="https://example.org/site/")
+    assert 0 < len(md) <= 60_000 and "https://example.org/site/" in md
     assert EVIL not in md
+    assert report.to_markdown() == render_run_md(report)
 
 
 def test_compare_from_paths(tmp_path, saved):
@@ -80,3 +81,13 @@ def test_compare_from_paths(tmp_path, saved):
     assert cmp._repr_html_().startswith("<iframe")
     out = cmp.write(tmp_path / "cmp")
     assert (out / "compare.json").is_file() and (out / "index.html").is_file()
+
+
+def test_analyze_stays_callable_after_the_subpackage_is_imported():
+    code = ("import tim_report, tim_report.analyze as m; from tim_report.testing import make_batch; "
+            "b = make_batch(n_seqs=4, mean_len=10); tim_report.analyze(b); r = tim_report.analyze(b, run_id='x'); "
+            "from tim_report.analyze import Thresholds; assert m.Thresholds is Thresholds is tim_report.analyze.Thresholds; "
+            "print(type(r).__name__, r.run['id'])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "Report x"

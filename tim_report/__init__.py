@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys as _sys
+import types as _types
+
 __version__ = "0.1.0"
 
 __all__ = ["__version__", "analyze", "compare", "load"]
@@ -14,11 +17,40 @@ def load(path, **kwargs):
     return _load(path, **kwargs)
 
 
-def analyze(batch, thresholds=None, run_id=None):
-    """Analyse a StepBatch into a Report (see tim_report.analyze.analyze)."""
-    from .analyze import analyze as _analyze
+class _Analyze:
+    """tim_report.analyze(batch, thresholds=None, run_id=None) -> Report (see tim_report.analyze.analyze).
 
-    return _analyze(batch, thresholds, run_id)
+    A callable rather than a plain function because `tim_report.analyze` is also the name of the
+    analysis subpackage: importing it (which the first call does) would otherwise replace the function
+    with the module, and the second `tim_report.analyze(batch)` would fail with "'module' object is not
+    callable". Attribute access is passed on to the subpackage, so `tim_report.analyze.Thresholds` works.
+    """
+
+    def __call__(self, batch, thresholds=None, run_id=None, **kwargs):
+        from .analyze import analyze as _analyze
+
+        return _analyze(batch, thresholds, run_id, **kwargs)
+
+    def __getattr__(self, name):
+        import importlib
+
+        return getattr(importlib.import_module(__name__ + ".analyze"), name)
+
+    def __repr__(self) -> str:
+        return "<function tim_report.analyze(batch, thresholds=None, run_id=None)>"
+
+
+class _Package(_types.ModuleType):
+    """The tim_report module, keeping `analyze` callable when its subpackage is imported."""
+
+    def __setattr__(self, name, value):
+        if name == "analyze" and isinstance(value, _types.ModuleType):
+            return  # the subpackage stays in sys.modules; the callable forwards attribute access to it
+        super().__setattr__(name, value)
+
+
+analyze = _Analyze()
+_sys.modules[__name__].__class__ = _Package
 
 
 def compare(before, after, labels=None, thresholds=None, **load_kwargs):
