@@ -162,6 +162,9 @@ main.add_command(_check_command)
 from .commands.compare import compare_command as _compare_command  # noqa: E402
 
 main.add_command(_compare_command)
+from .commands.capture import capture_command as _capture_command  # noqa: E402
+
+main.add_command(_capture_command)
 
 if __name__ == "__main__":  # pragma: no cover
     main()

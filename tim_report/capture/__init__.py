@@ -1,0 +1,16 @@
+"""`tim-report capture`: generate with a rollout engine, re-score with a trainer, save step batches.
+
+Heavy imports (torch, transformers, vllm) happen inside the engine modules, only when an engine
+is built, so importing this package (or the CLI) stays cheap.
+
+    spec.py          EngineSpec: `vllm:bf16`, `hf:fp32` parsed and checked
+    prompts.py       prompt files (plain lines or JSONL with `prompt` / `messages`) → token ids
+    hf.py            transformers engine: seeded sampling (processed log-probs) and chunked teacher-forced scoring
+    vllm_engine.py   vLLM engine (CPU build or CUDA): sampling with processed log-probs, prompt_logprobs scoring
+    run.py           orchestration: one generation, every requested pair scored on the same tokens
+"""
+
+from .run import CaptureOptions, capture, pair_filename
+from .spec import EngineSpec, parse_spec
+
+__all__ = ["CaptureOptions", "EngineSpec", "capture", "pair_filename", "parse_spec"]

@@ -1,0 +1,209 @@
+"""The transformers engine: seeded sampling with processed log-probs, and chunked teacher-forced scoring.
+
+Both paths run the model's decoder (`model.base_model`) and apply the output projection themselves, so
+that (a) the LM head can be kept in fp32 (`lm_head_fp32`), and (b) scoring never materialises
+full-vocabulary logits for the whole batch: hidden states of the scored positions are projected in
+row chunks sized to `logit_chunk_mb`, each chunk cast to fp32, divided by the temperature and
+log-softmaxed in fp32, then reduced to the sampled token's log-prob.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ..errors import BadInput
+
+TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def process_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """Top-k then top-p truncation as vLLM's sampler does it (ascending sort, keep ≥ 1 token); -inf outside."""
+    if top_k <= 0 and top_p >= 1.0:
+        return logits
+    v = logits.shape[-1]
+    srt, idx = logits.sort(dim=-1, descending=False)
+    if 0 < top_k < v:
+        thresh = srt[..., v - top_k : v - top_k + 1]
+        srt = srt.masked_fill(srt < thresh, -math.inf)
+    if top_p < 1.0:
+        cum = srt.softmax(dim=-1).cumsum(dim=-1)
+        drop = cum <= 1.0 - top_p
+        drop[..., -1] = False
+        srt = srt.masked_fill(drop, -math.inf)
+    return torch.empty_like(logits).scatter_(-1, idx, srt)
+
+
+def processed_logprobs(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """fp32 log-softmax of logits / T after top-k / top-p: the distribution the sampler draws from."""
+    x = logits.float()
+    if temperature != 1.0:
+        x = x / temperature
+    return torch.log_softmax(process_logits(x, top_k, top_p), dim=-1)
+
+
+class FP32Head(torch.nn.Module):
+    """An output projection kept in fp32: hidden states are upcast before the matmul."""
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
+        super().__init__()
+        self.weight = torch.nn.Parameter(weight.detach().float().clone(), requires_grad=False)
+        self.bias = None if bias is None else torch.nn.Parameter(bias.detach().float().clone(), requires_grad=False)
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        return F.linear(h.float(), self.weight, self.bias)
+
+
+def _load_model(path: str, dtype: torch.dtype):
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # our own progress bars; no "Loading weights" tqdm on stderr
+    try:
+        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+    except TypeError:  # transformers < 4.56 names it torch_dtype
+        return AutoModelForCausalLM.from_pretrained(path, torch_dtype=dtype)
+
+
+class HFEngine:
+    name = "transformers"
+
+    def __init__(self, model_path: str, dtype: str, device: str = "cpu", lm_head_fp32: bool = False,
+                 logit_chunk_mb: int = 256, max_batch_tokens: int = 16384, gen_batch: int = 32):
+        import transformers
+
+        self.version = transformers.__version__
+        self.dtype, self.device, self.lm_head_fp32 = dtype, device, lm_head_fp32
+        torch_dtype = TORCH_DTYPES[dtype]
+        model = _load_model(model_path, torch.float32 if lm_head_fp32 else torch_dtype)
+        cfg = model.config
+        if getattr(cfg, "final_logit_softcapping", None) or getattr(cfg, "logit_scale", None):
+            raise BadInput(model_path, "the hf engine does not implement logit soft-capping / logit scaling")
+        head = model.get_output_embeddings()
+        if lm_head_fp32:
+            self.head = FP32Head(head.weight, getattr(head, "bias", None)).to(device)
+            model = model.to(torch_dtype)
+        else:
+            self.head = head
+        self.model = model.to(device).eval()
+        self.base = model.base_model
+        self.vocab = int(head.weight.shape[0])
+        self.logit_chunk_rows = max(1, (logit_chunk_mb << 20) // (self.vocab * 4 * 3))
+        self.max_batch_tokens = max_batch_tokens
+        self.gen_batch = gen_batch
+        eos = model.generation_config.eos_token_id if model.generation_config is not None else None
+        self.eos = set([eos] if isinstance(eos, int) else (eos or []))
+        if cfg.eos_token_id is not None:
+            self.eos |= set([cfg.eos_token_id] if isinstance(cfg.eos_token_id, int) else cfg.eos_token_id)
+        self.pad_id = cfg.pad_token_id if isinstance(cfg.pad_token_id, int) else 0
+
+    def close(self) -> None:
+        del self.model, self.base, self.head
+
+    # ------------------------------------------------------------------ scoring (teacher forced)
+
+    @torch.inference_mode()
+    def score(self, prompts: list[list[int]], completions: list[list[int]], temperature: float = 1.0,
+              top_k: int = 0, top_p: float = 1.0, progress=None) -> list[np.ndarray]:
+        """log p(completion token | prompt, earlier completion tokens) for every completion token.
+
+        Sequences are packed into right-padded micro-batches of at most `max_batch_tokens` tokens; the
+        head runs only on scored positions, `logit_chunk_rows` rows at a time.
+        """
+        out: list[np.ndarray | None] = [None] * len(prompts)
+        order = sorted(range(len(prompts)), key=lambda i: -(len(prompts[i]) + len(completions[i])))
+        batches, cur, cur_len = [], [], 0
+        for i in order:
+            n = len(prompts[i]) + len(completions[i])
+            width = max(cur_len, n)
+            if cur and width * (len(cur) + 1) > self.max_batch_tokens:
+                batches.append(cur)
+                cur, width = [], n
+            cur.append(i)
+            cur_len = width
+        if cur:
+            batches.append(cur)
+        for mb in batches:
+            seqs = [prompts[i] + completions[i] for i in mb]
+            width = max(len(s) for s in seqs)
+            ids = torch.full((len(mb), width), self.pad_id, dtype=torch.long)
+            am = torch.zeros((len(mb), width), dtype=torch.long)
+            rows, cols, targets = [], [], []
+            for b, (i, s) in enumerate(zip(mb, seqs)):
+                ids[b, : len(s)] = torch.tensor(s)
+                am[b, : len(s)] = 1
+                p, c = len(prompts[i]), len(completions[i])
+                rows.append(torch.full((c,), b))
+                cols.append(torch.arange(p - 1, p - 1 + c))
+                targets.append(torch.tensor(completions[i]))
+            hidden = self.base(input_ids=ids.to(self.device), attention_mask=am.to(self.device)).last_hidden_state
+            sel = hidden[torch.cat(rows).to(self.device), torch.cat(cols).to(self.device)]
+            del hidden
+            tgt = torch.cat(targets).to(self.device)
+            lp = torch.empty(sel.shape[0], dtype=torch.float64)
+            for s in range(0, sel.shape[0], self.logit_chunk_rows):
+                e = s + self.logit_chunk_rows
+                logp = processed_logprobs(self.head(sel[s:e]), temperature, top_k, top_p)
+                lp[s:e] = logp.gather(-1, tgt[s:e, None])[:, 0].double().cpu()
+            pos = 0
+            for i in mb:
+                c = len(completions[i])
+                out[i] = lp[pos : pos + c].numpy()
+                pos += c
+            if progress is not None:
+                progress(len(mb))
+        return out  # type: ignore[return-value]
+
+    # ------------------------------------------------------------------ sampling (rollout side)
+
+    @torch.inference_mode()
+    def generate(self, prompts: list[list[int]], seeds: list[int], temperature: float, top_k: int, top_p: float,
+                 max_new_tokens: int, progress=None) -> list[tuple[list[int], np.ndarray]]:
+        """Sample completions with one seeded torch.Generator per sequence; returns (token ids, processed log-probs)."""
+        results: list[tuple[list[int], np.ndarray]] = []
+        for start in range(0, len(prompts), self.gen_batch):
+            chunk = prompts[start : start + self.gen_batch]
+            results += self._generate_batch(chunk, seeds[start : start + len(chunk)], temperature, top_k, top_p,
+                                            max_new_tokens)
+            if progress is not None:
+                progress(len(chunk))
+        return results
+
+    def _generate_batch(self, prompts, seeds, temperature, top_k, top_p, max_new_tokens):
+        b, width = len(prompts), max(len(p) for p in prompts)
+        ids = torch.full((b, width), self.pad_id, dtype=torch.long)
+        am = torch.zeros((b, width), dtype=torch.long)
+        for i, p in enumerate(prompts):  # left padding: every row's next token is at the same column
+            ids[i, width - len(p):] = torch.tensor(p)
+            am[i, width - len(p):] = 1
+        ids, am = ids.to(self.device), am.to(self.device)
+        pos = (am.cumsum(-1) - 1).clamp(min=0)
+        gens = [torch.Generator(device="cpu").manual_seed(int(s)) for s in seeds]
+        out = self.base(input_ids=ids, attention_mask=am, position_ids=pos, use_cache=True)
+        past, h = out.past_key_values, out.last_hidden_state[:, -1]
+        pos = pos[:, -1:]
+        toks: list[list[int]] = [[] for _ in range(b)]
+        lps: list[list[float]] = [[] for _ in range(b)]
+        done = [False] * b
+        for _ in range(max_new_tokens):
+            logp = processed_logprobs(self.head(h), temperature, top_k, top_p).cpu()
+            probs = logp.exp()
+            nxt = torch.empty(b, dtype=torch.long)
+            for i in range(b):
+                nxt[i] = torch.multinomial(probs[i], 1, generator=gens[i])[0] if not done[i] else self.pad_id
+                if not done[i]:
+                    t = int(nxt[i])
+                    toks[i].append(t)
+                    lps[i].append(float(logp[i, t]))
+                    done[i] = t in self.eos
+            if all(done):
+                break
+            am = torch.cat([am, torch.ones((b, 1), dtype=am.dtype, device=am.device)], dim=1)
+            pos = pos + 1
+            out = self.base(input_ids=nxt[:, None].to(self.device), attention_mask=am, position_ids=pos,
+                            past_key_values=past, use_cache=True)
+            past, h = out.past_key_values, out.last_hidden_state[:, -1]
+        return [(t, np.asarray(lp, dtype=np.float64)) for t, lp in zip(toks, lps)]

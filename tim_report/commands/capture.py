@@ -1,0 +1,109 @@
+"""`tim-report capture`: generate with a rollout engine, re-score with a trainer, save step batch(es).
+
+One rollout and one trainer: `-o` is the `.npz` file. Several (or `--matrix`): `-o` is a folder with
+one file per pair, named `<rollout engine>-<dtype>__<trainer engine>-<dtype>.npz`
+(e.g. `vllm-bf16__hf-fp32.npz`). Heavy imports happen inside the command (tim_report.capture).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from pathlib import Path
+
+import click
+
+
+@contextlib.contextmanager
+def _rich_progress(label: str, total: int):
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=False, disable=not sys.stderr.isatty()) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda n=1: bar.advance(task, n)
+    if not sys.stderr.isatty():
+        click.echo(f"{label}: {total} sequences", err=True)
+
+
+@click.command("capture")
+@click.option("--model", required=True, metavar="PATH", help="Local transformers model folder (config.json, weights, tokenizer).")
+@click.option("--prompts", "prompts", required=True, metavar="FILE",
+              help='Prompts: one per line, or JSONL with {"prompt": ...} or {"messages": [...]} per line.')
+@click.option("--rollout", "rollouts", multiple=True, metavar="ENGINE:DTYPE",
+              help="Rollout engine and dtype (vllm|hf : fp32|bf16|fp16|fp8); repeatable. Default vllm:bf16. "
+                   "The first one samples the tokens, the others re-score them.")
+@click.option("--trainer", "trainers", multiple=True, metavar="ENGINE:DTYPE",
+              help="Trainer engine and dtype; repeatable. Default hf:fp32.")
+@click.option("--matrix", is_flag=True, help="Every named engine in bf16, fp16 and fp32 on both sides (9 pairs per engine pair).")
+@click.option("--shadow", is_flag=True, help="Also score with the trainer's engine in the rollout's dtype (shadow_logp: precision gap β).")
+@click.option("--n-samples", type=int, default=4, show_default=True, help="Completions per prompt (one group each).")
+@click.option("--max-new-tokens", type=int, default=256, show_default=True)
+@click.option("--temperature", type=float, default=1.0, show_default=True)
+@click.option("--top-p", type=float, default=1.0, show_default=True)
+@click.option("--top-k", type=int, default=0, show_default=True, help="0 turns top-k off.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--lm-head-fp32", "lm_head_fp32", type=click.Choice(["rollout", "trainer", "both"]), is_flag=False,
+              flag_value="both", default=None, help="Keep the output projection in fp32 on this side (bare flag: both; hf only).")
+@click.option("--no-chat-template", is_flag=True, help="Feed prompts as raw text (default: the tokenizer's chat template).")
+@click.option("--max-prompts", type=int, default=None, help="Use only the first N prompts of the file.")
+@click.option("--device", default="auto", show_default=True, help="Device of the hf engine: auto, cpu, cuda[:N].")
+@click.option("--kv-cache-gib", type=float, default=1.0, show_default=True,
+              help="vLLM CPU KV cache size (VLLM_CPU_KVCACHE_SPACE), unless that variable is set.")
+@click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path),
+              help="Output .npz (one pair) or folder (several pairs).")
+def capture_command(model, prompts, rollouts, trainers, matrix, shadow, n_samples, max_new_tokens, temperature, top_p,
+                    top_k, seed, lm_head_fp32, no_chat_template, max_prompts, device, kv_cache_gib, out):
+    """Generate with the rollout engine, re-score the same tokens with the trainer, save step batch(es)."""
+    from ..capture import CaptureOptions, capture, pair_filename, parse_spec
+    from ..capture.run import check_options, matrix_specs
+    from ..capture.spec import Sampling
+    from ..errors import BadInput
+
+    r_specs = [parse_spec(x, "--rollout") for x in (rollouts or ("vllm:bf16",))]
+    t_specs = [parse_spec(x, "--trainer") for x in (trainers or ("hf:fp32",))]
+    if matrix:
+        r_specs, t_specs = matrix_specs(r_specs), matrix_specs(t_specs)
+    r_specs, t_specs = list(dict.fromkeys(r_specs)), list(dict.fromkeys(t_specs))
+    opts = CaptureOptions(model=str(model), prompts=str(prompts), rollouts=r_specs, trainers=t_specs,
+                          sampling=Sampling(temperature=temperature, top_p=top_p, top_k=top_k,
+                                            max_new_tokens=max_new_tokens, n_samples=n_samples),
+                          seed=seed, shadow=shadow, lm_head_fp32=lm_head_fp32, chat_template=not no_chat_template,
+                          device=device, max_prompts=max_prompts, kv_cache_gib=kv_cache_gib)
+    pairs = opts.pairs()
+    single = len(pairs) == 1
+    if single:
+        if out.is_dir():
+            raise BadInput(out, "is a folder; one pair is written to a .npz file")
+        if out.suffix.lower() != ".npz":
+            raise BadInput(out, "the output file must end in .npz")
+    elif out.exists() and not out.is_dir():
+        raise BadInput(out, f"{len(pairs)} pairs are written into a folder, and this is a file")
+    check_options(opts)
+
+    batches = capture(opts, progress=_rich_progress)
+    if single:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        targets = [(out, batches[pairs[0]])]
+    else:
+        out.mkdir(parents=True, exist_ok=True)
+        targets = [(out / pair_filename(r, t), batches[(r, t)]) for r, t in pairs]
+    for path, b in targets:
+        b.save(path)
+        d = b.trainer_logp - b.rollout_logp
+        line = (f"{path}: {b.n_seqs} sequences, {b.n_tokens} tokens, {b.meta['rollout_engine']} {b.meta['rollout_dtype']} vs "
+                f"{b.meta['trainer_engine']} {b.meta['trainer_dtype']}: mean |δ| {abs(d).mean():.3g} nats, max {abs(d).max():.3g}")
+        if b.shadow_logp is not None:
+            line += f", |β| mean {abs(b.trainer_logp - b.shadow_logp).mean():.3g}"
+        click.echo(line)
+
+
+def _decorate() -> None:
+    global capture_command
+    from ..cli import _fail_cleanly
+
+    capture_command.callback = _fail_cleanly(capture_command.callback)
+
+
+_decorate()
