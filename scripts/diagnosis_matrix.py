@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Run the diagnosis on every fault fixture and print the confusion matrices as markdown.
 
-    python scripts/diagnosis_matrix.py [--data tests/data/faults] [--details] > docs/_diagnosis_matrix.md
+    python scripts/diagnosis_matrix.py [--data tests/data/faults] [--details]   # print markdown
+    python scripts/diagnosis_matrix.py --update-doc                               # rewrite docs/diagnosis.md
 
-Used by docs/diagnosis.md (pasted between its MATRIX markers; tests/test_diagnosis_faults.py checks
-the doc is up to date) and by the tests themselves (`evaluate()`).
+docs/diagnosis.md shows it between its MATRIX markers (tests/test_diagnosis_faults.py checks the
+page is up to date); the tests use `evaluate()` too.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from tim_report.analyze.diagnosis import FINDING_IDS, REGIMES  # noqa: E402
 from tim_report.loader import load  # noqa: E402
 
 DEFAULT_DATA = ROOT / "tests" / "data" / "faults"
+DOC = ROOT / "docs" / "diagnosis.md"
+START, END = "<!-- MATRIX:START (python scripts/diagnosis_matrix.py) -->\n", "<!-- MATRIX:END -->"
 
 
 def evaluate(data: Path = DEFAULT_DATA) -> list[dict]:
@@ -68,8 +71,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--details", action="store_true", help="also list each fixture's verdict")
+    ap.add_argument("--update-doc", action="store_true", help=f"rewrite the matrix in {DOC.relative_to(ROOT)}")
     args = ap.parse_args()
-    sys.stdout.write(markdown(evaluate(args.data), args.details))
+    rows = evaluate(args.data)
+    if not args.update_doc:
+        sys.stdout.write(markdown(rows, args.details))
+        return
+    doc = DOC.read_text()
+    head, rest = doc.split(START, 1)
+    DOC.write_text(head + START + markdown(rows, details=False) + END + rest.split(END, 1)[1])
+    print(f"updated {DOC.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

@@ -199,17 +199,19 @@ def detect_temperature(tok: Tokens, dt: DiagnosisThresholds, corr: float | None,
     slope, se, r2 = _slope(tok.rollout[keep], tok.delta[keep], tok.seq[keep])
     if abs(slope) < dt.temperature_slope_min or not (se > 0 and abs(slope) / se >= dt.z):
         return None
-    ratio = 1.0 + slope
+    ratio = 1.0 + slope  # shrunk towards 1: the per-position log Z_T correlates with the log-prob (a lower bound on |T − 1|)
     if ratio > 1:
-        how = (f"the rollout's log-probs are flatter, as if at temperature ≈ {ratio:.2f}× the trainer's "
+        how = (f"the rollout's log-probs are flatter, as if at temperature ≈ {ratio:.2f}× the trainer's or further from it "
                f"(e.g. rollout sampled and scored at T={ratio:.2g} while the trainer used T=1, or the trainer "
                f"divided logits by 1/{ratio:.2g})")
     else:
-        how = (f"the rollout's log-probs are sharper, as if at temperature ≈ {ratio:.2f}× the trainer's "
+        how = (f"the rollout's log-probs are sharper, as if at temperature ≈ {ratio:.2f}× the trainer's or further from it "
                f"(e.g. rollout sampled and scored at T={ratio:.2g} while the trainer scored at T=1, or the trainer "
                f"divided logits by T={1 / ratio:.2g} and the rollout returned raw log-probs)")
     return _finding(
-        "temperature", "error", f"Temperature on one side only: T_rollout / T_trainer ≈ {ratio:.2f}",
+        "temperature", "error",
+        f"Temperature on one side only: the rollout's log-probs are {'flatter' if ratio > 1 else 'sharper'} than the "
+        f"trainer's (T_rollout / T_trainer ≈ {ratio:.2f} or further from 1)",
         {"slope": slope, "slope_se": se, "r2": r2, "temperature_ratio": ratio, "inverse_ratio": 1.0 / ratio if ratio else None,
          "tokens": n, "threshold_slope": dt.temperature_slope_min},
         "Sampling temperature is applied on one side only: " + how + ". Tempered log-probs satisfy "
@@ -386,9 +388,10 @@ def diagnose(batch: StepBatch, tok: Tokens, metrics: dict, thresholds: Diagnosis
         findings = [f for f in (shift, dummy, processed, temperature, broken) if f]
         findings += [f for f in (detect_drift(tok, dt, bias, bias_se), detect_low_prob_tail(tok, dt)) if f]
         worst = max((SEVERITIES.index(f["severity"]) for f in findings), default=0)
-        low_corr = corr is not None and corr < dt.systematic_corr_max and not (shift or dummy)
+        corr_usable = corr is not None and tok.n >= dt.min_tokens  # a correlation of a handful of tokens says little
+        low_corr = corr_usable and corr < dt.systematic_corr_max and not (shift or dummy)
         beyond_noise = ((kl - 2 * kl_se) > dt.noise_kl_max or (ad - 2 * ad_se) > dt.noise_abs_delta_max
-                        or (corr is not None and corr < dt.noise_corr_min))
+                        or (corr_usable and corr < dt.noise_corr_min))
         if worst == 2 or low_corr:
             regime = "systematic"
         elif worst == 1 or beyond_noise:
