@@ -14,6 +14,7 @@ forward pass, in some precision, with the fault injected where the truth is know
     temp_rollout_T       rollout sampled at T and returns tempered log-probs, trainer scores at T=1
     temp_trainer_0.6     rollout sampled at 0.6 returns raw log-probs, trainer divides logits by 0.6
     top_p_0.9, top_k_20  rollout returns log-probs renormalised over the kept tokens, trainer the full softmax
+    *_bf16, temp_0.7_top_p_0.95, shift_small   the same faults under bf16 noise, combined, or on 91 tokens
     dummy_zero           tool-output tokens inside the mask carry rollout log-prob 0.0
     weights_perturbed    trainer = the model with Gaussian noise on every weight
     weights_reinit       trainer = a freshly initialised model of the same config
@@ -94,6 +95,14 @@ CASES: dict[str, dict] = {
                       findings=["processed_logprobs"], seed=41),
     "top_k_20": dict(seqs=16, length=64, trainer="fp32", top_k=20, regime="systematic",
                      findings=["processed_logprobs"], seed=42),
+    # the same faults with a bf16 trainer on top (noise must not hide them), and the common T + top-p combination
+    "top_p_0.9_bf16": dict(seqs=16, length=64, trainer="bf16", top_p=0.9, regime="systematic",
+                           findings=["processed_logprobs"], seed=43),
+    "top_k_50_bf16": dict(seqs=16, length=64, trainer="bf16", top_k=50, regime="systematic",
+                          findings=["processed_logprobs"], seed=45),
+    "temp_0.7_top_p_0.95": dict(seqs=16, length=64, trainer="bf16", top_p=0.95, temperature=0.7, regime="systematic",
+                                findings=["temperature"], seed=44),
+    "shift_small": dict(seqs=4, length=32, trainer="bf16", shift=1, regime="systematic", findings=["shift"], seed=46),
     "dummy_zero": dict(seqs=16, length=64, trainer="bf16", tool=True, regime="systematic", findings=["dummy_zero"],
                        seed=51),
     "weights_perturbed": dict(seqs=16, length=64, trainer="perturbed", perturb=1.0, regime="systematic",
