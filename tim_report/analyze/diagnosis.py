@@ -122,6 +122,14 @@ def _slope(x: np.ndarray, y: np.ndarray, seq: np.ndarray) -> tuple[float, float,
     return b, math.sqrt(var), r2
 
 
+def _subset(tok: Tokens, keep: np.ndarray) -> Tokens:
+    """The valid tokens without those a finding already explains (same sequences)."""
+    if keep.all():
+        return tok
+    return Tokens(tok.rollout[keep], tok.trainer[keep], tok.delta[keep], tok.log_r[keep], tok.seq[keep],
+                  tok.pos[keep], tok.index[keep], tok.n_seqs)
+
+
 def _neighbour_pairs(tok: Tokens) -> np.ndarray:
     """i such that valid tokens i and i+1 are adjacent positions of the same sequence."""
     return np.flatnonzero((tok.index[1:] == tok.index[:-1] + 1) & (tok.seq[1:] == tok.seq[:-1]))
@@ -386,7 +394,11 @@ def diagnose(batch: StepBatch, tok: Tokens, metrics: dict, thresholds: Diagnosis
         broken = None if shift else detect_one_side_broken(tok, dt, corr, ~dummy_hit,
                                                             explained=bool(processed or temperature))
         findings = [f for f in (shift, dummy, processed, temperature, broken) if f]
-        findings += [f for f in (detect_drift(tok, dt, bias, bias_se), detect_low_prob_tail(tok, dt)) if f]
+        rest = _subset(tok, ~dummy_hit)  # placeholder zeros would dominate per-sequence sums
+        if rest is not tok and rest.n:
+            bias, bias_se = cluster_mean_se(rest.delta, rest.seq)
+        findings += [f for f in (detect_drift(rest, dt, bias, bias_se) if rest.n else None,
+                                 detect_low_prob_tail(tok, dt)) if f]
         worst = max((SEVERITIES.index(f["severity"]) for f in findings), default=0)
         corr_usable = corr is not None and tok.n >= dt.min_tokens  # a correlation of a handful of tokens says little
         low_corr = corr_usable and corr < dt.systematic_corr_max and not (shift or dummy)
@@ -404,15 +416,19 @@ def diagnose(batch: StepBatch, tok: Tokens, metrics: dict, thresholds: Diagnosis
 
     top = findings[0] if findings and findings[0]["severity"] != "info" else None
     nums = f"KL k3 {_fmt(kl)}, mean |δ| {_fmt(ad)} nats, log-prob correlation {_fmt(corr)}"
+
+    def lead(f: dict) -> str:
+        return f["title"][0].lower() + f["title"][1:]
+
     if regime == "identical":
         verdict = f"Identical: no token's log-prob differs beyond float rounding (max |δ| {_fmt(metrics['abs_delta_max'])})."
     elif regime == "numerical_noise":
         verdict = f"Numerical noise: the mismatch is the size bf16/fp16 engine differences produce ({nums})."
     elif regime == "elevated":
         verdict = (f"Elevated: beyond numerical noise but not clearly broken ({nums})" +
-                   (f"; {top['title'][0].lower() + top['title'][1:]}." if top else "."))
+                   (f"; {lead(top)}." if top else "."))
     else:
-        verdict = (f"Systematic: {top['title'][0].lower() + top['title'][1:]} ({nums})." if top else
+        verdict = (f"Systematic: {lead(top)}; {nums}." if top else
                    f"Systematic: the two sides do not score the same model or context ({nums}).")
     return {
         "regime": regime,
