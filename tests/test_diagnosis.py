@@ -197,3 +197,27 @@ def test_precision_gap_with_shadow():
     g2 = analyze(replace(b, trainer_logp=tr, shadow_logp=shadow),
                  thresholds=__import__("tim_report.analyze", fromlist=["Thresholds"]).Thresholds(ppo_eps_low=0.5, ppo_eps_high=0.5)).diagnosis["precision_gap"]
     assert g2["clip_fraction_beta"] < g["clip_fraction_beta"] and g2["eps"] == [0.5, 0.5]
+
+
+@pytest.mark.parametrize("n_tokens", [1, 2, 3])
+def test_tiny_batches_do_not_crash(n_tokens):
+    ro = -np.linspace(0.1, 2.0, n_tokens)
+    b = StepBatch(rollout_logp=ro, trainer_logp=ro - 0.01, offsets=np.array([0, n_tokens]), mask=np.ones(n_tokens, bool),
+                  shadow_logp=ro - 0.005, advantage=np.ones(n_tokens))
+    d = diag(b)
+    assert d["regime"] == "numerical_noise" and not ids(d)
+    json.loads(dumps(d))
+
+
+def test_excluded_tokens_are_not_diagnosed():
+    b = make_batch(n_seqs=8, mean_len=64, noise=0.01)
+    ro = b.rollout_logp.copy()
+    ro[::7] = np.nan
+    d = diag(replace(b, rollout_logp=ro))
+    assert d["regime"] == "numerical_noise" and not ids(d)
+
+
+def test_greedy_processed_logprobs_all_zero():
+    b = make_batch(n_seqs=8, mean_len=32, noise=0.0)
+    d = diag(replace(b, rollout_logp=np.zeros(b.n_tokens)))
+    assert d["regime"] == "systematic" and "dummy_zero" in ids(d, ("error",))
