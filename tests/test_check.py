@@ -97,6 +97,8 @@ def test_bad_input_exits_2(tmp_path, clean):
     r = run(clean, "--set", "no_such=1")
     assert r.exit_code == 2 and "no_such" in r.output
     assert run(clean, "--set", "shift_ratio=abc").exit_code == 2
+    r = run(clean, "--set", "shift_ratio")
+    assert r.exit_code == 2 and "--set: 'shift_ratio' is not NAME=VALUE" in r.output
     assert run(clean, "--key", "oops").exit_code == 2
 
 

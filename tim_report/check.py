@@ -126,10 +126,18 @@ def check(ctx, files, max_kl, max_kl_k3, min_ess, min_ess_seq, max_chi2_token, m
     from .loader import load
 
     keys = _parse_keys(kw.get("keys", ()))
+    values = {}
+    for item in overrides:
+        name, sep, value = item.partition("=")
+        if not sep or not name.strip():
+            raise BadInput("--set", f"'{item}' is not NAME=VALUE")
+        values[name.strip()] = value.strip()
     try:
-        dth = DiagnosisThresholds().override(_parse_keys(overrides)) if overrides else None
-    except (KeyError, ValueError) as exc:
+        dth = DiagnosisThresholds().override(values) if values else None
+    except KeyError as exc:
         raise BadInput("--set", str(exc).strip("'\""))
+    except ValueError as exc:
+        raise BadInput("--set", str(exc))
     th = Thresholds(ppo_eps_low=ppo_eps[0], ppo_eps_high=ppo_eps[1])
     limits = [] if no_limits else default_limits(max_kl, max_kl_k3, min_ess, max_chi2_token, max_outside_5x,
                                                    max_phantom_clip, min_ess_seq)

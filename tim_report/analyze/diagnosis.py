@@ -95,7 +95,10 @@ class DiagnosisThresholds:
         for name, value in values.items():
             if name not in known:
                 raise KeyError(f"unknown diagnosis threshold '{name}' (known: {', '.join(known)})")
-            changes[name] = type(getattr(self, name))(float(value)) if isinstance(getattr(self, name), (int, float)) else value
+            try:
+                changes[name] = type(getattr(self, name))(float(value))
+            except ValueError:
+                raise ValueError(f"{name}={value}: not a number") from None
         return replace(self, **changes)
 
 
