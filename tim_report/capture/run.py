@@ -46,7 +46,7 @@ class CaptureOptions:
     chat_template: bool = True
     device: str = "auto"  # hf engine device: auto | cpu | cuda
     max_prompts: int | None = None
-    kv_cache_gib: float = 1.0  # vLLM CPU KV cache (VLLM_CPU_KVCACHE_SPACE)
+    kv_cache_gib: int = 1  # vLLM CPU KV cache (VLLM_CPU_KVCACHE_SPACE)
     logit_chunk_mb: int = 256  # hf scoring: full-vocabulary fp32 logits held at once
 
     def pairs(self) -> list[tuple[EngineSpec, EngineSpec]]:

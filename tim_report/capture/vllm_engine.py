@@ -47,16 +47,16 @@ def _on_gpu() -> bool:
 class VLLMEngine:
     name = "vllm"
 
-    def __init__(self, model_path: str, dtype: str, seed: int, max_model_len: int, kv_cache_gib: float = 1.0,
+    def __init__(self, model_path: str, dtype: str, seed: int, max_model_len: int, kv_cache_gib: int = 1,
                  max_num_seqs: int = 16):
         gpu = _on_gpu()
         if not gpu:
-            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(kv_cache_gib)))
             if dtype == "fp8":
                 raise BadInput("vllm:fp8", "fp8 needs vLLM on a GPU (this machine has none)")
         for k, v in (("VLLM_NO_USAGE_STATS", "1"), ("DO_NOT_TRACK", "1"), ("HF_HUB_OFFLINE", "1"),
                      ("TRANSFORMERS_OFFLINE", "1"), ("TOKENIZERS_PARALLELISM", "false"),
-                     ("VLLM_LOGGING_LEVEL", "WARNING")):
+                     ("VLLM_LOGGING_LEVEL", "ERROR")):
             os.environ.setdefault(k, v)
         try:
             import vllm

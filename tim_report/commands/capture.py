@@ -49,7 +49,7 @@ def _rich_progress(label: str, total: int):
 @click.option("--no-chat-template", is_flag=True, help="Feed prompts as raw text (default: the tokenizer's chat template).")
 @click.option("--max-prompts", type=int, default=None, help="Use only the first N prompts of the file.")
 @click.option("--device", default="auto", show_default=True, help="Device of the hf engine: auto, cpu, cuda[:N].")
-@click.option("--kv-cache-gib", type=float, default=1.0, show_default=True,
+@click.option("--kv-cache-gib", type=click.IntRange(min=1), default=1, show_default=True,
               help="vLLM CPU KV cache size (VLLM_CPU_KVCACHE_SPACE), unless that variable is set.")
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path),
               help="Output .npz (one pair) or folder (several pairs).")

