@@ -62,6 +62,17 @@ def markdown(rows: list[dict], details: bool = True) -> str:
                 cells.append(sev or "")
         mark = "" if r["regime"] == r["expected_regime"] else " ✘"
         out.append(f"| {r['case']} | {r['tokens']} | {r['expected_regime']} | {r['regime']}{mark} | " + " | ".join(cells) + " |")
+    out += ["", "Per detector (warn or error counts as fired; info findings are context, not alarms):", "",
+            "| finding | expected and fired | expected, missed | fired, not injected | fired on clean cases |",
+            "|---|---:|---:|---:|---:|"]
+    clean = {"identical", "numerical_noise"}
+    for i in ids:
+        alarm = [r for r in rows if r["findings"].get(i) in ("warn", "error")]
+        exp = [r for r in rows if i in r["expected_findings"]]
+        hit = sum(1 for r in exp if i in r["findings"])
+        other = sum(1 for r in alarm if i not in r["expected_findings"])
+        on_clean = sum(1 for r in alarm if r["expected_regime"] in clean)
+        out.append(f"| `{i}` | {hit} | {len(exp) - hit} | {other} | {on_clean} |")
     if details:
         out += ["", "Verdicts:", ""] + [f"- **{r['case']}**: {r['verdict']}" for r in rows]
     return "\n".join(out) + "\n"
