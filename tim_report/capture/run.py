@@ -271,7 +271,7 @@ def capture(opts: CaptureOptions, progress: ProgressFactory | None = None) -> di
         pass
     import torch
 
-    base_meta["torch_version"] = torch.__version__
+    base_meta["torch_version"] = str(torch.__version__)
 
     out: dict[tuple[EngineSpec, EngineSpec], StepBatch] = {}
     for r, t in opts.pairs():
