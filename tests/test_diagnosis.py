@@ -160,7 +160,7 @@ def test_elevated_without_a_specific_fault():
 
 def test_drift_with_length():
     b = make_batch(n_seqs=64, mean_len=128, noise=0.01, seed=5)
-    d = diag(with_trainer(b, b.trainer_logp - 0.05))
+    d = diag(with_trainer(b, b.trainer_logp - 0.015))  # a small signed bias: not one-sided enough for processed_logprobs
     f = next(f for f in d["findings"] if f["id"] == "drift_with_length")
     assert f["severity"] == "warn" and f["evidence"]["exponent"] > 0.75
 
@@ -221,3 +221,17 @@ def test_greedy_processed_logprobs_all_zero():
     b = make_batch(n_seqs=8, mean_len=32, noise=0.0)
     d = diag(replace(b, rollout_logp=np.zeros(b.n_tokens)))
     assert d["regime"] == "systematic" and "dummy_zero" in ids(d, ("error",))
+
+
+def test_declared_processing_is_info_not_a_bug():
+    from tim_report.loader import load
+    from pathlib import Path
+
+    b = load(Path(__file__).parent / "data" / "faults" / "top_p_0.9_bf16.npz")
+    assert ids(diag(b), ("error",)) >= {"processed_logprobs"}
+    meta = {**b.meta, "sampling": {"temperature": 1.0, "top_p": 0.9, "top_k": 0, "logprobs": "processed", "truncated": True}}
+    d = diag(replace(b, meta=meta))
+    f = next(f for f in d["findings"] if f["id"] == "processed_logprobs")
+    assert f["severity"] == "info" and "top_p=0.9" in f["title"] and f["evidence"]["declared_in_meta"] == 1
+    assert "processed_logprobs" not in ids(d) and d["regime"] in ("numerical_noise", "elevated")
+    assert "as the batch declares" in d["verdict"] or d["regime"] == "numerical_noise"

@@ -172,8 +172,23 @@ def detect_shift(tok: Tokens, dt: DiagnosisThresholds) -> dict | None:
         "assumed (`tim-report inspect FILE`); override the keys or fix the export so both arrays index the same token.")
 
 
-def detect_processed(tok: Tokens, dt: DiagnosisThresholds, corr: float | None) -> dict | None:
-    """Rollout log-probs renormalised after top-p / top-k: rollout ≥ trainer on (nearly) every token."""
+def declared_processing(meta: dict) -> str | None:
+    """'top_p=0.9, top_k=50' when the batch's meta says its rollout log-probs are processed and truncated
+    (what `tim-report capture` records in meta['sampling']), else None."""
+    s = meta.get("sampling") if isinstance(meta, dict) else None
+    if not isinstance(s, dict) or s.get("logprobs") != "processed" or not s.get("truncated"):
+        return None
+    parts = [f"{k}={s[k]:g}" for k in ("top_p", "top_k", "min_p") if isinstance(s.get(k), (int, float))
+             and not (k == "top_p" and s[k] >= 1) and not (k in ("top_k", "min_p") and s[k] <= 0)]
+    return ", ".join(parts) or "truncated sampling"
+
+
+def detect_processed(tok: Tokens, dt: DiagnosisThresholds, corr: float | None,
+                     declared: str | None = None) -> dict | None:
+    """Rollout log-probs renormalised after top-p / top-k: rollout ≥ trainer on (nearly) every token.
+
+    When the batch declares processed, truncated rollout log-probs (`declared`, from meta['sampling'])
+    the finding is `info`: the mismatch is explained and expected, not a bug in the pipeline."""
     nonzero = tok.rollout != 0.0
     moved = nonzero & (np.abs(tok.delta) > dt.identical_atol)
     n = int(moved.sum())
@@ -186,13 +201,23 @@ def detect_processed(tok: Tokens, dt: DiagnosisThresholds, corr: float | None) -
     if share < dt.processed_negative_share or z_sign < dt.z or not (se > 0 and -mean / se >= dt.z):
         return None
     zeros_below = int(((tok.rollout == 0.0) & (tok.trainer < -1e-4)).sum())
-    return _finding(
-        "processed_logprobs", "error", "Rollout log-probs are renormalised (top-p / top-k): rollout ≥ trainer on "
-        f"{share:.1%} of tokens",
-        {"negative_delta_share": share, "tokens_compared": n, "mean_delta": mean, "mean_delta_se": se,
+    evidence = {"negative_delta_share": share, "tokens_compared": n, "mean_delta": mean, "mean_delta_se": se,
          "rollout_exact_zero_trainer_below": zeros_below, "rollout_exact_zero_share": float(np.mean(tok.rollout == 0.0)),
          "min_delta": float(tok.delta.min()), "implied_min_kept_mass": float(math.exp(tok.delta.min())),
-         "threshold_negative_share": dt.processed_negative_share},
+         "threshold_negative_share": dt.processed_negative_share, "declared_in_meta": declared is not None}
+    if declared is not None:
+        return _finding(
+            "processed_logprobs", "info",
+            f"Rollout log-probs are renormalised by truncated sampling ({declared}), as the batch declares: "
+            f"rollout ≥ trainer on {share:.1%} of tokens", evidence,
+            "The batch's meta says the rollout log-probs are the sampler's processed ones (after top-k / top-p) "
+            "while the trainer scores the full distribution, so δ = log(kept mass) ≤ 0 by construction: expected, "
+            "not a pipeline bug.",
+            "Nothing to fix in this capture. In training, the same setup biases importance ratios: use raw "
+            "log-probs on the rollout side or apply the same truncation in the trainer.")
+    return _finding(
+        "processed_logprobs", "error", "Rollout log-probs are renormalised (top-p / top-k): rollout ≥ trainer on "
+        f"{share:.1%} of tokens", evidence,
         "The rollout engine returned log-probs of the distribution after top-p / top-k (and min-p) truncation, "
         "renormalised over the kept tokens (e.g. vLLM logprobs_mode='processed_logprobs'), while the trainer scores "
         "the full distribution: δ = log(kept mass) ≤ 0, and 0 exactly where only one token was kept.",
@@ -319,8 +344,12 @@ def detect_low_prob_tail(tok: Tokens, dt: DiagnosisThresholds) -> dict | None:
         "head / fp16 rollout narrows the tail most.")
 
 
-def detect_drift(tok: Tokens, dt: DiagnosisThresholds, bias: float, bias_se: float) -> dict | None:
-    """|Σδ| grows faster than √length: accumulation, not a random walk."""
+def detect_drift(tok: Tokens, dt: DiagnosisThresholds, bias: float, bias_se: float,
+                 explained_by: str | None = None) -> dict | None:
+    """|Σδ| grows faster than √length: accumulation, not a random walk.
+
+    `explained_by` names a finding that already accounts for a signed bias (processed log-probs,
+    temperature, a broken side); the accumulation is then a consequence and only `info`."""
     g = length_growth(tok)
     b, se = g.get("exponent"), g.get("exponent_se")
     if b is None or se is None or g["sequences_used"] < dt.min_drift_sequences or not se > 0:
@@ -328,7 +357,7 @@ def detect_drift(tok: Tokens, dt: DiagnosisThresholds, bias: float, bias_se: flo
     z = (b - 0.5) / se
     if b < dt.drift_exponent_min or z < dt.drift_z:
         return None
-    material = abs(bias) >= dt.noise_kl_max and bias_se > 0 and abs(bias) / bias_se >= dt.z
+    material = abs(bias) >= dt.noise_kl_max and bias_se > 0 and abs(bias) / bias_se >= dt.z and not explained_by
     lengths = tok.seq_count()[tok.seqs_present()]
     return _finding(
         "drift_with_length", "warn" if material else "info",
@@ -336,8 +365,9 @@ def detect_drift(tok: Tokens, dt: DiagnosisThresholds, bias: float, bias_se: flo
         {"exponent": b, "exponent_se": se, "z_vs_random_walk": z, "sequences": g["sequences_used"],
          "bias_per_token": bias, "bias_se": bias_se, "expected_seq_log_ratio_at_p90_length":
          bias * float(np.percentile(lengths, 90)), "threshold_exponent": dt.drift_exponent_min,
-         "threshold_bias": dt.noise_kl_max},
-        "The per-token mismatch has a consistent sign (or grows along the sequence), so sequence-level ratios "
+         "threshold_bias": dt.noise_kl_max, "explained_by_other_finding": explained_by is not None},
+        (f"A consequence of the {explained_by} finding: its signed bias adds up along each sequence. " if explained_by
+         else "") + "The per-token mismatch has a consistent sign (or grows along the sequence), so sequence-level ratios "
         "drift with length instead of averaging out: a temperature / processing difference, a KV-cache or "
         "RoPE precision issue, or, when the bias is tiny, just the KL of the noise summed over long sequences.",
         "Look at the by-position table: growing |δ| with position points at KV-cache dtype / RoPE / long-context "
@@ -390,7 +420,7 @@ def diagnose(batch: StepBatch, tok: Tokens, metrics: dict, thresholds: Diagnosis
         regime = "identical"
     else:
         dummy, dummy_hit = detect_dummy_zero(tok, dt)
-        processed = detect_processed(tok, dt, corr)
+        processed = detect_processed(tok, dt, corr, declared_processing(batch.meta))
         temperature = None if processed else detect_temperature(tok, dt, corr, ~dummy_hit)
         shift = detect_shift(tok, dt)
         # a shifted trainer decorrelates the log-probs by itself: no separate "broken side" claim then
@@ -400,7 +430,8 @@ def diagnose(batch: StepBatch, tok: Tokens, metrics: dict, thresholds: Diagnosis
         rest = _subset(tok, ~dummy_hit)  # placeholder zeros would dominate per-sequence sums
         if rest is not tok and rest.n:
             bias, bias_se = cluster_mean_se(rest.delta, rest.seq)
-        findings += [f for f in (detect_drift(rest, dt, bias, bias_se) if rest.n else None,
+        cause = next((f["id"] for f in (processed, temperature, broken) if f), None)
+        findings += [f for f in (detect_drift(rest, dt, bias, bias_se, cause) if rest.n else None,
                                  detect_low_prob_tail(tok, dt)) if f]
         worst = max((SEVERITIES.index(f["severity"]) for f in findings), default=0)
         corr_usable = corr is not None and tok.n >= dt.min_tokens  # a correlation of a handful of tokens says little
@@ -418,6 +449,8 @@ def diagnose(batch: StepBatch, tok: Tokens, metrics: dict, thresholds: Diagnosis
     findings.sort(key=lambda f: -SEVERITIES.index(f["severity"]))  # stable: detector order within a severity
 
     top = findings[0] if findings and findings[0]["severity"] != "info" else None
+    # an info finding that explains the whole mismatch (declared processing) still belongs in the verdict
+    explains = next((f for f in findings if f["id"] == "processed_logprobs"), None) if top is None else None
     nums = f"KL k3 {_fmt(kl)}, mean |δ| {_fmt(ad)} nats, log-prob correlation {_fmt(corr)}"
 
     def lead(f: dict) -> str:
@@ -429,7 +462,7 @@ def diagnose(batch: StepBatch, tok: Tokens, metrics: dict, thresholds: Diagnosis
         verdict = f"Numerical noise: the mismatch is the size bf16/fp16 engine differences produce ({nums})."
     elif regime == "elevated":
         verdict = (f"Elevated: beyond numerical noise but not clearly broken ({nums})" +
-                   (f"; {lead(top)}." if top else "."))
+                   (f"; {lead(top or explains)}." if top or explains else "."))
     else:
         verdict = (f"Systematic: {lead(top)}; {nums}." if top else
                    f"Systematic: the two sides do not score the same model or context ({nums}).")
@@ -437,7 +470,7 @@ def diagnose(batch: StepBatch, tok: Tokens, metrics: dict, thresholds: Diagnosis
         "regime": regime,
         "verdict": verdict,
         "evidence": evidence,
-        "what_to_check": top["what_to_check"] if top else DEFAULT_CHECK[regime],
+        "what_to_check": (top or explains or {}).get("what_to_check") or DEFAULT_CHECK[regime],
         "findings": findings,
         "precision_gap": gap,
         "thresholds": dt.to_dict(),
