@@ -158,7 +158,10 @@ def check(ctx, files, max_kl, max_kl_k3, min_ess, min_ess_seq, max_chi2_token, m
 
 
 def _decorate() -> None:
-    """Add the shared --key / --allow-pickle options and the clean BadInput handling from cli.py."""
+    """Add the shared --key / --allow-pickle options and the clean BadInput handling from cli.py.
+
+    Done after `check` exists (not as decorators) because cli.py imports this module at its end to
+    register the command: whichever of the two modules is imported first, both names are defined."""
     global check
     from .cli import _fail_cleanly, key_option, pickle_option
 
