@@ -62,10 +62,10 @@ def pearson(a: np.ndarray, b: np.ndarray) -> float | None:
         return None
     da = a - a.mean()
     db = b - b.mean()
-    saa, sbb = float(np.dot(da, da)), float(np.dot(db, db))
-    if saa == 0 or sbb == 0:
+    norm = math.sqrt(float(np.dot(da, da))) * math.sqrt(float(np.dot(db, db)))
+    if norm == 0:
         return None
-    return float(np.dot(da, db) / math.sqrt(saa * sbb))
+    return float(np.dot(da, db) / norm)
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> tuple[float | None, int]:
