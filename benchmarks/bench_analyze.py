@@ -45,7 +45,7 @@ def baseline(path: str) -> None:
 
 
 def ours(path: str) -> None:
-    from tim_report.analyze import analyze
+    from tim_report.analysis import analyze
     from tim_report.loader import load
 
     return analyze(load(path))
@@ -56,7 +56,7 @@ def child(kind: str, path: str, memory: bool) -> None:
 
     import numpy  # noqa: F401 - import cost is not what we measure
     import pandas  # noqa: F401
-    import tim_report.analyze  # noqa: F401
+    import tim_report.analysis  # noqa: F401
 
     fn = baseline if kind == "baseline" else ours
     if memory:

@@ -18,8 +18,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tim_report.analyze import analyze  # noqa: E402
-from tim_report.analyze.diagnosis import FINDING_IDS, REGIMES  # noqa: E402
+from tim_report.analysis import analyze  # noqa: E402
+from tim_report.analysis.diagnosis import FINDING_IDS, REGIMES  # noqa: E402
 from tim_report.loader import load  # noqa: E402
 
 DEFAULT_DATA = ROOT / "tests" / "data" / "faults"

@@ -83,10 +83,10 @@ def test_compare_from_paths(tmp_path, saved):
     assert (out / "compare.json").is_file() and (out / "index.html").is_file()
 
 
-def test_analyze_stays_callable_after_the_subpackage_is_imported():
-    code = ("import tim_report, tim_report.analyze as m; from tim_report.testing import make_batch; "
+def test_analyze_is_callable_again_after_the_analysis_package_is_imported():
+    code = ("import tim_report, tim_report.analysis as m; from tim_report.testing import make_batch; "
             "b = make_batch(n_seqs=4, mean_len=10); tim_report.analyze(b); r = tim_report.analyze(b, run_id='x'); "
-            "from tim_report.analyze import Thresholds; assert m.Thresholds is Thresholds is tim_report.analyze.Thresholds; "
+            "from tim_report.analysis import Thresholds; assert m.Thresholds is Thresholds is tim_report.analysis.Thresholds; "
             "print(type(r).__name__, r.run['id'])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from tim_report.analyze import analyze
+from tim_report.analysis import analyze
 from tim_report.capture import CaptureOptions, EngineSpec, capture, parse_spec
 from tim_report.capture.spec import Sampling
 from tim_report.cli import main

@@ -40,7 +40,7 @@ def test_vllm_bf16_vs_hf_fp32_is_bf16_noise(tmp_path):
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
-    from tim_report.analyze import analyze
+    from tim_report.analysis import analyze
     from tim_report.loader import load
 
     b = load(out)

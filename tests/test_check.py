@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from tim_report.analyze import analyze
+from tim_report.analysis import analyze
 from tim_report.check import default_limits, evaluate
 from tim_report.cli import main
 from tim_report.testing import make_batch

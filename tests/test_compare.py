@@ -1,4 +1,4 @@
-"""`tim-report compare` and `tim_report.analyze.compare`: directions, per-token counts, atomic output, escaping."""
+"""`tim-report compare` and `tim_report.analysis.compare`: directions, per-token counts, atomic output, escaping."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from tim_report.analyze.compare import TOKEN_TOL, compare_batches
+from tim_report.analysis.compare import TOKEN_TOL, compare_batches
 from tim_report.cli import main
 from tim_report.render.compare import MD_LIMIT, render_compare_md
 from tim_report.testing import make_batch

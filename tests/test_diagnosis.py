@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tim_report.analyze import analyze
-from tim_report.analyze.diagnosis import FINDING_IDS, REGIMES, SEVERITIES, DiagnosisThresholds
+from tim_report.analysis import analyze
+from tim_report.analysis.diagnosis import FINDING_IDS, REGIMES, SEVERITIES, DiagnosisThresholds
 from tim_report.batch import StepBatch
 from tim_report.report import dumps
 from tim_report.testing import make_batch
@@ -195,7 +195,7 @@ def test_precision_gap_with_shadow():
     assert f["severity"] == "info"
     # configurable ε
     g2 = analyze(replace(b, trainer_logp=tr, shadow_logp=shadow),
-                 thresholds=__import__("tim_report.analyze", fromlist=["Thresholds"]).Thresholds(ppo_eps_low=0.5, ppo_eps_high=0.5)).diagnosis["precision_gap"]
+                 thresholds=__import__("tim_report.analysis", fromlist=["Thresholds"]).Thresholds(ppo_eps_low=0.5, ppo_eps_high=0.5)).diagnosis["precision_gap"]
     assert g2["clip_fraction_beta"] < g["clip_fraction_beta"] and g2["eps"] == [0.5, 0.5]
 
 

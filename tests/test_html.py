@@ -193,7 +193,7 @@ def test_gold(tmp_path, request):
 
 
 def test_renders_without_diagnosis_and_with_precision_gap():
-    from tim_report.analyze import analyze
+    from tim_report.analysis import analyze
     from tim_report.render.html import render_run
 
     b = make_batch(16, 20)

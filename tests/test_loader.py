@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from tim_report.analyze import analyze
+from tim_report.analysis import analyze
 from tim_report.errors import BadInput
 from tim_report.loader import describe, load
 from tim_report.testing import make_batch, to_padded

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 from markdown_it import MarkdownIt
 
-from tim_report.analyze import analyze
+from tim_report.analysis import analyze
 from tim_report.cli import main
 from tim_report.render import markdown as mdr
 from tim_report.render.markdown import esc, render_index_md, render_run_md
@@ -146,7 +146,7 @@ def test_deterministic_and_render_is_pure():
     b = hostile_batch()
     r1, r2 = analyze(b, run_id="x"), analyze(b, run_id="x")
     assert render_run_md(r1) == render_run_md(r2)
-    from tim_report.analyze.runs import index_summary
+    from tim_report.analysis.runs import index_summary
 
     assert render_index_md([r1], index_summary([r1])) == render_index_md([r2], index_summary([r2]))
 

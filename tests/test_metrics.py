@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tim_report.analyze import Thresholds, analyze
+from tim_report.analysis import Thresholds, analyze
 from tim_report.batch import StepBatch
 from tim_report.testing import make_batch
 

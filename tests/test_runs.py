@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tim_report.analyze.runs import engine_pairs, index_summary, precision_matrix, run_row, trend
+from tim_report.analysis.runs import engine_pairs, index_summary, precision_matrix, run_row, trend
 from tim_report.cli import main
 from tim_report.glossary import health
 from tim_report.render.html import fixed, fmt, pct

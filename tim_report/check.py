@@ -119,8 +119,8 @@ def evaluate(report: Report, limits: list[Limit], fail_on: str = "error", source
 def check(ctx, files, max_kl, max_kl_k3, min_ess, min_ess_seq, max_chi2_token, max_outside_5x, max_phantom_clip,
           no_limits, fail_on, overrides, ppo_eps, as_json, tokenizer, **kw):
     """Exit 1 when a batch breaks a limit or has a diagnosis finding (CI gate); 0 when clean; 2 on bad input."""
-    from .analyze import Thresholds, analyze
-    from .analyze.diagnosis import DiagnosisThresholds
+    from .analysis import Thresholds, analyze
+    from .analysis.diagnosis import DiagnosisThresholds
     from .cli import _parse_keys
     from .errors import BadInput
     from .loader import load

@@ -76,7 +76,7 @@ def main() -> None:
 @_fail_cleanly
 def build(files, out, run_ids, keys, allow_pickle, tokenizer, ppo_eps, notes, timestamp, formats, base_url, jobs):
     """Analyse step batches and write the report site into OUTPUT."""
-    from .analyze import Thresholds
+    from .analysis import Thresholds
     from .site import FORMATS, BuildOptions, build as build_site
 
     opts = BuildOptions(keys=_parse_keys(keys), allow_pickle=allow_pickle, tokenizer=tokenizer,

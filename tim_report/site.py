@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .analyze import Thresholds, analyze
+from .analysis import Thresholds, analyze
 from .errors import BadInput
 from .loader import load
 from .report import Report, dumps
@@ -127,7 +127,7 @@ def build(paths: list[Path], out: Path, opts: BuildOptions, run_ids: list[str] |
     if out.exists() and not out.is_dir():
         raise BadInput(out, "output path exists and is not a directory")
     out.parent.mkdir(parents=True, exist_ok=True)
-    from .analyze.runs import index_summary
+    from .analysis.runs import index_summary
 
     index = index_summary(reports)
     with tempfile.TemporaryDirectory(prefix=".tim-report-", dir=out.parent) as tmp:

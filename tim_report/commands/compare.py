@@ -1,7 +1,7 @@
 """`tim-report compare BEFORE AFTER -o DIR` and the `Comparison` object behind `tim_report.compare()`.
 
 DIR gets index.html (the page to attach to a PR that changes an engine setting), compare.json (the
-analysis, `tim_report.analyze.compare`) and compare.md (GitHub-flavoured, links to the HTML). Files are
+analysis, `tim_report.analysis.compare`) and compare.md (GitHub-flavoured, links to the HTML). Files are
 rendered into a staging folder and moved into DIR only when everything succeeded, like `build`.
 """
 
@@ -48,7 +48,7 @@ class Comparison:
 
 def compare(before, after, labels: tuple[str, str] | None = None, thresholds=None, **load_kwargs) -> Comparison:
     """Compare two StepBatches (or paths to step batch files); labels default to the file stems."""
-    from ..analyze.compare import compare_batches
+    from ..analysis.compare import compare_batches
     from ..loader import load
 
     sides, names = [], []
@@ -94,7 +94,7 @@ def write_compare(data: dict, out: Path, timestamp: str | None = None) -> Path:
 @click.option("--timestamp", is_flag=True, help="Stamp the build time into the page (off: same input, same bytes).")
 def compare_command(before, after, out, label_before, label_after, tokenizer, timestamp, keys=(), allow_pickle=False):
     """Before/after report of two batches: metrics side by side, overlaid distributions, per-token change."""
-    from ..analyze.compare import compare_batches
+    from ..analysis.compare import compare_batches
     from ..cli import _parse_keys
     from ..loader import load
 

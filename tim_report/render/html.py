@@ -284,7 +284,7 @@ def trend_points(index: dict) -> list[dict]:
 def render_index(reports: list, timestamp: str | None = None, index: dict | None = None) -> str:
     """site/index.html from the index summary (analyze.runs.index_summary; computed here when not given)."""
     if index is None:
-        from ..analyze.runs import index_summary
+        from ..analysis.runs import index_summary
 
         index = index_summary(reports)
     tr = index.get("trend")
