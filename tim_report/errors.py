@@ -12,3 +12,7 @@ class BadInput(Exception):
         self.source = str(source)
         self.problem = problem
         super().__init__(f"{self.source}: {problem}")
+
+    def __reduce__(self):
+        """Picklable, so a BadInput raised in a `--jobs` worker process reaches the parent intact."""
+        return (type(self), (self.source, self.problem))

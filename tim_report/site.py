@@ -91,9 +91,9 @@ def analyze_all(paths: list[Path], ids: list[str], opts: BuildOptions,
                 progress(i + 1, total)
         return reports
     with ProcessPoolExecutor(max_workers=min(opts.jobs, total)) as pool:
-        futures = [pool.submit(_analyze_job, p, rid, opts) for p, rid in zip(paths, ids)]
+        futures = [pool.submit(analyze_file, p, rid, opts) for p, rid in zip(paths, ids)]
         for n, f in enumerate(as_completed(futures), 1):
-            if f.exception() is not None or f.result()[0] == "bad":
+            if f.exception() is not None:
                 for g in futures:
                     g.cancel()  # not yet started; the running ones finish before the pool closes
                 break
@@ -102,21 +102,9 @@ def analyze_all(paths: list[Path], ids: list[str], opts: BuildOptions,
     # Inputs start in order, so every input before a cancelled one ran: the first failure in input
     # order is the one a serial build would have stopped at.
     for f in futures:
-        if f.cancelled():
-            continue
-        if f.exception() is not None:
+        if not f.cancelled() and f.exception() is not None:
             raise f.exception()
-        if f.result()[0] == "bad":
-            raise BadInput(*f.result()[1:])
-    return [f.result()[1] for f in futures]
-
-
-def _analyze_job(path: Path, run_id: str, opts: BuildOptions) -> tuple:
-    """analyze_file in a worker; BadInput comes back as data (its constructor does not survive pickling)."""
-    try:
-        return ("ok", analyze_file(path, run_id, opts))
-    except BadInput as exc:
-        return ("bad", exc.source, exc.problem)
+    return [f.result() for f in futures]
 
 
 def build(paths: list[Path], out: Path, opts: BuildOptions, run_ids: list[str] | None = None,
