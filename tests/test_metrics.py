@@ -213,3 +213,26 @@ def test_permuting_sequences_changes_nothing(b, rnd):
             assert p[k] is None
         else:
             assert p[k] == pytest.approx(a[k], rel=1e-9, abs=1e-12), k
+
+
+def test_token_subset_keeps_positions_and_sequences():
+    from tim_report.analysis.diagnosis import _subset
+    from tim_report.analysis.tokens import valid_tokens
+
+    tok, _ = valid_tokens(make_batch(6, 12, seed=11))
+    keep = np.arange(tok.n) % 3 != 0
+    sub = _subset(tok, keep)
+    np.testing.assert_array_equal(sub.pos, tok.pos[keep])
+    np.testing.assert_array_equal(sub.index, tok.index[keep])
+    np.testing.assert_allclose(sub.seq_sum(sub.delta), np.bincount(tok.seq[keep], weights=tok.delta[keep], minlength=6))
+
+
+def test_cluster_standard_error_matches_the_sandwich_formula():
+    from tim_report.analysis.metrics import cluster_mean_se
+
+    values = np.array([1.0, 2.0, 3.0, 10.0, 11.0, 0.0])
+    seq = np.array([0, 0, 0, 1, 1, 2])
+    mean = values.mean()
+    resid = [sum(values[seq == g]) - mean * (seq == g).sum() for g in range(3)]
+    expected = math.sqrt(sum(r * r for r in resid) * 3 / 2) / 6
+    assert cluster_mean_se(values, seq) == pytest.approx((mean, expected))

@@ -25,7 +25,8 @@ import numpy as np
 
 from ..batch import StepBatch
 from .breakdowns import length_growth
-from .precision_gap import cluster_mean_se, precision_gap
+from .metrics import cluster_mean_se, run_starts
+from .precision_gap import precision_gap
 from .tokens import Tokens
 
 REGIMES = ("identical", "numerical_noise", "elevated", "systematic")
@@ -117,8 +118,9 @@ def _slope(x: np.ndarray, y: np.ndarray, seq: np.ndarray) -> tuple[float, float,
         return 0.0, float("inf"), 0.0
     b = float(xc @ yc) / sxx
     e = yc - b * xc
-    sums = np.bincount(seq, weights=xc * e)
-    g = int((np.bincount(seq) > 0).sum())
+    starts = run_starts(seq)
+    sums = np.add.reduceat(xc * e, starts)
+    g = starts.shape[0]
     var = float(np.square(sums).sum()) * (g / (g - 1) if g > 1 else 1.0) / sxx ** 2
     syy = float(yc @ yc)
     r2 = 1.0 - float(e @ e) / syy if syy > 0 else 0.0
@@ -130,7 +132,7 @@ def _subset(tok: Tokens, keep: np.ndarray) -> Tokens:
     if keep.all():
         return tok
     return Tokens(tok.rollout[keep], tok.trainer[keep], tok.delta[keep], tok.log_r[keep], tok.seq[keep],
-                  tok.pos[keep], tok.index[keep], tok.n_seqs)
+                  tok.index[keep], tok.batch_offsets, tok.n_seqs)
 
 
 def _neighbour_pairs(tok: Tokens) -> np.ndarray:

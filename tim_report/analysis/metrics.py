@@ -20,18 +20,33 @@ PERCENTILES = (0.1, 1, 5, 10, 25, 50, 75, 90, 95, 99, 99.9)
 SPEARMAN_MAX_TOKENS = 250_000  # above this, Spearman uses an even subsample (ranking costs; SE < 2e-3)
 
 
-def token_mean_se(tok: Tokens, values: np.ndarray) -> tuple[float, float]:
-    """Token-mean and its cluster-robust standard error (clusters = sequences)."""
-    n = tok.n
+def run_starts(seq: np.ndarray) -> np.ndarray:
+    """Where each run of equal values begins in a non-decreasing `seq` (tokens are sorted by sequence)."""
+    return np.flatnonzero(np.concatenate([[True], seq[1:] != seq[:-1]])) if seq.shape[0] else np.zeros(0, np.int64)
+
+
+def cluster_mean_se(values: np.ndarray, seq: np.ndarray, starts: np.ndarray | None = None) -> tuple[float, float]:
+    """Mean and its cluster-robust standard error, clusters = sequences (`seq` non-decreasing).
+
+    SE = √(Σ_g (S_g − n_g·mean)² · G/(G−1)) / n, the CR1 sandwich estimator for a mean.
+    """
+    n = values.shape[0]
+    if n == 0:
+        return float("nan"), float("nan")
     mean = float(values.mean())
     if n < 2:
         return mean, float("nan")
-    resid = tok.seq_sum(values) - mean * tok.counts
-    g = int(tok.present.sum())
+    starts = run_starts(seq) if starts is None else starts
+    g = starts.shape[0]
     if g < 2:
         return mean, float(values.std(ddof=1) / math.sqrt(n))
-    se = math.sqrt(float(np.square(resid).sum()) * g / (g - 1)) / n
-    return mean, se
+    resid = np.add.reduceat(values, starts) - mean * np.diff(np.append(starts, n))
+    return mean, math.sqrt(float(np.dot(resid, resid)) * g / (g - 1)) / n
+
+
+def token_mean_se(tok: Tokens, values: np.ndarray) -> tuple[float, float]:
+    """Token-mean and its cluster-robust standard error (clusters = sequences)."""
+    return cluster_mean_se(values, tok.seq, tok._starts)
 
 
 def mean_se(values: np.ndarray) -> tuple[float, float]:

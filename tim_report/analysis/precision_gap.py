@@ -20,32 +20,11 @@ from ..batch import StepBatch
 from ..loader import POSITIVE_LOGP_TOLERANCE
 from .breakdowns import PROB_EDGES, _fmt_p
 from .config import SAFETY_BOUND
+from .metrics import cluster_mean_se, pearson
 from .tokens import Tokens
 
 HOW_TO_GET = ("tim-report capture --shadow ... : re-scores the rollout tokens with the trainer's weights in the "
               "rollout engine's dtype and saves them as shadow_logp (or pass an existing array with --key shadow=NAME)")
-
-
-def cluster_mean_se(values: np.ndarray, seq: np.ndarray) -> tuple[float, float]:
-    """Mean and its cluster-robust standard error (clusters = sequences, as metrics.token_mean_se)."""
-    n = values.shape[0]
-    if n == 0:
-        return float("nan"), float("nan")
-    mean = float(values.mean())
-    if n < 2:
-        return mean, float("nan")
-    counts = np.bincount(seq)
-    g = int((counts > 0).sum())
-    if g < 2:
-        return mean, float(values.std(ddof=1) / math.sqrt(n))
-    sums = np.bincount(seq, weights=values - mean)
-    return mean, math.sqrt(float(np.square(sums).sum()) * g / (g - 1)) / n
-
-
-def _pearson(a: np.ndarray, b: np.ndarray) -> float | None:
-    if a.shape[0] < 3 or a.std() == 0 or b.std() == 0:
-        return None
-    return float(np.corrcoef(a, b)[0, 1])
 
 
 def precision_gap(batch: StepBatch, tok: Tokens, eps_low: float = 0.2, eps_high: float = 0.28) -> dict:
@@ -94,7 +73,7 @@ def precision_gap(batch: StepBatch, tok: Tokens, eps_low: float = 0.2, eps_high:
 
     if batch.advantage is not None:
         adv = np.asarray(batch.advantage, dtype=np.float64)[tok.index][ok]
-        c = _pearson(beta, adv) if np.isfinite(adv).all() else None
+        c = pearson(beta, adv) if np.isfinite(adv).all() else None
         out["corr_beta_advantage"] = c
         if c is None:
             out["corr_beta_advantage_reason"] = "advantages are constant or not finite"
