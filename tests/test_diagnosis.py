@@ -72,9 +72,11 @@ def test_clean_noise_never_warns(n_seqs, mean_len, noise):
 @settings(max_examples=40, deadline=None)
 @given(n_seqs=st.integers(1, 40), mean_len=st.integers(2, 200), noise=st.floats(1e-4, 0.03), seed=st.integers(0, 10**6))
 def test_clean_noise_never_warns_property(n_seqs, mean_len, noise, seed):
-    d = diag(make_batch(n_seqs=n_seqs, mean_len=mean_len, noise=noise, seed=seed))
+    b = make_batch(n_seqs=n_seqs, mean_len=mean_len, noise=noise, seed=seed)
+    d = diag(b)
     assert not ids(d), d["findings"]
-    assert d["regime"] in ("numerical_noise", "identical")
+    if b.n_tokens >= 64:  # on a handful of tokens a 2-SE margin is itself noisy: 2 tokens at 0.08 nats may read elevated
+        assert d["regime"] in ("numerical_noise", "identical")
 
 
 def _shift(batch: StepBatch, k: int) -> np.ndarray:

@@ -236,3 +236,10 @@ def test_cluster_standard_error_matches_the_sandwich_formula():
     resid = [sum(values[seq == g]) - mean * (seq == g).sum() for g in range(3)]
     expected = math.sqrt(sum(r * r for r in resid) * 3 / 2) / 6
     assert cluster_mean_se(values, seq) == pytest.approx((mean, expected))
+
+
+def test_percentile_ladder_matches_numpy():
+    from tim_report.analysis.metrics import PERCENTILES, percentile_ladder
+
+    x = np.random.default_rng(3).standard_normal(1001) ** 3
+    assert percentile_ladder(x) == pytest.approx(list(np.percentile(x, PERCENTILES)), rel=0, abs=0)

@@ -377,7 +377,7 @@ def _numeric(p: Path, key: str | None, value: Any, layout: str, lengths: np.ndar
     except ValueError as exc:
         raise BadInput(p, f"'{key}' is ragged where a rectangular array was expected") from exc
     if arr.dtype == bool:
-        arr = arr.astype(np.int8)
+        arr = arr.view(np.int8)
     if arr.dtype.kind not in "iuf":
         raise BadInput(p, f"'{key}' is not numeric (dtype {arr.dtype})")
     return arr
@@ -409,7 +409,7 @@ class _Flattener:
     """Maps a layout onto flat token arrays and CSR offsets."""
 
     def __init__(self, offsets: np.ndarray, keep2d: np.ndarray | None):
-        self.offsets = offsets.astype(np.int64)
+        self.offsets = offsets.astype(np.int64, copy=False)
         self.keep2d = keep2d
 
     @property
@@ -443,14 +443,14 @@ def _token_role(p, role, roles, value, layout, flat, rollout_raw, notes, dtype) 
         return None
     key = roles[role].key
     if layout == "padded":
-        return flat.take(_aligned(p, role, roles, value, np.shape(rollout_raw), notes)).astype(dtype)
+        return flat.take(_aligned(p, role, roles, value, np.shape(rollout_raw), notes)).astype(dtype, copy=False)
     if layout == "ragged":
         lengths = np.diff(flat.offsets)
-        return flat.cat(_numeric(p, key, value, "ragged", lengths)).astype(dtype)
+        return flat.cat(_numeric(p, key, value, "ragged", lengths)).astype(dtype, copy=False)
     arr = _numeric(p, key, value, "flat")
     if arr.shape != (flat.n_tokens,):
         raise BadInput(p, f"shape mismatch: '{key}' is {list(arr.shape)} but there are {flat.n_tokens} tokens")
-    return arr.astype(dtype)
+    return arr.astype(dtype, copy=False)
 
 
 def _text_role(p, roles, value, layout, flat) -> np.ndarray | None:

@@ -24,9 +24,10 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
     groups = bd.group_table(tok, batch.group, 1 - th.ppo_eps_low, 1 + th.ppo_eps_high, th.veto)
     route = routing(groups, th)
     groups["route"] = route.pop("routes")
+    metrics = summary_metrics(tok, th)
     report = Report(
         run=run_info(batch, run_id),
-        metrics=summary_metrics(tok, th),
+        metrics=metrics,
         breakdowns={
             **bd.bucket_tables(tok),
             "length_growth": bd.length_growth(tok),
@@ -34,7 +35,7 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
         },
         routing=route,
         what_if=what_if(tok, th),
-        verl=verl_metrics(tok),
+        verl=verl_metrics(tok, metrics),
         data_problems=problems,
         distributions=distributions(tok, th),
         samples=sample_rows(batch, tok, th),

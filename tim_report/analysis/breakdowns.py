@@ -11,52 +11,65 @@ from .tokens import Tokens
 PROB_EDGES = (0.0, 1e-4, 1e-3, 1e-2, 0.1, 0.5, 0.9, 0.99, 1.0)
 
 
-def _bucket_rows(tok: Tokens, abs_d: np.ndarray, k3: np.ndarray, codes: np.ndarray, n_buckets: int,
-                 labels: list[str], extra: dict | None = None) -> list[dict]:
-    """Per-bucket count, mean |δ|, mean δ, mean k3 and each bucket's share of Σ|δ| and Σk3."""
-    n = np.bincount(codes, minlength=n_buckets)
-    s_abs = np.bincount(codes, weights=abs_d, minlength=n_buckets)
-    s_abs2 = np.bincount(codes, weights=np.square(abs_d), minlength=n_buckets)
-    s_d = np.bincount(codes, weights=tok.delta, minlength=n_buckets)
-    s_k3 = np.bincount(codes, weights=k3, minlength=n_buckets)
+def _bucket_rows(sums: dict[str, np.ndarray], labels: list[str], extra: dict, n_tokens: int) -> list[dict]:
+    """Per-bucket count, mean |δ| (± s.e.), mean δ, mean k3 and each bucket's share of Σ|δ| and Σk3."""
+    n, s_abs, s_abs2, s_d, s_k3 = (sums[k] for k in ("n", "abs", "abs2", "delta", "k3"))
     tot_abs, tot_k3 = float(s_abs.sum()), float(s_k3.sum())
     rows = []
-    for b in range(n_buckets):
+    for b in range(n.shape[0]):
         if n[b] == 0:
             continue
         mean = s_abs[b] / n[b]
         var = max(s_abs2[b] / n[b] - mean * mean, 0.0)
-        row = {
+        rows.append({
             "bucket": labels[b],
             "tokens": int(n[b]),
-            "token_share": float(n[b] / tok.n),
+            "token_share": float(n[b] / n_tokens),
             "abs_delta_mean": float(mean),
             "abs_delta_se": float(math.sqrt(var / (n[b] - 1))) if n[b] > 1 else None,
             "delta_mean": float(s_d[b] / n[b]),
             "k3_mean": float(s_k3[b] / n[b]),
             "abs_delta_share": float(s_abs[b] / tot_abs) if tot_abs > 0 else 0.0,
             "k3_share": float(s_k3[b] / tot_k3) if tot_k3 > 0 else 0.0,
-        }
-        if extra:
-            row.update({k: v[b] for k, v in extra.items()})
-        rows.append(row)
+            **{k: v[b] for k, v in extra.items()},
+        })
     return rows
 
 
 def bucket_tables(tok: Tokens) -> dict:
-    """|δ| and k3 by rollout-probability bucket and by position bucket (sharing the per-token terms)."""
-    abs_d, k3 = np.abs(tok.delta), tok.k3()
-    return {"by_probability": by_probability(tok, abs_d, k3), "by_position": by_position(tok, abs_d, k3)}
+    """|δ| and k3 by rollout-probability bucket and by position bucket.
 
-
-def by_probability(tok: Tokens, abs_d: np.ndarray, k3: np.ndarray) -> list[dict]:
-    edges = np.asarray(PROB_EDGES)
-    # bucket on log p (no exp needed): searchsorted against log edges
-    log_edges = np.log(np.maximum(edges[1:-1], 1e-300))
-    codes = np.searchsorted(log_edges, tok.rollout, side="right")
-    labels = [f"{_fmt_p(edges[i])}–{_fmt_p(edges[i + 1])}" for i in range(len(edges) - 1)]
-    lo = {"p_low": list(edges[:-1].astype(float)), "p_high": list(edges[1:].astype(float))}
-    return _bucket_rows(tok, abs_d, k3, codes, len(edges) - 1, labels, lo)
+    One joint (probability × position) code per token, five weighted counts over it, then each table
+    is a margin: half the passes of counting the two tables apart.
+    """
+    p_edges = np.asarray(PROB_EDGES)
+    n_p = len(p_edges) - 1
+    code = np.searchsorted(np.log(p_edges[1:-1]), tok.rollout, side="right")  # buckets on log p: no exp
+    pos = tok.pos
+    pos_edges = np.asarray(position_edges(int(pos.max())))
+    n_pos = len(pos_edges) - 1
+    code *= n_pos
+    code += np.searchsorted(pos_edges, pos, side="right") - 1
+    del pos
+    size = n_p * n_pos
+    abs_d = np.abs(tok.delta)
+    joint = {"n": np.bincount(code, minlength=size).astype(np.float64),
+             "abs": np.bincount(code, weights=abs_d, minlength=size)}
+    np.square(abs_d, out=abs_d)
+    joint["abs2"] = np.bincount(code, weights=abs_d, minlength=size)
+    del abs_d
+    joint["delta"] = np.bincount(code, weights=tok.delta, minlength=size)
+    joint["k3"] = np.bincount(code, weights=tok.k3(), minlength=size)
+    by_p = {k: v.reshape(n_p, n_pos).sum(axis=1) for k, v in joint.items()}
+    by_pos = {k: v.reshape(n_p, n_pos).sum(axis=0) for k, v in joint.items()}
+    p_labels = [f"{_fmt_p(p_edges[i])}–{_fmt_p(p_edges[i + 1])}" for i in range(n_p)]
+    pos_labels = [f"{pos_edges[i]}–{pos_edges[i + 1] - 1}" for i in range(n_pos)]
+    return {
+        "by_probability": _bucket_rows(by_p, p_labels, {"p_low": list(p_edges[:-1].astype(float)),
+                                                        "p_high": list(p_edges[1:].astype(float))}, tok.n),
+        "by_position": _bucket_rows(by_pos, pos_labels, {"pos_low": [int(e) for e in pos_edges[:-1]],
+                                                         "pos_high": [int(e) - 1 for e in pos_edges[1:]]}, tok.n),
+    }
 
 
 def _fmt_p(x: float) -> str:
@@ -68,16 +81,6 @@ def position_edges(max_pos: int) -> list[int]:
     while edges[-1] <= max_pos:
         edges.append(edges[-1] * 2)
     return edges
-
-
-def by_position(tok: Tokens, abs_d: np.ndarray, k3: np.ndarray) -> list[dict]:
-    pos = tok.pos
-    edges = np.asarray(position_edges(int(pos.max())))
-    codes = np.searchsorted(edges, pos, side="right") - 1
-    del pos
-    labels = [f"{edges[i]}–{edges[i + 1] - 1}" for i in range(len(edges) - 1)]
-    extra = {"pos_low": [int(e) for e in edges[:-1]], "pos_high": [int(e) - 1 for e in edges[1:]]}
-    return _bucket_rows(tok, abs_d, k3, codes, len(edges) - 1, labels, extra)
 
 
 def length_growth(tok: Tokens) -> dict:
@@ -119,8 +122,8 @@ def group_table(tok: Tokens, groups: np.ndarray | None, clip_low: float, clip_hi
     ng = len(names)
     r = np.exp(tok.log_r)
     per_seq = {
-        "clipped": tok.seq_sum(((r < clip_low) | (r > clip_high)).astype(np.float64)),
-        "vetoed": tok.seq_sum((tok.delta < math.log(veto)).astype(np.float64)),
+        "clipped": tok.seq_count_of((r < clip_low) | (r > clip_high)),
+        "vetoed": tok.seq_count_of(tok.delta < math.log(veto)),
         "abs": tok.seq_sum(np.abs(tok.delta)),
         "k3": tok.seq_sum(tok.k3()),
     }

@@ -25,12 +25,15 @@ import numpy as np
 
 from ..batch import StepBatch
 from .breakdowns import length_growth
-from .metrics import cluster_mean_se, run_starts
+from .metrics import cluster_mean_se, pearson, run_starts
 from .precision_gap import precision_gap
 from .tokens import Tokens
 
 REGIMES = ("identical", "numerical_noise", "elevated", "systematic")
 SEVERITIES = ("info", "warn", "error")
+# Detectors that regress or compare neighbours work on an even subsample of at most this many tokens
+# (pairs); their evidence says how many were used. Their z ≥ 5 tests have ample power at 2M.
+DETECTOR_MAX_TOKENS = 2_000_000
 FINDING_IDS = ("shift", "temperature", "processed_logprobs", "dummy_zero", "one_side_broken", "low_prob_tail",
                "drift_with_length", "precision_gap")
 
@@ -111,20 +114,42 @@ def _finding(id_: str, severity: str, title: str, evidence: dict, likely_cause: 
 
 
 def _slope(x: np.ndarray, y: np.ndarray, seq: np.ndarray) -> tuple[float, float, float]:
-    """OLS slope of y on x, its cluster-robust SE (clusters = sequences) and R²."""
-    xc, yc = x - x.mean(), y - y.mean()
-    sxx = float(xc @ xc)
-    if sxx == 0:
+    """OLS slope of y on x, its cluster-robust SE (clusters = sequences, `seq` sorted) and R².
+
+    Written with dot products and per-sequence sums of raw moments, so it needs one scratch array
+    rather than the half-dozen that centring each array would allocate.
+    """
+    n = x.shape[0]
+    mx, my = float(x.mean()), float(y.mean())
+    sxx = float(np.dot(x, x)) - n * mx * mx
+    if sxx <= 0:
         return 0.0, float("inf"), 0.0
-    b = float(xc @ yc) / sxx
-    e = yc - b * xc
+    sxy = float(np.dot(x, y)) - n * mx * my
+    syy = float(np.dot(y, y)) - n * my * my
+    b = sxy / sxx
+    # per sequence: Σ xc·e = Σ xc·yc − b·Σ xc², from sums of x, y, xy, x² and the count
     starts = run_starts(seq)
-    sums = np.add.reduceat(xc * e, starts)
+    cnt = np.diff(np.append(starts, n)).astype(np.float64)
+    sx, sy = np.add.reduceat(x, starts), np.add.reduceat(y, starts)
+    buf = np.multiply(x, y)
+    sxy_g = np.add.reduceat(buf, starts)
+    np.multiply(x, x, out=buf)
+    sxx_g = np.add.reduceat(buf, starts)
+    del buf
+    cxy = sxy_g - mx * sy - my * sx + cnt * mx * my
+    cxx = sxx_g - 2 * mx * sx + cnt * mx * mx
+    sums = cxy - b * cxx
     g = starts.shape[0]
-    var = float(np.square(sums).sum()) * (g / (g - 1) if g > 1 else 1.0) / sxx ** 2
-    syy = float(yc @ yc)
-    r2 = 1.0 - float(e @ e) / syy if syy > 0 else 0.0
-    return b, math.sqrt(var), r2
+    var = float(np.dot(sums, sums)) * (g / (g - 1) if g > 1 else 1.0) / sxx ** 2
+    r2 = 1.0 - (syy - b * sxy) / syy if syy > 0 else 0.0
+    return b, math.sqrt(max(var, 0.0)), r2
+
+
+def _thin(idx: np.ndarray, limit: int) -> np.ndarray:
+    """An even, order-preserving subsample of at most `limit` entries (detectors need power, not all 16M tokens)."""
+    if idx.shape[0] <= limit:
+        return idx
+    return idx[:: -(-idx.shape[0] // limit)]
 
 
 def _subset(tok: Tokens, keep: np.ndarray) -> Tokens:
@@ -137,7 +162,10 @@ def _subset(tok: Tokens, keep: np.ndarray) -> Tokens:
 
 def _neighbour_pairs(tok: Tokens) -> np.ndarray:
     """i such that valid tokens i and i+1 are adjacent positions of the same sequence."""
-    return np.flatnonzero((tok.index[1:] == tok.index[:-1] + 1) & (tok.seq[1:] == tok.seq[:-1]))
+    same_seq = tok.seq[1:] == tok.seq[:-1]
+    if tok.valid_index is not None:
+        same_seq &= tok.valid_index[1:] == tok.valid_index[:-1] + 1
+    return np.flatnonzero(same_seq)
 
 
 # ---------------------------------------------------------------- detectors
@@ -145,9 +173,10 @@ def _neighbour_pairs(tok: Tokens) -> np.ndarray:
 
 def detect_shift(tok: Tokens, dt: DiagnosisThresholds) -> dict | None:
     """trainer[t] agrees better with rollout[t+1] (or rollout[t−1]) than with rollout[t]."""
-    i = _neighbour_pairs(tok)
-    if i.shape[0] < dt.min_tokens:
+    pairs = _neighbour_pairs(tok)
+    if pairs.shape[0] < dt.min_tokens:
         return None
+    i = _thin(pairs, DETECTOR_MAX_TOKENS)
     best = None
     # lead: trainer[t] vs rollout[t+1], over t = i; lag: trainer[t] vs rollout[t−1], over t = i+1
     for name, t, other in (("next", i, i + 1), ("previous", i + 1, i)):
@@ -166,7 +195,7 @@ def detect_shift(tok: Tokens, dt: DiagnosisThresholds) -> dict | None:
         "shift", "error", f"Off-by-one: trainer log-probs match the rollout's at position t{offset}",
         {"mean_abs_diff_same_position": m_same, "mean_abs_diff_shifted": m_shift,
          "shift": 1 if name == "next" else -1, "ratio": m_shift / m_same if m_same > 0 else 0.0, "z": z,
-         "pairs": n, "threshold_ratio": dt.shift_ratio},
+         "pairs": n, "pairs_total": int(pairs.shape[0]), "threshold_ratio": dt.shift_ratio},
         f"trainer_logp[t] is the log-prob of the token at t{offset}: logits and labels are aligned with one "
         "slice too many or too few (logits[:, :-1] vs labels[:, 1:]), or one side follows a shifted convention "
         "(OpenRLHF drops the first position, AReaL rolls by −1) and the loader assumed the other.",
@@ -234,7 +263,9 @@ def detect_temperature(tok: Tokens, dt: DiagnosisThresholds, corr: float | None,
     n = int(keep.sum())
     if n < dt.min_tokens or (corr is not None and corr < dt.systematic_corr_max):
         return None
-    slope, se, r2 = _slope(tok.rollout[keep], tok.delta[keep], tok.seq[keep])
+    idx = np.arange(tok.n) if keep.all() else np.flatnonzero(keep)
+    idx = _thin(idx, DETECTOR_MAX_TOKENS)
+    slope, se, r2 = _slope(tok.rollout[idx], tok.delta[idx], tok.seq[idx])
     if abs(slope) < dt.temperature_slope_min or not (se > 0 and abs(slope) / se >= dt.z):
         return None
     ratio = 1.0 + slope  # shrunk towards 1: the per-position log Z_T correlates with the log-prob (a lower bound on |T − 1|)
@@ -251,7 +282,7 @@ def detect_temperature(tok: Tokens, dt: DiagnosisThresholds, corr: float | None,
         f"Temperature on one side only: the rollout's log-probs are {'flatter' if ratio > 1 else 'sharper'} than the "
         f"trainer's (T_rollout / T_trainer ≈ {ratio:.2f} or further from 1)",
         {"slope": slope, "slope_se": se, "r2": r2, "temperature_ratio": ratio, "inverse_ratio": 1.0 / ratio if ratio else None,
-         "tokens": n, "threshold_slope": dt.temperature_slope_min},
+         "tokens": n, "tokens_fitted": int(idx.shape[0]), "threshold_slope": dt.temperature_slope_min},
         "Sampling temperature is applied on one side only: " + how + ". Tempered log-probs satisfy "
         "log p_T = log p / T − log Z_T, so δ = (T−1)·rollout_logp + per-position constant.",
         "Make both sides use the same temperature: divide the trainer's logits by the rollout temperature "
@@ -292,10 +323,12 @@ def detect_one_side_broken(tok: Tokens, dt: DiagnosisThresholds, corr: float | N
     """One side's token-level perplexity many times the other's on the same tokens."""
     if keep.sum() < dt.min_tokens:
         return None
-    ro, tr, seq = tok.rollout[keep], tok.trainer[keep], tok.seq[keep]
-    if not keep.all():  # correlation without the tokens another finding already explains (dummy zeros)
-        corr = float(np.corrcoef(ro, tr)[0, 1]) if ro.std() > 0 and tr.std() > 0 else None
-    d_mean, d_se = cluster_mean_se(tr - ro, seq)
+    if keep.all():
+        ro, tr, seq, d = tok.rollout, tok.trainer, tok.seq, tok.delta
+    else:  # correlation without the tokens another finding already explains (dummy zeros)
+        ro, tr, seq, d = tok.rollout[keep], tok.trainer[keep], tok.seq[keep], tok.delta[keep]
+        corr = pearson(ro, tr)
+    d_mean, d_se = cluster_mean_se(d, seq)
     ppl_ro, ppl_tr = math.exp(-float(ro.mean())), math.exp(-float(tr.mean()))
     ratio = math.exp(abs(d_mean))
     low_corr = corr is not None and corr < dt.systematic_corr_max
@@ -325,7 +358,7 @@ def detect_one_side_broken(tok: Tokens, dt: DiagnosisThresholds, corr: float | N
 def detect_low_prob_tail(tok: Tokens, dt: DiagnosisThresholds) -> dict | None:
     """Mismatch concentrated on low-probability tokens (informational)."""
     tail = tok.rollout < math.log(dt.tail_p)
-    k3 = np.exp(tok.log_r) - 1.0 - tok.log_r
+    k3 = tok.k3()
     tot = float(k3.sum())
     if tot <= 0 or tail.sum() == 0:
         return None

@@ -71,16 +71,27 @@ def top_share(log_w: np.ndarray, fraction: float = 0.01) -> float:
     return float(w[w.shape[0] - k:].sum() / total)
 
 
-def pearson(a: np.ndarray, b: np.ndarray) -> float | None:
-    """Pearson correlation; None when either side is constant (undefined)."""
-    if a.shape[0] < 2:
+def pearson(a: np.ndarray, b: np.ndarray, chunk: int = 1 << 20) -> float | None:
+    """Pearson correlation; None when either side is constant (undefined).
+
+    Centred sums are accumulated over 1M-element chunks: exact like the two-pass formula, without
+    allocating two batch-sized temporaries.
+    """
+    n = a.shape[0]
+    if n < 2:
         return None
-    da = a - a.mean()
-    db = b - b.mean()
-    norm = math.sqrt(float(np.dot(da, da))) * math.sqrt(float(np.dot(db, db)))
+    ma, mb = float(a.mean()), float(b.mean())
+    saa = sbb = sab = 0.0
+    for lo in range(0, n, chunk):
+        da = a[lo:lo + chunk] - ma
+        db = b[lo:lo + chunk] - mb
+        saa += float(np.dot(da, da))
+        sbb += float(np.dot(db, db))
+        sab += float(np.dot(da, db))
+    norm = math.sqrt(saa) * math.sqrt(sbb)
     if norm == 0:
         return None
-    return float(np.dot(da, db) / norm)
+    return sab / norm
 
 
 def spearman(a: np.ndarray, b: np.ndarray) -> tuple[float | None, int]:
@@ -96,8 +107,20 @@ def spearman(a: np.ndarray, b: np.ndarray) -> tuple[float | None, int]:
 
 
 def percentile_ladder(values: np.ndarray, scratch: bool = False) -> list[float]:
-    """The percentile ladder; `scratch=True` lets numpy reorder `values` in place instead of copying."""
-    return [float(v) for v in np.percentile(values, PERCENTILES, overwrite_input=scratch)]
+    """Exact percentiles (numpy's default 'linear' method) from one sort.
+
+    numpy's SIMD sort is ~3× faster than the multi-kth partition `np.percentile` does for eleven
+    percentiles. `scratch=True` sorts `values` in place instead of copying it.
+    """
+    s = values if scratch else values.copy()
+    s.sort()
+    pos = np.asarray(PERCENTILES) / 100.0 * (s.shape[0] - 1)
+    lo = np.floor(pos).astype(np.int64)
+    hi = np.minimum(lo + 1, s.shape[0] - 1)
+    t = pos - lo
+    a, b = s[lo], s[hi]
+    out = np.where(t >= 0.5, b - (b - a) * (1 - t), a + (b - a) * t)  # numpy's _lerp, bit for bit
+    return [float(v) for v in out]
 
 
 def summary_metrics(tok: Tokens, th: Thresholds) -> dict:
@@ -166,6 +189,7 @@ def summary_metrics(tok: Tokens, th: Thresholds) -> dict:
     del p_ro
     m["abs_dp_mean"], m["abs_dp_mean_se"] = token_mean_se(tok, abs_dp)
     m["abs_dp_max"] = float(abs_dp.max())
+    m["abs_dp_std"] = float(abs_dp.std(ddof=1)) if tok.n > 1 else 0.0
     ladder["abs_dp"] = percentile_ladder(abs_dp, scratch=True)
     del abs_dp, p_tr
 

@@ -60,6 +60,12 @@ class Tokens:
         out[self.seq[self._starts]] = np.add.reduceat(values, self._starts)
         return out
 
+    def seq_count_of(self, flags: np.ndarray) -> np.ndarray:
+        """[N] per-sequence count of True flags (integer sums: no float copy of the flags)."""
+        out = np.zeros(self.n_seqs, dtype=np.int64)
+        out[self.seq[self._starts]] = np.add.reduceat(flags.view(np.int8), self._starts, dtype=np.int64)
+        return out
+
     @cached_property
     def counts(self) -> np.ndarray:
         """[N] valid tokens per sequence."""
@@ -85,6 +91,9 @@ def valid_tokens(batch: StepBatch) -> tuple[Tokens, dict]:
     problems: dict[str, int] = {}
     bad = np.zeros(batch.n_tokens, bool)
     for side, arr in (("rollout", ro), ("trainer", tr)):
+        if np.isfinite(arr).all() and arr.max(initial=-np.inf) <= POSITIVE_LOGP_TOLERANCE:
+            problems.update({f"{side}_nan": 0, f"{side}_inf": 0, f"{side}_positive": 0})  # the usual case: one pass
+            continue
         nan = np.isnan(arr) & m
         inf = np.isinf(arr) & m
         pos = (arr > POSITIVE_LOGP_TOLERANCE) & m
