@@ -14,6 +14,17 @@ MAX_SEQ_POINTS = 2000
 RANGE_SAMPLE = 1_000_000  # axis ranges come from an even subsample of at most this many tokens
 
 
+CHUNK = 1 << 20  # per-token binning runs over 1M-token slices: cache-sized temporaries, no batch-sized ones
+
+
+def _binned(n: int, n_bins: int, bin_index) -> np.ndarray:
+    """Counts of `bin_index(slice)` (bin ids of one slice of tokens) accumulated chunk by chunk."""
+    counts = np.zeros(n_bins, np.int64)
+    for lo in range(0, n, CHUNK):
+        counts += np.bincount(bin_index(slice(lo, lo + CHUNK)), minlength=n_bins)
+    return counts
+
+
 def _subsample(x: np.ndarray) -> np.ndarray:
     if x.shape[0] <= RANGE_SAMPLE:
         return x
@@ -39,11 +50,12 @@ def ratio_histogram(tok: Tokens, th: Thresholds) -> dict:
     u_max = float(symlog(extent, c))
     u_edges = np.linspace(-u_max, u_max, RATIO_BINS + 1)
     edges = np.sign(u_edges) * c * np.expm1(np.abs(u_edges))  # inverse symlog
-    # bin in symlog space, where the bins are uniform: one pass, no sort
-    u = symlog(log_r, c)
-    idx = np.clip(((u + u_max) / (2 * u_max) * RATIO_BINS).astype(np.int64), 0, RATIO_BINS - 1)
-    del u
-    counts = np.bincount(idx, minlength=RATIO_BINS)
+    # bin in symlog space, where the bins are uniform: no sort, no search
+    def bin_index(sl: slice) -> np.ndarray:
+        u = symlog(log_r[sl], c)
+        return np.clip(((u + u_max) / (2 * u_max) * RATIO_BINS).astype(np.int64), 0, RATIO_BINS - 1)
+
+    counts = _binned(tok.n, RATIO_BINS, bin_index)
     return {
         "x": "log_r",
         "symlog_constant": c,
@@ -56,16 +68,17 @@ def ratio_histogram(tok: Tokens, th: Thresholds) -> dict:
 
 def abs_dp_histogram(tok: Tokens) -> dict:
     """|Δp| on log-spaced bins from 1e-8 to 1, with exact zeros counted apart (a log axis cannot show them)."""
-    dp = np.exp(tok.trainer)
-    dp -= np.exp(tok.rollout)
-    np.abs(dp, out=dp)
     edges = np.logspace(-8, 0, 49)
-    zero = int(np.count_nonzero(dp == 0))
-    np.maximum(dp, 1e-300, out=dp)
-    np.log10(dp, out=dp)
-    idx = np.clip(((dp + 8.0) * 6.0).astype(np.int64), 0, 47)  # 6 bins per decade from 1e-8
-    counts = np.bincount(idx, minlength=48)
-    counts[0] -= zero  # exact zeros landed in the first bin; they are reported apart
+
+    def bin_index(sl: slice) -> np.ndarray:
+        dp = np.abs(np.exp(tok.trainer[sl]) - np.exp(tok.rollout[sl]))
+        idx = np.clip(((np.log10(np.maximum(dp, 1e-300)) + 8.0) * 6.0).astype(np.int64), 0, 47)  # 6 per decade
+        idx[dp == 0] = 48  # exact zeros: counted apart
+        return idx
+
+    counts = _binned(tok.n, 49, bin_index)
+    zero = int(counts[48])
+    counts = counts[:48]
     return {"edges": edges.tolist(), "counts": counts.astype(int).tolist(), "zero": zero}
 
 
@@ -78,12 +91,12 @@ def logp_density(tok: Tokens, bins: int = 60) -> dict:
     def bin_of(x: np.ndarray) -> np.ndarray:
         return np.clip(((x - lo) / -lo * bins).astype(np.int64), 0, bins - 1)
 
-    h = np.bincount(bin_of(tok.rollout) * bins + bin_of(tok.trainer), minlength=bins * bins).reshape(bins, bins)
+    h = _binned(tok.n, bins * bins, lambda sl: bin_of(tok.rollout[sl]) * bins + bin_of(tok.trainer[sl])).reshape(bins, bins)
     ix, iy = np.nonzero(h)
     return {
         "edges": edges.tolist(),
         "cells": [[int(a), int(b), int(h[a, b])] for a, b in zip(ix, iy)],  # [rollout bin, trainer bin, count]
-        "clipped_below": int(np.count_nonzero((tok.rollout < lo) | (tok.trainer < lo))),
+        "clipped_below": int(np.count_nonzero(np.minimum(tok.rollout, tok.trainer) < lo)),
     }
 
 

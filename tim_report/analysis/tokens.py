@@ -89,7 +89,7 @@ def valid_tokens(batch: StepBatch) -> tuple[Tokens, dict]:
     """Split the masked tokens into valid ones and counted data problems."""
     ro, tr, m = batch.rollout_logp, batch.trainer_logp, batch.mask
     problems: dict[str, int] = {}
-    bad = np.zeros(batch.n_tokens, bool)
+    bad = None
     for side, arr in (("rollout", ro), ("trainer", tr)):
         if np.isfinite(arr).all() and arr.max(initial=-np.inf) <= POSITIVE_LOGP_TOLERANCE:
             problems.update({f"{side}_nan": 0, f"{side}_inf": 0, f"{side}_positive": 0})  # the usual case: one pass
@@ -100,8 +100,8 @@ def valid_tokens(batch: StepBatch) -> tuple[Tokens, dict]:
         problems[f"{side}_nan"] = int(nan.sum())
         problems[f"{side}_inf"] = int(inf.sum())
         problems[f"{side}_positive"] = int(pos.sum())
-        bad |= nan | inf | pos
-    keep = m & ~bad
+        bad = (nan | inf | pos) if bad is None else (bad | nan | inf | pos)
+    keep = m if bad is None else m & ~bad
     del bad
     masked = int(m.sum())
     n_valid = int(keep.sum())
@@ -127,7 +127,7 @@ def valid_tokens(batch: StepBatch) -> tuple[Tokens, dict]:
         seq, rollout, trainer = seq_all[index], ro[index], tr[index]
     del seq_all, keep
     delta = trainer - rollout
-    big = np.abs(delta).max() > SAFETY_BOUND
+    big = delta.max() > SAFETY_BOUND or delta.min() < -SAFETY_BOUND
     log_r = np.clip(delta, -SAFETY_BOUND, SAFETY_BOUND) if big else delta
     tokens = Tokens(rollout, trainer, delta, log_r, seq, index, batch.offsets, batch.n_seqs)
     return tokens, report
