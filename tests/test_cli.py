@@ -168,3 +168,13 @@ def test_bad_key_override(trl_npz, tmp_path):
     assert res.exit_code == 2 and "no key 'nothing'" in res.stderr
     res = run("build", trl_npz, "--key", "bogus", "-o", tmp_path / "s")
     assert res.exit_code == 2 and "ROLE=NAME" in res.stderr
+
+
+def test_page_stays_bounded_with_huge_token_strings(tmp_path):
+    b = make_batch(40, 300, seed=12)
+    b.token_text = ["x" * 5000] * b.n_tokens
+    b.prompt_text = ["p" * 100_000] * b.n_seqs
+    b.save(tmp_path / "huge.npz")
+    assert run("build", tmp_path / "huge.npz", "-o", tmp_path / "s").exit_code == 0
+    for name in ("index.html", "samples.json", "report.md"):
+        assert (tmp_path / "s" / "huge" / name).stat().st_size < 1_500_000, name

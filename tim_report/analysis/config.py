@@ -22,7 +22,7 @@ class Thresholds:
     geo_low: float = 0.999  # verl Geo-RS: sequence geometric-mean ratio band
     geo_high: float = 1.001
     samples_k: int = 8  # worst and random sequences kept in samples.json
-    sample_max_tokens: int = 256  # per-token rows kept per sample (bounded page size)
+    sample_max_tokens: int = 128  # per-token rows kept per sample (bounded page size; the page shows 50, then a fold)
     seed: int = 0  # random sample selection
 
     def to_dict(self) -> dict:

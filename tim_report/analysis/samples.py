@@ -20,6 +20,16 @@ def select(tok: Tokens, th: Thresholds) -> list[tuple[int, str]]:
     return [(int(i), "worst") for i in worst] + [(int(i), "random") for i in rand]
 
 
+MAX_TOKEN_CHARS = 32  # a token string longer than this is cut (a page must stay bounded whatever the data)
+MAX_TEXT_CHARS = 4000  # prompt and response text likewise
+
+
+def _cut(text: str | None, limit: int) -> str | None:
+    if text is None or len(text) <= limit:
+        return text
+    return text[:limit] + f"… [{len(text) - limit} more characters]"
+
+
 def _num(x: float) -> float | None:
     return float(x) if np.isfinite(x) else None
 
@@ -40,7 +50,7 @@ def sample_rows(batch: StepBatch, tok: Tokens, th: Thresholds) -> list[dict]:
         with np.errstate(invalid="ignore", over="ignore"):
             diff = tr - ro
             r = np.exp(np.clip(diff, -20, 20))
-        text = batch.token_strings(shown)
+        text = [_cut(t, MAX_TOKEN_CHARS) for t in batch.token_strings(shown)]
         ids = batch.token_ids[shown] if batch.token_ids is not None else None
         sel = tok.seq == i
         d = tok.delta[sel]
@@ -69,8 +79,8 @@ def sample_rows(batch: StepBatch, tok: Tokens, th: Thresholds) -> list[dict]:
             "abs_delta_mean": float(np.abs(d).mean()),
             "seq_log_ratio": float(d.sum()),
             "reward": _num(batch.reward[i]) if batch.reward is not None else None,
-            "prompt": batch.prompt_string(i),
-            "response": _response_text(batch, sl),
+            "prompt": _cut(batch.prompt_string(i), MAX_TEXT_CHARS),
+            "response": _cut(_response_text(batch, sl), MAX_TEXT_CHARS),
             "rows": rows,
             "rows_truncated": n > th.sample_max_tokens,
         })
