@@ -243,3 +243,16 @@ def test_percentile_ladder_matches_numpy():
 
     x = np.random.default_rng(3).standard_normal(1001) ** 3
     assert percentile_ladder(x) == pytest.approx(list(np.percentile(x, PERCENTILES)), rel=0, abs=0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(batches())
+def test_padded_and_flat_layouts_give_the_same_numbers(tmp_path_factory, b):
+    from tim_report.loader import load
+    from tim_report.testing import to_padded
+
+    path = tmp_path_factory.mktemp("padded") / "b.npz"
+    np.savez(path, **to_padded(b, dtype=np.float64, pad_logp=-7.0))  # padding values must not matter
+    flat, padded = analyze(b).metrics, analyze(load(path)).metrics
+    for k in ("tokens", "kl_k1", "kl_k3", "chi2_seq", "ess", "ess_seq", "ppl_trainer", "abs_delta_median", "outside_2x"):
+        assert padded[k] == pytest.approx(flat[k], rel=1e-12, abs=1e-15), k
