@@ -77,6 +77,7 @@ GLOSSARY: list[dict[str, Any]] = [
         "plain": "An always-positive estimate of KL(rollout ‖ trainer) per token. Published dense bf16 runs sit around 4e-4 to 1e-2.",
         "formula": "token-mean (r_t − 1 − δ_t)", "verl": "rollout_corr/k3_kl (same formula; verl does not clamp δ)",
         "readings": [(1e-9, "ok", "identical distributions on these tokens"),
+                     (4e-4, "ok", "below the range of published bf16 runs (4e-4 to 1e-2): fp16-sized or a small model"),
                      (1e-2, "ok", "within the range of published bf16 runs (4e-4 to 1e-2)"),
                      (0.1, "warn", "elevated: above what precision noise usually gives"),
                      (math.inf, "bad", "above verl's |kl| > 0.1 alert")],
