@@ -38,8 +38,8 @@ def routing(groups: dict, th: Thresholds) -> dict:
 def what_if(tok: Tokens, th: Thresholds) -> list[dict]:
     """Fraction of tokens / sequences each correction would truncate, mask or reject on this batch."""
     log_r = tok.log_r
-    present = tok.seqs_present()
-    count = tok.seq_count()
+    present = tok.present
+    count = tok.counts
     seq_sum = np.clip(tok.seq_sum(tok.delta), -SAFETY_BOUND, SAFETY_BOUND)
     seq_mean = np.divide(tok.seq_sum(tok.delta), count, out=np.zeros(tok.n_seqs), where=count > 0)
 
@@ -75,7 +75,7 @@ def what_if(tok: Tokens, th: Thresholds) -> list[dict]:
 
 def _token_share(tok: Tokens, seq_hit: np.ndarray, present: np.ndarray) -> float:
     """Fraction of valid tokens that sit in the hit sequences."""
-    counts = tok.seq_count()[present]
+    counts = tok.counts[present]
     return float(counts[seq_hit].sum() / counts.sum())
 
 

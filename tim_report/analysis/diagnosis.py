@@ -393,7 +393,7 @@ def detect_drift(tok: Tokens, dt: DiagnosisThresholds, bias: float, bias_se: flo
     if b < dt.drift_exponent_min or z < dt.drift_z:
         return None
     material = abs(bias) >= dt.noise_kl_max and bias_se > 0 and abs(bias) / bias_se >= dt.z and not explained_by
-    lengths = tok.seq_count()[tok.seqs_present()]
+    lengths = tok.counts[tok.present]
     return _finding(
         "drift_with_length", "warn" if material else "info",
         f"|Σδ| grows as length^{b:.2f} (a random walk would be length^0.5)",

@@ -10,7 +10,7 @@ from .tokens import Tokens
 
 
 def select(tok: Tokens, th: Thresholds) -> list[tuple[int, str]]:
-    present = np.flatnonzero(tok.seqs_present())
+    present = np.flatnonzero(tok.present)
     mean_abs = tok.seq_sum(np.abs(tok.delta))[present] / tok.counts[present]
     order = np.lexsort((present, -mean_abs))  # worst first, ties by index: deterministic
     worst = present[order[: th.samples_k]]

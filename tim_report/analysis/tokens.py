@@ -78,12 +78,6 @@ class Tokens:
         """[N] the sequence has at least one valid token."""
         return self.counts > 0
 
-    def seq_count(self) -> np.ndarray:
-        return self.counts
-
-    def seqs_present(self) -> np.ndarray:
-        return self.present
-
 
 def valid_tokens(batch: StepBatch) -> tuple[Tokens, dict]:
     """Split the masked tokens into valid ones and counted data problems."""
