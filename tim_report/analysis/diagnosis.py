@@ -160,12 +160,13 @@ def _subset(tok: Tokens, keep: np.ndarray) -> Tokens:
                   tok.index[keep], tok.batch_offsets, tok.n_seqs)
 
 
-def _neighbour_pairs(tok: Tokens) -> np.ndarray:
-    """i such that valid tokens i and i+1 are adjacent positions of the same sequence."""
-    same_seq = tok.seq[1:] == tok.seq[:-1]
+def _neighbour_pairs(tok: Tokens, step: int = 1) -> np.ndarray:
+    """i such that valid tokens i and i+1 are adjacent positions of the same sequence (every `step`-th i)."""
+    i = np.arange(0, tok.n - 1, step)
+    same = tok.seq[i + 1] == tok.seq[i]
     if tok.valid_index is not None:
-        same_seq &= tok.valid_index[1:] == tok.valid_index[:-1] + 1
-    return np.flatnonzero(same_seq)
+        same &= tok.valid_index[i + 1] == tok.valid_index[i] + 1
+    return i[same]
 
 
 # ---------------------------------------------------------------- detectors
@@ -173,10 +174,10 @@ def _neighbour_pairs(tok: Tokens) -> np.ndarray:
 
 def detect_shift(tok: Tokens, dt: DiagnosisThresholds) -> dict | None:
     """trainer[t] agrees better with rollout[t+1] (or rollout[t−1]) than with rollout[t]."""
-    pairs = _neighbour_pairs(tok)
-    if pairs.shape[0] < dt.min_tokens:
+    step = max(1, -(-(tok.n - 1) // DETECTOR_MAX_TOKENS))  # an even subsample of at most 2M candidate pairs
+    i = _neighbour_pairs(tok, step)
+    if i.shape[0] < dt.min_tokens:
         return None
-    i = _thin(pairs, DETECTOR_MAX_TOKENS)
     best = None
     # lead: trainer[t] vs rollout[t+1], over t = i; lag: trainer[t] vs rollout[t−1], over t = i+1
     for name, t, other in (("next", i, i + 1), ("previous", i + 1, i)):
@@ -195,7 +196,7 @@ def detect_shift(tok: Tokens, dt: DiagnosisThresholds) -> dict | None:
         "shift", "error", f"Off-by-one: trainer log-probs match the rollout's at position t{offset}",
         {"mean_abs_diff_same_position": m_same, "mean_abs_diff_shifted": m_shift,
          "shift": 1 if name == "next" else -1, "ratio": m_shift / m_same if m_same > 0 else 0.0, "z": z,
-         "pairs": n, "pairs_total": int(pairs.shape[0]), "threshold_ratio": dt.shift_ratio},
+         "pairs": n, "every_nth_pair": step, "threshold_ratio": dt.shift_ratio},
         f"trainer_logp[t] is the log-prob of the token at t{offset}: logits and labels are aligned with one "
         "slice too many or too few (logits[:, :-1] vs labels[:, 1:]), or one side follows a shifted convention "
         "(OpenRLHF drops the first position, AReaL rolls by −1) and the loader assumed the other.",
@@ -263,8 +264,10 @@ def detect_temperature(tok: Tokens, dt: DiagnosisThresholds, corr: float | None,
     n = int(keep.sum())
     if n < dt.min_tokens or (corr is not None and corr < dt.systematic_corr_max):
         return None
-    idx = np.arange(tok.n) if keep.all() else np.flatnonzero(keep)
-    idx = _thin(idx, DETECTOR_MAX_TOKENS)
+    if keep.all():
+        idx = np.arange(0, tok.n, max(1, -(-tok.n // DETECTOR_MAX_TOKENS)))
+    else:
+        idx = _thin(np.flatnonzero(keep), DETECTOR_MAX_TOKENS)
     slope, se, r2 = _slope(tok.rollout[idx], tok.delta[idx], tok.seq[idx])
     if abs(slope) < dt.temperature_slope_min or not (se > 0 and abs(slope) / se >= dt.z):
         return None
@@ -319,16 +322,17 @@ def detect_dummy_zero(tok: Tokens, dt: DiagnosisThresholds) -> tuple[dict | None
 
 
 def detect_one_side_broken(tok: Tokens, dt: DiagnosisThresholds, corr: float | None, keep: np.ndarray,
-                           explained: bool) -> dict | None:
+                           explained: bool, bias: tuple[float, float] | None = None) -> dict | None:
     """One side's token-level perplexity many times the other's on the same tokens."""
     if keep.sum() < dt.min_tokens:
         return None
     if keep.all():
-        ro, tr, seq, d = tok.rollout, tok.trainer, tok.seq, tok.delta
+        ro, tr = tok.rollout, tok.trainer
+        d_mean, d_se = bias if bias is not None else cluster_mean_se(tok.delta, tok.seq)
     else:  # correlation without the tokens another finding already explains (dummy zeros)
-        ro, tr, seq, d = tok.rollout[keep], tok.trainer[keep], tok.seq[keep], tok.delta[keep]
+        ro, tr = tok.rollout[keep], tok.trainer[keep]
         corr = pearson(ro, tr)
-    d_mean, d_se = cluster_mean_se(d, seq)
+        d_mean, d_se = cluster_mean_se(tok.delta[keep], tok.seq[keep])
     ppl_ro, ppl_tr = math.exp(-float(ro.mean())), math.exp(-float(tr.mean()))
     ratio = math.exp(abs(d_mean))
     low_corr = corr is not None and corr < dt.systematic_corr_max
@@ -413,7 +417,11 @@ def detect_drift(tok: Tokens, dt: DiagnosisThresholds, bias: float, bias_se: flo
 # ---------------------------------------------------------------- regime and verdict
 
 
-def _is_identical(tok: Tokens, dt: DiagnosisThresholds) -> bool:
+def _is_identical(tok: Tokens, dt: DiagnosisThresholds, abs_delta_max: float) -> bool:
+    if abs_delta_max <= dt.identical_atol:
+        return True
+    if abs_delta_max > dt.identical_atol + dt.identical_rtol * max(-float(tok.rollout.min()), -float(tok.trainer.min())):
+        return False  # beyond the loosest per-token tolerance: no need to look token by token
     tol = dt.identical_atol + dt.identical_rtol * np.maximum(np.abs(tok.rollout), np.abs(tok.trainer))
     return bool(np.all(np.abs(tok.delta) <= tol))
 
@@ -451,7 +459,7 @@ def diagnose(batch: StepBatch, tok: Tokens, metrics: dict, thresholds: Diagnosis
                 "phantom_clip": metrics.get("phantom_clip")}
 
     findings: list[dict] = []
-    if _is_identical(tok, dt):
+    if _is_identical(tok, dt, metrics["abs_delta_max"]):
         regime = "identical"
     else:
         dummy, dummy_hit = detect_dummy_zero(tok, dt)
@@ -460,7 +468,8 @@ def diagnose(batch: StepBatch, tok: Tokens, metrics: dict, thresholds: Diagnosis
         shift = detect_shift(tok, dt)
         # a shifted trainer decorrelates the log-probs by itself: no separate "broken side" claim then
         broken = None if shift else detect_one_side_broken(tok, dt, corr, ~dummy_hit,
-                                                            explained=bool(processed or temperature))
+                                                            explained=bool(processed or temperature),
+                                                            bias=(bias, bias_se))
         findings = [f for f in (shift, dummy, processed, temperature, broken) if f]
         rest = _subset(tok, ~dummy_hit)  # placeholder zeros would dominate per-sequence sums
         if rest is not tok and rest.n:
