@@ -107,7 +107,7 @@ def _read_pt(path: Path, allow_pickle: bool) -> Any:
         except Exception as exc2:  # noqa: BLE001 - any failure is a bad file
             raise BadInput(path, f"cannot unpickle: {_first_line(exc2)}") from exc2
     except Exception as exc:  # noqa: BLE001 - truncated zip, not a torch file, ...
-        raise BadInput(path, f"not a readable PyTorch file ({_first_line(exc)})") from exc
+        raise BadInput(path, f"not a readable PyTorch file: truncated, corrupt or not saved by torch.save ({_first_line(exc)})") from exc
     return _to_plain(_unwrap_dataproto(obj))
 
 
