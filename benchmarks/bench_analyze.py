@@ -22,11 +22,12 @@ MEAN_LEN = 512
 
 
 def make_file(millions: int, folder: Path) -> tuple[Path, int]:
+    from tim_report.io import save_batch
     from tim_report.testing import make_batch
 
     b = make_batch(n_seqs=millions * 1_000_000 // MEAN_LEN, mean_len=MEAN_LEN, noise=0.01, seed=0)
     path = folder / f"bench_{millions}M.npz"
-    b.save(path)
+    save_batch(b, path)
     raw = sum(a.nbytes for a in (b.rollout_logp, b.trainer_logp, b.offsets, b.mask, b.token_ids))
     return path, raw
 
@@ -46,7 +47,7 @@ def baseline(path: str) -> None:
 
 def ours(path: str) -> None:
     from tim_report.analysis import analyze
-    from tim_report.loader import load
+    from tim_report.io import load
 
     return analyze(load(path))
 

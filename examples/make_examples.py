@@ -65,6 +65,7 @@ def main() -> int:
 
     from tim_report.capture import CaptureOptions, EngineSpec, capture
     from tim_report.capture.spec import Sampling
+    from tim_report.io import save_batch
 
     sampling = Sampling(max_new_tokens=args.max_new_tokens, n_samples=4)
     hf32, hf16, bf16 = EngineSpec("hf", "fp32"), EngineSpec("hf", "fp16"), EngineSpec("hf", "bf16")
@@ -74,12 +75,12 @@ def main() -> int:
         runs = capture(CaptureOptions(model=MODEL, prompts=PROMPTS, rollouts=[v], trainers=[hf32], sampling=sampling,
                                       shadow=True, device="cpu"))
         path = HERE / "vllm-bf16__hf-fp32.npz"
-        runs[(v, hf32)].save(path)
+        save_batch(runs[(v, hf32)], path)
         written.append(path)
     runs = capture(CaptureOptions(model=MODEL, prompts=PROMPTS, rollouts=[hf32, bf16, hf16], trainers=[hf32],
                                   sampling=sampling, shadow=True, device="cpu"))
     path = HERE / "hf-fp16__hf-fp32.npz"
-    runs[(hf16, hf32)].save(path)
+    save_batch(runs[(hf16, hf32)], path)
     written.append(path)
     path = HERE / "hf-bf16__hf-fp32.pt"
     torch.save(verl_dict(runs[(bf16, hf32)]), path)

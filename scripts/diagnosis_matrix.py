@@ -2,10 +2,12 @@
 """Run the diagnosis on every fault fixture and print the confusion matrices as markdown.
 
     python scripts/diagnosis_matrix.py [--data tests/data/faults] [--details]   # print markdown
+    python scripts/diagnosis_matrix.py --json                                     # one row per fixture, as JSON
     python scripts/diagnosis_matrix.py --update-doc                               # rewrite docs/diagnosis.md
+    python scripts/diagnosis_matrix.py --check-doc                                # exit 1 when the doc is stale
 
-docs/diagnosis.md shows it between its MATRIX markers (tests/test_diagnosis_faults.py checks the
-page is up to date); the tests use `evaluate()` too.
+docs/diagnosis.md shows it between its MATRIX markers; tests/test_diagnosis_faults.py runs this
+script with --json and --check-doc.
 """
 
 from __future__ import annotations
@@ -15,12 +17,11 @@ import json
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from tim_report.analysis import analyze
+from tim_report.config import FINDING_IDS, REGIMES
+from tim_report.io import load
 
-from tim_report.analysis import analyze  # noqa: E402
-from tim_report.analysis.diagnosis import FINDING_IDS, REGIMES  # noqa: E402
-from tim_report.loader import load  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 DEFAULT_DATA = ROOT / "tests" / "data" / "faults"
 DOC = ROOT / "docs" / "diagnosis.md"
@@ -82,15 +83,25 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--data", type=Path, default=DEFAULT_DATA)
     ap.add_argument("--details", action="store_true", help="also list each fixture's verdict")
+    ap.add_argument("--json", action="store_true", help="print the rows as JSON")
     ap.add_argument("--update-doc", action="store_true", help=f"rewrite the matrix in {DOC.relative_to(ROOT)}")
+    ap.add_argument("--check-doc", action="store_true", help=f"exit 1 when {DOC.relative_to(ROOT)} shows another matrix")
     args = ap.parse_args()
     rows = evaluate(args.data)
-    if not args.update_doc:
+    if args.json:
+        sys.stdout.write(json.dumps(rows, indent=1) + "\n")
+        return
+    if not (args.update_doc or args.check_doc):
         sys.stdout.write(markdown(rows, args.details))
         return
     doc = DOC.read_text()
     head, rest = doc.split(START, 1)
-    DOC.write_text(head + START + markdown(rows, details=False) + END + rest.split(END, 1)[1])
+    shown, tail = rest.split(END, 1)
+    if args.check_doc:
+        if shown != markdown(rows, details=False):
+            sys.exit(f"{DOC.relative_to(ROOT)} is stale: run python scripts/diagnosis_matrix.py --update-doc")
+        return
+    DOC.write_text(head + START + markdown(rows, details=False) + END + tail)
     print(f"updated {DOC.relative_to(ROOT)}")
 
 

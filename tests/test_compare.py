@@ -9,9 +9,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from tim_report.analysis.compare import TOKEN_TOL, compare_batches
+from tim_report.analysis.compare import compare_batches
+from tim_report.config import COMPARE_TOKEN_TOL as TOKEN_TOL
 from tim_report.cli import main
-from tim_report.render.compare import MD_LIMIT, render_compare_md
+from tim_report.io import save_batch
+from tim_report.render.compare_md import render_compare_md
+from tim_report.render.md import MAX_CHARS as MD_LIMIT, width
 from tim_report.testing import make_batch
 
 EVIL = "<script>alert(1)</script>"
@@ -34,8 +37,8 @@ def pair():
 def files(tmp_path, pair):
     b, a = pair
     pb, pa = tmp_path / "noisy.npz", tmp_path / "clean.npz"
-    b.save(pb)
-    a.save(pa)
+    save_batch(b, pb)
+    save_batch(a, pa)
     return pb, pa
 
 
@@ -142,8 +145,8 @@ def test_cli_writes_three_files(tmp_path, files):
 
 def test_cli_different_tokens_is_not_an_error(tmp_path):
     pb, pa = tmp_path / "a.npz", tmp_path / "b.npz"
-    make_batch(n_seqs=8, mean_len=20, seed=1).save(pb)
-    make_batch(n_seqs=9, mean_len=20, seed=2).save(pa)
+    save_batch(make_batch(n_seqs=8, mean_len=20, seed=1), pb)
+    save_batch(make_batch(n_seqs=9, mean_len=20, seed=2), pa)
     out = tmp_path / "cmp"
     res = CliRunner().invoke(main, ["compare", str(pb), str(pa), "-o", str(out), "--label-before", "x", "--label-after", "y"])
     assert res.exit_code == 0, res.output

@@ -15,9 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tim_report.analysis import analyze
-from tim_report.analysis.diagnosis import FINDING_IDS, REGIMES, SEVERITIES, DiagnosisThresholds
-from tim_report.batch import StepBatch
-from tim_report.report import dumps
+from tim_report.config import FINDING_IDS, REGIMES, SEVERITIES, DiagnosisThresholds
+from tim_report.model import StepBatch
+from tim_report.model import dumps
 from tim_report.testing import make_batch
 
 
@@ -226,7 +226,7 @@ def test_greedy_processed_logprobs_all_zero():
 
 
 def test_declared_processing_is_info_not_a_bug():
-    from tim_report.loader import load
+    from tim_report.io import load
     from pathlib import Path
 
     b = load(Path(__file__).parent / "data" / "faults" / "top_p_0.9_bf16.npz")

@@ -2,62 +2,19 @@
 
 from __future__ import annotations
 
-import difflib
 import re
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from tim_report.batch import StepBatch
-from tim_report.glossary import BY_KEY, GLOSSARY, health, reading
-from tim_report.render.html import HEADLINE, fmt, render_notes, templates_dir
-from tim_report.render.tokens import visible
-from tim_report.site import BuildOptions, build
+from tim_report.config import health
+from tim_report.glossary import BY_KEY, GLOSSARY, reading
+from tim_report.render.format import fmt, visible
+from tim_report.render.html import render_notes, templates_dir
+from tim_report.render.views import HEADLINE
 from tim_report.testing import make_batch
 
-GOLD = Path(__file__).parent / "gold"
-HOSTILE = [
-    "</script><script>alert(1)</script>",
-    "<img src=x onerror=alert(2)>",
-    "\"><svg onload=alert(3)>",
-    "'; alert(4); '",
-    "{{ 7*7 }}",
-    "<!--",
-    "]]></style><script>alert(5)</script>",
-    "javascript:alert(6)",
-]
-
-
-def hostile_batch(n_seqs: int = 12, mean_len: int = 24, seed: int = 3, step: int | None = 7) -> StepBatch:
-    """A small batch whose token text, prompts, group names and meta carry script-injection attempts."""
-    b = make_batch(n_seqs=n_seqs, mean_len=mean_len, seed=seed)
-    plain = [" the", "\n", "\t", "x", "", " ", "é", "\u200b"]
-    text = [HOSTILE[i % len(HOSTILE)] if i % 5 == 0 else plain[i % len(plain)] for i in range(b.n_tokens)]
-    b.token_text = text
-    b.prompt_text = [f"Prompt {i}: {HOSTILE[i % len(HOSTILE)]}" for i in range(b.n_seqs)]
-    b.group = np.array([HOSTILE[int(g) % len(HOSTILE)] + f"#{g}" for g in b.group], dtype=str)
-    b.trainer_logp = b.trainer_logp.copy()
-    b.trainer_logp[3] = b.rollout_logp[3] - 2.5  # one token far outside [1/5, 5] and |diff| > 0.5
-    b.trainer_logp = np.minimum(b.trainer_logp, 0.0)
-    b.meta = {**b.meta, "model": "<script>alert('model')</script>", "rollout_engine": "vllm<img src=x onerror=alert(7)>",
-              "trainer_engine": "fsdp", "device": "cpu & <b>gpu</b>"}
-    if step is not None:
-        b.meta["step"] = step
-    return b
-
-
-def build_site(tmp: Path, batches: list[tuple[str, StepBatch]], **opts) -> Path:
-    paths = []
-    for name, b in batches:
-        p = tmp / "in" / f"{name}.npz"
-        p.parent.mkdir(parents=True, exist_ok=True)
-        b.save(p)
-        paths.append(p)
-    out = tmp / "site"
-    build(paths, out, BuildOptions(**opts))
-    return out
-
+from helpers import build_site, hostile_batch
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
@@ -155,41 +112,6 @@ def test_glossary_and_helpers():
     assert visible(" a\nb\tc\r") == "␣a↵b⇥c␍" and visible("") == "∅" and visible("\x00") == "␀"
     assert fmt(None) == "—" and fmt(0.0) == "0" and fmt(1.5e-7) == "1.5e-7" and fmt(0.99994) == "0.99994"
     assert (templates_dir() / "run.html").is_file()
-
-
-# ---- gold files (coverage.py's way): scrub volatile parts, refresh with --update-gold -------------
-
-def scrub(html: str, tmp: Path) -> str:
-    html = html.replace(str(tmp), "TMP")
-    html = re.sub(r'(<script>\n).*?(\n</script>\n<script>\n\(function)', r"\1/* vega bundle */\2", html, flags=re.S)
-    html = re.sub(r'content="tim-report [^"]*"', 'content="tim-report VERSION"', html)
-    html = re.sub(r"Made by tim-report \S+?(?=[,.]\s)", "Made by tim-report VERSION", html)
-    html = re.sub(r"<style>\n.*?</style>", "<style>/* templates/style.css */</style>", html, flags=re.S)
-    return html
-
-
-def compare_gold(actual: str, name: str, update: bool) -> None:
-    path = GOLD / name
-    if update or not path.exists():
-        GOLD.mkdir(exist_ok=True)
-        path.write_text(actual, encoding="utf-8")
-        if not update:
-            pytest.skip(f"wrote new gold file {path}")
-        return
-    expected = path.read_text(encoding="utf-8")
-    if actual != expected:
-        diff = "".join(difflib.unified_diff(expected.splitlines(True), actual.splitlines(True), f"gold/{name}", "actual", n=2))
-        pytest.fail(f"{name} differs from its gold file (refresh with pytest --update-gold):\n{diff[:20000]}")
-
-
-def test_gold(tmp_path, request):
-    b = make_batch(n_seqs=6, mean_len=12, noise=0.05, seed=11, group_size=2)
-    b.token_text = [("␣" if i % 7 == 0 else "") + f" t{i}" + ("\n" if i % 11 == 0 else "") for i in range(b.n_tokens)]
-    b.meta = {**b.meta, "step": 3, "model": "gold-model"}
-    out = build_site(tmp_path, [("gold", b)])
-    update = request.config.getoption("--update-gold", default=False)
-    compare_gold(scrub((out / "gold" / "index.html").read_text(encoding="utf-8"), tmp_path), "run.html", update)
-    compare_gold(scrub((out / "index.html").read_text(encoding="utf-8"), tmp_path), "index.html", update)
 
 
 def test_renders_without_diagnosis_and_with_precision_gap():

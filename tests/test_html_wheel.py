@@ -19,13 +19,14 @@ SCRIPT = r"""
 import sys, tim_report
 from pathlib import Path
 from tim_report.render.html import templates_dir
-from tim_report.site import BuildOptions, build
+from tim_report.build import BuildOptions, build
+from tim_report.io import save_batch
 from tim_report.testing import make_batch
 here = Path(tim_report.__file__).resolve().parent
 assert here.is_relative_to(Path(sys.prefix).resolve()), (here, sys.prefix)
 assert templates_dir() == here / "templates", templates_dir()
 out = Path(sys.argv[1])
-make_batch(8, 16).save(out / "w.npz")
+save_batch(make_batch(8, 16), out / "w.npz")
 build([out / "w.npz"], out / "site", BuildOptions())
 page = (out / "site" / "w" / "index.html").read_text(encoding="utf-8")
 assert "window.vegaEmbed=" in page and 'id="glossary"' in page, page[:500]

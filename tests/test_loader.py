@@ -11,7 +11,7 @@ import torch
 
 from tim_report.analysis import analyze
 from tim_report.errors import BadInput
-from tim_report.loader import describe, load
+from tim_report.io import describe, load, save_batch
 from tim_report.testing import make_batch, to_padded
 
 
@@ -95,7 +95,7 @@ def test_canonical_round_trip(tmp_path, batch):
     batch.prompt_ids = [np.arange(i + 1) for i in range(batch.n_seqs)]
     batch.shadow_logp = batch.trainer_logp - 0.001
     batch.meta.update(step=12, rollout_engine="vllm")
-    batch.save(tmp_path / "canon.npz")
+    save_batch(batch, tmp_path / "canon.npz")
     loaded = load(tmp_path / "canon.npz")
     assert loaded.meta["step"] == 12 and loaded.meta["rollout_engine"] == "vllm"
     assert loaded.token_strings(slice(0, 2)) == ["<0>", "<1>"]
@@ -163,7 +163,7 @@ def test_groups_from_n_in_meta(tmp_path):
     b = make_batch(12, 10, seed=2)
     b.group = None
     b.meta["n"] = 4
-    b.save(tmp_path / "g.npz")
+    save_batch(b, tmp_path / "g.npz")
     loaded = load(tmp_path / "g.npz")
     assert list(loaded.group) == ["0"] * 4 + ["1"] * 4 + ["2"] * 4
 
@@ -171,7 +171,7 @@ def test_groups_from_n_in_meta(tmp_path):
 def test_docs_list_every_key_name():
     from pathlib import Path
 
-    from tim_report.loader import ROLE_ALIASES
+    from tim_report.io import ROLE_ALIASES
 
     doc = (Path(__file__).parent.parent / "docs" / "formats.md").read_text()
     for role, names in ROLE_ALIASES.items():

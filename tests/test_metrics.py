@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tim_report.analysis import Thresholds, analyze
-from tim_report.batch import StepBatch
+from tim_report.model import StepBatch
 from tim_report.testing import make_batch
 
 # Three tokens in two sequences: δ = trainer - rollout = [-0.1, +0.2 | +3.0]
@@ -216,19 +216,18 @@ def test_permuting_sequences_changes_nothing(b, rnd):
 
 
 def test_token_subset_keeps_positions_and_sequences():
-    from tim_report.analysis.diagnosis import _subset
     from tim_report.analysis.tokens import valid_tokens
 
     tok, _ = valid_tokens(make_batch(6, 12, seed=11))
     keep = np.arange(tok.n) % 3 != 0
-    sub = _subset(tok, keep)
+    sub = tok.subset(keep)
     np.testing.assert_array_equal(sub.pos, tok.pos[keep])
     np.testing.assert_array_equal(sub.index, tok.index[keep])
     np.testing.assert_allclose(sub.seq_sum(sub.delta), np.bincount(tok.seq[keep], weights=tok.delta[keep], minlength=6))
 
 
 def test_cluster_standard_error_matches_the_sandwich_formula():
-    from tim_report.analysis.metrics import cluster_mean_se
+    from tim_report.analysis.stats import cluster_mean_se
 
     values = np.array([1.0, 2.0, 3.0, 10.0, 11.0, 0.0])
     seq = np.array([0, 0, 0, 1, 1, 2])
@@ -239,7 +238,8 @@ def test_cluster_standard_error_matches_the_sandwich_formula():
 
 
 def test_percentile_ladder_matches_numpy():
-    from tim_report.analysis.metrics import PERCENTILES, percentile_ladder
+    from tim_report.analysis.stats import percentile_ladder
+    from tim_report.config import PERCENTILES
 
     x = np.random.default_rng(3).standard_normal(1001) ** 3
     assert percentile_ladder(x) == pytest.approx(list(np.percentile(x, PERCENTILES)), rel=0, abs=0)
@@ -248,7 +248,7 @@ def test_percentile_ladder_matches_numpy():
 @settings(max_examples=30, deadline=None)
 @given(batches())
 def test_padded_and_flat_layouts_give_the_same_numbers(tmp_path_factory, b):
-    from tim_report.loader import load
+    from tim_report.io import load
     from tim_report.testing import to_padded
 
     path = tmp_path_factory.mktemp("padded") / "b.npz"

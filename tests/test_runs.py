@@ -12,13 +12,14 @@ from click.testing import CliRunner
 
 from tim_report.analysis.runs import engine_pairs, index_summary, precision_matrix, run_row, trend
 from tim_report.cli import main
-from tim_report.glossary import health
-from tim_report.render.html import fixed, fmt, pct
-from tim_report.report import Report
-from tim_report.site import BuildOptions, build
+from tim_report.config import health
+from tim_report.io import save_batch
+from tim_report.render.format import fixed, fmt, pct
+from tim_report.model import Report
+from tim_report.build import BuildOptions, build
 from tim_report.testing import make_batch
 
-from test_markdown import check_gfm
+from helpers import check_gfm
 
 # (file name, rollout engine, rollout dtype, trainer engine, trainer dtype, noise, meta step)
 RUNS = [
@@ -38,7 +39,7 @@ def write_inputs(folder: Path) -> list[Path]:
         if step is not None:
             b.meta["step"] = step
         p = folder / f"{name}.npz"
-        b.save(p)
+        save_batch(b, p)
         paths.append(p)
     return paths
 

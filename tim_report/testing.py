@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .batch import StepBatch
+from .model import StepBatch
 
 
 def make_batch(n_seqs: int = 64, mean_len: int = 128, noise: float = 0.01, seed: int = 0,

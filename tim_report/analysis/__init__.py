@@ -1,13 +1,18 @@
-"""Analysis: StepBatch → Report. Pure numpy; no file formats, no HTML."""
+"""Analysis: StepBatch → Report. Pure numpy; no file formats, no rendering.
+
+    analyze(batch)                 one batch → Report (metrics, breakdowns, routing, what-if, diagnosis, samples)
+    compare.compare_batches(a, b)  two batches → the compare.json dict
+    runs.index_summary(reports)    many Reports → what the index shows
+    gate.evaluate(report, limits)  `tim-report check`'s limits and violations
+"""
 
 from __future__ import annotations
 
-from ..batch import StepBatch
-from ..report import Report
+from ..config import DiagnosisThresholds, Thresholds
+from ..model import Report, StepBatch
 from . import breakdowns as bd
-from .config import Thresholds
 from .corrections import routing, what_if
-from .diagnosis import DiagnosisThresholds, diagnose
+from .diagnosis import diagnose
 from .distributions import distributions
 from .metrics import summary_metrics
 from .samples import sample_rows

@@ -6,9 +6,9 @@ import math
 
 import numpy as np
 
+from ..config import PROB_EDGES
+from .histograms import ProbBuckets, position_edges
 from .tokens import Tokens
-
-PROB_EDGES = (0.0, 1e-4, 1e-3, 1e-2, 0.1, 0.5, 0.9, 0.99, 1.0)
 
 
 def _bucket_rows(sums: dict[str, np.ndarray], labels: list[str], extra: dict, n_tokens: int) -> list[dict]:
@@ -42,9 +42,8 @@ def bucket_tables(tok: Tokens) -> dict:
     One joint (probability × position) code per token, five weighted counts over it, then each table
     is a margin: half the passes of counting the two tables apart.
     """
-    p_edges = np.asarray(PROB_EDGES)
-    n_p = len(p_edges) - 1
-    code = np.searchsorted(np.log(p_edges[1:-1]), tok.rollout, side="right")  # buckets on log p: no exp
+    n_p = ProbBuckets.size()
+    code = ProbBuckets.of(tok.rollout).codes
     pos = tok.pos
     pos_edges = np.asarray(position_edges(int(pos.max())))
     n_pos = len(pos_edges) - 1
@@ -62,25 +61,14 @@ def bucket_tables(tok: Tokens) -> dict:
     joint["k3"] = np.bincount(code, weights=tok.k3(), minlength=size)
     by_p = {k: v.reshape(n_p, n_pos).sum(axis=1) for k, v in joint.items()}
     by_pos = {k: v.reshape(n_p, n_pos).sum(axis=0) for k, v in joint.items()}
-    p_labels = [f"{_fmt_p(p_edges[i])}–{_fmt_p(p_edges[i + 1])}" for i in range(n_p)]
+    p_labels = [ProbBuckets.label(i) for i in range(n_p)]
     pos_labels = [f"{pos_edges[i]}–{pos_edges[i + 1] - 1}" for i in range(n_pos)]
     return {
-        "by_probability": _bucket_rows(by_p, p_labels, {"p_low": list(p_edges[:-1].astype(float)),
-                                                        "p_high": list(p_edges[1:].astype(float))}, tok.n),
+        "by_probability": _bucket_rows(by_p, p_labels, {"p_low": [float(e) for e in PROB_EDGES[:-1]],
+                                                        "p_high": [float(e) for e in PROB_EDGES[1:]]}, tok.n),
         "by_position": _bucket_rows(by_pos, pos_labels, {"pos_low": [int(e) for e in pos_edges[:-1]],
                                                          "pos_high": [int(e) - 1 for e in pos_edges[1:]]}, tok.n),
     }
-
-
-def _fmt_p(x: float) -> str:
-    return "0" if x == 0 else ("1" if x == 1 else f"{x:g}")
-
-
-def position_edges(max_pos: int) -> list[int]:
-    edges = [0, 8]
-    while edges[-1] <= max_pos:
-        edges.append(edges[-1] * 2)
-    return edges
 
 
 def length_growth(tok: Tokens) -> dict:
@@ -97,7 +85,7 @@ def length_growth(tok: Tokens) -> dict:
                    reason="needs at least 3 sequences of different lengths with a non-zero Σδ")
         return out
     A = np.vstack([np.ones_like(x), x]).T
-    coef, res, *_ = np.linalg.lstsq(A, y, rcond=None)
+    coef = np.linalg.lstsq(A, y, rcond=None)[0]
     resid = y - A @ coef
     dof = max(len(y) - 2, 1)
     cov = np.linalg.inv(A.T @ A) * float(resid @ resid) / dof
@@ -129,7 +117,7 @@ def group_table(tok: Tokens, groups: np.ndarray | None, clip_low: float, clip_hi
     }
     del r
     seq_min = np.full(tok.n_seqs, np.inf)
-    seq_min[tok.seq[tok._starts]] = np.minimum.reduceat(tok.log_r, tok._starts)
+    seq_min[tok.seq[tok.starts]] = np.minimum.reduceat(tok.log_r, tok.starts)
     n = np.bincount(seq_code, weights=tok.counts, minlength=ng)
     sums = {k: np.bincount(seq_code, weights=v, minlength=ng) for k, v in per_seq.items()}
     min_log_r = np.full(ng, np.inf)

@@ -17,21 +17,18 @@ noise (2 combined standard errors, where the metric has them) or below 1% of the
 from __future__ import annotations
 
 import math
-from typing import Any
+from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 from .. import glossary
-from ..batch import StepBatch
-from ..report import Report
-from .config import Thresholds
-from .distributions import RATIO_BINS, _subsample, symlog
+from ..config import COMPARE_REL_TOL, COMPARE_SE_TOL, COMPARE_TOKEN_TOL, Thresholds
+from ..model import SCHEMA_VERSION, Report, StepBatch
+from .histograms import ratio_bins
+from .stats import finite
 from .tokens import Tokens, valid_tokens
 
-SCHEMA_VERSION = 1
-REL_TOL = 0.01  # a metric that moved by less than 1% of its (goodness) value is "same"
-SE_TOL = 2.0  # ... or by less than this many combined standard errors
-TOKEN_TOL = 1e-4  # nats: a token's |δ| must move by more than this to count as better / worse
 TOP_TOKENS = 20  # most improved / most worsened tokens kept
 TOP_SEQS = 10  # most improved / most worsened sequences kept
 MAX_SEQ_POINTS = 2000  # per-sequence scatter points kept (evenly spaced rows)
@@ -57,12 +54,6 @@ EXTRA_NAMES = {"abs_delta_p90": "p90 |δ|", "veto_seq_fraction": "veto (sequence
                "sequences": "sequences"}
 
 
-def _finite(x: Any) -> float | None:
-    if x is None or isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x):
-        return None
-    return float(x)
-
-
 def _goodness(value: float, better: str) -> float:
     """Distance from ideal: smaller is better."""
     if better == "zero":
@@ -78,7 +69,7 @@ def metric_row(key: str, better: str | None, mb: dict, ma: dict) -> dict:
     row = {"key": key, "name": entry["name"] if entry else EXTRA_NAMES.get(key, key), "before": b, "after": a,
            "better": better, "better_text": BETTER_TEXT[better], "change": None, "relative_change": None,
            "direction": "n/a", "tolerance": None}
-    fb, fa = _finite(b), _finite(a)
+    fb, fa = finite(b), finite(a)
     if fb is None or fa is None:
         return row
     row["change"] = fa - fb
@@ -87,10 +78,10 @@ def metric_row(key: str, better: str | None, mb: dict, ma: dict) -> dict:
         row["direction"] = "same" if fa == fb else "changed"
         return row
     gb, ga = _goodness(fb, better), _goodness(fa, better)
-    tol = REL_TOL * max(abs(gb), abs(ga))
-    se_b, se_a = _finite(mb.get(key + "_se")), _finite(ma.get(key + "_se"))
+    tol = COMPARE_REL_TOL * max(abs(gb), abs(ga))
+    se_b, se_a = finite(mb.get(key + "_se")), finite(ma.get(key + "_se"))
     if se_b is not None and se_a is not None:
-        tol = max(tol, SE_TOL * math.hypot(se_b, se_a))
+        tol = max(tol, COMPARE_SE_TOL * math.hypot(se_b, se_a))
     row["tolerance"] = tol
     if abs(ga - gb) <= tol:
         row["direction"] = "same"
@@ -118,23 +109,10 @@ def run_summary(report: Report, label: str) -> dict:
 
 def shared_ratio_histograms(tb: Tokens, ta: Tokens, th: Thresholds) -> dict:
     """Both sides' log r histograms on one set of symlog bins (the constant and range follow both batches)."""
-    sample = np.concatenate([_subsample(tb.log_r), _subsample(ta.log_r)])
-    nz = np.abs(sample[sample != 0])
-    c = float(max(np.median(nz) if nz.size else 1e-3, 1e-6))
-    top = max(float(np.abs(tb.log_r).max()), float(np.abs(ta.log_r).max()))
-    extent = max(1.15 * math.log(th.band_5x), top * 1.02)
-    u_max = float(symlog(extent, c))
-    u_edges = np.linspace(-u_max, u_max, RATIO_BINS + 1)
-    edges = np.sign(u_edges) * c * np.expm1(np.abs(u_edges))
-
-    def counts(tok: Tokens) -> list[int]:
-        u = symlog(tok.log_r, c)
-        idx = np.clip(((u + u_max) / (2 * u_max) * RATIO_BINS).astype(np.int64), 0, RATIO_BINS - 1)
-        return np.bincount(idx, minlength=RATIO_BINS).astype(int).tolist()
-
-    cb, ca = counts(tb), counts(ta)
+    bins = ratio_bins([tb.log_r, ta.log_r], th.band_5x)
+    cb, ca = bins.counts(tb.log_r).astype(int).tolist(), bins.counts(ta.log_r).astype(int).tolist()
     return {
-        "x": "log_r", "symlog_constant": c, "edges": edges.tolist(),
+        "x": "log_r", "symlog_constant": bins.c, "edges": bins.edges.tolist(),
         "before": {"counts": cb, "fraction": [n / tb.n for n in cb], "exact_one": int((tb.log_r == 0).sum())},
         "after": {"counts": ca, "fraction": [n / ta.n for n in ca], "exact_one": int((ta.log_r == 0).sum())},
         "bands": {"2x": [-math.log(th.band_2x), math.log(th.band_2x)], "5x": [-math.log(th.band_5x), math.log(th.band_5x)]},
@@ -171,86 +149,71 @@ def same_tokens(before: StepBatch, after: StepBatch) -> tuple[bool, str]:
     return True, "same sequence lengths (token ids absent on at least one side, so only the shape was compared)"
 
 
-def _both_valid(batch: StepBatch, tok: Tokens) -> np.ndarray:
-    ok = np.zeros(batch.n_tokens, bool)
-    ok[tok.index] = True
-    return ok
+@dataclass
+class _Paired:
+    """The tokens valid on both sides, in batch order: each side's Tokens restricted to them."""
+
+    before: StepBatch
+    after: StepBatch
+    tb: Tokens  # before's valid tokens that are valid after too
+    ta: Tokens  # after's, the same positions
+
+    @property
+    def index(self) -> np.ndarray:
+        return self.tb.index
+
+    @cached_property
+    def change(self) -> np.ndarray:
+        """|δ after| − |δ before| per token: negative is better."""
+        return np.abs(self.ta.delta) - np.abs(self.tb.delta)
+
+    def text(self, k: int) -> str | None:
+        """Token k's text from the first side that has text (or a decoder), else its id as [id]."""
+        for src in (self.after, self.before):
+            if src.token_text is not None or src.decoder is not None:
+                return src.token_strings(slice(k, k + 1))[0]
+        for src in (self.after, self.before):
+            if src.token_ids is not None:
+                return src.token_strings(slice(k, k + 1))[0]
+        return None
+
+    def token_row(self, j: int) -> dict:
+        k = int(self.index[j])
+        tid = self.after.token_ids if self.after.token_ids is not None else self.before.token_ids
+        tb, ta = self.tb, self.ta
+        return {"sequence": int(tb.seq[j]), "position": int(k - self.before.offsets[tb.seq[j]]), "token": self.text(k),
+                "token_id": int(tid[k]) if tid is not None else None,
+                "diff_before": float(tb.delta[j]), "diff_after": float(ta.delta[j]), "abs_change": float(self.change[j]),
+                "rollout_before": float(tb.rollout[j]), "rollout_after": float(ta.rollout[j]),
+                "trainer_before": float(tb.trainer[j]), "trainer_after": float(ta.trainer[j])}
 
 
-def _flat(batch: StepBatch, tok: Tokens, values: np.ndarray) -> np.ndarray:
-    out = np.full(batch.n_tokens, np.nan)
-    out[tok.index] = values
-    return out
+def _extreme(values: np.ndarray, mask: np.ndarray, k: int) -> list[int]:
+    """Indices of the k smallest `values` where `mask`, smallest first; ties by position (deterministic)."""
+    cand = np.flatnonzero(mask)
+    if cand.size > k:
+        cand = cand[np.argpartition(values[cand], k - 1)[:k]]
+    return [int(j) for j in cand[np.lexsort((cand, values[cand]))]]
 
 
-def per_token_change(before: StepBatch, after: StepBatch, tb: Tokens, ta: Tokens, tol: float = TOKEN_TOL,
+def per_token_change(before: StepBatch, after: StepBatch, tb: Tokens, ta: Tokens, tol: float = COMPARE_TOKEN_TOL,
                      top: int = TOP_TOKENS, top_seqs: int = TOP_SEQS) -> dict:
+    """Over the same tokens: how many got better / worse, the extremes, and the same per sequence."""
     same, how = same_tokens(before, after)
     if not same:
         return {"available": False, "reason": f"The batches are not over the same tokens: {how}. "
                                               "Only the aggregate metrics and distributions are compared."}
-    both = _both_valid(before, tb) & _both_valid(after, ta)
-    idx = np.flatnonzero(both)
-    n = int(idx.size)
+    vb, va = tb.valid_mask(), ta.valid_mask()
     notes = []
-    only_one = int(np.count_nonzero(_both_valid(before, tb) ^ _both_valid(after, ta)))
+    only_one = int(np.count_nonzero(vb ^ va))
     if only_one:
         notes.append(f"{only_one:,} tokens are valid (masked in, finite) on one side only and are left out of the per-token change.")
-    if n == 0:
+    if not (vb & va).any():
         return {"available": False, "reason": "No token is valid on both sides."}
-    d_b = _flat(before, tb, tb.delta)[idx]
-    d_a = _flat(after, ta, ta.delta)[idx]
-    ab, aa = np.abs(d_b), np.abs(d_a)
-    change = aa - ab
-    better = change < -tol
-    worse = change > tol
-    ro_b, ro_a = before.rollout_logp[idx], after.rollout_logp[idx]
-    tr_b, tr_a = before.trainer_logp[idx], after.trainer_logp[idx]
-    seq_all = np.repeat(np.arange(before.n_seqs), before.seq_lengths)
-    seq = seq_all[idx]
-    pos = idx - before.offsets[seq]
-
-    def token_row(j: int) -> dict:
-        k = int(idx[j])
-        text = None
-        for src in (after, before):  # the first side that has text (or a decoder), else ids shown as [id]
-            if src.token_text is not None or src.decoder is not None:
-                text = src.token_strings(slice(k, k + 1))[0]
-                break
-        else:
-            if after.token_ids is not None or before.token_ids is not None:
-                text = (after if after.token_ids is not None else before).token_strings(slice(k, k + 1))[0]
-        tid = after.token_ids if after.token_ids is not None else before.token_ids
-        return {"sequence": int(seq[j]), "position": int(pos[j]), "token": text,
-                "token_id": int(tid[k]) if tid is not None else None,
-                "diff_before": float(d_b[j]), "diff_after": float(d_a[j]), "abs_change": float(change[j]),
-                "rollout_before": float(ro_b[j]), "rollout_after": float(ro_a[j]),
-                "trainer_before": float(tr_b[j]), "trainer_after": float(tr_a[j])}
-
-    def extreme(values: np.ndarray, mask: np.ndarray, k: int) -> list[int]:
-        cand = np.flatnonzero(mask)
-        if cand.size > k:
-            cand = cand[np.argpartition(values[cand], k - 1)[:k]]
-        return [int(j) for j in cand[np.lexsort((cand, values[cand]))]]  # stable: ties by position
-
-    # per sequence: mean |δ| over the tokens compared
-    cnt = np.bincount(seq, minlength=before.n_seqs)
-    present = cnt > 0
-    mb = np.bincount(seq, weights=ab, minlength=before.n_seqs)[present] / cnt[present]
-    ma = np.bincount(seq, weights=aa, minlength=before.n_seqs)[present] / cnt[present]
-    seq_ids = np.flatnonzero(present)
-    sch = ma - mb
-    s_better, s_worse = sch < -tol, sch > tol
-
-    def seq_row(j: int) -> dict:
-        return {"sequence": int(seq_ids[j]), "tokens": int(cnt[seq_ids[j]]), "abs_delta_mean_before": float(mb[j]),
-                "abs_delta_mean_after": float(ma[j]), "change": float(sch[j]),
-                "tokens_better": int(np.count_nonzero(better[seq == seq_ids[j]])),
-                "tokens_worse": int(np.count_nonzero(worse[seq == seq_ids[j]]))}
-
-    pick = np.arange(seq_ids.size)
-    if pick.size > MAX_SEQ_POINTS:
-        pick = np.linspace(0, seq_ids.size - 1, MAX_SEQ_POINTS).astype(np.int64)
+    pair = _Paired(before, after, tb.subset(va[tb.index]), ta.subset(vb[ta.index]))
+    change = pair.change
+    n = int(change.shape[0])
+    better, worse = change < -tol, change > tol
     return {
         "available": True, "how": how, "notes": notes, "tolerance": tol, "tokens_compared": n,
         "counts": {"better": int(better.sum()), "worse": int(worse.sum()), "same": int(n - better.sum() - worse.sum())},
@@ -259,18 +222,39 @@ def per_token_change(before: StepBatch, after: StepBatch, tb: Tokens, ta: Tokens
         "abs_delta_change_mean": float(change.mean()),
         "abs_delta_change_se": float(change.std(ddof=1) / math.sqrt(n)) if n > 1 else None,
         "abs_delta_change_median": float(np.median(change)),
-        "rollout_changed": int(np.count_nonzero(np.abs(ro_a - ro_b) > tol)),
-        "trainer_changed": int(np.count_nonzero(np.abs(tr_a - tr_b) > tol)),
-        "most_improved": [token_row(j) for j in extreme(change, better, top)],
-        "most_worsened": [token_row(j) for j in extreme(-change, worse, top)],
-        "sequences": {
-            "compared": int(seq_ids.size),
-            "counts": {"better": int(s_better.sum()), "worse": int(s_worse.sum()),
-                       "same": int(seq_ids.size - s_better.sum() - s_worse.sum())},
-            "most_improved": [seq_row(j) for j in extreme(sch, s_better, top_seqs)],
-            "most_worsened": [seq_row(j) for j in extreme(-sch, s_worse, top_seqs)],
-            "points": {"sequence": seq_ids[pick].astype(int).tolist(), "before": mb[pick].tolist(), "after": ma[pick].tolist()},
-        },
+        "rollout_changed": int(np.count_nonzero(np.abs(pair.ta.rollout - pair.tb.rollout) > tol)),
+        "trainer_changed": int(np.count_nonzero(np.abs(pair.ta.trainer - pair.tb.trainer) > tol)),
+        "most_improved": [pair.token_row(j) for j in _extreme(change, better, top)],
+        "most_worsened": [pair.token_row(j) for j in _extreme(-change, worse, top)],
+        "sequences": _sequence_change(pair, better, worse, tol, top_seqs),
+    }
+
+
+def _sequence_change(pair: _Paired, better: np.ndarray, worse: np.ndarray, tol: float, top: int) -> dict:
+    """Mean |δ| per sequence before and after, over the tokens compared."""
+    tb, ta = pair.tb, pair.ta
+    seq_ids = np.flatnonzero(tb.present)
+    mb, ma = tb.seq_mean(np.abs(tb.delta)), ta.seq_mean(np.abs(ta.delta))
+    cnt = tb.counts[seq_ids]
+    sch = ma - mb
+    s_better, s_worse = sch < -tol, sch > tol
+    n_better, n_worse = tb.seq_count_of(better)[seq_ids], tb.seq_count_of(worse)[seq_ids]
+
+    def seq_row(j: int) -> dict:
+        return {"sequence": int(seq_ids[j]), "tokens": int(cnt[j]), "abs_delta_mean_before": float(mb[j]),
+                "abs_delta_mean_after": float(ma[j]), "change": float(sch[j]),
+                "tokens_better": int(n_better[j]), "tokens_worse": int(n_worse[j])}
+
+    pick = np.arange(seq_ids.size)
+    if pick.size > MAX_SEQ_POINTS:
+        pick = np.linspace(0, seq_ids.size - 1, MAX_SEQ_POINTS).astype(np.int64)
+    return {
+        "compared": int(seq_ids.size),
+        "counts": {"better": int(s_better.sum()), "worse": int(s_worse.sum()),
+                   "same": int(seq_ids.size - s_better.sum() - s_worse.sum())},
+        "most_improved": [seq_row(j) for j in _extreme(sch, s_better, top)],
+        "most_worsened": [seq_row(j) for j in _extreme(-sch, s_worse, top)],
+        "points": {"sequence": seq_ids[pick].astype(int).tolist(), "before": mb[pick].tolist(), "after": ma[pick].tolist()},
     }
 
 
@@ -298,9 +282,9 @@ def compare_batches(before: StepBatch, after: StepBatch, before_report: Report |
         "runs": {"before": run_summary(rb, labels[0]), "after": run_summary(ra, labels[1])},
         "metrics": rows,
         "tally": tally,
-        "rules": {"relative_tolerance": REL_TOL, "se_tolerance": SE_TOL, "token_tolerance": TOKEN_TOL,
-                  "same": f"'same' when the change is within {SE_TOL:g} combined standard errors (where the metric has them) "
-                          f"or under {REL_TOL:.0%} of the larger value (distance from the ideal value)."},
+        "rules": {"relative_tolerance": COMPARE_REL_TOL, "se_tolerance": COMPARE_SE_TOL, "token_tolerance": COMPARE_TOKEN_TOL,
+                  "same": f"'same' when the change is within {COMPARE_SE_TOL:g} combined standard errors (where the metric has them) "
+                          f"or under {COMPARE_REL_TOL:.0%} of the larger value (distance from the ideal value)."},
         "distributions": {"ratio": shared_ratio_histograms(tb, ta, th), "abs_dp": shared_abs_dp(rb, ra)},
         "per_token": per_token_change(before, after, tb, ta),
     }

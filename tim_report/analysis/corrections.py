@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from .config import SAFETY_BOUND, Thresholds
+from ..config import SAFETY_BOUND, Thresholds
 from .tokens import Tokens
 
 ROUTES = ("train", "train_with_correction", "quarantine")
@@ -39,9 +39,7 @@ def what_if(tok: Tokens, th: Thresholds) -> list[dict]:
     """Fraction of tokens / sequences each correction would truncate, mask or reject on this batch."""
     log_r = tok.log_r
     present = tok.present
-    count = tok.counts
     seq_sum = np.clip(tok.seq_sum(tok.delta), -SAFETY_BOUND, SAFETY_BOUND)
-    seq_mean = np.divide(tok.seq_sum(tok.delta), count, out=np.zeros(tok.n_seqs), where=count > 0)
 
     def seq_fraction_from_tokens(hit: np.ndarray) -> float:
         return float((np.bincount(tok.seq[hit], minlength=tok.n_seqs)[present] > 0).mean())
@@ -60,7 +58,7 @@ def what_if(tok: Tokens, th: Thresholds) -> list[dict]:
     rows.append(_row("icepop", f"IcePop [{th.icepop_low:g}, {th.icepop_high:g}]", "token", "mask",
                      f"tokens with r outside [{th.icepop_low:g}, {th.icepop_high:g}] are masked", "OpenRLHF IcePop",
                      float(hit.mean()), seq_fraction_from_tokens(hit)))
-    geo = seq_mean[present]
+    geo = tok.seq_mean(tok.delta)
     seq_hit = (geo < math.log(th.geo_low)) | (geo > math.log(th.geo_high))
     rows.append(_row("geo_rs", f"Geometric RS [{th.geo_low:g}, {th.geo_high:g}]", "sequence", "reject",
                      f"sequences whose geometric-mean ratio exp(mean δ) is outside [{th.geo_low:g}, {th.geo_high:g}] are rejected",

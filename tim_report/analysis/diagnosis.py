@@ -1,4 +1,4 @@
-"""Diagnosis: is the mismatch numerical noise or a bug? (design §5, issue 4)
+"""Diagnosis: is the mismatch numerical noise or a bug? (design §5)
 
 `diagnose()` returns the `diagnosis` object of summary.json:
 
@@ -9,426 +9,24 @@
      "precision_gap": {...} or {"available": false, "reason", "how_to_get"},
      "thresholds": the DiagnosisThresholds used}
 
-Every detector is a pure function of the valid tokens (`Tokens`), vectorised, and only fires when
-its signal is both large (an effect-size threshold) and significant (a z-score with cluster-robust
-standard errors, clusters = sequences, and a minimum count), so clean bf16 / fp16 noise does not
-trigger it on small batches. docs/diagnosis.md explains each detector and shows the confusion
-matrix the fault-injection tests produce (scripts/diagnosis_matrix.py).
+The detectors live in `detectors.py`; this module runs them, decides the regime and writes the
+verdict. docs/diagnosis.md explains each detector and shows the confusion matrix the
+fault-injection tests produce (scripts/diagnosis_matrix.py).
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields, replace
 
 import numpy as np
 
-from ..batch import StepBatch
-from .breakdowns import length_growth
-from .metrics import cluster_mean_se, pearson, run_starts
+from ..config import PPO_EPS_HIGH, PPO_EPS_LOW, SEVERITIES, DiagnosisThresholds
+from ..model import StepBatch
+from .detectors import (declared_processing, detect_drift, detect_dummy_zero, detect_low_prob_tail,
+                        detect_one_side_broken, detect_processed, detect_shift, detect_temperature, finding)
 from .precision_gap import precision_gap
+from .stats import cluster_mean_se
 from .tokens import Tokens
-
-REGIMES = ("identical", "numerical_noise", "elevated", "systematic")
-SEVERITIES = ("info", "warn", "error")
-# Detectors that regress or compare neighbours work on an even subsample of at most this many tokens
-# (pairs); their evidence says how many were used. Their z ≥ 5 tests have ample power at 2M.
-DETECTOR_MAX_TOKENS = 2_000_000
-FINDING_IDS = ("shift", "temperature", "processed_logprobs", "dummy_zero", "one_side_broken", "low_prob_tail",
-               "drift_with_length", "precision_gap")
-
-
-@dataclass(frozen=True)
-class DiagnosisThresholds:
-    """Every limit the diagnosis uses, with its reason. Override with `replace()` or `check --set NAME=VALUE`."""
-
-    # identical: |δ| ≤ atol + rtol·|logp| on every token. fp32 log-softmax of logits of size ~30 rounds at
-    # ~30·2⁻²⁴ ≈ 2e-6; 1e-5 leaves room for a different reduction order (batch shape) in fp32.
-    identical_atol: float = 1e-5
-    identical_rtol: float = 1e-6
-    # numerical_noise ceiling. Published dense bf16/fp16 engine-vs-trainer runs sit at KL ≈ 4e-4 … 1e-2
-    # (verl rollout-correction docs, "Defeating the training-inference mismatch via FP16", Yao et al.
-    # "Your efficient RL framework secretly brings you off-policy RL training"); mean |δ| a few hundredths
-    # at most; log-prob correlation ≈ 1. Compared with 2 standard errors of slack so small batches pass.
-    noise_kl_max: float = 1e-2
-    noise_abs_delta_max: float = 0.05
-    noise_corr_min: float = 0.99
-    # systematic: correlation of log-probs this far below 1 means the two sides do not score the same
-    # model or context (bf16 on our tiny model gives ≥ 0.999; a re-initialised trainer gives ≈ 0).
-    systematic_corr_max: float = 0.9
-    # significance for every detector: |z| ≥ 5 with cluster-robust SEs, and at least this many tokens.
-    z: float = 5.0
-    min_tokens: int = 64
-    # shift: mean |trainer[t] − rollout[t±1]| below this fraction of mean |trainer[t] − rollout[t]|.
-    # Neighbouring log-probs of real text differ by ~1-2 nats; an off-by-one trainer matches its neighbour
-    # to noise level (ratio ≈ 0.01-0.1), a correct one never matches the neighbour better (ratio ≫ 1).
-    shift_ratio: float = 0.5
-    # temperature: |slope of δ on rollout_logp| ≥ 0.05, i.e. the two sides' temperatures differ by ≥ 5%
-    # (common sampling temperatures are 0.6-1.0; bf16 noise gives |slope| < 0.01 on our fixtures).
-    temperature_slope_min: float = 0.05
-    # processed_logprobs: share of non-zero δ (rollout ≠ 0 exactly) that are negative. Top-p / top-k
-    # renormalisation can only raise the rollout log-prob (δ = log kept mass ≤ 0); noise gives ≈ 0.5.
-    processed_negative_share: float = 0.95
-    # dummy_zero: rollout log-prob exactly 0 (p = 1) where the trainer gives p < 0.5: no engine samples a
-    # token it gives probability 1 that the same model gives less than 1/2. 3+ tokens → error.
-    dummy_trainer_logp_max: float = math.log(0.5)
-    dummy_error_count: int = 3
-    # one_side_broken: token-level perplexity of one side this many times the other's on the same tokens.
-    # bf16/fp16 noise moves perplexity by ~1%; 1.5x is far outside noise, 3x is a different model/context.
-    ppl_ratio_warn: float = 1.5
-    ppl_ratio_error: float = 3.0
-    # low_prob_tail (info): tokens with rollout p < tail_p carry ≥ tail_k3_share of Σk3 while being at
-    # most tail_token_share_max of the tokens. Normal for noise (design §4); reported as context.
-    tail_p: float = 0.1
-    tail_k3_share: float = 0.5
-    tail_token_share_max: float = 0.5
-    # drift_with_length: exponent b of |Σδ| ∝ length^b significantly above 0.5 (random walk) and ≥ 0.75;
-    # warn only when the per-token bias is itself beyond noise (|bias| ≥ noise_kl_max: noise has
-    # bias ≈ −KL), else info. Needs min_drift_sequences sequences.
-    drift_exponent_min: float = 0.75
-    drift_z: float = 3.0
-    min_drift_sequences: int = 8
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    def override(self, values: dict[str, str]) -> "DiagnosisThresholds":
-        """A copy with NAME=VALUE strings applied (types from the field defaults)."""
-        known = {f.name: f for f in fields(self)}
-        changes = {}
-        for name, value in values.items():
-            if name not in known:
-                raise KeyError(f"unknown diagnosis threshold '{name}' (known: {', '.join(known)})")
-            try:
-                changes[name] = type(getattr(self, name))(float(value))
-            except ValueError:
-                raise ValueError(f"{name}={value}: not a number") from None
-        return replace(self, **changes)
-
-
-def _finding(id_: str, severity: str, title: str, evidence: dict, likely_cause: str, what_to_check: str) -> dict:
-    return {"id": id_, "severity": severity, "title": title,
-            "evidence": {k: (float(v) if isinstance(v, (float, np.floating)) else int(v) if isinstance(v, (int, np.integer, bool, np.bool_)) else v)
-                         for k, v in evidence.items()},
-            "likely_cause": likely_cause, "what_to_check": what_to_check}
-
-
-def _slope(x: np.ndarray, y: np.ndarray, seq: np.ndarray) -> tuple[float, float, float]:
-    """OLS slope of y on x, its cluster-robust SE (clusters = sequences, `seq` sorted) and R².
-
-    Written with dot products and per-sequence sums of raw moments, so it needs one scratch array
-    rather than the half-dozen that centring each array would allocate.
-    """
-    n = x.shape[0]
-    mx, my = float(x.mean()), float(y.mean())
-    sxx = float(np.dot(x, x)) - n * mx * mx
-    if sxx <= 0:
-        return 0.0, float("inf"), 0.0
-    sxy = float(np.dot(x, y)) - n * mx * my
-    syy = float(np.dot(y, y)) - n * my * my
-    b = sxy / sxx
-    # per sequence: Σ xc·e = Σ xc·yc − b·Σ xc², from sums of x, y, xy, x² and the count
-    starts = run_starts(seq)
-    cnt = np.diff(np.append(starts, n)).astype(np.float64)
-    sx, sy = np.add.reduceat(x, starts), np.add.reduceat(y, starts)
-    buf = np.multiply(x, y)
-    sxy_g = np.add.reduceat(buf, starts)
-    np.multiply(x, x, out=buf)
-    sxx_g = np.add.reduceat(buf, starts)
-    del buf
-    cxy = sxy_g - mx * sy - my * sx + cnt * mx * my
-    cxx = sxx_g - 2 * mx * sx + cnt * mx * mx
-    sums = cxy - b * cxx
-    g = starts.shape[0]
-    var = float(np.dot(sums, sums)) * (g / (g - 1) if g > 1 else 1.0) / sxx ** 2
-    r2 = 1.0 - (syy - b * sxy) / syy if syy > 0 else 0.0
-    return b, math.sqrt(max(var, 0.0)), r2
-
-
-def _thin(idx: np.ndarray, limit: int) -> np.ndarray:
-    """An even, order-preserving subsample of at most `limit` entries (detectors need power, not all 16M tokens)."""
-    if idx.shape[0] <= limit:
-        return idx
-    return idx[:: -(-idx.shape[0] // limit)]
-
-
-def _subset(tok: Tokens, keep: np.ndarray) -> Tokens:
-    """The valid tokens without those a finding already explains (same sequences)."""
-    if keep.all():
-        return tok
-    return Tokens(tok.rollout[keep], tok.trainer[keep], tok.delta[keep], tok.log_r[keep], tok.seq[keep],
-                  tok.index[keep], tok.batch_offsets, tok.n_seqs)
-
-
-def _neighbour_pairs(tok: Tokens, step: int = 1) -> np.ndarray:
-    """i such that valid tokens i and i+1 are adjacent positions of the same sequence (every `step`-th i)."""
-    i = np.arange(0, tok.n - 1, step)
-    same = tok.seq[i + 1] == tok.seq[i]
-    if tok.valid_index is not None:
-        same &= tok.valid_index[i + 1] == tok.valid_index[i] + 1
-    return i[same]
-
-
-# ---------------------------------------------------------------- detectors
-
-
-def detect_shift(tok: Tokens, dt: DiagnosisThresholds) -> dict | None:
-    """trainer[t] agrees better with rollout[t+1] (or rollout[t−1]) than with rollout[t]."""
-    step = max(1, -(-(tok.n - 1) // DETECTOR_MAX_TOKENS))  # an even subsample of at most 2M candidate pairs
-    i = _neighbour_pairs(tok, step)
-    if i.shape[0] < dt.min_tokens:
-        return None
-    best = None
-    # lead: trainer[t] vs rollout[t+1], over t = i; lag: trainer[t] vs rollout[t−1], over t = i+1
-    for name, t, other in (("next", i, i + 1), ("previous", i + 1, i)):
-        same = np.abs(tok.trainer[t] - tok.rollout[t])
-        shifted = np.abs(tok.trainer[t] - tok.rollout[other])
-        m_same, m_shift = float(same.mean()), float(shifted.mean())
-        diff_mean, diff_se = cluster_mean_se(same - shifted, tok.seq[t])
-        z = diff_mean / diff_se if diff_se > 0 else (math.inf if diff_mean > 0 else 0.0)
-        if m_shift < dt.shift_ratio * m_same and z >= dt.z and (best is None or m_shift < best[2]):
-            best = (name, m_same, m_shift, z, int(t.shape[0]))
-    if best is None:
-        return None
-    name, m_same, m_shift, z, n = best
-    offset = "+1" if name == "next" else "−1"
-    return _finding(
-        "shift", "error", f"Off-by-one: trainer log-probs match the rollout's at position t{offset}",
-        {"mean_abs_diff_same_position": m_same, "mean_abs_diff_shifted": m_shift,
-         "shift": 1 if name == "next" else -1, "ratio": m_shift / m_same if m_same > 0 else 0.0, "z": z,
-         "pairs": n, "every_nth_pair": step, "threshold_ratio": dt.shift_ratio},
-        f"trainer_logp[t] is the log-prob of the token at t{offset}: logits and labels are aligned with one "
-        "slice too many or too few (logits[:, :-1] vs labels[:, 1:]), or one side follows a shifted convention "
-        "(OpenRLHF drops the first position, AReaL rolls by −1) and the loader assumed the other.",
-        "Check the logits/labels slicing in the trainer's log-prob computation and the alignment the loader "
-        "assumed (`tim-report inspect FILE`); override the keys or fix the export so both arrays index the same token.")
-
-
-def declared_processing(meta: dict) -> str | None:
-    """'top_p=0.9, top_k=50' when the batch's meta says its rollout log-probs are processed and truncated
-    (what `tim-report capture` records in meta['sampling']), else None."""
-    s = meta.get("sampling") if isinstance(meta, dict) else None
-    if not isinstance(s, dict) or s.get("logprobs") != "processed" or not s.get("truncated"):
-        return None
-    parts = [f"{k}={s[k]:g}" for k in ("top_p", "top_k", "min_p") if isinstance(s.get(k), (int, float))
-             and not (k == "top_p" and s[k] >= 1) and not (k in ("top_k", "min_p") and s[k] <= 0)]
-    return ", ".join(parts) or "truncated sampling"
-
-
-def detect_processed(tok: Tokens, dt: DiagnosisThresholds, corr: float | None,
-                     declared: str | None = None) -> dict | None:
-    """Rollout log-probs renormalised after top-p / top-k: rollout ≥ trainer on (nearly) every token.
-
-    When the batch declares processed, truncated rollout log-probs (`declared`, from meta['sampling'])
-    the finding is `info`: the mismatch is explained and expected, not a bug in the pipeline."""
-    nonzero = tok.rollout != 0.0
-    moved = nonzero & (np.abs(tok.delta) > dt.identical_atol)
-    n = int(moved.sum())
-    if n < dt.min_tokens or (corr is not None and corr < dt.systematic_corr_max):
-        return None
-    neg = tok.delta[moved] < 0
-    share = float(neg.mean())
-    z_sign = (share - 0.5) / (0.5 / math.sqrt(n))
-    mean, se = cluster_mean_se(tok.delta[nonzero], tok.seq[nonzero])
-    if share < dt.processed_negative_share or z_sign < dt.z or not (se > 0 and -mean / se >= dt.z):
-        return None
-    zeros_below = int(((tok.rollout == 0.0) & (tok.trainer < -1e-4)).sum())
-    evidence = {"negative_delta_share": share, "tokens_compared": n, "mean_delta": mean, "mean_delta_se": se,
-         "rollout_exact_zero_trainer_below": zeros_below, "rollout_exact_zero_share": float(np.mean(tok.rollout == 0.0)),
-         "min_delta": float(tok.delta.min()), "implied_min_kept_mass": float(math.exp(tok.delta.min())),
-         "threshold_negative_share": dt.processed_negative_share, "declared_in_meta": declared is not None}
-    if declared is not None:
-        return _finding(
-            "processed_logprobs", "info",
-            f"Rollout log-probs are renormalised by truncated sampling ({declared}), as the batch declares: "
-            f"rollout ≥ trainer on {share:.1%} of tokens", evidence,
-            "The batch's meta says the rollout log-probs are the sampler's processed ones (after top-k / top-p) "
-            "while the trainer scores the full distribution, so δ = log(kept mass) ≤ 0 by construction: expected, "
-            "not a pipeline bug.",
-            "Nothing to fix in this capture. In training, the same setup biases importance ratios: use raw "
-            "log-probs on the rollout side or apply the same truncation in the trainer.")
-    return _finding(
-        "processed_logprobs", "error", "Rollout log-probs are renormalised (top-p / top-k): rollout ≥ trainer on "
-        f"{share:.1%} of tokens", evidence,
-        "The rollout engine returned log-probs of the distribution after top-p / top-k (and min-p) truncation, "
-        "renormalised over the kept tokens (e.g. vLLM logprobs_mode='processed_logprobs'), while the trainer scores "
-        "the full distribution: δ = log(kept mass) ≤ 0, and 0 exactly where only one token was kept.",
-        "Return raw log-probs from the engine (vLLM logprobs_mode='raw_logprobs' / 'raw_logits' with matching "
-        "temperature), or apply the same truncation in the trainer; exp(min δ) shows the smallest kept mass (≈ top_p).")
-
-
-def detect_temperature(tok: Tokens, dt: DiagnosisThresholds, corr: float | None,
-                       keep: np.ndarray | None = None) -> dict | None:
-    """δ regressed on rollout_logp has slope T_rollout/T_trainer − 1 instead of ≈ 0 (over `keep` tokens)."""
-    keep = np.ones(tok.n, bool) if keep is None else keep
-    n = int(keep.sum())
-    if n < dt.min_tokens or (corr is not None and corr < dt.systematic_corr_max):
-        return None
-    if keep.all():
-        idx = np.arange(0, tok.n, max(1, -(-tok.n // DETECTOR_MAX_TOKENS)))
-    else:
-        idx = _thin(np.flatnonzero(keep), DETECTOR_MAX_TOKENS)
-    slope, se, r2 = _slope(tok.rollout[idx], tok.delta[idx], tok.seq[idx])
-    if abs(slope) < dt.temperature_slope_min or not (se > 0 and abs(slope) / se >= dt.z):
-        return None
-    ratio = 1.0 + slope  # shrunk towards 1: the per-position log Z_T correlates with the log-prob (a lower bound on |T − 1|)
-    if ratio > 1:
-        how = (f"the rollout's log-probs are flatter, as if at temperature ≈ {ratio:.2f}× the trainer's or further from it "
-               f"(e.g. rollout sampled and scored at T={ratio:.2g} while the trainer used T=1, or the trainer "
-               f"divided logits by 1/{ratio:.2g})")
-    else:
-        how = (f"the rollout's log-probs are sharper, as if at temperature ≈ {ratio:.2f}× the trainer's or further from it "
-               f"(e.g. rollout sampled and scored at T={ratio:.2g} while the trainer scored at T=1, or the trainer "
-               f"divided logits by T={1 / ratio:.2g} and the rollout returned raw log-probs)")
-    return _finding(
-        "temperature", "error",
-        f"Temperature on one side only: the rollout's log-probs are {'flatter' if ratio > 1 else 'sharper'} than the "
-        f"trainer's (T_rollout / T_trainer ≈ {ratio:.2f} or further from 1)",
-        {"slope": slope, "slope_se": se, "r2": r2, "temperature_ratio": ratio, "inverse_ratio": 1.0 / ratio if ratio else None,
-         "tokens": n, "tokens_fitted": int(idx.shape[0]), "threshold_slope": dt.temperature_slope_min},
-        "Sampling temperature is applied on one side only: " + how + ". Tempered log-probs satisfy "
-        "log p_T = log p / T − log Z_T, so δ = (T−1)·rollout_logp + per-position constant.",
-        "Make both sides use the same temperature: divide the trainer's logits by the rollout temperature "
-        "(verl/TRL do this), and check whether the engine returns log-probs before or after temperature "
-        "(vLLM logprobs_mode raw vs processed).")
-
-
-def detect_dummy_zero(tok: Tokens, dt: DiagnosisThresholds) -> tuple[dict | None, np.ndarray]:
-    """Exact 0.0 rollout log-probs inside the mask where the trainer gives p < 1/2."""
-    hit = (tok.rollout == 0.0) & (tok.trainer < dt.dummy_trainer_logp_max)
-    n = int(hit.sum())
-    if n == 0:
-        return None, hit
-    i = _neighbour_pairs(tok)
-    in_runs = np.zeros(tok.n, bool)
-    pair_hit = hit[i] & hit[i + 1]
-    in_runs[i[pair_hit]] = True
-    in_runs[i[pair_hit] + 1] = True
-    seqs = int(np.unique(tok.seq[hit]).shape[0])
-    abs_d = np.abs(tok.delta)
-    severity = "error" if n >= dt.dummy_error_count else "warn"
-    return _finding(
-        "dummy_zero", severity, f"{n} masked-in tokens have rollout log-prob exactly 0.0 (placeholder values)",
-        {"tokens": n, "token_share": n / tok.n, "sequences": seqs, "in_runs_share": float(in_runs[hit].mean()),
-         "mean_trainer_logp": float(tok.trainer[hit].mean()),
-         "abs_delta_share": float(abs_d[hit].sum() / abs_d.sum()) if abs_d.sum() > 0 else 0.0,
-         "rollout_exact_zero_tokens": int((tok.rollout == 0.0).sum()),
-         "threshold_trainer_logp": dt.dummy_trainer_logp_max},
-        "Tokens the engine did not sample (tool / environment output, padding, prompt) carry a placeholder "
-        "log-prob of 0.0 but are inside the loss mask, so the trainer's real log-prob is compared with p = 1.",
-        "Mask tool and environment tokens out of the loss (response_mask / loss_mask), and check the padding "
-        "value of the rollout log-prob array; if every rollout log-prob is 0, the engine returned processed "
-        "log-probs of greedy decoding.") , hit
-
-
-def detect_one_side_broken(tok: Tokens, dt: DiagnosisThresholds, corr: float | None, keep: np.ndarray,
-                           explained: bool, bias: tuple[float, float] | None = None) -> dict | None:
-    """One side's token-level perplexity many times the other's on the same tokens."""
-    if keep.sum() < dt.min_tokens:
-        return None
-    if keep.all():
-        ro, tr = tok.rollout, tok.trainer
-        d_mean, d_se = bias if bias is not None else cluster_mean_se(tok.delta, tok.seq)
-    else:  # correlation without the tokens another finding already explains (dummy zeros)
-        ro, tr = tok.rollout[keep], tok.trainer[keep]
-        corr = pearson(ro, tr)
-        d_mean, d_se = cluster_mean_se(tok.delta[keep], tok.seq[keep])
-    ppl_ro, ppl_tr = math.exp(-float(ro.mean())), math.exp(-float(tr.mean()))
-    ratio = math.exp(abs(d_mean))
-    low_corr = corr is not None and corr < dt.systematic_corr_max
-    significant = d_se > 0 and abs(d_mean) / d_se >= dt.z
-    if not ((ratio >= dt.ppl_ratio_warn and significant) or low_corr):
-        return None
-    error = (ratio >= dt.ppl_ratio_error and significant) or low_corr
-    if explained and not error:
-        return None  # a temperature / processed-log-probs finding already explains a moderate gap
-    higher = "trainer" if ppl_tr > ppl_ro else "rollout"
-    return _finding(
-        "one_side_broken", "error" if error else "warn",
-        (f"The {higher} side's perplexity is {ratio:.2g}× the other's on the same tokens"
-         + (f" (log-prob correlation {corr:.2f})" if low_corr else "")) if ratio >= dt.ppl_ratio_warn else
-        f"Log-prob correlation is only {corr:.2f}: the two sides do not score the same model or context",
-        {"ppl_rollout": ppl_ro, "ppl_trainer": ppl_tr, "ppl_ratio": ratio, "mean_delta": d_mean,
-         "mean_delta_se": d_se, "corr_logp": corr, "tokens": int(keep.sum()),
-         "threshold_ppl_ratio_warn": dt.ppl_ratio_warn, "threshold_ppl_ratio_error": dt.ppl_ratio_error,
-         "threshold_corr": dt.systematic_corr_max},
-        f"The {higher} side is not scoring the same model or context: different or stale weights (wrong "
-        "checkpoint, weight sync not applied, LoRA not merged, quantisation), a different prompt / chat template, "
-        "truncated context, or a different tokenizer.",
-        "Compare weight checksums / the step of both sides, the exact prompt token ids each side saw, the "
-        "tokenizer and chat template, and any quantisation; re-score a few sequences with both sides by hand.")
-
-
-def detect_low_prob_tail(tok: Tokens, dt: DiagnosisThresholds) -> dict | None:
-    """Mismatch concentrated on low-probability tokens (informational)."""
-    tail = tok.rollout < math.log(dt.tail_p)
-    k3 = tok.k3()
-    tot = float(k3.sum())
-    if tot <= 0 or tail.sum() == 0:
-        return None
-    token_share = float(tail.mean())
-    k3_share = float(k3[tail].sum() / tot)
-    abs_d = np.abs(tok.delta)
-    abs_share = float(abs_d[tail].sum() / abs_d.sum())
-    if k3_share < dt.tail_k3_share or token_share > dt.tail_token_share_max:
-        return None
-    return _finding(
-        "low_prob_tail", "info",
-        f"Tokens with p < {dt.tail_p:g} are {token_share:.0%} of tokens and carry {k3_share:.0%} of the KL",
-        {"tail_p": dt.tail_p, "token_share": token_share, "k3_share": k3_share, "abs_delta_share": abs_share,
-         "abs_delta_mean_tail": float(abs_d[tail].mean()), "abs_delta_mean_rest": float(abs_d[~tail].mean()) if (~tail).any() else 0.0},
-        "Low-probability tokens sit where small logit errors change log p most (the softmax tail); precision "
-        "noise concentrates there, and so do the tokens that importance-sampling corrections clip.",
-        "Expected for numerical noise. If the mismatch matters, look at the probability-bucket table; an fp32 LM "
-        "head / fp16 rollout narrows the tail most.")
-
-
-def detect_drift(tok: Tokens, dt: DiagnosisThresholds, bias: float, bias_se: float,
-                 explained_by: str | None = None) -> dict | None:
-    """|Σδ| grows faster than √length: accumulation, not a random walk.
-
-    `explained_by` names a finding that already accounts for a signed bias (processed log-probs,
-    temperature, a broken side); the accumulation is then a consequence and only `info`."""
-    g = length_growth(tok)
-    b, se = g.get("exponent"), g.get("exponent_se")
-    if b is None or se is None or g["sequences_used"] < dt.min_drift_sequences or not se > 0:
-        return None
-    z = (b - 0.5) / se
-    if b < dt.drift_exponent_min or z < dt.drift_z:
-        return None
-    material = abs(bias) >= dt.noise_kl_max and bias_se > 0 and abs(bias) / bias_se >= dt.z and not explained_by
-    lengths = tok.counts[tok.present]
-    return _finding(
-        "drift_with_length", "warn" if material else "info",
-        f"|Σδ| grows as length^{b:.2f} (a random walk would be length^0.5)",
-        {"exponent": b, "exponent_se": se, "z_vs_random_walk": z, "sequences": g["sequences_used"],
-         "bias_per_token": bias, "bias_se": bias_se, "expected_seq_log_ratio_at_p90_length":
-         bias * float(np.percentile(lengths, 90)), "threshold_exponent": dt.drift_exponent_min,
-         "threshold_bias": dt.noise_kl_max, "explained_by_other_finding": explained_by is not None},
-        (f"A consequence of the {explained_by} finding: its signed bias adds up along each sequence. " if explained_by
-         else "") + "The per-token mismatch has a consistent sign (or grows along the sequence), so sequence-level ratios "
-        "drift with length instead of averaging out: a temperature / processing difference, a KV-cache or "
-        "RoPE precision issue, or, when the bias is tiny, just the KL of the noise summed over long sequences.",
-        "Look at the by-position table: growing |δ| with position points at KV-cache dtype / RoPE / long-context "
-        "kernels; a flat but signed δ points at a one-sided transformation. Prefer token-level or geometric "
-        "corrections over sequence-product ratios for long sequences.")
-
-
-# ---------------------------------------------------------------- regime and verdict
-
-
-def _is_identical(tok: Tokens, dt: DiagnosisThresholds, abs_delta_max: float) -> bool:
-    if abs_delta_max <= dt.identical_atol:
-        return True
-    if abs_delta_max > dt.identical_atol + dt.identical_rtol * max(-float(tok.rollout.min()), -float(tok.trainer.min())):
-        return False  # beyond the loosest per-token tolerance: no need to look token by token
-    tol = dt.identical_atol + dt.identical_rtol * np.maximum(np.abs(tok.rollout), np.abs(tok.trainer))
-    return bool(np.all(np.abs(tok.delta) <= tol))
-
-
-def _fmt(x) -> str:
-    return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.3g}"
-
 
 DEFAULT_CHECK = {
     "identical": "Nothing to fix. If you expected a precision or engine difference, check that the two sides "
@@ -445,57 +43,97 @@ DEFAULT_CHECK = {
 
 
 def diagnose(batch: StepBatch, tok: Tokens, metrics: dict, thresholds: DiagnosisThresholds | None = None,
-             ppo_eps: tuple[float, float] = (0.2, 0.28)) -> dict:
+             ppo_eps: tuple[float, float] = (PPO_EPS_LOW, PPO_EPS_HIGH)) -> dict:
     """The `diagnosis` object of summary.json for one batch (`metrics` is `summary_metrics`' result)."""
     dt = thresholds or DiagnosisThresholds()
-    corr = metrics.get("corr_logp")
     gap = precision_gap(batch, tok, *ppo_eps)
-    kl, kl_se = metrics["kl_k3"], metrics.get("kl_k3_se") or 0.0
-    ad, ad_se = metrics["abs_delta_mean"], metrics.get("abs_delta_mean_se") or 0.0
-    bias, bias_se = metrics["bias"], metrics.get("bias_se") or 0.0
-    ppl_ratio = math.exp(abs(float(tok.trainer.mean()) - float(tok.rollout.mean())))
-    evidence = {"tokens": tok.n, "kl_k3": kl, "kl_k3_se": kl_se, "abs_delta_mean": ad, "abs_delta_max": metrics["abs_delta_max"],
-                "bias": bias, "corr_logp": corr, "ppl_ratio": ppl_ratio, "ess": metrics.get("ess"),
-                "phantom_clip": metrics.get("phantom_clip")}
-
-    findings: list[dict] = []
     if _is_identical(tok, dt, metrics["abs_delta_max"]):
-        regime = "identical"
+        regime, findings = "identical", []
     else:
-        dummy, dummy_hit = detect_dummy_zero(tok, dt)
-        processed = detect_processed(tok, dt, corr, declared_processing(batch.meta))
-        temperature = None if processed else detect_temperature(tok, dt, corr, ~dummy_hit)
-        shift = detect_shift(tok, dt)
-        # a shifted trainer decorrelates the log-probs by itself: no separate "broken side" claim then
-        broken = None if shift else detect_one_side_broken(tok, dt, corr, ~dummy_hit,
-                                                            explained=bool(processed or temperature),
-                                                            bias=(bias, bias_se))
-        findings = [f for f in (shift, dummy, processed, temperature, broken) if f]
-        rest = _subset(tok, ~dummy_hit)  # placeholder zeros would dominate per-sequence sums
-        if rest is not tok and rest.n:
-            bias, bias_se = cluster_mean_se(rest.delta, rest.seq)
-        cause = next((f["id"] for f in (processed, temperature, broken) if f), None)
-        findings += [f for f in (detect_drift(rest, dt, bias, bias_se, cause) if rest.n else None,
-                                 detect_low_prob_tail(tok, dt)) if f]
-        worst = max((SEVERITIES.index(f["severity"]) for f in findings), default=0)
-        corr_usable = corr is not None and tok.n >= dt.min_tokens  # a correlation of a handful of tokens says little
-        low_corr = corr_usable and corr < dt.systematic_corr_max and not (shift or dummy)
-        beyond_noise = ((kl - 2 * kl_se) > dt.noise_kl_max or (ad - 2 * ad_se) > dt.noise_abs_delta_max
-                        or (corr_usable and corr < dt.noise_corr_min))
-        if worst == 2 or low_corr:
-            regime = "systematic"
-        elif worst == 1 or beyond_noise:
-            regime = "elevated"
-        else:
-            regime = "numerical_noise"
+        findings = _run_detectors(batch, tok, metrics, dt)
+        regime = _regime(findings, tok, metrics, dt)
     if gap.get("available"):
         findings.append(_gap_finding(gap))
     findings.sort(key=lambda f: -SEVERITIES.index(f["severity"]))  # stable: detector order within a severity
+    verdict, what_to_check = _verdict(regime, findings, metrics)
+    return {
+        "regime": regime,
+        "verdict": verdict,
+        "evidence": _evidence(tok, metrics),
+        "what_to_check": what_to_check,
+        "findings": findings,
+        "precision_gap": gap,
+        "thresholds": dt.to_dict(),
+    }
 
+
+def _evidence(tok: Tokens, metrics: dict) -> dict:
+    """The numbers behind every regime: size, spread, bias, agreement, and what they do to IS weights."""
+    m = metrics
+    return {"tokens": tok.n, "kl_k3": m["kl_k3"], "kl_k3_se": m.get("kl_k3_se") or 0.0, "abs_delta_mean": m["abs_delta_mean"],
+            "abs_delta_max": m["abs_delta_max"], "bias": m["bias"], "corr_logp": m.get("corr_logp"),
+            "ppl_ratio": math.exp(abs(float(tok.trainer.mean()) - float(tok.rollout.mean()))), "ess": m.get("ess"),
+            "phantom_clip": m.get("phantom_clip")}
+
+
+def _is_identical(tok: Tokens, dt: DiagnosisThresholds, abs_delta_max: float) -> bool:
+    if abs_delta_max <= dt.identical_atol:
+        return True
+    if abs_delta_max > dt.identical_atol + dt.identical_rtol * max(-float(tok.rollout.min()), -float(tok.trainer.min())):
+        return False  # beyond the loosest per-token tolerance: no need to look token by token
+    tol = dt.identical_atol + dt.identical_rtol * np.maximum(np.abs(tok.rollout), np.abs(tok.trainer))
+    return bool(np.all(np.abs(tok.delta) <= tol))
+
+
+def _run_detectors(batch: StepBatch, tok: Tokens, metrics: dict, dt: DiagnosisThresholds) -> list[dict]:
+    """Every detector, most specific first; a finding that explains another's signal suppresses or softens it."""
+    corr = metrics.get("corr_logp")
+    bias, bias_se = metrics["bias"], metrics.get("bias_se") or 0.0
+    dummy, dummy_hit = detect_dummy_zero(tok, dt)
+    processed = detect_processed(tok, dt, corr, declared_processing(batch.meta))
+    temperature = None if processed else detect_temperature(tok, dt, corr, ~dummy_hit)
+    shift = detect_shift(tok, dt)
+    # a shifted trainer decorrelates the log-probs by itself: no separate "broken side" claim then
+    broken = None if shift else detect_one_side_broken(tok, dt, corr, ~dummy_hit, explained=bool(processed or temperature),
+                                                        bias=(bias, bias_se))
+    findings = [f for f in (shift, dummy, processed, temperature, broken) if f]
+    rest = tok.subset(~dummy_hit)  # placeholder zeros would dominate per-sequence sums
+    if rest is not tok and rest.n:
+        bias, bias_se = cluster_mean_se(rest.delta, rest.seq)
+    cause = next((f["id"] for f in (processed, temperature, broken) if f), None)
+    drift = detect_drift(rest, dt, bias, bias_se, cause) if rest.n else None
+    return findings + [f for f in (drift, detect_low_prob_tail(tok, dt)) if f]
+
+
+def _regime(findings: list[dict], tok: Tokens, metrics: dict, dt: DiagnosisThresholds) -> str:
+    """systematic on an error finding or decorrelated log-probs; elevated on a warning or numbers beyond noise."""
+    corr = metrics.get("corr_logp")
+    kl, kl_se = metrics["kl_k3"], metrics.get("kl_k3_se") or 0.0
+    ad, ad_se = metrics["abs_delta_mean"], metrics.get("abs_delta_mean_se") or 0.0
+    ids = {f["id"] for f in findings}
+    worst = max((SEVERITIES.index(f["severity"]) for f in findings), default=0)
+    corr_usable = corr is not None and tok.n >= dt.min_tokens  # a correlation of a handful of tokens says little
+    low_corr = corr_usable and corr < dt.systematic_corr_max and not ({"shift", "dummy_zero"} & ids)
+    beyond_noise = ((kl - 2 * kl_se) > dt.noise_kl_max or (ad - 2 * ad_se) > dt.noise_abs_delta_max
+                    or (corr_usable and corr < dt.noise_corr_min))
+    if worst == 2 or low_corr:
+        return "systematic"
+    if worst == 1 or beyond_noise:
+        return "elevated"
+    return "numerical_noise"
+
+
+def _fmt(x) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.3g}"
+
+
+def _verdict(regime: str, findings: list[dict], metrics: dict) -> tuple[str, str]:
+    """One plain sentence naming the regime and the finding that leads it, and what to check."""
     top = findings[0] if findings and findings[0]["severity"] != "info" else None
     # an info finding that explains the whole mismatch (declared processing) still belongs in the verdict
     explains = next((f for f in findings if f["id"] == "processed_logprobs"), None) if top is None else None
-    nums = f"KL k3 {_fmt(kl)}, mean |δ| {_fmt(ad)} nats, log-prob correlation {_fmt(corr)}"
+    nums = (f"KL k3 {_fmt(metrics['kl_k3'])}, mean |δ| {_fmt(metrics['abs_delta_mean'])} nats, "
+            f"log-prob correlation {_fmt(metrics.get('corr_logp'))}")
 
     def lead(f: dict) -> str:
         return f["title"][0].lower() + f["title"][1:]
@@ -510,20 +148,12 @@ def diagnose(batch: StepBatch, tok: Tokens, metrics: dict, thresholds: Diagnosis
     else:
         verdict = (f"Systematic: {lead(top)}; {nums}." if top else
                    f"Systematic: the two sides do not score the same model or context ({nums}).")
-    return {
-        "regime": regime,
-        "verdict": verdict,
-        "evidence": evidence,
-        "what_to_check": (top or explains or {}).get("what_to_check") or DEFAULT_CHECK[regime],
-        "findings": findings,
-        "precision_gap": gap,
-        "thresholds": dt.to_dict(),
-    }
+    return verdict, (top or explains or {}).get("what_to_check") or DEFAULT_CHECK[regime]
 
 
 def _gap_finding(gap: dict) -> dict:
     share = gap["beta_share_sq"]
-    return _finding(
+    return finding(
         "precision_gap", "info",
         f"Precision alone (β) explains {share:.0%} of the log-ratio (Σβ²/(Σα²+Σβ²)); PPO clips "
         f"{gap['clip_fraction_beta']:.2%} of tokens on β alone" if share is not None else "Precision gap (β) is zero",
@@ -532,6 +162,6 @@ def _gap_finding(gap: dict) -> dict:
          "alpha_abs_mean": gap["alpha_abs_mean"], "clip_fraction_beta": gap["clip_fraction_beta"],
          "clip_fraction_total": gap["clip_fraction_total"], "corr_beta_advantage": gap["corr_beta_advantage"]},
         "β = trainer − shadow compares the trainer's own weights in two precisions, so it is pure numerical "
-        "precision; clipping on β alone ('phantom clipping') throws away gradient although the policy has not moved.",
+        "precision; clipping on β alone (precision-only clipping) throws away gradient although the policy has not moved.",
         "If β dominates and clips a material share, align precision (fp16 both sides, fp32 LM head, same "
         "attention kernels) rather than hunting a bug; if α dominates, the difference is engine / weights / context.")

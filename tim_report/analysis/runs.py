@@ -5,8 +5,8 @@ index and the markdown index render from `index_summary()`'s output; renderers c
 
 Aggregation follows the seed table: runs with the same (rollout engine, trainer engine) pair are one
 row with their count, the plain mean over runs of ESS, phantom clipping, mean Σδ and mean |δ|, the
-worst (largest) max |δ|, the total token count, and a colour from the mean ESS (green ≥ 0.99, amber
-0.95–0.99, red < 0.95). Means skip runs where a metric is missing; a row with none gets None.
+worst (largest) max |δ|, the total token count, and a colour from the mean ESS (config.HEALTH).
+Means skip runs where a metric is missing; a row with none gets None.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable
 
-from ..glossary import health
+from ..config import HEALTH_ORDER, health
+from .stats import finite
 
 # The trend over steps: (metric key in summary.json, label). Order is the chart and table order.
 TREND_METRICS = (("kl_k3", "KL k3"), ("ess", "ESS"), ("outside_5x", "outside 5x"), ("abs_delta_median", "median |δ|"))
-HEALTH_ORDER = ("green", "amber", "red", "unknown")
 
 
 def _parts(r: Any) -> tuple[dict, dict, dict, dict]:
@@ -28,20 +28,13 @@ def _parts(r: Any) -> tuple[dict, dict, dict, dict]:
     return r.run or {}, r.metrics or {}, r.routing or {}, r.diagnosis or {}
 
 
-def _num(x: Any) -> float | None:
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
-        return None
-    x = float(x)
-    return x if math.isfinite(x) else None
-
-
 def _mean(values: Iterable[Any]) -> float | None:
-    xs = [v for v in (_num(x) for x in values) if v is not None]
+    xs = [v for v in (finite(x) for x in values) if v is not None]
     return math.fsum(xs) / len(xs) if xs else None
 
 
 def _max(values: Iterable[Any]) -> float | None:
-    xs = [v for v in (_num(x) for x in values) if v is not None]
+    xs = [v for v in (finite(x) for x in values) if v is not None]
     return max(xs) if xs else None
 
 
@@ -76,7 +69,7 @@ def run_row(report: Any) -> dict:
         "routing": {k: counts.get(k) for k in ("train", "train_with_correction", "quarantine")},
         "routing_unit": routing.get("unit") or "group",
         "regime": diag.get("regime"), "verdict": diag.get("verdict"),
-        "health": health(_num(m.get("ess"))),
+        "health": health(finite(m.get("ess"))),
     }
 
 
@@ -88,7 +81,7 @@ def engine_pairs(rows: list[dict]) -> list[dict]:
     out = []
     for (ro, tr), rs in groups.items():
         mean_ess = _mean(r["ess"] for r in rs)
-        tokens = [r["tokens"] for r in rs if _num(r["tokens"]) is not None]
+        tokens = [r["tokens"] for r in rs if finite(r["tokens"]) is not None]
         out.append({
             "rollout_engine": ro, "trainer_engine": tr, "count": len(rs), "runs": [r["id"] for r in rs],
             "mean_ess": mean_ess, "mean_clipped": _mean(r["phantom_clip"] for r in rs),
@@ -131,7 +124,7 @@ def trend(rows: list[dict]) -> dict | None:
     stepped = sorted((r for r in rows if r["step"] is not None), key=lambda r: (r["step"], r["id"]))
     if len({r["step"] for r in stepped}) < 2:
         return None
-    table = [{"step": r["step"], "run": r["id"], **{k: _num(r[k]) for k, _ in TREND_METRICS}} for r in stepped]
+    table = [{"step": r["step"], "run": r["id"], **{k: finite(r[k]) for k, _ in TREND_METRICS}} for r in stepped]
     points = [{"step": t["step"], "run": t["run"], "metric": name, "value": t[k]}
               for t in table for k, name in TREND_METRICS if t[k] is not None]
     return {"metrics": [{"key": k, "name": n} for k, n in TREND_METRICS], "rows": table, "points": points,

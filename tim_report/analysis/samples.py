@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..batch import StepBatch
-from .config import Thresholds
+from ..config import SAFETY_BOUND, Thresholds
+from ..model import StepBatch
+from .stats import finite
 from .tokens import Tokens
 
 
 def select(tok: Tokens, th: Thresholds) -> list[tuple[int, str]]:
     present = np.flatnonzero(tok.present)
-    mean_abs = tok.seq_sum(np.abs(tok.delta))[present] / tok.counts[present]
+    mean_abs = tok.seq_mean(np.abs(tok.delta))
     order = np.lexsort((present, -mean_abs))  # worst first, ties by index: deterministic
     worst = present[order[: th.samples_k]]
     rest = np.setdiff1d(present, worst)
@@ -30,16 +31,8 @@ def _cut(text: str | None, limit: int) -> str | None:
     return text[:limit] + f"… [{len(text) - limit} more characters]"
 
 
-def _num(x: float) -> float | None:
-    return float(x) if np.isfinite(x) else None
-
-
 def sample_rows(batch: StepBatch, tok: Tokens, th: Thresholds) -> list[dict]:
-    if tok.valid_index is None:
-        valid = batch.mask
-    else:
-        valid = np.zeros(batch.n_tokens, bool)
-        valid[tok.valid_index] = True
+    valid = tok.valid_mask()
     out = []
     for i, kind in select(tok, th):
         sl = batch.tokens_of(i)
@@ -49,7 +42,7 @@ def sample_rows(batch: StepBatch, tok: Tokens, th: Thresholds) -> list[dict]:
         tr = batch.trainer_logp[shown]
         with np.errstate(invalid="ignore", over="ignore"):
             diff = tr - ro
-            r = np.exp(np.clip(diff, -20, 20))
+            r = np.exp(np.clip(diff, -SAFETY_BOUND, SAFETY_BOUND))
         text = [_cut(t, MAX_TOKEN_CHARS) for t in batch.token_strings(shown)]
         ids = batch.token_ids[shown] if batch.token_ids is not None else None
         sel = tok.seq == i
@@ -59,12 +52,12 @@ def sample_rows(batch: StepBatch, tok: Tokens, th: Thresholds) -> list[dict]:
                 "pos": j,
                 "token": text[j],
                 "token_id": int(ids[j]) if ids is not None else None,
-                "rollout_logp": _num(ro[j]),
-                "trainer_logp": _num(tr[j]),
-                "diff": _num(diff[j]),
-                "p_rollout": _num(np.exp(ro[j])),
-                "p_trainer": _num(np.exp(tr[j])),
-                "r": _num(r[j]),
+                "rollout_logp": finite(ro[j]),
+                "trainer_logp": finite(tr[j]),
+                "diff": finite(diff[j]),
+                "p_rollout": finite(np.exp(ro[j])),
+                "p_trainer": finite(np.exp(tr[j])),
+                "r": finite(r[j]),
                 "mask": bool(batch.mask[shown.start + j]),
                 "valid": bool(valid[shown.start + j]),
             }
@@ -78,7 +71,7 @@ def sample_rows(batch: StepBatch, tok: Tokens, th: Thresholds) -> list[dict]:
             "valid_tokens": int(sel.sum()),
             "abs_delta_mean": float(np.abs(d).mean()),
             "seq_log_ratio": float(d.sum()),
-            "reward": _num(batch.reward[i]) if batch.reward is not None else None,
+            "reward": finite(batch.reward[i]) if batch.reward is not None else None,
             "prompt": _cut(batch.prompt_string(i), MAX_TEXT_CHARS),
             "response": _cut(_response_text(batch, sl), MAX_TEXT_CHARS),
             "rows": rows,

@@ -14,10 +14,8 @@ from .tokens import Tokens
 
 
 def verl_metrics(tok: Tokens, metrics: dict) -> dict:
-    present = tok.present
-    count = tok.counts[present]
-    mean_ro = tok.seq_sum(tok.rollout)[present] / count
-    mean_tr = tok.seq_sum(tok.trainer)[present] / count
+    mean_ro = tok.seq_mean(tok.rollout)
+    mean_tr = tok.seq_mean(tok.trainer)
     log_ppl_diff = mean_ro - mean_tr
     if tok.log_r is tok.delta:  # nothing was clamped: verl's unclamped k3 is our k3
         k3 = metrics["kl_k3"]

@@ -69,8 +69,6 @@ def _load_model(path: str, dtype: torch.dtype):
 
 
 class HFEngine:
-    name = "transformers"
-
     def __init__(self, model_path: str, dtype: str, device: str = "cpu", lm_head_fp32: bool = False,
                  logit_chunk_mb: int = 256, max_batch_tokens: int = 16384, gen_batch: int = 32):
         import transformers

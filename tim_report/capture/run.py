@@ -23,7 +23,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..batch import StepBatch
+from ..model import StepBatch
 from ..errors import BadInput
 from .prompts import read_prompts, render_prompts
 from .spec import ENGINE_NAMES, EngineSpec, Sampling
@@ -95,13 +95,13 @@ def check_options(opts: CaptureOptions) -> None:
     scorers = [(f"--rollout {r}", r) for r in opts.rollouts[1:]] + [(f"--trainer {t}", t) for t in opts.trainers]
     if opts.shadow:
         scorers += [(f"--shadow (trainer {t} in {r.dtype})", t.with_dtype(r.dtype)) for r in opts.rollouts for t in opts.trainers]
-    for label, spec in [("--rollout", opts.rollouts[0])] + scorers:
-        if spec.engine == "vllm":
-            require_vllm(label)
     for label, spec in scorers:
         if spec.engine == "vllm" and not plain:
             raise BadInput(label, "vLLM can only score given tokens at --temperature 1 without --top-p/--top-k "
                                   "(its prompt log-probs are raw); use hf on this side")
+    for label, spec in [("--rollout", opts.rollouts[0])] + scorers:
+        if spec.engine == "vllm":
+            require_vllm(label)
     for side, specs in (("rollout", opts.rollouts), ("trainer", opts.trainers)):
         if _lm_head(opts, side) and any(sp.engine == "vllm" for sp in specs):
             raise BadInput("--lm-head-fp32", f"vLLM cannot keep the LM head in fp32: pass --lm-head-fp32 "
@@ -165,36 +165,60 @@ def _max_len(model: Path) -> int:
 
 def capture(opts: CaptureOptions, progress: ProgressFactory | None = None) -> dict[tuple[EngineSpec, EngineSpec], StepBatch]:
     """Run the capture; returns one StepBatch per (rollout, trainer) pair, in `opts.pairs()` order."""
-    progress = progress or _no_progress
     check_options(opts)
+    prep = _prepare(opts)
+    jobs, shadow_skipped = _plan(opts)
+    scores = _run(jobs, opts, prep, progress or _no_progress)
+    return _assemble(opts, prep, scores, shadow_skipped)
+
+
+@dataclass
+class _Prepared:
+    """The prompts as token ids, one entry per sequence (`n_samples` copies each), with their seeds."""
+
+    tokenizer: object
+    prompt_ids: list[list[int]]  # per prompt
+    prompt_text: list[str]  # per prompt, as the model sees it
+    templated: bool
+    seq_prompt: list[int]  # per sequence: its prompt's index
+    seeds: list[int]  # per sequence
+    max_model_len: int
+    device: str
+
+    @property
+    def seq_ids(self) -> list[list[int]]:
+        return [self.prompt_ids[i] for i in self.seq_prompt]
+
+
+def _prepare(opts: CaptureOptions) -> _Prepared:
     prompts = read_prompts(opts.prompts)
     if opts.max_prompts:
         prompts = prompts[: opts.max_prompts]
     device = _device(opts)
-    model = Path(opts.model)
-
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(opts.model)
-    ctx = _max_len(model)
+    ctx = _max_len(Path(opts.model))
     p_ids, p_text, templated = render_prompts(prompts, tokenizer, opts.chat_template, opts.prompts, ctx)
     s = opts.sampling
     longest = max(len(p) for p in p_ids)
     if longest + s.max_new_tokens > ctx:
         raise BadInput("--max-new-tokens", f"{s.max_new_tokens} new tokens after a {longest}-token prompt exceed the "
                                             f"model's context of {ctx}")
+    seq_prompt = [i for i in range(len(p_ids)) for _ in range(s.n_samples)]
+    seeds = [int(x) for x in np.random.SeedSequence(opts.seed).generate_state(len(seq_prompt))]
+    return _Prepared(tokenizer, p_ids, p_text, templated, seq_prompt, seeds,
+                     min(ctx, longest + s.max_new_tokens + 1), device)
 
-    n = s.n_samples
-    seq_prompt = [i for i in range(len(p_ids)) for _ in range(n)]
-    seq_ids = [p_ids[i] for i in seq_prompt]
-    seeds = [int(x) for x in np.random.SeedSequence(opts.seed).generate_state(len(seq_ids))]
-    max_model_len = min(ctx, longest + s.max_new_tokens + 1)
 
-    # what each engine must do: (kind, spec) with kind in generate / rollout / trainer / shadow
+Job = tuple[str, EngineSpec, "EngineSpec | None"]  # (generate | rollout | trainer | shadow, spec, rollout spec of a shadow)
+
+
+def _plan(opts: CaptureOptions) -> tuple[dict[EngineKey, list[Job]], dict[tuple[EngineSpec, EngineSpec], str]]:
+    """What each engine must do, so each (engine, dtype, lm-head) is loaded once; and the shadow passes skipped."""
     gen_spec = opts.rollouts[0]
-    jobs: dict[EngineKey, list[tuple[str, EngineSpec, EngineSpec | None]]] = {}
-    gen_key = EngineKey(gen_spec.engine, gen_spec.dtype, _lm_head(opts, "rollout"))
-    jobs[gen_key] = [("generate", gen_spec, None)]
+    jobs: dict[EngineKey, list[Job]] = {EngineKey(gen_spec.engine, gen_spec.dtype, _lm_head(opts, "rollout")):
+                                        [("generate", gen_spec, None)]}
     for r in opts.rollouts[1:]:
         jobs.setdefault(EngineKey(r.engine, r.dtype, _lm_head(opts, "rollout")), []).append(("rollout", r, None))
     for t in opts.trainers:
@@ -210,76 +234,96 @@ def capture(opts: CaptureOptions, progress: ProgressFactory | None = None) -> di
                 entry = ("shadow", t, r)
                 if entry not in jobs.setdefault(key, []):
                     jobs[key].append(entry)
+    return jobs, shadow_skipped
 
-    completions: list[list[int]] = []
-    rollout_lp: dict[EngineSpec, list[np.ndarray]] = {}
-    trainer_lp: dict[EngineSpec, list[np.ndarray]] = {}
-    shadow_lp: dict[tuple[EngineSpec, str], list[np.ndarray]] = {}  # (trainer spec, rollout dtype)
-    versions: dict[str, str] = {}
-    n_seq = len(seq_ids)
+
+@dataclass
+class _Scores:
+    completions: list[list[int]] = field(default_factory=list)
+    rollout: dict[EngineSpec, list[np.ndarray]] = field(default_factory=dict)
+    trainer: dict[EngineSpec, list[np.ndarray]] = field(default_factory=dict)
+    shadow: dict[tuple[EngineSpec, str], list[np.ndarray]] = field(default_factory=dict)  # (trainer spec, rollout dtype)
+    versions: dict[str, str] = field(default_factory=dict)
+
+
+def _run(jobs: dict[EngineKey, list[Job]], opts: CaptureOptions, prep: _Prepared, progress: ProgressFactory) -> _Scores:
+    """Load each engine once, one at a time, and do its jobs: the first samples, the others score the same tokens."""
+    s = opts.sampling
+    out = _Scores()
+    seq_ids, n_seq = prep.seq_ids, len(prep.seq_prompt)
     for key, todo in jobs.items():
-        engine = _open(key, opts, device, max_model_len)
-        versions[key.engine] = engine.version
+        engine = _open(key, opts, prep.device, prep.max_model_len)
+        out.versions[key.engine] = engine.version
         try:
-            for kind, spec, other in todo:
+            for kind, spec, _rollout in todo:
                 if kind == "generate":
                     with progress(f"generating ({spec})", n_seq) as advance:
-                        gen = engine.generate(seq_ids, seeds, s.temperature, s.top_k, s.top_p, s.max_new_tokens, advance)
-                    completions = [g[0] for g in gen]
-                    rollout_lp[spec] = [g[1] for g in gen]
+                        gen = engine.generate(seq_ids, prep.seeds, s.temperature, s.top_k, s.top_p, s.max_new_tokens, advance)
+                    out.completions = [g[0] for g in gen]
+                    out.rollout[spec] = [g[1] for g in gen]
                     continue
                 label = {"rollout": f"scoring rollout ({spec})", "trainer": f"scoring trainer ({spec})",
                          "shadow": f"shadow ({spec.engine} in {key.dtype})"}[kind]
-                processed = kind == "rollout"
+                processed = kind == "rollout"  # a rollout engine's log-probs are after top-k / top-p; a trainer's are not
                 with progress(label, n_seq) as advance:
-                    lp = engine.score(seq_ids, completions, s.temperature, s.top_k if processed else 0,
+                    lp = engine.score(seq_ids, out.completions, s.temperature, s.top_k if processed else 0,
                                       s.top_p if processed else 1.0, advance)
                 if kind == "rollout":
-                    rollout_lp[spec] = lp
+                    out.rollout[spec] = lp
                 elif kind == "trainer":
-                    trainer_lp[spec] = lp
+                    out.trainer[spec] = lp
                 else:
-                    shadow_lp[(spec, key.dtype)] = lp
+                    out.shadow[(spec, key.dtype)] = lp
         finally:
             engine.close()
             del engine
+    return out
 
-    # ---- assemble
-    lengths = np.asarray([len(c) for c in completions], dtype=np.int64)
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    token_ids = np.asarray([t for c in completions for t in c], dtype=np.int64)
-    token_text = tokenizer.batch_decode([[int(t)] for t in token_ids]) if len(token_ids) else []
-    prompt_arrays = [np.asarray(p, dtype=np.int64) for p in seq_ids]
-    prompt_text = [p_text[i] for i in seq_prompt]
-    group = np.asarray([f"p{i}" for i in seq_prompt], dtype=str)
-    base_meta = {
+
+def _base_meta(opts: CaptureOptions, prep: _Prepared) -> dict:
+    meta = {
         "source": "tim-report capture",
         "model": opts.model,
-        "model_config_sha256": _config_hash(model),
-        "device": _device_label(device),
-        "sampling": s.to_meta(),
+        "model_config_sha256": _config_hash(Path(opts.model)),
+        "device": _device_label(prep.device),
+        "sampling": opts.sampling.to_meta(),
         "seed": opts.seed,
-        "chat_template": templated,
-        "prompts": {"file": Path(opts.prompts).name, "count": len(p_ids), "n_samples": n},
-        "sampled_by": str(gen_spec),
+        "chat_template": prep.templated,
+        "prompts": {"file": Path(opts.prompts).name, "count": len(prep.prompt_ids), "n_samples": opts.sampling.n_samples},
+        "sampled_by": str(opts.rollouts[0]),
     }
     try:
         from importlib.metadata import version
 
-        base_meta["tim_report_version"] = version("tim-report")
+        meta["tim_report_version"] = version("tim-report")
     except Exception:
         pass
     import torch
 
-    base_meta["torch_version"] = str(torch.__version__)
+    meta["torch_version"] = str(torch.__version__)
+    return meta
 
+
+def _assemble(opts: CaptureOptions, prep: _Prepared, scores: _Scores,
+              shadow_skipped: dict[tuple[EngineSpec, EngineSpec], str]) -> dict[tuple[EngineSpec, EngineSpec], StepBatch]:
+    """One StepBatch per (rollout, trainer) pair over the same sampled tokens."""
+    completions = scores.completions
+    lengths = np.asarray([len(c) for c in completions], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    token_ids = np.asarray([t for c in completions for t in c], dtype=np.int64)
+    token_text = prep.tokenizer.batch_decode([[int(t)] for t in token_ids]) if len(token_ids) else []
+    prompt_arrays = [np.asarray(p, dtype=np.int64) for p in prep.seq_ids]
+    prompt_text = [prep.prompt_text[i] for i in prep.seq_prompt]
+    group = np.asarray([f"p{i}" for i in prep.seq_prompt], dtype=str)
+    base_meta = _base_meta(opts, prep)
+    gen_spec = opts.rollouts[0]
     out: dict[tuple[EngineSpec, EngineSpec], StepBatch] = {}
     for r, t in opts.pairs():
         meta = dict(base_meta)
         meta.update({
-            "rollout_engine": ENGINE_NAMES[r.engine], "rollout_engine_version": versions.get(r.engine),
+            "rollout_engine": ENGINE_NAMES[r.engine], "rollout_engine_version": scores.versions.get(r.engine),
             "rollout_dtype": r.dtype,
-            "trainer_engine": ENGINE_NAMES[t.engine], "trainer_engine_version": versions.get(t.engine),
+            "trainer_engine": ENGINE_NAMES[t.engine], "trainer_engine_version": scores.versions.get(t.engine),
             "trainer_dtype": t.dtype,
             "rollout_logp": "sampler (processed log-probs)" if r == gen_spec else
                             f"re-scored teacher-forced by {r} on the tokens {gen_spec} sampled",
@@ -290,12 +334,12 @@ def capture(opts: CaptureOptions, progress: ProgressFactory | None = None) -> di
             if (r, t) in shadow_skipped:
                 meta["shadow"] = {"available": False, "reason": shadow_skipped[(r, t)]}
             else:
-                shadow = np.concatenate(shadow_lp[(t, r.dtype)]) if n_seq else np.zeros(0)
+                shadow = np.concatenate(scores.shadow[(t, r.dtype)]) if len(completions) else np.zeros(0)
                 meta["shadow"] = {"engine": ENGINE_NAMES[t.engine], "dtype": r.dtype,
                                   "lm_head_fp32": _lm_head(opts, "trainer")}
         out[(r, t)] = StepBatch(
-            rollout_logp=np.concatenate(rollout_lp[r]),
-            trainer_logp=np.concatenate(trainer_lp[t]),
+            rollout_logp=np.concatenate(scores.rollout[r]),
+            trainer_logp=np.concatenate(scores.trainer[t]),
             offsets=offsets, mask=np.ones(len(token_ids), bool), token_ids=token_ids,
             token_text=list(token_text), prompt_ids=prompt_arrays, prompt_text=prompt_text, group=group,
             shadow_logp=shadow, meta=meta)

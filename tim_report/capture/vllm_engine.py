@@ -45,8 +45,6 @@ def _on_gpu() -> bool:
 
 
 class VLLMEngine:
-    name = "vllm"
-
     def __init__(self, model_path: str, dtype: str, seed: int, max_model_len: int, kv_cache_gib: int = 1,
                  max_num_seqs: int = 16):
         gpu = _on_gpu()
@@ -74,7 +72,6 @@ class VLLMEngine:
             kwargs["quantization"] = "fp8"
         if gpu:
             kwargs["gpu_memory_utilization"] = float(os.environ.get("TIM_REPORT_VLLM_GPU_UTIL", "0.6"))
-        self.llm_kwargs = kwargs
         self.llm = LLM(**kwargs)
 
     def close(self) -> None:

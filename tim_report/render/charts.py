@@ -11,6 +11,8 @@ from typing import Any
 
 import altair as alt
 
+from .format import sig
+
 WIDTH = 460
 HEIGHT = 220
 ORANGE = "#e08a00"
@@ -18,26 +20,19 @@ RED = "#d62728"
 BLUE = "#3b6ea5"
 
 
-def sig(x: float | None, digits: int = 4) -> float | None:
-    """Round to `digits` significant digits (display precision), keeping None / non-finite as None."""
-    if x is None or not math.isfinite(x):
-        return None
-    return float(f"{x:.{digits}g}")
-
-
-def _finish(chart: alt.TopLevelMixin) -> dict:
+def finish(chart: alt.TopLevelMixin) -> dict:
     spec = chart.to_dict()
     spec.pop("$schema", None)  # never fetched, but keep every URL out of the page
     return spec
 
 
-def _base(chart):
+def sized(chart):
     return chart.properties(width=WIDTH, height=HEIGHT)
 
 
 # ---- ratio histogram on a symlog axis of log r -------------------------------------------------
 
-def _ratio_ticks(lo: float, hi: float, c: float, bands: dict) -> list[float]:
+def ratio_ticks(lo: float, hi: float, c: float, bands: dict) -> list[float]:
     """Tick positions (in log r) that read well as r on a symlog axis: 1, the band edges, 1 ± 10^-k, big ratios."""
     cands = [0.0] + [v for pair in bands.values() for v in pair]
     for k in range(1, 8):
@@ -66,7 +61,7 @@ def ratio_chart(ratio: dict) -> dict:
     bars = [{"a": sig(edges[i], 6), "b": sig(edges[i + 1], 6), "n": counts[i]} for i in range(len(counts)) if counts[i]]
     b2, b5 = ratio["bands"]["2x"], ratio["bands"]["5x"]
     x_scale = alt.Scale(type="symlog", constant=c, domain=[lo, hi], nice=False)
-    x_axis = alt.Axis(values=[sig(v, 6) for v in _ratio_ticks(lo, hi, c, ratio["bands"])], labelExpr=RATIO_LABEL,
+    x_axis = alt.Axis(values=[sig(v, 6) for v in ratio_ticks(lo, hi, c, ratio["bands"])], labelExpr=RATIO_LABEL,
                       title="r = p_train / p_rollout (symlog scale of log r)", labelOverlap=True, grid=False)
     bands = alt.Data(values=[{"a": b5[0], "b": b5[1], "band": "5x"}, {"a": b2[0], "b": b2[1], "band": "2x"}])
     band = alt.Chart(bands).mark_rect(opacity=0.1).encode(
@@ -82,7 +77,7 @@ def ratio_chart(ratio: dict) -> dict:
     one = alt.Chart(alt.Data(values=[{"x": 0}])).mark_rule(color="currentColor", strokeWidth=1.5).encode(
         x="x:Q")
     one = one.encode(color=alt.value("#111"))
-    return _finish(_base(alt.layer(band, hist, rule2, rule5, one)))
+    return finish(sized(alt.layer(band, hist, rule2, rule5, one)))
 
 
 # ---- |Δp| histogram ------------------------------------------------------------------------------
@@ -96,7 +91,7 @@ def abs_dp_chart(d: dict) -> dict:
         x2="b:Q", y=alt.Y("n:Q", title="tokens"),
         tooltip=[alt.Tooltip("a:Q", title="|Δp| from", format=".2e"), alt.Tooltip("b:Q", title="to", format=".2e"),
                  alt.Tooltip("n:Q", title="tokens")])
-    return _finish(_base(chart))
+    return finish(sized(chart))
 
 
 # ---- rollout vs trainer log-prob density --------------------------------------------------------
@@ -119,7 +114,7 @@ def density_chart(d: dict, corr: float | None) -> dict:
     line = alt.Chart(alt.Data(values=[{"x": lo, "y": lo}, {"x": hi, "y": hi}])).mark_line(
         color=RED, strokeDash=[4, 3], strokeWidth=1).encode(x="x:Q", y="y:Q")
     title = f"Pearson r = {corr:.6f}" if corr is not None else ""
-    return _finish(alt.layer(rects, line).properties(width=300, height=300, title=alt.Title(title, fontSize=12, fontWeight="normal", anchor="start")))
+    return finish(alt.layer(rects, line).properties(width=300, height=300, title=alt.Title(title, fontSize=12, fontWeight="normal", anchor="start")))
 
 
 # ---- |δ| by bucket -------------------------------------------------------------------------------
@@ -140,7 +135,7 @@ def bucket_chart(rows: list[dict], x_title: str, mark: str = "bar") -> dict:
     else:
         main = base.mark_line(point=True, color=BLUE).encode(x=x, y=alt.Y("m:Q", title="mean |δ| (nats)"), tooltip=tooltip)
     err = base.mark_rule(color="#555").encode(x=x, y="lo:Q", y2="hi:Q")
-    return _finish(_base(alt.layer(main, err)))
+    return finish(sized(alt.layer(main, err)))
 
 
 # ---- sequence log-ratio vs length -----------------------------------------------------------------
@@ -151,7 +146,7 @@ def seq_chart(d: dict) -> dict:
         x=alt.X("L:Q", title="response length (tokens)"), y=alt.Y("s:Q", title="Σδ (nats)"),
         tooltip=[alt.Tooltip("i:Q", title="row"), alt.Tooltip("L:Q", title="tokens"), alt.Tooltip("s:Q", title="Σδ", format=".3g")])
     zero = alt.Chart(alt.Data(values=[{"y": 0}])).mark_rule(color="#888").encode(y="y:Q")
-    return _finish(_base(alt.layer(points, zero)))
+    return finish(sized(alt.layer(points, zero)))
 
 
 # ---- index: trend over steps ---------------------------------------------------------------------
@@ -164,7 +159,7 @@ def trend_chart(points: list[dict], metrics: list[str] | None = None) -> dict:
         color=alt.Color("metric:N", legend=None, sort=order),
         tooltip=[alt.Tooltip("run:N"), alt.Tooltip("step:Q"), alt.Tooltip("metric:N"), alt.Tooltip("value:Q", format=".4g")],
     ).properties(width=240, height=140).facet(facet=alt.Facet("metric:N", title=None, sort=order), columns=4).resolve_scale(y="independent")
-    return _finish(chart)
+    return finish(chart)
 
 
 def run_charts(report) -> list[dict[str, Any]]:

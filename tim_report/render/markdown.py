@@ -2,7 +2,7 @@
 
 Entry points:
     render_run_md(report, base_url=None) -> str            site/<run-id>/report.md
-    render_index_md(reports, index, base_url=None) -> str  site/report.md (index from analyze.runs.index_summary)
+    render_index_md(index, base_url=None) -> str            site/report.md (index: analysis.runs.index_summary)
 
 Rules: no markup GitHub strips (no style, class, scripts, data: images); colour is never the only signal
 (🟢🟡🔴 go with the word, ✅⚠️❌ with the reading, ▲▼ / △▽ mark ratios outside the 5x / 2x bands); every
@@ -16,16 +16,12 @@ or from the index summary, and are only formatted here.
 
 from __future__ import annotations
 
-import re
-from typing import Any, Iterable
-from urllib.parse import quote
-
 from .. import glossary
-from .html import fmt, fixed, groups_view, headline, kv_items, kv_tables, pct, samples_view, title_parts
-from .tokens import visible
+from ..config import HEALTH, HOT_DIFF, VETO, health
+from .format import fixed, fmt, pct
+from .md import assemble, details, esc, href, run_path, table
+from .views import groups_view, headline, kv_items, kv_tables, samples_view, title_parts
 
-MAX_CHARS = 60_000
-NAME_CHARS = 80  # model, engine, group names in tables
 TEXT_CHARS = 160  # model in the title, finding titles, evidence values
 TOKEN_CHARS = 32  # one token's text in a per-token table
 SAMPLES = 4  # sequences shown (worst first, as the Report orders them)
@@ -33,95 +29,17 @@ SAMPLE_TOKENS = 30  # per-token rows per sequence
 GROUP_ROWS = 30
 INDEX_RUN_ROWS = 100
 
-HEALTH = {"green": "🟢", "amber": "🟡", "red": "🔴", "unknown": "⚪"}
+COLOUR = {"green": "🟢", "amber": "🟡", "red": "🔴", "unknown": "⚪"}
 LEVEL = {"ok": "✅", "warn": "⚠️", "bad": "❌", "na": "➖"}
 SEVERITY = {"error": "❌ error", "warn": "⚠️ warn", "info": "ℹ️ info"}
 REGIME = {"identical": "✅", "numerical_noise": "✅", "elevated": "⚠️", "systematic": "❌"}
 ROUTE = {"train": "✅ train", "train_with_correction": "⚠️ train with correction", "quarantine": "❌ quarantine"}
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]")
-_SPECIAL = re.compile(r"([\\`*_\[\]|~#$@!{}=:])")  # = and : too: no "style=", "data:", "http://" survives as such
-_SPECIAL_OWN = re.compile(r"([\\`*_\[\]|~#$@!{}])")
-
-
-# ---- escaping and small builders ------------------------------------------------------------------
-
-def esc(text: Any, limit: int | None = NAME_CHARS, own: bool = False) -> str:
-    """A user-provided string as inert inline text: controls made visible, HTML as entities, markdown escaped.
-
-    `own`: text tim-report wrote itself (verdicts, glossary, rules), where ':' and '=' stay unescaped for readability.
-    """
-    if text is None:
-        return "—"
-    s = str(text)
-    if limit is not None and len(s) > limit:
-        s = s[: limit - 1] + "…"
-    s = _CONTROL.sub(lambda m: visible(m.group(0)) if m.group(0) not in "\u2028\u2029" else "↵", s)
-    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    s = (_SPECIAL_OWN if own else _SPECIAL).sub(r"\\\1", s)
-    return s if s.strip() else "∅"
-
-
-def width(text: str) -> int:
-    """Length in UTF-16 code units (emoji count 2), the stricter of the ways GitHub may count."""
-    return len(text.encode("utf-16-le")) // 2
-
-
-def href(path: str, base_url: str | None) -> str:
-    """A link target: relative to the page, or absolute under `base_url`. Safe inside (…) of a markdown link."""
-    if base_url:
-        path = base_url.rstrip("/") + "/" + path
-    return quote(path, safe=":/?#[]@!$&'*+,;=%~")
-
-
-def _run_path(run_id: Any, page: str) -> str:
-    return quote(str(run_id), safe="") + "/" + page
-
-
-def table(headers: list[str], rows: list[list[str]], numeric: Iterable[int] = ()) -> str:
-    """A GFM table; cells are already escaped. `numeric`: indices of right-aligned columns."""
-    num = set(numeric)
-    head = "| " + " | ".join(headers) + " |"
-    rule = "|" + "|".join("---:" if i in num else "---" for i in range(len(headers))) + "|"
-    body = ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join([head, rule, *body])
-
-
-def details(summary: str, body: str) -> str:
-    """A collapsed block: GitHub renders the markdown inside when blank lines surround it."""
-    return f"<details>\n<summary>{summary}</summary>\n\n{body}\n\n</details>"
-
-
-def assemble(core: list[str], sections: list[tuple[str, str]], html_link: str, limit: int | None = None) -> str:
-    """Join the blocks, dropping whole sections from the bottom up until the text fits in `limit` (MAX_CHARS)."""
-    limit = MAX_CHARS if limit is None else limit
-    kept = list(sections)
-    dropped: list[str] = []
-    while True:
-        blocks = core + [s for _, s in kept]
-        if dropped:
-            blocks.append(f"> ✂️ Left out to stay under {limit:,} characters: {', '.join(dropped)}. "
-                          f"Everything is in the {html_link}.")
-        text = "\n\n".join(blocks) + "\n"
-        if width(text) <= limit or not kept:
-            break
-        name, _ = kept.pop()
-        dropped.insert(0, name)
-    if width(text) > limit:  # the core alone is too long: cannot happen with the caps above, but never exceed
-        note = f"\n\n> ✂️ Cut at {limit:,} characters. Everything is in the {html_link}.\n"
-        budget = limit - width(note)
-        cut = text
-        while width(cut) > budget:  # dropping k code points drops at least k UTF-16 units
-            cut = cut[: len(cut) - (width(cut) - budget)]
-        i = cut.rfind("\n\n")
-        text = (cut[:i] if i > 0 else "") + note
-    return text
-
 
 # ---- the run report -------------------------------------------------------------------------------
 
 def _colour(c: str) -> str:
-    return f"{HEALTH.get(c, '⚪')} {c}"
+    return f"{COLOUR.get(c, '⚪')} {c}"
 
 
 def _verdict(report) -> str:
@@ -224,7 +142,7 @@ def _samples(report, html: str) -> str:
     if not samples:
         return ""
     blocks = ["Marks: ▲/▼ r above 5 / below 1/5 (outside the 5x band); △/▽ outside the 2x band; "
-              "● |diff| > 0.5 nats; m outside the training mask; ✗ excluded as invalid. "
+              f"● |diff| > {HOT_DIFF:g} nats; m outside the training mask; ✗ excluded as invalid. "
               "Whitespace: ␣ space, ↵ newline, ⇥ tab, ∅ empty."]
     for s in samples:
         head = [f"**row {fmt(s['sequence'])}** ({esc(s.get('kind'))})"]
@@ -232,7 +150,7 @@ def _samples(report, html: str) -> str:
             head.append(f"group {esc(s['group'])}")
         head += [f"{fmt(s.get('tokens'))} tokens", f"mean \\|diff\\| {fmt(s.get('abs_delta_mean'))} nats", f"Σδ {fmt(s.get('seq_log_ratio'))}"]
         if s.get("hot"):
-            head.append(f"● {s['hot']} tokens with \\|diff\\| > 0.5")
+            head.append(f"● {s['hot']} tokens with \\|diff\\| > {HOT_DIFF:g}")
         if s.get("out5"):
             head.append(f"▲▼ {s['out5']} outside 5x")
         rows = [[str(x["pos"]), esc(x["flag"], None) if x["flag"] else "", esc(x["token"], TOKEN_CHARS), x["ro"], x["tr"], esc(x["diff"]), x["pr"], x["pt"], esc(x["r"])]
@@ -278,9 +196,9 @@ def render_run_md(report, base_url: str | None = None) -> str:
     t = title_parts(report)
     m = report.metrics
     rid = report.run.get("id") or "run"
-    page = href(_run_path(rid, "index.html"), base_url) if base_url else "index.html"
+    page = href(run_path(rid, "index.html"), base_url) if base_url else "index.html"
     html = f"[HTML report]({page})"
-    colour = glossary.health(m.get("ess"))
+    colour = health(m.get("ess"))
     sub = [_colour(colour) + f" (ESS {fixed(m.get('ess'), 4)})", f"run {esc(rid)}"]
     if t["device"]:
         sub.append(esc(t["device"]))
@@ -305,8 +223,8 @@ def _runs_table(index: dict, base_url: str | None) -> str:
     runs = index["runs"]
     rows = []
     for r in runs[:INDEX_RUN_ROWS]:
-        link = f"[{esc(r['id'])}]({href(_run_path(r['id'], 'index.html'), base_url)})"
-        md = f"[md]({href(_run_path(r['id'], 'report.md'), base_url)})"
+        link = f"[{esc(r['id'])}]({href(run_path(r['id'], 'index.html'), base_url)})"
+        md = f"[md]({href(run_path(r['id'], 'report.md'), base_url)})"
         rt = r["routing"]
         rows.append([
             _colour(r["health"]), f"{link} ({md})", esc(r["model"]), f"{esc(r['rollout_engine'])} → {esc(r['trainer_engine'])}",
@@ -343,7 +261,7 @@ def _precision_table(index: dict) -> str:
         cells = [esc(ro)]
         for c in line:
             cells.append("—" if c is None else
-                         f"{HEALTH.get(c['health'], '⚪')} \\|δ\\| {fmt(c['mean_abs_delta_median'])} · KL {fmt(c['mean_kl_k3'])} · {c['count']} run{'s' if c['count'] != 1 else ''}")
+                         f"{COLOUR.get(c['health'], '⚪')} \\|δ\\| {fmt(c['mean_abs_delta_median'])} · KL {fmt(c['mean_kl_k3'])} · {c['count']} run{'s' if c['count'] != 1 else ''}")
         rows.append(cells)
     return ("## Precision matrix\n\nRollout dtype (rows) × trainer dtype (columns): mean over runs of median |δ| (nats) and KL k3.\n\n"
             + table(["rollout \\\\ trainer"] + [esc(d) for d in p["trainer_dtypes"]], rows))
@@ -362,19 +280,19 @@ def _trend_table(index: dict) -> str:
             + table(["step", "run"] + [esc(m["name"]) for m in metrics], rows, numeric=range(2, 2 + len(metrics))))
 
 
-def render_index_md(reports, index: dict, base_url: str | None = None) -> str:
+def render_index_md(index: dict, base_url: str | None = None) -> str:
     """site/report.md: the runs table, the engine-pair table, the precision matrix and the trend, from `index`."""
-    del reports  # everything shown comes from the index summary; kept for the API's symmetry with the HTML index
     runs = index["runs"]
     page = href("index.html", base_url) if base_url else "index.html"
     html = f"[HTML index]({page})"
     hc = index["health_counts"]
-    counts = " · ".join(f"{HEALTH[h]} {hc[h]} {h}" for h in ("green", "amber", "red", "unknown") if hc.get(h))
+    counts = " · ".join(f"{COLOUR[h]} {hc[h]} {h}" for h in ("green", "amber", "red", "unknown") if hc.get(h))
     title = (f"# Rollout vs trainer log-prob mismatch: {len(runs)} run{'s' if len(runs) != 1 else ''}\n\n"
-             f"{counts or 'no runs'} · health by token ESS: 🟢 ≥ 0.99, 🟡 0.95–0.99, 🔴 < 0.95 · {html}")
+             f"{counts or 'no runs'} · health by token ESS: 🟢 ≥ {HEALTH.green:g}, 🟡 {HEALTH.amber:g}–{HEALTH.green:g}, "
+             f"🔴 < {HEALTH.amber:g} · {html}")
     columns = ("Columns: median |δ| is the typical per-token log-prob gap in nats; KL k3 estimates KL(rollout ‖ trainer); "
                "ESS is the token importance weights' effective sample size (1 is perfect); outside 5x is the share of tokens "
-               "with r = p_train / p_rollout outside [1/5, 5]; veto is the share of tokens with r < 1e-4; routing counts "
+               f"with r = p_train / p_rollout outside [1/5, 5]; veto is the share of tokens with r < {glossary.sci(VETO)}; routing counts "
                "groups to train, train with an IS correction, or quarantine. Each run's report has a glossary.")
     core = [title, _runs_table(index, base_url)]
     sections = [("engine pairs", _pairs_table(index) if len(runs) > 1 else ""), ("precision matrix", _precision_table(index)),

@@ -7,24 +7,13 @@ one file per pair, named `<rollout engine>-<dtype>__<trainer engine>-<dtype>.npz
 
 from __future__ import annotations
 
-import contextlib
-import sys
 from pathlib import Path
 
 import click
 
-
-@contextlib.contextmanager
-def _rich_progress(label: str, total: int):
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=False, disable=not sys.stderr.isatty()) as bar:
-        task = bar.add_task(label, total=total)
-        yield lambda n=1: bar.advance(task, n)
-    if not sys.stderr.isatty():
-        click.echo(f"{label}: {total} sequences", err=True)
+from ..errors import BadInput
+from .options import fail_cleanly
+from .progress import step_progress
 
 
 @click.command("capture")
@@ -53,13 +42,14 @@ def _rich_progress(label: str, total: int):
               help="vLLM CPU KV cache size (VLLM_CPU_KVCACHE_SPACE), unless that variable is set.")
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path),
               help="Output .npz (one pair) or folder (several pairs).")
+@fail_cleanly
 def capture_command(model, prompts, rollouts, trainers, matrix, shadow, n_samples, max_new_tokens, temperature, top_p,
                     top_k, seed, lm_head_fp32, no_chat_template, max_prompts, device, kv_cache_gib, out):
     """Generate with the rollout engine, re-score the same tokens with the trainer, save step batch(es)."""
     from ..capture import CaptureOptions, capture, pair_filename, parse_spec
-    from ..capture.run import check_options, matrix_specs
+    from ..capture.run import matrix_specs
     from ..capture.spec import Sampling
-    from ..errors import BadInput
+    from ..io import save_batch
 
     r_specs = [parse_spec(x, "--rollout") for x in (rollouts or ("vllm:bf16",))]
     t_specs = [parse_spec(x, "--trainer") for x in (trainers or ("hf:fp32",))]
@@ -80,9 +70,8 @@ def capture_command(model, prompts, rollouts, trainers, matrix, shadow, n_sample
             raise BadInput(out, "the output file must end in .npz")
     elif out.exists() and not out.is_dir():
         raise BadInput(out, f"{len(pairs)} pairs are written into a folder, and this is a file")
-    check_options(opts)
 
-    batches = capture(opts, progress=_rich_progress)
+    batches = capture(opts, progress=step_progress)
     if single:
         out.parent.mkdir(parents=True, exist_ok=True)
         targets = [(out, batches[pairs[0]])]
@@ -90,20 +79,10 @@ def capture_command(model, prompts, rollouts, trainers, matrix, shadow, n_sample
         out.mkdir(parents=True, exist_ok=True)
         targets = [(out / pair_filename(r, t), batches[(r, t)]) for r, t in pairs]
     for path, b in targets:
-        b.save(path)
+        save_batch(b, path)
         d = b.trainer_logp - b.rollout_logp
         line = (f"{path}: {b.n_seqs} sequences, {b.n_tokens} tokens, {b.meta['rollout_engine']} {b.meta['rollout_dtype']} vs "
                 f"{b.meta['trainer_engine']} {b.meta['trainer_dtype']}: mean |δ| {abs(d).mean():.3g} nats, max {abs(d).max():.3g}")
         if b.shadow_logp is not None:
             line += f", |β| mean {abs(b.trainer_logp - b.shadow_logp).mean():.3g}"
         click.echo(line)
-
-
-def _decorate() -> None:
-    global capture_command
-    from ..cli import _fail_cleanly
-
-    capture_command.callback = _fail_cleanly(capture_command.callback)
-
-
-_decorate()

@@ -1,24 +1,29 @@
-"""StepBatch: the one in-memory shape every loader and capture engine produces.
+"""The data model: plain data that every layer passes around, with nothing computed here.
 
-Token-level arrays are flat (padding removed) with CSR `offsets` per sequence, so
-the analysis never sees a framework's layout (design §3).
+    StepBatch    one step's tokens, flat with CSR offsets: what every reader and capture engine produces
+    Report       the analysis of one batch (summary.json and samples.json are its serialisation)
+    Comparison   the before/after analysis of two batches (compare.json)
+
+`dumps` is the one JSON encoding of them: deterministic, NaN-free.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
-from pathlib import Path
+import math
+from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Sequence
 
 import numpy as np
 
-CANONICAL_FORMAT = "tim-report/step-batch"
-CANONICAL_VERSION = 1
+SCHEMA_VERSION = 1
 
 
 @dataclass
 class StepBatch:
+    """Token-level arrays are flat (padding removed) with CSR `offsets` per sequence, so the analysis
+    never sees a framework's layout (design §3)."""
+
     rollout_logp: np.ndarray  # [T] float64, log p under the rollout engine (behaviour policy μ)
     trainer_logp: np.ndarray  # [T] float64, log p recomputed by the trainer (π)
     offsets: np.ndarray  # [N+1] int64, sequence i is tokens offsets[i]:offsets[i+1]
@@ -74,31 +79,66 @@ class StepBatch:
         ids = [int(t) for t in self.prompt_ids[i]]
         return self.decoder(ids) if self.decoder is not None else " ".join(f"[{t}]" for t in ids)
 
-    def save(self, path: str | Path) -> None:
-        """Write the canonical `.npz` (no pickled objects; meta as JSON)."""
-        arrays: dict[str, np.ndarray] = {
-            "rollout_logp": self.rollout_logp.astype(np.float64),
-            "trainer_logp": self.trainer_logp.astype(np.float64),
-            "offsets": self.offsets.astype(np.int64),
-            "mask": self.mask.astype(bool),
-        }
-        if self.token_ids is not None:
-            arrays["token_ids"] = np.asarray(self.token_ids, dtype=np.int64)
-        if self.token_text is not None:
-            arrays["token_text"] = np.asarray([str(t) for t in self.token_text[: self.n_tokens]], dtype=str)
-        if self.prompt_ids is not None:
-            arrays["prompt_ids"] = np.concatenate([np.asarray(p, dtype=np.int64) for p in self.prompt_ids]) if self.prompt_ids else np.zeros(0, np.int64)
-            arrays["prompt_offsets"] = np.concatenate([[0], np.cumsum([len(p) for p in self.prompt_ids])]).astype(np.int64)
-        if self.prompt_text is not None:
-            arrays["prompt_text"] = np.asarray(self.prompt_text, dtype=str)
-        for name in ("group", "reward", "advantage", "shadow_logp"):
-            value = getattr(self, name)
-            if value is not None:
-                arrays[name] = np.asarray(value) if name != "group" else np.asarray(value, dtype=str)
-        header = {"format": CANONICAL_FORMAT, "version": CANONICAL_VERSION, "meta": self.meta}
-        arrays["meta"] = np.asarray(json.dumps(header, sort_keys=True, default=str))
-        path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "wb") as fh:
-            np.savez_compressed(fh, **arrays)
-        tmp.replace(path)
+
+@dataclass
+class Report:
+    """The analysis of one batch as plain, JSON-able data."""
+
+    run: dict
+    metrics: dict
+    breakdowns: dict
+    routing: dict
+    what_if: list
+    verl: dict
+    data_problems: dict
+    distributions: dict
+    diagnosis: dict | None = None
+    samples: list = field(default_factory=list)
+    schema_version: int = SCHEMA_VERSION
+
+    def summary_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("samples")
+        return {"schema_version": d.pop("schema_version"), **d}
+
+    def samples_dict(self) -> dict:
+        return {"schema_version": self.schema_version, "run_id": self.run.get("id"), "samples": self.samples}
+
+    def to_dict(self) -> dict:
+        return {**self.summary_dict(), "samples": self.samples}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Report":
+        fields = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        return cls(**fields)
+
+
+@dataclass
+class Comparison:
+    """The before/after comparison of two batches: `data` is the JSON-able dict (compare.json)."""
+
+    data: dict
+
+    def to_dict(self) -> dict:
+        return self.data
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Comparison":
+        return cls(d)
+
+
+def clean(obj: Any) -> Any:
+    """NaN / inf become null so the JSON is valid everywhere (browsers, jq, GitHub)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {str(k): clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [clean(v) for v in obj]
+    return obj
+
+
+def dumps(obj: Any, compact: bool = False) -> str:
+    """Deterministic JSON: sorted keys, trailing newline; `compact` for bulky per-token data."""
+    layout = {"separators": (",", ":")} if compact else {"indent": 1}
+    return json.dumps(clean(obj), sort_keys=True, ensure_ascii=False, allow_nan=False, **layout) + "\n"

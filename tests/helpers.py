@@ -1,0 +1,111 @@
+"""What several test modules share: batches with hostile text, a site built from batches, GFM checks,
+and the skip-or-fail rule for optional pieces. Imported as `from helpers import ...` (pytest puts
+tests/ on sys.path), so no test module imports another.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from markdown_it import MarkdownIt
+
+from tim_report.build import BuildOptions, build
+from tim_report.io import save_batch
+from tim_report.model import StepBatch
+from tim_report.testing import make_batch
+
+ROOT = Path(__file__).resolve().parents[1]
+CI = os.environ.get("TIM_REPORT_CI") == "1"
+
+HOSTILE = [
+    "</script><script>alert(1)</script>",
+    "<img src=x onerror=alert(2)>",
+    "\"><svg onload=alert(3)>",
+    "'; alert(4); '",
+    "{{ 7*7 }}",
+    "<!--",
+    "]]></style><script>alert(5)</script>",
+    "javascript:alert(6)",
+]
+
+
+def skip_or_fail(reason: str) -> None:
+    """Skip locally; in CI (TIM_REPORT_CI=1, set by .ci/run) a missing optional piece is a failure."""
+    if CI:
+        pytest.fail(f"TIM_REPORT_CI=1: {reason}")
+    pytest.skip(reason)
+
+
+def hostile_batch(n_seqs: int = 12, mean_len: int = 24, seed: int = 3, step: int | None = 7) -> StepBatch:
+    """A small batch whose token text, prompts, group names and meta carry script-injection attempts."""
+    b = make_batch(n_seqs=n_seqs, mean_len=mean_len, seed=seed)
+    plain = [" the", "\n", "\t", "x", "", " ", "é", "\u200b"]
+    text = [HOSTILE[i % len(HOSTILE)] if i % 5 == 0 else plain[i % len(plain)] for i in range(b.n_tokens)]
+    b.token_text = text
+    b.prompt_text = [f"Prompt {i}: {HOSTILE[i % len(HOSTILE)]}" for i in range(b.n_seqs)]
+    b.group = np.array([HOSTILE[int(g) % len(HOSTILE)] + f"#{g}" for g in b.group], dtype=str)
+    b.trainer_logp = b.trainer_logp.copy()
+    b.trainer_logp[3] = b.rollout_logp[3] - 2.5  # one token far outside [1/5, 5] and |diff| > 0.5
+    b.trainer_logp = np.minimum(b.trainer_logp, 0.0)
+    b.meta = {**b.meta, "model": "<script>alert('model')</script>", "rollout_engine": "vllm<img src=x onerror=alert(7)>",
+              "trainer_engine": "fsdp", "device": "cpu & <b>gpu</b>"}
+    if step is not None:
+        b.meta["step"] = step
+    return b
+
+
+def build_site(tmp: Path, batches: list[tuple[str, StepBatch]], **opts) -> Path:
+    """Save each batch as `<name>.npz` and build them into tmp/site."""
+    paths = []
+    for name, b in batches:
+        p = tmp / "in" / f"{name}.npz"
+        p.parent.mkdir(parents=True, exist_ok=True)
+        save_batch(b, p)
+        paths.append(p)
+    out = tmp / "site"
+    build(paths, out, BuildOptions(**opts))
+    return out
+
+
+# ---- GitHub-flavoured markdown ----------------------------------------------------------------------
+
+ALLOWED_HTML = re.compile(r"(?:(?:<details>|</details>|<summary>[^<>]*</summary>|<!-- tim-report compare -->)\s*)+")
+GFM = MarkdownIt("commonmark", {"html": True}).enable("table").enable("strikethrough")
+
+
+def walk(tokens):
+    for t in tokens:
+        yield t
+        if t.children:
+            yield from walk(t.children)
+
+
+def check_gfm(text: str) -> list:
+    """Parse as GitHub would (tables on, raw HTML recognised) and check what GitHub would strip or mangle."""
+    tokens = GFM.parse(text)
+    widths, in_table = [], False
+    for t in tokens:  # every table row has as many cells as the header
+        if t.type == "table_open":
+            in_table, widths = True, []
+        elif t.type == "tr_open":
+            widths.append(0)
+        elif t.type in ("th_open", "td_open") and in_table:
+            widths[-1] += 1
+        elif t.type == "table_close":
+            in_table = False
+            assert widths and len(set(widths)) == 1, f"ragged table: {widths}"
+    for t in walk(tokens):
+        if t.type in ("html_block", "html_inline"):
+            assert ALLOWED_HTML.fullmatch(t.content), f"raw HTML GitHub would strip or run: {t.content!r}"
+        if t.type == "link_open":
+            assert not re.match(r"(?i)\s*(javascript|data|vbscript):", t.attrs["href"]), t.attrs["href"]
+        if t.type == "image":
+            pytest.fail("no images in the markdown")
+    low = text.lower()
+    for bad in ("<script", "style=", "class=", "data:", "<img", "<svg", "<style", "javascript:"):
+        assert bad not in low, bad
+    return tokens

@@ -1,0 +1,318 @@
+"""The diagnosis's detectors: each looks for one known fault and returns a finding, or None.
+
+Every detector is a pure function of the valid tokens (`Tokens`), vectorised, and only fires when
+its signal is both large (an effect-size threshold) and significant (a z-score with cluster-robust
+standard errors, clusters = sequences, and a minimum count), so clean bf16 / fp16 noise does not
+trigger it on small batches. Thresholds live in `config.DiagnosisThresholds` beside their reasons.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..config import DETECTOR_MAX_TOKENS, DiagnosisThresholds
+from .breakdowns import length_growth
+from .stats import cluster_mean_se, pearson, run_starts
+from .tokens import Tokens
+
+
+def finding(id_: str, severity: str, title: str, evidence: dict, likely_cause: str, what_to_check: str) -> dict:
+    return {"id": id_, "severity": severity, "title": title,
+            "evidence": {k: (float(v) if isinstance(v, (float, np.floating)) else int(v) if isinstance(v, (int, np.integer, bool, np.bool_)) else v)
+                         for k, v in evidence.items()},
+            "likely_cause": likely_cause, "what_to_check": what_to_check}
+
+
+def _slope(x: np.ndarray, y: np.ndarray, seq: np.ndarray) -> tuple[float, float, float]:
+    """OLS slope of y on x, its cluster-robust SE (clusters = sequences, `seq` sorted) and R².
+
+    Written with dot products and per-sequence sums of raw moments, so it needs one scratch array
+    rather than the half-dozen that centring each array would allocate.
+    """
+    n = x.shape[0]
+    mx, my = float(x.mean()), float(y.mean())
+    sxx = float(np.dot(x, x)) - n * mx * mx
+    if sxx <= 0:
+        return 0.0, float("inf"), 0.0
+    sxy = float(np.dot(x, y)) - n * mx * my
+    syy = float(np.dot(y, y)) - n * my * my
+    b = sxy / sxx
+    # per sequence: Σ xc·e = Σ xc·yc − b·Σ xc², from sums of x, y, xy, x² and the count
+    starts = run_starts(seq)
+    cnt = np.diff(np.append(starts, n)).astype(np.float64)
+    sx, sy = np.add.reduceat(x, starts), np.add.reduceat(y, starts)
+    buf = np.multiply(x, y)
+    sxy_g = np.add.reduceat(buf, starts)
+    np.multiply(x, x, out=buf)
+    sxx_g = np.add.reduceat(buf, starts)
+    del buf
+    cxy = sxy_g - mx * sy - my * sx + cnt * mx * my
+    cxx = sxx_g - 2 * mx * sx + cnt * mx * mx
+    sums = cxy - b * cxx
+    g = starts.shape[0]
+    var = float(np.dot(sums, sums)) * (g / (g - 1) if g > 1 else 1.0) / sxx ** 2
+    r2 = 1.0 - (syy - b * sxy) / syy if syy > 0 else 0.0
+    return b, math.sqrt(max(var, 0.0)), r2
+
+
+def _thin(idx: np.ndarray, limit: int) -> np.ndarray:
+    """An even, order-preserving subsample of at most `limit` entries (detectors need power, not all 16M tokens)."""
+    if idx.shape[0] <= limit:
+        return idx
+    return idx[:: -(-idx.shape[0] // limit)]
+
+
+def _neighbour_pairs(tok: Tokens, step: int = 1) -> np.ndarray:
+    """i such that valid tokens i and i+1 are adjacent positions of the same sequence (every `step`-th i)."""
+    i = np.arange(0, tok.n - 1, step)
+    same = tok.seq[i + 1] == tok.seq[i]
+    if tok.valid_index is not None:
+        same &= tok.valid_index[i + 1] == tok.valid_index[i] + 1
+    return i[same]
+
+
+# ---------------------------------------------------------------- detectors
+
+
+def detect_shift(tok: Tokens, dt: DiagnosisThresholds) -> dict | None:
+    """trainer[t] agrees better with rollout[t+1] (or rollout[t−1]) than with rollout[t]."""
+    step = max(1, -(-(tok.n - 1) // DETECTOR_MAX_TOKENS))  # an even subsample of at most 2M candidate pairs
+    i = _neighbour_pairs(tok, step)
+    if i.shape[0] < dt.min_tokens:
+        return None
+    best = None
+    # lead: trainer[t] vs rollout[t+1], over t = i; lag: trainer[t] vs rollout[t−1], over t = i+1
+    for name, t, other in (("next", i, i + 1), ("previous", i + 1, i)):
+        same = np.abs(tok.trainer[t] - tok.rollout[t])
+        shifted = np.abs(tok.trainer[t] - tok.rollout[other])
+        m_same, m_shift = float(same.mean()), float(shifted.mean())
+        diff_mean, diff_se = cluster_mean_se(same - shifted, tok.seq[t])
+        z = diff_mean / diff_se if diff_se > 0 else (math.inf if diff_mean > 0 else 0.0)
+        if m_shift < dt.shift_ratio * m_same and z >= dt.z and (best is None or m_shift < best[2]):
+            best = (name, m_same, m_shift, z, int(t.shape[0]))
+    if best is None:
+        return None
+    name, m_same, m_shift, z, n = best
+    offset = "+1" if name == "next" else "−1"
+    return finding(
+        "shift", "error", f"Off-by-one: trainer log-probs match the rollout's at position t{offset}",
+        {"mean_abs_diff_same_position": m_same, "mean_abs_diff_shifted": m_shift,
+         "shift": 1 if name == "next" else -1, "ratio": m_shift / m_same if m_same > 0 else 0.0, "z": z,
+         "pairs": n, "every_nth_pair": step, "threshold_ratio": dt.shift_ratio},
+        f"trainer_logp[t] is the log-prob of the token at t{offset}: logits and labels are aligned with one "
+        "slice too many or too few (logits[:, :-1] vs labels[:, 1:]), or one side follows a shifted convention "
+        "(OpenRLHF drops the first position, AReaL rolls by −1) and the loader assumed the other.",
+        "Check the logits/labels slicing in the trainer's log-prob computation and the alignment the loader "
+        "assumed (`tim-report inspect FILE`); override the keys or fix the export so both arrays index the same token.")
+
+
+def declared_processing(meta: dict) -> str | None:
+    """'top_p=0.9, top_k=50' when the batch's meta says its rollout log-probs are processed and truncated
+    (what `tim-report capture` records in meta['sampling']), else None."""
+    s = meta.get("sampling") if isinstance(meta, dict) else None
+    if not isinstance(s, dict) or s.get("logprobs") != "processed" or not s.get("truncated"):
+        return None
+    parts = [f"{k}={s[k]:g}" for k in ("top_p", "top_k", "min_p") if isinstance(s.get(k), (int, float))
+             and not (k == "top_p" and s[k] >= 1) and not (k in ("top_k", "min_p") and s[k] <= 0)]
+    return ", ".join(parts) or "truncated sampling"
+
+
+def detect_processed(tok: Tokens, dt: DiagnosisThresholds, corr: float | None,
+                     declared: str | None = None) -> dict | None:
+    """Rollout log-probs renormalised after top-p / top-k: rollout ≥ trainer on (nearly) every token.
+
+    When the batch declares processed, truncated rollout log-probs (`declared`, from meta['sampling'])
+    the finding is `info`: the mismatch is explained and expected, not a bug in the pipeline."""
+    nonzero = tok.rollout != 0.0
+    moved = nonzero & (np.abs(tok.delta) > dt.identical_atol)
+    n = int(moved.sum())
+    if n < dt.min_tokens or (corr is not None and corr < dt.systematic_corr_max):
+        return None
+    neg = tok.delta[moved] < 0
+    share = float(neg.mean())
+    z_sign = (share - 0.5) / (0.5 / math.sqrt(n))
+    mean, se = cluster_mean_se(tok.delta[nonzero], tok.seq[nonzero])
+    if share < dt.processed_negative_share or z_sign < dt.z or not (se > 0 and -mean / se >= dt.z):
+        return None
+    zeros_below = int(((tok.rollout == 0.0) & (tok.trainer < -1e-4)).sum())
+    evidence = {"negative_delta_share": share, "tokens_compared": n, "mean_delta": mean, "mean_delta_se": se,
+         "rollout_exact_zero_trainer_below": zeros_below, "rollout_exact_zero_share": float(np.mean(tok.rollout == 0.0)),
+         "min_delta": float(tok.delta.min()), "implied_min_kept_mass": float(math.exp(tok.delta.min())),
+         "threshold_negative_share": dt.processed_negative_share, "declared_in_meta": declared is not None}
+    if declared is not None:
+        return finding(
+            "processed_logprobs", "info",
+            f"Rollout log-probs are renormalised by truncated sampling ({declared}), as the batch declares: "
+            f"rollout ≥ trainer on {share:.1%} of tokens", evidence,
+            "The batch's meta says the rollout log-probs are the sampler's processed ones (after top-k / top-p) "
+            "while the trainer scores the full distribution, so δ = log(kept mass) ≤ 0 by construction: expected, "
+            "not a pipeline bug.",
+            "Nothing to fix in this capture. In training, the same setup biases importance ratios: use raw "
+            "log-probs on the rollout side or apply the same truncation in the trainer.")
+    return finding(
+        "processed_logprobs", "error", "Rollout log-probs are renormalised (top-p / top-k): rollout ≥ trainer on "
+        f"{share:.1%} of tokens", evidence,
+        "The rollout engine returned log-probs of the distribution after top-p / top-k (and min-p) truncation, "
+        "renormalised over the kept tokens (e.g. vLLM logprobs_mode='processed_logprobs'), while the trainer scores "
+        "the full distribution: δ = log(kept mass) ≤ 0, and 0 exactly where only one token was kept.",
+        "Return raw log-probs from the engine (vLLM logprobs_mode='raw_logprobs' / 'raw_logits' with matching "
+        "temperature), or apply the same truncation in the trainer; exp(min δ) shows the smallest kept mass (≈ top_p).")
+
+
+def detect_temperature(tok: Tokens, dt: DiagnosisThresholds, corr: float | None,
+                       keep: np.ndarray | None = None) -> dict | None:
+    """δ regressed on rollout_logp has slope T_rollout/T_trainer − 1 instead of ≈ 0 (over `keep` tokens)."""
+    keep = np.ones(tok.n, bool) if keep is None else keep
+    n = int(keep.sum())
+    if n < dt.min_tokens or (corr is not None and corr < dt.systematic_corr_max):
+        return None
+    if keep.all():
+        idx = np.arange(0, tok.n, max(1, -(-tok.n // DETECTOR_MAX_TOKENS)))
+    else:
+        idx = _thin(np.flatnonzero(keep), DETECTOR_MAX_TOKENS)
+    slope, se, r2 = _slope(tok.rollout[idx], tok.delta[idx], tok.seq[idx])
+    if abs(slope) < dt.temperature_slope_min or not (se > 0 and abs(slope) / se >= dt.z):
+        return None
+    ratio = 1.0 + slope  # shrunk towards 1: the per-position log Z_T correlates with the log-prob (a lower bound on |T − 1|)
+    if ratio > 1:
+        how = (f"the rollout's log-probs are flatter, as if at temperature ≈ {ratio:.2f}× the trainer's or further from it "
+               f"(e.g. rollout sampled and scored at T={ratio:.2g} while the trainer used T=1, or the trainer "
+               f"divided logits by 1/{ratio:.2g})")
+    else:
+        how = (f"the rollout's log-probs are sharper, as if at temperature ≈ {ratio:.2f}× the trainer's or further from it "
+               f"(e.g. rollout sampled and scored at T={ratio:.2g} while the trainer scored at T=1, or the trainer "
+               f"divided logits by T={1 / ratio:.2g} and the rollout returned raw log-probs)")
+    return finding(
+        "temperature", "error",
+        f"Temperature on one side only: the rollout's log-probs are {'flatter' if ratio > 1 else 'sharper'} than the "
+        f"trainer's (T_rollout / T_trainer ≈ {ratio:.2f} or further from 1)",
+        {"slope": slope, "slope_se": se, "r2": r2, "temperature_ratio": ratio, "inverse_ratio": 1.0 / ratio if ratio else None,
+         "tokens": n, "tokens_fitted": int(idx.shape[0]), "threshold_slope": dt.temperature_slope_min},
+        "Sampling temperature is applied on one side only: " + how + ". Tempered log-probs satisfy "
+        "log p_T = log p / T − log Z_T, so δ = (T−1)·rollout_logp + per-position constant.",
+        "Make both sides use the same temperature: divide the trainer's logits by the rollout temperature "
+        "(verl/TRL do this), and check whether the engine returns log-probs before or after temperature "
+        "(vLLM logprobs_mode raw vs processed).")
+
+
+def detect_dummy_zero(tok: Tokens, dt: DiagnosisThresholds) -> tuple[dict | None, np.ndarray]:
+    """Exact 0.0 rollout log-probs inside the mask where the trainer gives p < 1/2."""
+    hit = (tok.rollout == 0.0) & (tok.trainer < dt.dummy_trainer_logp_max)
+    n = int(hit.sum())
+    if n == 0:
+        return None, hit
+    i = _neighbour_pairs(tok)
+    in_runs = np.zeros(tok.n, bool)
+    pair_hit = hit[i] & hit[i + 1]
+    in_runs[i[pair_hit]] = True
+    in_runs[i[pair_hit] + 1] = True
+    seqs = int(np.unique(tok.seq[hit]).shape[0])
+    abs_d = np.abs(tok.delta)
+    severity = "error" if n >= dt.dummy_error_count else "warn"
+    return finding(
+        "dummy_zero", severity, f"{n} masked-in tokens have rollout log-prob exactly 0.0 (placeholder values)",
+        {"tokens": n, "token_share": n / tok.n, "sequences": seqs, "in_runs_share": float(in_runs[hit].mean()),
+         "mean_trainer_logp": float(tok.trainer[hit].mean()),
+         "abs_delta_share": float(abs_d[hit].sum() / abs_d.sum()) if abs_d.sum() > 0 else 0.0,
+         "rollout_exact_zero_tokens": int((tok.rollout == 0.0).sum()),
+         "threshold_trainer_logp": dt.dummy_trainer_logp_max},
+        "Tokens the engine did not sample (tool / environment output, padding, prompt) carry a placeholder "
+        "log-prob of 0.0 but are inside the loss mask, so the trainer's real log-prob is compared with p = 1.",
+        "Mask tool and environment tokens out of the loss (response_mask / loss_mask), and check the padding "
+        "value of the rollout log-prob array; if every rollout log-prob is 0, the engine returned processed "
+        "log-probs of greedy decoding.") , hit
+
+
+def detect_one_side_broken(tok: Tokens, dt: DiagnosisThresholds, corr: float | None, keep: np.ndarray,
+                           explained: bool, bias: tuple[float, float] | None = None) -> dict | None:
+    """One side's token-level perplexity many times the other's on the same tokens."""
+    if keep.sum() < dt.min_tokens:
+        return None
+    if keep.all():
+        ro, tr = tok.rollout, tok.trainer
+        d_mean, d_se = bias if bias is not None else cluster_mean_se(tok.delta, tok.seq)
+    else:  # correlation without the tokens another finding already explains (dummy zeros)
+        ro, tr = tok.rollout[keep], tok.trainer[keep]
+        corr = pearson(ro, tr)
+        d_mean, d_se = cluster_mean_se(tok.delta[keep], tok.seq[keep])
+    ppl_ro, ppl_tr = math.exp(-float(ro.mean())), math.exp(-float(tr.mean()))
+    ratio = math.exp(abs(d_mean))
+    low_corr = corr is not None and corr < dt.systematic_corr_max
+    significant = d_se > 0 and abs(d_mean) / d_se >= dt.z
+    if not ((ratio >= dt.ppl_ratio_warn and significant) or low_corr):
+        return None
+    error = (ratio >= dt.ppl_ratio_error and significant) or low_corr
+    if explained and not error:
+        return None  # a temperature / processed-log-probs finding already explains a moderate gap
+    higher = "trainer" if ppl_tr > ppl_ro else "rollout"
+    return finding(
+        "one_side_broken", "error" if error else "warn",
+        (f"The {higher} side's perplexity is {ratio:.2g}× the other's on the same tokens"
+         + (f" (log-prob correlation {corr:.2f})" if low_corr else "")) if ratio >= dt.ppl_ratio_warn else
+        f"Log-prob correlation is only {corr:.2f}: the two sides do not score the same model or context",
+        {"ppl_rollout": ppl_ro, "ppl_trainer": ppl_tr, "ppl_ratio": ratio, "mean_delta": d_mean,
+         "mean_delta_se": d_se, "corr_logp": corr, "tokens": int(keep.sum()),
+         "threshold_ppl_ratio_warn": dt.ppl_ratio_warn, "threshold_ppl_ratio_error": dt.ppl_ratio_error,
+         "threshold_corr": dt.systematic_corr_max},
+        f"The {higher} side is not scoring the same model or context: different or stale weights (wrong "
+        "checkpoint, weight sync not applied, LoRA not merged, quantisation), a different prompt / chat template, "
+        "truncated context, or a different tokenizer.",
+        "Compare weight checksums / the step of both sides, the exact prompt token ids each side saw, the "
+        "tokenizer and chat template, and any quantisation; re-score a few sequences with both sides by hand.")
+
+
+def detect_low_prob_tail(tok: Tokens, dt: DiagnosisThresholds) -> dict | None:
+    """Mismatch concentrated on low-probability tokens (informational)."""
+    tail = tok.rollout < math.log(dt.tail_p)
+    k3 = tok.k3()
+    tot = float(k3.sum())
+    if tot <= 0 or tail.sum() == 0:
+        return None
+    token_share = float(tail.mean())
+    k3_share = float(k3[tail].sum() / tot)
+    abs_d = np.abs(tok.delta)
+    abs_share = float(abs_d[tail].sum() / abs_d.sum())
+    if k3_share < dt.tail_k3_share or token_share > dt.tail_token_share_max:
+        return None
+    return finding(
+        "low_prob_tail", "info",
+        f"Tokens with p < {dt.tail_p:g} are {token_share:.0%} of tokens and carry {k3_share:.0%} of the KL",
+        {"tail_p": dt.tail_p, "token_share": token_share, "k3_share": k3_share, "abs_delta_share": abs_share,
+         "abs_delta_mean_tail": float(abs_d[tail].mean()), "abs_delta_mean_rest": float(abs_d[~tail].mean()) if (~tail).any() else 0.0},
+        "Low-probability tokens sit where small logit errors change log p most (the softmax tail); precision "
+        "noise concentrates there, and so do the tokens that importance-sampling corrections clip.",
+        "Expected for numerical noise. If the mismatch matters, look at the probability-bucket table; an fp32 LM "
+        "head / fp16 rollout narrows the tail most.")
+
+
+def detect_drift(tok: Tokens, dt: DiagnosisThresholds, bias: float, bias_se: float,
+                 explained_by: str | None = None) -> dict | None:
+    """|Σδ| grows faster than √length: accumulation, not a random walk.
+
+    `explained_by` names a finding that already accounts for a signed bias (processed log-probs,
+    temperature, a broken side); the accumulation is then a consequence and only `info`."""
+    g = length_growth(tok)
+    b, se = g.get("exponent"), g.get("exponent_se")
+    if b is None or se is None or g["sequences_used"] < dt.min_drift_sequences or not se > 0:
+        return None
+    z = (b - 0.5) / se
+    if b < dt.drift_exponent_min or z < dt.drift_z:
+        return None
+    material = abs(bias) >= dt.noise_kl_max and bias_se > 0 and abs(bias) / bias_se >= dt.z and not explained_by
+    lengths = tok.counts[tok.present]
+    return finding(
+        "drift_with_length", "warn" if material else "info",
+        f"|Σδ| grows as length^{b:.2f} (a random walk would be length^0.5)",
+        {"exponent": b, "exponent_se": se, "z_vs_random_walk": z, "sequences": g["sequences_used"],
+         "bias_per_token": bias, "bias_se": bias_se, "expected_seq_log_ratio_at_p90_length":
+         bias * float(np.percentile(lengths, 90)), "threshold_exponent": dt.drift_exponent_min,
+         "threshold_bias": dt.noise_kl_max, "explained_by_other_finding": explained_by is not None},
+        (f"A consequence of the {explained_by} finding: its signed bias adds up along each sequence. " if explained_by
+         else "") + "The per-token mismatch has a consistent sign (or grows along the sequence), so sequence-level ratios "
+        "drift with length instead of averaging out: a temperature / processing difference, a KV-cache or "
+        "RoPE precision issue, or, when the bias is tiny, just the KL of the noise summed over long sequences.",
+        "Look at the by-position table: growing |δ| with position points at KV-cache dtype / RoPE / long-context "
+        "kernels; a flat but signed δ points at a one-sided transformation. Prefer token-level or geometric "
+        "corrections over sequence-product ratios for long sequences.")

@@ -1,0 +1,25 @@
+"""Command-line interface: Click wiring only, one module per command. Bad input → one line on stderr, exit 2."""
+
+from __future__ import annotations
+
+import warnings
+
+import click
+
+from .build import build_command
+from .capture import capture_command
+from .check import check_command
+from .compare import compare_command
+from .inspect import inspect_command
+from .options import show_warning
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="tim-report")
+def main() -> None:
+    """tim-report: how far your rollout engine and your trainer disagree, and why."""
+    warnings.showwarning = show_warning
+
+
+for _command in (build_command, inspect_command, check_command, compare_command, capture_command):
+    main.add_command(_command)

@@ -1,0 +1,52 @@
+"""`tim-report build FILES -o DIR`: one report per batch plus the index."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..errors import BadInput
+from .options import (fail_cleanly, input_files, key_option, parse_keys, pickle_option, ppo_eps_option,
+                      timestamp_now, timestamp_option, tokenizer_option)
+from .progress import build_progress
+
+
+@click.command("build")
+@input_files
+@click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), help="Output folder (the site).")
+@click.option("--run-id", "run_ids", multiple=True, help="Run folder name, once per input (default: the file's stem).")
+@key_option
+@pickle_option
+@tokenizer_option
+@ppo_eps_option
+@click.option("--notes", "notes", type=click.Path(path_type=Path, dir_okay=False),
+              help="Markdown file with your narrative, shown after the headline (raw HTML is escaped).")
+@timestamp_option
+@click.option("--format", "formats", multiple=True, type=click.Choice(["html", "md", "json"]),
+              help="Write only these formats (repeatable; default all three): html pages, report.md files, summary/samples JSON.")
+@click.option("--base-url", metavar="URL", help="Make the markdown's links absolute under URL (e.g. the GitHub Pages site), for a PR comment.")
+@click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Analyse this many batches at once, in separate processes (same output as --jobs 1).")
+@fail_cleanly
+def build_command(files, out, run_ids, keys, allow_pickle, tokenizer, ppo_eps, notes, timestamp, formats, base_url, jobs):
+    """Analyse step batches and write the report site into OUTPUT."""
+    from ..build import FORMATS, BuildOptions, build
+    from ..config import Thresholds
+
+    opts = BuildOptions(keys=parse_keys(keys), allow_pickle=allow_pickle, tokenizer=tokenizer,
+                        thresholds=Thresholds(ppo_eps_low=ppo_eps[0], ppo_eps_high=ppo_eps[1]),
+                        formats=tuple(f for f in FORMATS if f in formats) if formats else FORMATS,
+                        base_url=base_url or None, jobs=jobs, timestamp=timestamp_now() if timestamp else None)
+    if notes is not None:
+        try:
+            opts.notes_md = notes.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise BadInput(notes, f"cannot read notes: {exc}") from None
+    with build_progress(len(files)) as progress:
+        reports = build(list(files), out, opts, list(run_ids) or None, progress=progress)
+    for r in reports:
+        m = r.metrics
+        click.echo(f"{r.run['id']}: {m['tokens']} tokens, {m['sequences']} sequences, "
+                   f"median |δ| {m['abs_delta_median']:.3g} nats, KL k3 {m['kl_k3']:.3g}, ESS {m['ess']:.4f}")
+    click.echo(f"wrote {out}/")

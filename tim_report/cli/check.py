@@ -1,0 +1,81 @@
+"""`tim-report check`: a CI gate on the metrics and the diagnosis.
+
+Exit 0 when every batch is within its limits and has no finding at or above `--fail-on`, 1 on any
+violation, 2 on bad input. One line per violated limit or finding:
+
+    FILE: limit ess = 0.21 < 0.3 (--min-ess)
+    FILE: error shift: Off-by-one: trainer log-probs match the rollout's at position t+1
+    FILE: ok (numerical_noise; KL k3 4.1e-04, ESS 0.9987)
+
+Default limits are verl's documented rollout-correction alerts (config.VERL_ALERTS).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from ..config import SEVERITIES, VERL_ALERTS
+from ..errors import BadInput
+from .options import fail_cleanly, key_option, parse_keys, parse_pairs, pickle_option, ppo_eps_option
+
+
+@click.command("check")
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--max-kl", type=float, default=VERL_ALERTS.max_kl, show_default=True,
+              help="Fail when |kl_k1| (verl rollout_corr/kl) exceeds this.")
+@click.option("--max-kl-k3", type=float, default=VERL_ALERTS.max_kl_k3, show_default=True, help="Fail when kl_k3 exceeds this.")
+@click.option("--min-ess", type=float, default=VERL_ALERTS.min_ess, show_default=True, help="Fail when token ESS is below this.")
+@click.option("--min-ess-seq", type=float, default=None, help="Fail when sequence ESS is below this (off by default).")
+@click.option("--max-chi2-token", type=float, default=VERL_ALERTS.max_chi2_token, show_default=True,
+              help="Fail when chi2_token exceeds this.")
+@click.option("--max-outside-5x", type=float, default=None,
+              help="Fail when the fraction of tokens with r outside [1/5, 5] exceeds this (off by default).")
+@click.option("--max-phantom-clip", type=float, default=None,
+              help="Fail when the fraction of tokens outside the PPO clip range exceeds this (off by default).")
+@click.option("--no-limits", is_flag=True, help="Check findings only (drop every metric limit).")
+@click.option("--fail-on", type=click.Choice([*SEVERITIES, "never"]), default="error", show_default=True,
+              help="Fail on diagnosis findings of this severity or worse.")
+@click.option("--set", "overrides", multiple=True, metavar="NAME=VALUE",
+              help="Override a diagnosis threshold (see docs/diagnosis.md), e.g. --set shift_ratio=0.3.")
+@ppo_eps_option
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per file instead of lines.")
+@key_option
+@pickle_option
+@fail_cleanly
+def check_command(files, max_kl, max_kl_k3, min_ess, min_ess_seq, max_chi2_token, max_outside_5x, max_phantom_clip,
+                  no_limits, fail_on, overrides, ppo_eps, as_json, keys, allow_pickle):
+    """Exit 1 when a batch breaks a limit or has a diagnosis finding (CI gate); 0 when clean; 2 on bad input."""
+    from ..analysis import analyze
+    from ..analysis.gate import default_limits, evaluate
+    from ..config import DiagnosisThresholds, Thresholds
+    from ..io import load
+
+    key_map = parse_keys(keys)
+    values = parse_pairs(overrides, "--set", "NAME=VALUE")
+    try:
+        dth = DiagnosisThresholds().override(values) if values else None
+    except KeyError as exc:
+        raise BadInput("--set", str(exc).strip("'\""))
+    except ValueError as exc:
+        raise BadInput("--set", str(exc))
+    th = Thresholds(ppo_eps_low=ppo_eps[0], ppo_eps_high=ppo_eps[1])
+    limits = [] if no_limits else default_limits(max_kl, max_kl_k3, min_ess, max_chi2_token, max_outside_5x,
+                                                   max_phantom_clip, min_ess_seq)
+    failed = False
+    for path in files:
+        batch = load(path, keys=key_map, allow_pickle=allow_pickle)
+        res = evaluate(analyze(batch, th, diagnosis_thresholds=dth), limits, fail_on)
+        failed |= not res.ok
+        if as_json:
+            click.echo(json.dumps({"file": str(path), "ok": res.ok, "regime": res.regime,
+                                   "violations": [v.__dict__ for v in res.violations]}, sort_keys=True))
+            continue
+        for v in res.violations:
+            click.echo(v.line(str(path)))
+        if res.ok:
+            click.echo(f"{path}: ok ({res.summary})")
+    sys.exit(1 if failed else 0)

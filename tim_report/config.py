@@ -1,0 +1,197 @@
+"""Every threshold, band and default tim-report uses, each beside its source.
+
+This is the one home for numbers: the analysis computes with them, the glossary
+(`tim_report.glossary`), chart captions and the markdown state them by reading them from here, so
+changing a value here changes every sentence that quotes it. Nothing in this module computes
+anything from data.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields, replace
+
+# ---- conventions ------------------------------------------------------------------------------------
+
+# |log r| is clamped to this before exponentiating (verl's SAFETY_BOUND in rollout_corr_helper:
+# exp(20) ≈ 4.9e8). Token log-ratios, sequence log-ratio sums and the sample tables all use it.
+SAFETY_BOUND = 20.0
+# A log-prob above this is impossible rather than rounding: such tokens are excluded as data problems.
+POSITIVE_LOGP_TOLERANCE = 1e-6
+# The percentile ladder of δ, |δ|, k3 and |Δp| (design §4; llama.cpp's KL-divergence statistics).
+PERCENTILES = (0.1, 1, 5, 10, 25, 50, 75, 90, 95, 99, 99.9)
+# Rollout-probability buckets of the breakdown and precision-gap tables: log-spaced in the tail, where
+# precision noise concentrates, finer near 1, where most sampled tokens sit.
+PROB_EDGES = (0.0, 1e-4, 1e-3, 1e-2, 0.1, 0.5, 0.9, 0.99, 1.0)
+# Above this many tokens Spearman ranks an even subsample (ranking is the cost; its SE stays < 2e-3).
+SPEARMAN_MAX_TOKENS = 250_000
+# Detectors that regress or compare neighbours use an even subsample of at most this many tokens
+# (pairs); their z ≥ 5 tests have ample power at 2M and the evidence says how many were used.
+DETECTOR_MAX_TOKENS = 2_000_000
+
+
+# ---- the analysis ------------------------------------------------------------------------------------
+
+PPO_EPS_LOW = 0.2  # PPO clip range [1 − ε_low, 1 + ε_high]: 0.2 / 0.28 is DAPO's clip-higher default
+PPO_EPS_HIGH = 0.28
+VETO = 1e-4  # verl rollout_token_veto_threshold: a token with r below this vetoes its sequence
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """What `analyze` uses; every field can be overridden (`--ppo-eps` on the command line)."""
+
+    ppo_eps_low: float = PPO_EPS_LOW
+    ppo_eps_high: float = PPO_EPS_HIGH
+    veto: float = VETO
+    band_2x: float = 2.0  # verl's documented bands: r outside [1/2, 2] / [1/5, 5]
+    band_5x: float = 5.0
+    route_clip_fraction: float = 0.1  # routing: a group with more PPO-clipped tokens than this trains with correction
+    tis_token_cap: float = 2.0  # token-level TIS cap (verl rollout_is_threshold default)
+    seq_mask_cap: float = 3.0  # TRL vllm_importance_sampling_cap with sequence_mask mode
+    icepop_low: float = 0.5  # IcePop token mask band as in OpenRLHF
+    icepop_high: float = 5.0
+    geo_low: float = 0.999  # verl Geo-RS: sequence geometric-mean ratio band
+    geo_high: float = 1.001
+    samples_k: int = 8  # worst and random sequences kept in samples.json
+    sample_max_tokens: int = 128  # per-token rows kept per sample (bounded page size; the page shows 50, then a fold)
+    seed: int = 0  # random sample selection
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @property
+    def ppo_clip(self) -> tuple[float, float]:
+        return 1 - self.ppo_eps_low, 1 + self.ppo_eps_high
+
+
+# ---- health colours and verl's alerts -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HealthBands:
+    """The batch colour from the token ESS (design §4; the seed write-up's table)."""
+
+    green: float = 0.99  # ESS at or above: green
+    amber: float = 0.95  # at or above (below green): amber; below: red
+
+
+HEALTH = HealthBands()
+HEALTH_ORDER = ("green", "amber", "red", "unknown")
+
+
+def health(ess: float | None) -> str:
+    """The batch colour for a token ESS: green, amber, red, or unknown when there is none."""
+    if ess is None or not math.isfinite(ess):
+        return "unknown"
+    return "green" if ess >= HEALTH.green else ("amber" if ess >= HEALTH.amber else "red")
+
+
+@dataclass(frozen=True)
+class VerlAlerts:
+    """verl's documented rollout-correction alerts (verl docs, "Rollout correction" metrics): the defaults
+    of `tim-report check`."""
+
+    max_kl: float = 0.1  # |rollout_corr/kl| above this
+    max_kl_k3: float = 0.1  # rollout_corr/k3_kl above this
+    min_ess: float = 0.3  # ESS below this
+    max_chi2_token: float = 1.0  # rollout_corr/chi2_token above this
+
+
+VERL_ALERTS = VerlAlerts()
+
+# ---- published bands ----------------------------------------------------------------------------------
+
+# Dense bf16 / fp16 engine-vs-trainer runs: KL ≈ 4e-4 … 1e-2 (verl rollout-correction docs; Yao et al.,
+# "Your efficient RL framework secretly brings you off-policy RL training"; "Defeating the
+# training-inference mismatch via FP16").
+PUBLISHED_BF16_KL = (4e-4, 1e-2)
+TOKEN_MULT_PROB_ERROR_SUSPICIOUS = 1.05  # NeMo-RL: token_mult_prob_error above this is worth investigating
+TOP1PCT_UNIFORM, TOP1PCT_CONCENTRATED = 0.01, 0.05  # share of Σw in the top 1% of weights: uniform, concentrated
+
+# ---- the report -----------------------------------------------------------------------------------------
+
+HOT_DIFF = 0.5  # sample-table rows with |diff| above this many nats are marked ● and red
+# GitHub rejects comments over 65,536 characters; 60,000 leaves room for a bot's own header and footer.
+MARKDOWN_MAX_CHARS = 60_000
+
+# ---- the diagnosis -------------------------------------------------------------------------------------
+
+REGIMES = ("identical", "numerical_noise", "elevated", "systematic")
+SEVERITIES = ("info", "warn", "error")  # in rising order: `check --fail-on` and the findings' sort use it
+FINDING_IDS = ("shift", "temperature", "processed_logprobs", "dummy_zero", "one_side_broken", "low_prob_tail",
+               "drift_with_length", "precision_gap")
+
+
+@dataclass(frozen=True)
+class DiagnosisThresholds:
+    """Every limit the diagnosis uses, with its reason. Override with `replace()` or `check --set NAME=VALUE`."""
+
+    # identical: |δ| ≤ atol + rtol·|logp| on every token. fp32 log-softmax of logits of size ~30 rounds at
+    # ~30·2⁻²⁴ ≈ 2e-6; 1e-5 leaves room for a different reduction order (batch shape) in fp32.
+    identical_atol: float = 1e-5
+    identical_rtol: float = 1e-6
+    # numerical_noise ceiling: the top of the published dense bf16/fp16 band (PUBLISHED_BF16_KL), mean |δ|
+    # a few hundredths at most, log-prob correlation ≈ 1. Compared with 2 standard errors of slack so
+    # small batches pass.
+    noise_kl_max: float = PUBLISHED_BF16_KL[1]
+    noise_abs_delta_max: float = 0.05
+    noise_corr_min: float = 0.99
+    # systematic: correlation of log-probs this far below 1 means the two sides do not score the same
+    # model or context (bf16 on our tiny model gives ≥ 0.999; a re-initialised trainer gives ≈ 0).
+    systematic_corr_max: float = 0.9
+    # significance for every detector: |z| ≥ 5 with cluster-robust SEs, and at least this many tokens.
+    z: float = 5.0
+    min_tokens: int = 64
+    # shift: mean |trainer[t] − rollout[t±1]| below this fraction of mean |trainer[t] − rollout[t]|.
+    # Neighbouring log-probs of real text differ by ~1-2 nats; an off-by-one trainer matches its neighbour
+    # to noise level (ratio ≈ 0.01-0.1), a correct one never matches the neighbour better (ratio ≫ 1).
+    shift_ratio: float = 0.5
+    # temperature: |slope of δ on rollout_logp| ≥ 0.05, i.e. the two sides' temperatures differ by ≥ 5%
+    # (common sampling temperatures are 0.6-1.0; bf16 noise gives |slope| < 0.01 on our fixtures).
+    temperature_slope_min: float = 0.05
+    # processed_logprobs: share of non-zero δ (rollout ≠ 0 exactly) that are negative. Top-p / top-k
+    # renormalisation can only raise the rollout log-prob (δ = log kept mass ≤ 0); noise gives ≈ 0.5.
+    processed_negative_share: float = 0.95
+    # dummy_zero: rollout log-prob exactly 0 (p = 1) where the trainer gives p < 0.5: no engine samples a
+    # token it gives probability 1 that the same model gives less than 1/2. 3+ tokens → error.
+    dummy_trainer_logp_max: float = math.log(0.5)
+    dummy_error_count: int = 3
+    # one_side_broken: token-level perplexity of one side this many times the other's on the same tokens.
+    # bf16/fp16 noise moves perplexity by ~1%; 1.5x is far outside noise, 3x is a different model/context.
+    ppl_ratio_warn: float = 1.5
+    ppl_ratio_error: float = 3.0
+    # low_prob_tail (info): tokens with rollout p < tail_p carry ≥ tail_k3_share of Σk3 while being at
+    # most tail_token_share_max of the tokens. Normal for noise (design §4); reported as context.
+    tail_p: float = 0.1
+    tail_k3_share: float = 0.5
+    tail_token_share_max: float = 0.5
+    # drift_with_length: exponent b of |Σδ| ∝ length^b significantly above 0.5 (random walk) and ≥ 0.75;
+    # warn only when the per-token bias is itself beyond noise (|bias| ≥ noise_kl_max: noise has
+    # bias ≈ −KL), else info. Needs min_drift_sequences sequences.
+    drift_exponent_min: float = 0.75
+    drift_z: float = 3.0
+    min_drift_sequences: int = 8
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def override(self, values: dict[str, str]) -> "DiagnosisThresholds":
+        """A copy with NAME=VALUE strings applied (types from the field defaults)."""
+        known = {f.name: f for f in fields(self)}
+        changes = {}
+        for name, value in values.items():
+            if name not in known:
+                raise KeyError(f"unknown diagnosis threshold '{name}' (known: {', '.join(known)})")
+            try:
+                changes[name] = type(getattr(self, name))(float(value))
+            except ValueError:
+                raise ValueError(f"{name}={value}: not a number") from None
+        return replace(self, **changes)
+
+
+# ---- before / after comparison --------------------------------------------------------------------------
+
+COMPARE_REL_TOL = 0.01  # a metric that moved by less than 1% of its (goodness) value is "same"
+COMPARE_SE_TOL = 2.0  # ... or by less than this many combined standard errors
+COMPARE_TOKEN_TOL = 1e-4  # nats: a token's |δ| must move by more than this to count as better / worse

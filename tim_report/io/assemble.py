@@ -1,0 +1,332 @@
+"""Raw values + role choices → StepBatch: the three layouts flattened onto flat tokens and CSR offsets.
+
+    padded  [B, L] arrays plus a mask (verl, TRL, OpenRLHF),
+    ragged  a list of per-sequence lists (slime, prime-rl, JSONL),
+    flat    [T] arrays plus `offsets` / `cu_seqlens` (the canonical format).
+
+The rollout log-prob value decides the layout; every other token-level role is read in the same one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import BadInput
+from ..model import StepBatch
+from .files import RawFile
+from .roles import RoleChoice, key_list
+
+ALIGNMENT = ("same position: trainer_logp[t] and rollout_logp[t] score token t "
+             "(no shift applied; OpenRLHF [1:] / AReaL roll(-1) layouts must be aligned before saving)")
+
+
+class _Flattener:
+    """Maps a layout onto flat token arrays and CSR offsets."""
+
+    def __init__(self, offsets: np.ndarray, keep2d: np.ndarray | None):
+        self.offsets = offsets.astype(np.int64, copy=False)
+        self.keep2d = keep2d
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.offsets[-1])
+
+    @classmethod
+    def padded(cls, keep2d: np.ndarray) -> "_Flattener":
+        return cls(np.concatenate([[0], np.cumsum(keep2d.sum(axis=1))]), keep2d)
+
+    @classmethod
+    def ragged(cls, lengths: np.ndarray) -> "_Flattener":
+        return cls(np.concatenate([[0], np.cumsum(lengths)]), None)
+
+    def take(self, arr2d: np.ndarray) -> np.ndarray:
+        return arr2d[self.keep2d]
+
+    def cat(self, seqs: list) -> np.ndarray:
+        return np.concatenate([np.asarray(s) for s in seqs]) if seqs else np.zeros(0)
+
+
+@dataclass
+class _Layout:
+    """What a layout reader returns: the flat log-probs, the trained-on mask and the flattener."""
+
+    rollout: np.ndarray
+    trainer: np.ndarray
+    mask: np.ndarray
+    flat: _Flattener
+
+
+def build_batch(raw: RawFile, roles: dict[str, RoleChoice]) -> StepBatch:
+    p = raw.path
+    missing = [r for r in ("rollout", "trainer") if roles[r].key is None]
+    if missing:
+        names = " and ".join(f"{r} log-probs" for r in missing)
+        raise BadInput(p, f"no {names} found (keys: {key_list(raw)}); name them with --key rollout=NAME --key trainer=NAME")
+
+    def get(role: str) -> Any:
+        key = roles[role].key
+        return None if key is None else raw.values[key]
+
+    rollout_raw = get("rollout")
+    layout = _layout_of(p, rollout_raw, roles["rollout"].key, get("offsets"))
+    notes: list[str] = []
+    tokens = _LAYOUTS[layout](p, roles, get, notes)
+    if tokens.flat.n_tokens == 0:
+        raise BadInput(p, "no tokens: every position is padding")
+    if not tokens.mask.any():
+        raise BadInput(p, f"mask '{roles['mask'].key}' selects no tokens")
+
+    batch = StepBatch(
+        rollout_logp=tokens.rollout.astype(np.float64, copy=False),
+        trainer_logp=tokens.trainer.astype(np.float64, copy=False),
+        offsets=tokens.flat.offsets, mask=tokens.mask, meta=dict(raw.meta), notes=notes,
+    )
+    _optional_roles(p, roles, get, layout, tokens.flat, rollout_raw, raw, batch)
+    batch.meta.setdefault("source", str(p))
+    batch.meta["layout"] = layout
+    batch.meta["keys"] = {r: c.key for r, c in roles.items() if c.key is not None}
+    batch.meta.setdefault("alignment", ALIGNMENT)
+    return batch
+
+
+def _layout_of(p: Path, value: Any, key: str | None, offsets: Any) -> str:
+    if isinstance(value, list) and value and all(isinstance(v, (list, np.ndarray)) for v in value):
+        if all(np.ndim(v) == 1 for v in value):
+            return "ragged"
+    arr = np.asarray(value) if not isinstance(value, np.ndarray) else value
+    if arr.ndim == 2:
+        return "padded"
+    if arr.ndim == 1:
+        if offsets is None:
+            raise BadInput(p, f"'{key}' is 1-D {arr.shape} but there is no 'offsets'/'cu_seqlens' to split it into "
+                              "sequences: expected a 2-D [batch, length] array")
+        return "flat"
+    raise BadInput(p, f"'{key}' has {arr.ndim} dimensions {arr.shape}: expected [batch, length], per-sequence lists, or flat with offsets")
+
+
+def _logprobs(p: Path, roles: dict[str, RoleChoice], get: Callable, layout: str) -> tuple[Any, Any]:
+    rollout = _numeric(p, roles["rollout"].key, get("rollout"), layout)
+    trainer = _numeric(p, roles["trainer"].key, get("trainer"), layout)
+    _same_shape(p, rollout, trainer, roles["rollout"].key, roles["trainer"].key)
+    return rollout, trainer
+
+
+def _padded_layout(p: Path, roles: dict[str, RoleChoice], get: Callable, notes: list[str]) -> _Layout:
+    """Real tokens from `attention_mask` (its last L columns) or the loss mask; else both log-probs 0.0 is padding."""
+    rollout, trainer = _logprobs(p, roles, get, "padded")
+    cols = rollout.shape[1]
+    mask2d = _aligned(p, "mask", roles, get("mask"), rollout.shape, notes)
+    if mask2d is not None and rollout.size and not (mask2d > 0).any():
+        raise BadInput(p, f"mask '{roles['mask'].key}' selects no tokens")
+    attn = get("attention")
+    if attn is not None:
+        attn = _numeric(p, roles["attention"].key, attn, "padded")
+        if attn.shape[0] != rollout.shape[0] or attn.shape[1] < cols:
+            raise BadInput(p, f"'attention_mask' has shape {attn.shape}, expected [{rollout.shape[0]}, >= {cols}]")
+        keep2d = attn[:, -cols:] > 0
+        if mask2d is not None:
+            keep2d &= ~((mask2d == 0) & (rollout == 0) & (trainer == 0))
+    elif mask2d is not None:
+        keep2d = mask2d > 0
+    else:
+        keep2d = ~((rollout == 0) & (trainer == 0))
+        notes.append("no mask key: positions where both log-probs are exactly 0.0 were taken as padding")
+    flat = _Flattener.padded(keep2d)
+    mask = (mask2d[keep2d] > 0) if mask2d is not None else np.ones(int(keep2d.sum()), bool)
+    return _Layout(flat.take(rollout), flat.take(trainer), mask, flat)
+
+
+def _ragged_layout(p: Path, roles: dict[str, RoleChoice], get: Callable, notes: list[str]) -> _Layout:
+    rollout, trainer = _logprobs(p, roles, get, "ragged")
+    lengths = np.array([len(r) for r in rollout], dtype=np.int64)
+    flat = _Flattener.ragged(lengths)
+    m = get("mask")
+    mask = (flat.cat(_numeric(p, roles["mask"].key, m, "ragged", lengths)) > 0 if m is not None
+            else np.ones(flat.n_tokens, bool))
+    return _Layout(flat.cat(rollout), flat.cat(trainer), mask, flat)
+
+
+def _flat_layout(p: Path, roles: dict[str, RoleChoice], get: Callable, notes: list[str]) -> _Layout:
+    rollout, trainer = _logprobs(p, roles, get, "flat")
+    offsets = _offsets(p, roles["offsets"].key, get("offsets"), rollout.shape[0])
+    flat = _Flattener(offsets, None)
+    m = get("mask")
+    mask = _numeric(p, roles["mask"].key, m, "flat") > 0 if m is not None else np.ones(flat.n_tokens, bool)
+    _same_shape(p, rollout, mask, roles["rollout"].key, roles["mask"].key)
+    return _Layout(rollout, trainer, mask, flat)
+
+
+_LAYOUTS = {"padded": _padded_layout, "ragged": _ragged_layout, "flat": _flat_layout}
+
+
+def _optional_roles(p, roles, get, layout, flat, rollout_raw, raw: RawFile, batch: StepBatch) -> None:
+    """Token ids, shadow log-probs, text, groups, rewards, advantages and prompts, where the file has them."""
+    notes = batch.notes
+    batch.token_ids = _token_role(p, "tokens", roles, get("tokens"), layout, flat, rollout_raw, notes, np.int64)
+    batch.shadow_logp = _token_role(p, "shadow", roles, get("shadow"), layout, flat, rollout_raw, notes, np.float64)
+    batch.token_text = _text_role(p, roles, get("text"), layout, flat)
+    batch.group = _group_role(p, roles, get("group"), batch)
+    value = get("reward")
+    batch.reward = None if value is None else _per_seq(p, roles["reward"].key, value, layout, flat, batch)
+    batch.advantage = _advantage_role(p, roles, get("advantage"), layout, flat, batch)
+    _prompt_roles(p, roles, get("prompt"), get("prompt_text"), get("attention"), raw, batch)
+
+
+def _numeric(p: Path, key: str | None, value: Any, layout: str, lengths: np.ndarray | None = None) -> Any:
+    """A float array (or list of arrays when ragged); refuses objects and strings."""
+    if layout == "ragged":
+        if not isinstance(value, list):
+            raise BadInput(p, f"'{key}' is not a per-sequence list like the log-probs")
+        out = [_numeric(p, key, v, "flat") for v in value]
+        if lengths is not None and (len(out) != len(lengths) or any(len(a) != n for a, n in zip(out, lengths))):
+            raise BadInput(p, f"'{key}' sequence lengths differ from the log-probs'")
+        return out
+    try:
+        arr = np.asarray(value)
+    except ValueError as exc:
+        raise BadInput(p, f"'{key}' is ragged where a rectangular array was expected") from exc
+    if arr.dtype == bool:
+        arr = arr.view(np.int8)
+    if arr.dtype.kind not in "iuf":
+        raise BadInput(p, f"'{key}' is not numeric (dtype {arr.dtype})")
+    return arr
+
+
+def _same_shape(p: Path, a: Any, b: Any, ka: str | None, kb: str | None) -> None:
+    if isinstance(a, list):
+        if len(a) != len(b) or any(len(x) != len(y) for x, y in zip(a, b)):
+            raise BadInput(p, f"'{ka}' and '{kb}' have different sequence lengths")
+    elif a.shape != b.shape:
+        raise BadInput(p, f"shape mismatch: '{ka}' is {list(a.shape)} but '{kb}' is {list(b.shape)}")
+
+
+def _aligned(p: Path, role: str, roles: dict[str, RoleChoice], value: Any, shape: tuple, notes: list[str]) -> Any:
+    """A padded [B, L'] token-level array aligned to the log-probs' [B, L] (right-aligned if wider)."""
+    if value is None:
+        return None
+    key = roles[role].key
+    arr = _numeric(p, key, value, "padded")
+    if arr.ndim != 2 or arr.shape[0] != shape[0] or arr.shape[1] < shape[1]:
+        raise BadInput(p, f"shape mismatch: '{key}' is {list(arr.shape)} but the log-probs are {list(shape)}")
+    if arr.shape[1] > shape[1]:
+        notes.append(f"'{key}' is wider than the log-probs ({arr.shape[1]} > {shape[1]}): its last {shape[1]} columns were used")
+        arr = arr[:, -shape[1]:]
+    return arr
+
+
+def _offsets(p: Path, key: str | None, value: Any, n: int) -> np.ndarray:
+    off = _numeric(p, key, value, "flat").astype(np.int64)
+    if off.ndim != 1 or off.size < 2 or off[0] != 0 or off[-1] != n or np.any(np.diff(off) < 0):
+        raise BadInput(p, f"'{key}' must rise from 0 to the token count {n}")
+    return off
+
+
+def _token_role(p, role, roles, value, layout, flat, rollout_raw, notes, dtype) -> np.ndarray | None:
+    if value is None:
+        return None
+    key = roles[role].key
+    if layout == "padded":
+        return flat.take(_aligned(p, role, roles, value, np.shape(rollout_raw), notes)).astype(dtype, copy=False)
+    if layout == "ragged":
+        lengths = np.diff(flat.offsets)
+        return flat.cat(_numeric(p, key, value, "ragged", lengths)).astype(dtype, copy=False)
+    arr = _numeric(p, key, value, "flat")
+    if arr.shape != (flat.n_tokens,):
+        raise BadInput(p, f"shape mismatch: '{key}' is {list(arr.shape)} but there are {flat.n_tokens} tokens")
+    return arr.astype(dtype, copy=False)
+
+
+def _text_role(p, roles, value, layout, flat) -> np.ndarray | None:
+    if value is None:
+        return None
+    key = roles["text"].key
+    if layout == "padded":
+        arr = np.asarray(value, dtype=object) if isinstance(value, list) else value
+        if arr.ndim != 2 or not flat.keep2d.shape == arr.shape:
+            raise BadInput(p, f"shape mismatch: '{key}' is {list(np.shape(arr))} but the log-probs are {list(flat.keep2d.shape)}")
+        return np.asarray(arr[flat.keep2d], dtype=str)
+    if layout == "ragged":
+        if not isinstance(value, list) or [len(v) for v in value] != list(np.diff(flat.offsets)):
+            raise BadInput(p, f"'{key}' sequence lengths differ from the log-probs'")
+        return np.asarray([str(t) for seq in value for t in seq], dtype=str)
+    arr = np.asarray(value, dtype=str)
+    if arr.shape != (flat.n_tokens,):
+        raise BadInput(p, f"shape mismatch: '{key}' is {list(arr.shape)} but there are {flat.n_tokens} tokens")
+    return arr
+
+
+def _group_role(p, roles, value, batch: StepBatch) -> np.ndarray | None:
+    if value is not None:
+        arr = np.asarray(value)
+        if arr.shape != (batch.n_seqs,):
+            raise BadInput(p, f"'{roles['group'].key}' has shape {list(arr.shape)}, expected one entry per sequence ({batch.n_seqs})")
+        return arr.astype(str)
+    n = next((batch.meta[k] for k in ("n", "n_samples", "rollout_n", "num_generations") if isinstance(batch.meta.get(k), int)), None)
+    if n and n > 0 and batch.n_seqs % n == 0:
+        batch.notes.append(f"no group key: groups are {n} contiguous sequences each (meta n={n})")
+        return np.repeat(np.arange(batch.n_seqs // n), n).astype(str)
+    return None
+
+
+def _per_seq(p, key, value, layout, flat, batch: StepBatch) -> np.ndarray:
+    """A sequence-level or token-level value reduced to [N] (token-level: summed)."""
+    if layout == "ragged" and isinstance(value, list) and value and isinstance(value[0], (list, np.ndarray)):
+        return np.array([float(np.sum(v)) for v in value])
+    arr = _numeric(p, key, value, "flat")
+    if arr.ndim == 2 and layout == "padded" and arr.shape == flat.keep2d.shape:
+        return np.where(flat.keep2d, arr, 0).sum(axis=1).astype(np.float64)
+    if arr.shape == (batch.n_seqs,):
+        return arr.astype(np.float64)
+    raise BadInput(p, f"'{key}' has shape {list(arr.shape)}: expected one value per sequence ({batch.n_seqs}) or per token")
+
+
+def _advantage_role(p, roles, value, layout, flat, batch: StepBatch) -> np.ndarray | None:
+    """Advantages per token: padded [B, L] taken per token, per-sequence values broadcast."""
+    if value is None:
+        return None
+    key = roles["advantage"].key
+    if layout == "padded":
+        arr = _numeric(p, key, value, "flat")
+        if arr.shape == flat.keep2d.shape:
+            return flat.take(arr).astype(np.float64)
+    if layout == "ragged" and isinstance(value, list) and value and isinstance(value[0], (list, np.ndarray)):
+        return flat.cat(_numeric(p, key, value, "ragged", batch.seq_lengths)).astype(np.float64)
+    arr = _numeric(p, key, value, "flat")
+    if arr.shape == (batch.n_tokens,):
+        return arr.astype(np.float64)
+    if arr.shape == (batch.n_seqs,):
+        return np.repeat(arr.astype(np.float64), batch.seq_lengths)
+    raise BadInput(p, f"'{key}' has shape {list(arr.shape)}: expected per token or per sequence")
+
+
+def _prompt_roles(p, roles, ids, text, attention, raw: RawFile, batch: StepBatch) -> None:
+    if text is not None:
+        arr = np.asarray(text)
+        if arr.shape == (batch.n_seqs,) and arr.dtype.kind in "US":
+            batch.prompt_text = [str(t) for t in arr]
+    if ids is None:
+        return
+    key = roles["prompt"].key
+    if raw.canonical and "prompt_offsets" in raw.values:
+        off = np.asarray(raw.values["prompt_offsets"], dtype=np.int64)
+        flat = np.asarray(ids, dtype=np.int64)
+        batch.prompt_ids = [flat[off[i]:off[i + 1]] for i in range(len(off) - 1)]
+        return
+    if isinstance(ids, list):
+        batch.prompt_ids = [np.asarray(x, dtype=np.int64) for x in ids]
+    else:
+        arr = _numeric(p, key, ids, "flat")
+        if arr.ndim != 2:
+            return
+        keep = np.ones(arr.shape, bool)
+        if attention is not None:  # verl: prompts are left-padded; attention_mask's first columns cover them
+            att = np.asarray(attention)
+            if att.ndim == 2 and att.shape[0] == arr.shape[0] and att.shape[1] >= arr.shape[1]:
+                keep = att[:, : arr.shape[1]] > 0
+        batch.prompt_ids = [row[k].astype(np.int64) for row, k in zip(arr, keep)]
+    if len(batch.prompt_ids) != batch.n_seqs:
+        raise BadInput(p, f"'{key}' has {len(batch.prompt_ids)} prompts for {batch.n_seqs} sequences")

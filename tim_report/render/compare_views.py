@@ -1,0 +1,71 @@
+"""The comparison (compare.json) reshaped for display: values, signed changes, arrows and marks.
+
+Shared by the compare page and compare.md; display only.
+"""
+
+from __future__ import annotations
+
+from .format import fixed, fmt, pct, visible
+
+PERCENT_KEYS = {"outside_2x", "outside_5x", "phantom_clip", "veto_token_fraction", "veto_seq_fraction"}
+NEAR_ONE_KEYS = {"ess", "ess_seq", "corr_logp", "spearman_logp", "corr_prob"}
+DIRECTION_MARK = {"better": "🟢", "worse": "🔴", "same": "⚪", "changed": "•", "n/a": ""}  # markdown (GitHub has the emoji)
+HTML_MARK = {"better": "✓", "worse": "✖", "same": "○", "changed": "•", "n/a": ""}  # page: text symbols every font has
+
+
+def value(key: str, v) -> str:
+    if key in PERCENT_KEYS:
+        return pct(v)
+    if key in NEAR_ONE_KEYS and isinstance(v, float):
+        return fixed(v, 6) if key.startswith(("corr", "spearman")) else fixed(v, 4)
+    return fmt(v)
+
+
+def signed(key: str, x) -> str:
+    if x is None:
+        return "—"
+    s = value(key, abs(x)) if key not in PERCENT_KEYS else fmt(100.0 * abs(x), 3) + " pp"
+    if x == 0:
+        return "0"
+    return ("+" if x > 0 else "−") + s
+
+
+def arrow(x) -> str:
+    if x is None:
+        return ""
+    return "▲" if x > 0 else ("▼" if x < 0 else "=")
+
+
+def rel(x) -> str:
+    if x is None:
+        return "—"
+    if x == 0:
+        return "0%"
+    return ("+" if x > 0 else "−") + fmt(100.0 * abs(x), 3) + "%"
+
+
+def metric_rows(cmp: dict, marks: dict = DIRECTION_MARK) -> list[dict]:
+    out = []
+    for r in cmp["metrics"]:
+        k = r["key"]
+        out.append({"key": k, "name": r["name"], "before": value(k, r["before"]), "after": value(k, r["after"]),
+                    "change": signed(k, r["change"]), "arrow": arrow(r["change"]), "rel": rel(r["relative_change"]),
+                    "direction": r["direction"], "mark": marks.get(r["direction"], ""),
+                    "better_text": r["better_text"]})
+    return out
+
+
+def token_rows(rows: list[dict]) -> list[dict]:
+    return [{"sequence": t["sequence"], "position": t["position"],
+             "token": visible(t["token"]) if t.get("token") is not None else "",
+             "token_id": t.get("token_id"), "diff_before": fmt(t["diff_before"]), "diff_after": fmt(t["diff_after"]),
+             "abs_change": signed("abs_delta", t["abs_change"]), "arrow": arrow(t["abs_change"]),
+             "rollout": f"{fixed(t['rollout_before'])} → {fixed(t['rollout_after'])}" if t["rollout_before"] != t["rollout_after"] else fixed(t["rollout_after"]),
+             "trainer": f"{fixed(t['trainer_before'])} → {fixed(t['trainer_after'])}" if t["trainer_before"] != t["trainer_after"] else fixed(t["trainer_after"])}
+            for t in rows]
+
+
+def seq_rows(rows: list[dict]) -> list[dict]:
+    return [{"sequence": s["sequence"], "tokens": fmt(s["tokens"]), "before": fmt(s["abs_delta_mean_before"]),
+             "after": fmt(s["abs_delta_mean_after"]), "change": signed("abs_delta", s["change"]), "arrow": arrow(s["change"]),
+             "better": fmt(s["tokens_better"]), "worse": fmt(s["tokens_worse"])} for s in rows]

@@ -1,0 +1,95 @@
+"""GitHub-flavoured markdown building blocks shared by every markdown report: escaping, tables, the size budget.
+
+Every user-provided string (token text, group names, model, engines, device, labels) goes through
+`esc`, so it cannot open markup or break a table cell. `assemble` keeps a report within MAX_CHARS,
+counted in UTF-16 code units as browsers and GitHub's API count them (an emoji counts twice).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Iterable
+from urllib.parse import quote
+
+from ..config import MARKDOWN_MAX_CHARS
+from .format import visible
+
+MAX_CHARS = MARKDOWN_MAX_CHARS
+NAME_CHARS = 80  # model, engine, group names in tables
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]")
+_SPECIAL = re.compile(r"([\\`*_\[\]|~#$@!{}=:])")  # = and : too: no "style=", "data:", "http://" survives as such
+_SPECIAL_OWN = re.compile(r"([\\`*_\[\]|~#$@!{}])")
+
+
+def esc(text: Any, limit: int | None = NAME_CHARS, own: bool = False) -> str:
+    """A user-provided string as inert inline text: controls made visible, HTML as entities, markdown escaped.
+
+    `own`: text tim-report wrote itself (verdicts, glossary, rules), where ':' and '=' stay unescaped for readability.
+    """
+    if text is None:
+        return "—"
+    s = str(text)
+    if limit is not None and len(s) > limit:
+        s = s[: limit - 1] + "…"
+    s = _CONTROL.sub(lambda m: visible(m.group(0)) if m.group(0) not in "\u2028\u2029" else "↵", s)
+    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    s = (_SPECIAL_OWN if own else _SPECIAL).sub(r"\\\1", s)
+    return s if s.strip() else "∅"
+
+
+def width(text: str) -> int:
+    """Length in UTF-16 code units (emoji count 2), the stricter of the ways GitHub may count."""
+    return len(text.encode("utf-16-le")) // 2
+
+
+def href(path: str, base_url: str | None) -> str:
+    """A link target: relative to the page, or absolute under `base_url`. Safe inside (…) of a markdown link."""
+    if base_url:
+        path = base_url.rstrip("/") + "/" + path
+    return quote(path, safe=":/?#[]@!$&'*+,;=%~")
+
+
+def run_path(run_id: Any, page: str) -> str:
+    """The path of a run's page relative to the site root."""
+    return quote(str(run_id), safe="") + "/" + page
+
+
+def table(headers: list[str], rows: list[list[str]], numeric: Iterable[int] = ()) -> str:
+    """A GFM table; cells are already escaped. `numeric`: indices of right-aligned columns."""
+    num = set(numeric)
+    head = "| " + " | ".join(headers) + " |"
+    rule = "|" + "|".join("---:" if i in num else "---" for i in range(len(headers))) + "|"
+    body = ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join([head, rule, *body])
+
+
+def details(summary: str, body: str) -> str:
+    """A collapsed block: GitHub renders the markdown inside when blank lines surround it."""
+    return f"<details>\n<summary>{summary}</summary>\n\n{body}\n\n</details>"
+
+
+def assemble(core: list[str], sections: list[tuple[str, str]], html_link: str, limit: int | None = None) -> str:
+    """Join the blocks, dropping whole sections from the bottom up until the text fits in `limit` (MAX_CHARS)."""
+    limit = MAX_CHARS if limit is None else limit
+    kept = list(sections)
+    dropped: list[str] = []
+    while True:
+        blocks = core + [s for _, s in kept]
+        if dropped:
+            blocks.append(f"> ✂️ Left out to stay under {limit:,} characters: {', '.join(dropped)}. "
+                          f"Everything is in the {html_link}.")
+        text = "\n\n".join(blocks) + "\n"
+        if width(text) <= limit or not kept:
+            break
+        name, _ = kept.pop()
+        dropped.insert(0, name)
+    if width(text) > limit:  # the core alone is too long: cut at a block boundary, never exceed
+        note = f"\n\n> ✂️ Cut at {limit:,} characters. Everything is in the {html_link}.\n"
+        budget = limit - width(note)
+        cut = text
+        while width(cut) > budget:  # dropping k code points drops at least k UTF-16 units
+            cut = cut[: len(cut) - (width(cut) - budget)]
+        i = cut.rfind("\n\n")
+        text = (cut[:i] if i > 0 else "") + note
+    return text

@@ -1,0 +1,156 @@
+"""View models: a Report reshaped for display (titles, headline cards, token rows, groups, evidence).
+
+Shared by the HTML page and the markdown report, so both show the same rows; no statistics and no
+markup here. Thresholds (the bands, HOT_DIFF) come from the Report or from config.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import glossary
+from ..config import HOT_DIFF
+from .format import fixed, fmt, pct, visible, with_se
+
+TOKEN_ROWS_OPEN = 50  # per-token rows shown before the rest are collapsed
+GROUP_ROWS = 50  # by-group rows shown (worst first)
+ROUTE_ORDER = {"quarantine": 0, "train_with_correction": 1, "train": 2}
+HEADLINE = ("abs_delta_median", "corr_logp", "kl_k3", "ess", "outside_2x", "outside_5x", "phantom_clip", "veto_token_fraction")
+
+
+def title_parts(report) -> dict:
+    meta = report.run.get("meta") or {}
+    def side(engine_key: str, dtype_key: str) -> str:
+        return " ".join(str(meta[k]) for k in (engine_key, dtype_key) if meta.get(k) not in (None, "")) or "?"
+    return {
+        "model": meta.get("model") or meta.get("model_name") or "unknown model",
+        "rollout": side("rollout_engine", "rollout_dtype"),
+        "trainer": side("trainer_engine", "trainer_dtype"),
+        "device": meta.get("device"),
+        "step": meta.get("step"),
+    }
+
+
+def headline(report) -> list[dict]:
+    m = report.metrics
+    out = []
+    for key in HEADLINE:
+        entry = glossary.BY_KEY[key]
+        v = m.get(key)
+        level, text = glossary.reading(key, v)
+        if key in ("outside_2x", "outside_5x", "phantom_clip"):
+            shown = pct(v)
+        elif key == "veto_token_fraction":
+            shown = pct(v)
+            if m.get("veto_seq_fraction"):
+                text += f" ({pct(m['veto_seq_fraction'])} of sequences)"
+        elif key == "abs_delta_median":
+            shown = fmt(v) + " nats"
+        elif key == "corr_logp":
+            shown = fixed(v, 6) if v is not None else "—"
+        elif key == "ess":
+            shown = fixed(v, 4) if v is not None else "—"
+        else:
+            shown = with_se(m, key)
+        out.append({"key": key, "name": entry["name"], "value": shown, "level": level, "reading": text})
+    return out
+
+
+def token_rows(sample: dict, band5: tuple[float, float], band2: tuple[float, float]) -> list[dict]:
+    rows = []
+    for t in sample["rows"]:
+        r, diff = t.get("r"), t.get("diff")
+        flags = []
+        r_cls = ""
+        r_mark = ""
+        if r is not None:
+            if r < band5[0] or r > band5[1]:
+                r_cls, r_mark = "o5", ("▲" if r > 1 else "▼")
+            elif r < band2[0] or r > band2[1]:
+                r_cls, r_mark = "o2", ("△" if r > 1 else "▽")
+        hot = diff is not None and abs(diff) > HOT_DIFF
+        if hot:
+            flags.insert(0, "●")
+        if not t.get("mask", True):
+            flags.append("m")
+        if not t.get("valid", True):
+            flags.append("✗")
+        cls = " ".join(c for c in ("hot" if hot else "", "off" if not t.get("mask", True) else "") if c)
+        rows.append({
+            "cls": cls, "pos": t["pos"], "token": visible(t.get("token")), "flag": "".join(flags),
+            "ro": fixed(t.get("rollout_logp")), "tr": fixed(t.get("trainer_logp")), "diff": fmt(diff),
+            "pr": fmt(t.get("p_rollout"), 4), "pt": fmt(t.get("p_trainer"), 4), "r": (r_mark + " " if r_mark else "") + fmt(r, 5), "r_cls": r_cls,
+        })
+    return rows
+
+
+def samples_view(report) -> list[dict]:
+    th = report.run.get("thresholds") or {}
+    b5, b2 = th.get("band_5x", 5.0), th.get("band_2x", 2.0)
+    out = []
+    for s in report.samples:
+        rows = token_rows(s, (1.0 / b5, b5), (1.0 / b2, b2))
+        out.append({**s, "head": rows[:TOKEN_ROWS_OPEN], "more": rows[TOKEN_ROWS_OPEN:],
+                    "hot": sum(1 for r in rows if "hot" in r["cls"]), "out5": sum(1 for r in rows if r["r_cls"] == "o5")})
+    return out
+
+
+def groups_view(report) -> dict:
+    g = report.breakdowns.get("by_group") or {}
+    names = g.get("name") or []
+    idx = sorted(range(len(names)), key=lambda i: (ROUTE_ORDER.get(g["route"][i], 3), -(g["abs_delta_mean"][i] or 0.0), i))
+    cols = ("name", "sequences", "tokens", "abs_delta_mean", "k3_mean", "clipped_fraction", "vetoed_tokens", "min_ratio", "route")
+    rows = [{c: g[c][i] for c in cols} for i in idx[:GROUP_ROWS]]
+    return {"unit": g.get("unit", "group"), "rows": rows, "total": len(names), "hidden": max(len(names) - GROUP_ROWS, 0)}
+
+
+def flat_metrics(report) -> list[dict]:
+    m = report.metrics
+    out = []
+    for k in sorted(m):
+        v = m[k]
+        if isinstance(v, (dict, list)) or k.endswith("_se"):
+            continue
+        base = k.removesuffix("_mean").removesuffix("_max").removesuffix("_median")
+        entry = glossary.BY_KEY.get(k) or glossary.BY_KEY.get(base)
+        out.append({"key": k, "value": with_se(m, k), "name": entry["name"] if entry and entry["key"] == k else ""})
+    return out
+
+
+def percentile_rows(report) -> dict:
+    p = report.metrics.get("percentiles") or {}
+    qs = p.get("q") or []
+    rows = [{"name": name, "values": [fmt(v) for v in p[key]]}
+            for key, name in (("delta", "δ"), ("abs_delta", "|δ|"), ("k3", "k3 per token"), ("abs_dp", "|Δp|")) if key in p]
+    return {"q": [fmt(float(q)) for q in qs], "rows": rows}
+
+
+def kv_items(d: Any) -> list[tuple[str, str]]:
+    """A flat (name, value) list from a small dict of evidence; nested values are shown one level deep."""
+    if not isinstance(d, dict):
+        return []
+    out = []
+    for k in sorted(d):
+        v = d[k]
+        if isinstance(v, dict):
+            out += [(f"{k}.{k2}", fmt(v2) if not isinstance(v2, (dict, list)) else str(v2)) for k2, v2 in sorted(v.items())]
+        elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            continue  # shown as a table by kv_tables
+        elif isinstance(v, list):
+            out.append((k, ", ".join(fmt(x) for x in v[:12]) + (" …" if len(v) > 12 else "")))
+        else:
+            out.append((k, fmt(v)))
+    return out
+
+
+def kv_tables(d: Any) -> list[tuple[str, list[str], list[list[str]]]]:
+    """Lists of dicts inside a small evidence dict (e.g. β by probability bucket) as (name, columns, rows)."""
+    if not isinstance(d, dict):
+        return []
+    out = []
+    for k in sorted(d):
+        v = d[k]
+        if isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            cols = list(v[0])
+            out.append((k, cols, [[fmt(x.get(c)) for c in cols] for x in v]))
+    return out
