@@ -104,12 +104,14 @@ def test_bad_input_exits_2(tmp_path, clean):
 
 
 def test_set_override(shifted):
+    assert run(shifted, "--no-limits").exit_code == 1
     r = run(shifted, "--no-limits", "--set", "shift_ratio=1e-9")
     assert "error shift:" not in r.output
 
 
 def test_json_output(clean, shifted):
     r = run(clean, shifted, "--json")
+    assert r.exit_code == 1
     rows = [json.loads(line) for line in r.output.strip().splitlines()]
     assert [row["ok"] for row in rows] == [True, False]
     assert any(v["id"] == "shift" for v in rows[1]["violations"])

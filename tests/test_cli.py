@@ -34,7 +34,14 @@ def test_build_writes_summary_and_samples(tmp_path, verl_pt, trl_npz):
                     "phantom_clip veto_token_fraction veto_seq_fraction top1pct_mass abs_delta_mean abs_delta_median "
                     "abs_delta_p99 abs_delta_max bias").split():
             assert key in summary["metrics"], key
-        assert len(summary["verl"]) == 18
+        verl = summary["verl"]  # verl's own names, to hold against a verl dashboard
+        assert verl["rollout_corr/kl"] == summary["metrics"]["kl_k1"]
+        assert verl["rollout_corr/k3_kl"] == pytest.approx(summary["metrics"]["kl_k3"])
+        assert verl["training/rollout_probs_diff_mean"] == summary["metrics"]["abs_dp_mean"]
+        for name in ("rollout_corr/chi2_token", "rollout_corr/chi2_seq", "rollout_corr/training_ppl",
+                     "rollout_corr/rollout_ppl", "rollout_corr/log_ppl_diff", "training/rollout_probs_diff_max",
+                     "training/rollout_actor_probs_pearson_corr"):
+            assert isinstance(verl[name], float), name
         samples = json.loads((out / rid / "samples.json").read_text())["samples"]
         assert [s["kind"] for s in samples].count("worst") == 8
         assert {"token", "rollout_logp", "trainer_logp", "diff", "p_rollout", "p_trainer", "r"} <= set(samples[0]["rows"][0])

@@ -17,6 +17,8 @@ from tim_report.render.compare_md import render_compare_md
 from tim_report.render.md import MAX_CHARS as MD_LIMIT, width
 from tim_report.testing import make_batch
 
+from helpers import check_gfm
+
 EVIL = "<script>alert(1)</script>"
 WORDS = [EVIL, " the", "\n", "|pipe|", "**b**", "a&b", "`tick`", "x"]
 
@@ -209,3 +211,18 @@ def test_markdown_is_bounded_and_valid(pair):
     md = render_compare_md(huge)
     assert len(md) <= MD_LIMIT
     assert "<x>" not in md
+
+
+def test_markdown_budget_counts_utf16_units_with_emoji_and_long_tokens(pair):
+    """Emoji count twice where GitHub counts; tokens of any length never push compare.md past the limit."""
+    b, a = pair
+    cmp = compare_batches(b, a, labels=("🔥" * 200, "after"))
+    for t in cmp["per_token"]["most_improved"] + cmp["per_token"]["most_worsened"]:
+        t["token"] = "😀|`<" * 5000
+    for r in cmp["metrics"]:
+        r["name"] = "📈" * 3000
+    md = render_compare_md(cmp)
+    assert width(md) <= MD_LIMIT, width(md)
+    assert len(md) < width(md)  # the emoji really are there, and counted twice
+    check_gfm(md)
+    assert "## tim-report compare:" in md and "| metric |" in md

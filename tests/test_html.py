@@ -123,8 +123,9 @@ def test_renders_without_diagnosis_and_with_precision_gap():
     b.meta = {"model": "m"}  # no engines, dtypes, device or loader keys
     r = analyze(b, run_id="r")
     page = render_run(r)
-    if r.diagnosis and r.diagnosis.get("precision_gap"):
-        assert "Precision gap" in page
+    assert r.diagnosis["precision_gap"]["available"]
+    assert "Precision gap β (trainer vs shadow pass)" in page and "beta_share_sq" in page
+    assert "unknown model" not in page and "? → ?" in page  # the model is named; the engines are not known
     r.diagnosis = None
     page = render_run(r)
     assert "Verdict" not in page and 'id="headline"' in page

@@ -14,7 +14,6 @@ from tim_report.analysis.runs import engine_pairs, index_summary, precision_matr
 from tim_report.cli import main
 from tim_report.config import health
 from tim_report.io import save_batch
-from tim_report.render.format import fixed, fmt, pct
 from tim_report.model import Report
 from tim_report.build import BuildOptions, build
 from tim_report.testing import make_batch
@@ -119,10 +118,15 @@ def test_index_pages_show_the_aggregates(site):
     ix = index_summary(list(s.values()))
     md = (site / "report.md").read_text(encoding="utf-8")
     check_gfm(md)
-    p = ix["engine_pairs"][0]
+    vllm = [s[n]["metrics"] for n in ("global_step_10", "step_20", "vllm_fp16")]
     row = next(line for line in md.splitlines() if line.startswith("| 🟢") and "| vllm | fsdp |" in line)
-    assert f"| {fixed(p['mean_ess'], 4)} | {pct(p['mean_clipped'])} | {fmt(p['mean_seq_log_ratio'])} |" in row
-    assert f"| {fmt(p['tokens'])} |" in row and "| 3 |" in row
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    # colour, rollout engine, trainer engine, runs, mean ESS, mean clipped, mean Σδ, mean |δ|, worst max |δ|, tokens
+    assert cells[1:4] == ["vllm", "fsdp", "3"]
+    assert float(cells[4]) == pytest.approx(sum(m["ess"] for m in vllm) / 3, abs=5e-5)
+    assert float(cells[5].rstrip("%")) / 100 == pytest.approx(sum(m["phantom_clip"] for m in vllm) / 3, rel=5e-3)
+    assert float(cells[6].replace("−", "-")) == pytest.approx(sum(m["seq_log_ratio_mean"] for m in vllm) / 3, rel=5e-3)
+    assert int(cells[9].replace(",", "")) == sum(m["tokens"] for m in vllm)
     assert "## Precision matrix" in md and "## Over training steps" in md
     for name, *_ in RUNS:
         assert f"]({name}/index.html)" in md
@@ -130,7 +134,7 @@ def test_index_pages_show_the_aggregates(site):
     for name, *_ in RUNS:
         assert f'href="{name}/index.html"' in html
     assert 'id="engine-pairs"' in html and 'id="precision"' in html and 'id="chart-trend"' in html
-    assert f'title="global_step_10, step_20, vllm_fp16">3<' in html and fixed(p["mean_ess"], 4) in html
+    assert f'title="global_step_10, step_20, vllm_fp16">3<' in html and cells[4] in html
     assert html.count('class="vega"') == 1  # the trend stays one faceted chart
     specs = re.search(r'<script type="application/json" id="tim-specs">(.*?)</script>', html, re.S).group(1)
     assert all(m in specs for m in ("KL k3", "ESS", "outside 5x", "median |δ|"))
