@@ -19,75 +19,19 @@ from .tokens import Tokens
 
 
 def summary_metrics(tok: Tokens, th: Thresholds) -> dict:
-    """The flat `metrics` object of summary.json.
+    """The flat `metrics` object of summary.json, one family of metrics at a time.
 
-    Per-token temporaries are made and dropped one family at a time so peak memory stays a small
-    multiple of the batch (see benchmarks/bench_analyze.py).
+    Each family makes and drops its own per-token temporaries, so peak memory stays a small multiple
+    of the batch (see benchmarks/bench_analyze.py).
     """
-    d, log_r = tok.delta, tok.log_r
-    present = tok.present
-    seq_sum = tok.seq_sum(d)[present]
-    seq_log_r = np.clip(seq_sum, -SAFETY_BOUND, SAFETY_BOUND)
-    m: dict = {"tokens": tok.n, "sequences": int(present.sum()), "sequences_in_batch": tok.n_seqs}
-    ladder: dict[str, list[float]] = {"delta": percentile_ladder(d)}
-
-    m["bias"], m["bias_se"] = tok.mean_se(d)
-    m["kl_k1"], m["kl_k1_se"] = -m["bias"], m["bias_se"]  # token-mean(−δ)
-    m["kl_k2"], m["kl_k2_se"] = tok.mean_se(0.5 * np.square(d))
-
-    k3 = tok.k3()
-    m["kl_k3"], m["kl_k3_se"] = tok.mean_se(k3)
-    ladder["k3"] = percentile_ladder(k3, scratch=True)
-    del k3
-
-    r = np.exp(log_r)
-    r2_mean, r2_se = tok.mean_se(np.square(r))
-    m["chi2_token"], m["chi2_token_se"] = r2_mean - 1.0, r2_se
-    m["phantom_clip"] = float(np.count_nonzero((r < 1 - th.ppo_eps_low) | (r > 1 + th.ppo_eps_high)) / tok.n)
-    del r
-    seq_r2_mean, seq_r2_se = mean_se(np.exp(2.0 * seq_log_r))
-    m["chi2_seq"], m["chi2_seq_se"] = seq_r2_mean - 1.0, seq_r2_se
-    m["ess"] = kish_ess(log_r)
-    m["ess_seq"] = kish_ess(seq_log_r)
-    m["top1pct_mass"] = top_share(log_r, 0.01)
-
-    abs_d = np.abs(d)
-    m["abs_delta_mean"], m["abs_delta_mean_se"] = tok.mean_se(abs_d)
-    m["outside_2x"] = float(np.count_nonzero(abs_d > math.log(th.band_2x)) / tok.n)
-    m["outside_5x"] = float(np.count_nonzero(abs_d > math.log(th.band_5x)) / tok.n)
-    m["abs_delta_max"] = float(abs_d.max())
-    m["token_mult_prob_error"], m["token_mult_prob_error_se"] = tok.mean_se(np.exp(np.minimum(abs_d, SAFETY_BOUND)))
-    ladder["abs_delta"] = percentile_ladder(abs_d, scratch=True)  # reorders abs_d: last use
-    m["abs_delta_median"] = ladder["abs_delta"][PERCENTILES.index(50)]
-    m["abs_delta_p90"] = ladder["abs_delta"][PERCENTILES.index(90)]
-    m["abs_delta_p99"] = ladder["abs_delta"][PERCENTILES.index(99)]
-    del abs_d
-
-    vetoed = d < math.log(th.veto)
-    m["veto_token_fraction"] = float(np.count_nonzero(vetoed) / tok.n)
-    m["veto_seq_fraction"] = float((np.bincount(tok.seq[vetoed], minlength=tok.n_seqs)[present] > 0).mean())
-    del vetoed
-
-    mean_ro = tok.seq_mean(tok.rollout)
-    mean_tr = tok.seq_mean(tok.trainer)
-    m["ppl_rollout"], m["ppl_rollout_se"] = mean_se(np.exp(-mean_ro))
-    m["ppl_trainer"], m["ppl_trainer_se"] = mean_se(np.exp(-mean_tr))
-    m["log_ppl_diff"], m["log_ppl_diff_se"] = mean_se(mean_ro - mean_tr)
-    m["corr_logp"] = pearson(tok.rollout, tok.trainer)
-    m["spearman_logp"], m["spearman_logp_tokens"] = spearman(tok.rollout, tok.trainer)
-
-    p_ro = np.exp(tok.rollout)
-    p_tr = np.exp(tok.trainer)
-    m["corr_prob"] = pearson(p_ro, p_tr)
-    p_tr -= p_ro
-    abs_dp = np.abs(p_tr, out=p_tr)
-    del p_ro
-    m["abs_dp_mean"], m["abs_dp_mean_se"] = tok.mean_se(abs_dp)
-    m["abs_dp_max"] = float(abs_dp.max())
-    m["abs_dp_std"] = float(abs_dp.std(ddof=1)) if tok.n > 1 else 0.0
-    ladder["abs_dp"] = percentile_ladder(abs_dp, scratch=True)
-    del abs_dp, p_tr
-
+    seq_sum = tok.seq_sum(tok.delta)[tok.present]
+    m: dict = {"tokens": tok.n, "sequences": int(tok.present.sum()), "sequences_in_batch": tok.n_seqs}
+    ladder: dict[str, list[float]] = {"delta": percentile_ladder(tok.delta)}
+    _kl(tok, m, ladder)
+    _weights(tok, th, np.clip(seq_sum, -SAFETY_BOUND, SAFETY_BOUND), m)
+    _sizes(tok, th, m, ladder)
+    _perplexity_and_agreement(tok, m)
+    _probabilities(tok, m, ladder)
     m["seq_log_ratio_mean"], m["seq_log_ratio_mean_se"] = mean_se(seq_sum)
     m["seq_log_ratio_abs_max"] = float(np.abs(seq_sum).max())
     m["percentiles"] = {"q": list(PERCENTILES), **ladder}
@@ -99,3 +43,72 @@ def summary_metrics(tok: Tokens, th: Thresholds) -> dict:
         "log_ratio_clamp": SAFETY_BOUND,
     }
     return m
+
+
+def _kl(tok: Tokens, m: dict, ladder: dict) -> None:
+    """bias, and the k1, k2, k3 estimates of KL(rollout ‖ trainer)."""
+    d = tok.delta
+    m["bias"], m["bias_se"] = tok.mean_se(d)
+    m["kl_k1"], m["kl_k1_se"] = -m["bias"], m["bias_se"]  # token-mean(−δ)
+    m["kl_k2"], m["kl_k2_se"] = tok.mean_se(0.5 * np.square(d))
+    k3 = tok.k3()
+    m["kl_k3"], m["kl_k3_se"] = tok.mean_se(k3)
+    ladder["k3"] = percentile_ladder(k3, scratch=True)
+
+
+def _weights(tok: Tokens, th: Thresholds, seq_log_r: np.ndarray, m: dict) -> None:
+    """What the ratios do as importance weights: χ², phantom clipping, ESS, concentration."""
+    log_r = tok.log_r
+    r = np.exp(log_r)
+    r2_mean, r2_se = tok.mean_se(np.square(r))
+    m["chi2_token"], m["chi2_token_se"] = r2_mean - 1.0, r2_se
+    m["phantom_clip"] = float(np.count_nonzero((r < 1 - th.ppo_eps_low) | (r > 1 + th.ppo_eps_high)) / tok.n)
+    del r
+    seq_r2_mean, seq_r2_se = mean_se(np.exp(2.0 * seq_log_r))
+    m["chi2_seq"], m["chi2_seq_se"] = seq_r2_mean - 1.0, seq_r2_se
+    m["ess"] = kish_ess(log_r)
+    m["ess_seq"] = kish_ess(seq_log_r)
+    m["top1pct_mass"] = top_share(log_r, 0.01)
+
+
+def _sizes(tok: Tokens, th: Thresholds, m: dict, ladder: dict) -> None:
+    """How big |δ| is: its mean, maximum and ladder, the shares outside verl's bands, and the veto."""
+    abs_d = np.abs(tok.delta)
+    m["abs_delta_mean"], m["abs_delta_mean_se"] = tok.mean_se(abs_d)
+    m["outside_2x"] = float(np.count_nonzero(abs_d > math.log(th.band_2x)) / tok.n)
+    m["outside_5x"] = float(np.count_nonzero(abs_d > math.log(th.band_5x)) / tok.n)
+    m["abs_delta_max"] = float(abs_d.max())
+    m["token_mult_prob_error"], m["token_mult_prob_error_se"] = tok.mean_se(np.exp(np.minimum(abs_d, SAFETY_BOUND)))
+    ladder["abs_delta"] = percentile_ladder(abs_d, scratch=True)  # reorders abs_d: last use
+    m["abs_delta_median"] = ladder["abs_delta"][PERCENTILES.index(50)]
+    m["abs_delta_p90"] = ladder["abs_delta"][PERCENTILES.index(90)]
+    m["abs_delta_p99"] = ladder["abs_delta"][PERCENTILES.index(99)]
+    del abs_d
+    vetoed = tok.delta < math.log(th.veto)
+    m["veto_token_fraction"] = float(np.count_nonzero(vetoed) / tok.n)
+    m["veto_seq_fraction"] = float((np.bincount(tok.seq[vetoed], minlength=tok.n_seqs)[tok.present] > 0).mean())
+
+
+def _perplexity_and_agreement(tok: Tokens, m: dict) -> None:
+    """verl's per-sequence perplexities, and the Pearson and Spearman correlations of the log-probs."""
+    mean_ro = tok.seq_mean(tok.rollout)
+    mean_tr = tok.seq_mean(tok.trainer)
+    m["ppl_rollout"], m["ppl_rollout_se"] = mean_se(np.exp(-mean_ro))
+    m["ppl_trainer"], m["ppl_trainer_se"] = mean_se(np.exp(-mean_tr))
+    m["log_ppl_diff"], m["log_ppl_diff_se"] = mean_se(mean_ro - mean_tr)
+    m["corr_logp"] = pearson(tok.rollout, tok.trainer)
+    m["spearman_logp"], m["spearman_logp_tokens"] = spearman(tok.rollout, tok.trainer)
+
+
+def _probabilities(tok: Tokens, m: dict, ladder: dict) -> None:
+    """|Δp| = |p_train − p_rollout| (verl's rollout_probs_diff) and the correlation of the probabilities."""
+    p_ro = np.exp(tok.rollout)
+    p_tr = np.exp(tok.trainer)
+    m["corr_prob"] = pearson(p_ro, p_tr)
+    p_tr -= p_ro
+    abs_dp = np.abs(p_tr, out=p_tr)
+    del p_ro
+    m["abs_dp_mean"], m["abs_dp_mean_se"] = tok.mean_se(abs_dp)
+    m["abs_dp_max"] = float(abs_dp.max())
+    m["abs_dp_std"] = float(abs_dp.std(ddof=1)) if tok.n > 1 else 0.0
+    ladder["abs_dp"] = percentile_ladder(abs_dp, scratch=True)
