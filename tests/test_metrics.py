@@ -36,9 +36,10 @@ def test_hand_computed_batch_pins_every_metric():
     assert m["kl_k1"] == pytest.approx(mean([-d for d in D]))
     assert m["kl_k2"] == pytest.approx(mean([d * d / 2 for d in D]))
     assert m["kl_k3"] == pytest.approx(mean([r - 1 - d for r, d in zip(R, D)]))
-    assert m["chi2_token"] == pytest.approx(mean([r * r for r in R]) - 1)
+    assert m["chi2_token"] == pytest.approx(mean([r * r for r in R]) / mean(R) ** 2 - 1)  # self-normalised
     seq_sums = [D[0] + D[1], D[2]]
-    assert m["chi2_seq"] == pytest.approx(mean([math.exp(2 * s) for s in seq_sums]) - 1)
+    ws = [math.exp(s) for s in seq_sums]
+    assert m["chi2_seq"] == pytest.approx(mean([w * w for w in ws]) / mean(ws) ** 2 - 1)
     assert m["ess"] == pytest.approx(sum(R) ** 2 / (3 * sum(r * r for r in R)))
     ws = [math.exp(s) for s in seq_sums]
     assert m["ess_seq"] == pytest.approx(sum(ws) ** 2 / (2 * sum(w * w for w in ws)))
@@ -71,6 +72,9 @@ def test_verl_names_follow_verls_formulas():
     seq_ro, seq_tr = [mean(RO[:2]), RO[2]], [mean(TR[:2]), TR[2]]
     diff = [a - b for a, b in zip(seq_ro, seq_tr)]
     assert v["rollout_corr/kl"] == pytest.approx(mean([-d for d in D]))
+    assert v["rollout_corr/chi2_token"] == pytest.approx(mean([r * r for r in R]) - 1)  # not self-normalised
+    seq_sums = [D[0] + D[1], D[2]]
+    assert v["rollout_corr/chi2_seq"] == pytest.approx(mean([math.exp(2 * s) for s in seq_sums]) - 1)
     assert v["rollout_corr/k3_kl"] == pytest.approx(mean([r - 1 - d for r, d in zip(R, D)]))
     assert v["rollout_corr/training_ppl"] == pytest.approx(mean([math.exp(-x) for x in seq_tr]))
     assert v["rollout_corr/rollout_log_ppl"] == pytest.approx(mean([-x for x in seq_ro]))
@@ -256,3 +260,14 @@ def test_padded_and_flat_layouts_give_the_same_numbers(tmp_path_factory, b):
     flat, padded = analyze(b).metrics, analyze(load(path)).metrics
     for k in ("tokens", "kl_k1", "kl_k3", "chi2_seq", "ess", "ess_seq", "ppl_trainer", "abs_delta_median", "outside_2x"):
         assert padded[k] == pytest.approx(flat[k], rel=1e-12, abs=1e-15), k
+
+
+def test_chi2_is_never_negative_and_is_one_over_ess_minus_one():
+    """verl's mean r² − 1 goes below 0 when every r < 1; the self-normalised χ² cannot, and equals 1/ESS − 1."""
+    b = make_batch(n_seqs=16, mean_len=20, noise=0.01, seed=4)
+    b.trainer_logp = b.rollout_logp - 0.05 - 0.01 * np.abs(np.random.default_rng(0).standard_normal(b.n_tokens))
+    r = analyze(b)
+    assert r.verl["rollout_corr/chi2_token"] < 0  # all r < 1: verl's value is negative
+    assert 0 <= r.metrics["chi2_token"] == pytest.approx(1 / r.metrics["ess"] - 1, rel=1e-9)
+    assert 0 <= r.metrics["chi2_seq"] == pytest.approx(1 / r.metrics["ess_seq"] - 1, rel=1e-6)
+    assert r.metrics["chi2_token_se"] > 0

@@ -24,6 +24,7 @@ from helpers import check_gfm
 RUNS = [
     ("global_step_10", "vllm", "bf16", "fsdp", "fp32", 0.01, None),
     ("step_20", "vllm", "bf16", "fsdp", "fp32", 0.03, None),
+    ("step_25", "vllm", "bf16", "fsdp", "fp32", 0.02, None),
     ("vllm_fp16", "vllm", "fp16", "fsdp", "fp16", 0.005, 30),
     ("sglang_a", "sglang", "bf16", "megatron", "fp32", 0.2, None),
 ]
@@ -62,26 +63,30 @@ def test_steps_from_names_and_meta(site):
     assert s["vllm_fp16"]["run"]["meta"]["step"] == 30  # meta step
     assert "step" not in s["sglang_a"]["run"]["meta"]
     tr = trend([run_row(x) for x in s.values()])
-    assert [(r["step"], r["run"]) for r in tr["rows"]] == [(10, "global_step_10"), (20, "step_20"), (30, "vllm_fp16")]
-    assert tr["unstepped"] == 1 and tr["steps"] == 3
+    assert [(r["step"], r["run"]) for r in tr["rows"]] == [(10, "global_step_10"), (20, "step_20"), (25, "step_25"),
+                                                           (30, "vllm_fp16")]
+    assert tr["unstepped"] == 1 and tr["steps"] == 4
     assert {p["metric"] for p in tr["points"]} == {"KL k3", "ESS", "outside 5x", "median |δ|"}
     assert trend([run_row(s["global_step_10"])]) is None  # one step: no trend
 
 
 def test_engine_pairs_match_hand_computed_means(site):
     s = summaries(site)
-    pairs = {(p["rollout_engine"], p["trainer_engine"]): p for p in index_summary(list(s.values()))["engine_pairs"]}
-    assert list(pairs) == [("vllm", "fsdp"), ("sglang", "megatron")]
-    vllm = [s[n]["metrics"] for n in ("global_step_10", "step_20", "vllm_fp16")]
-    p = pairs[("vllm", "fsdp")]
-    assert p["count"] == 3 and p["runs"] == ["global_step_10", "step_20", "vllm_fp16"]
+    pairs = {(p["rollout_engine"], p["rollout_dtype"], p["trainer_engine"], p["trainer_dtype"]): p
+             for p in index_summary(list(s.values()))["engine_pairs"]}
+    # engine AND precision: bf16 → fp32 and fp16 → fp16 runs of the same engines are not averaged together
+    assert list(pairs) == [("vllm", "bf16", "fsdp", "fp32"), ("vllm", "fp16", "fsdp", "fp16"), ("sglang", "bf16", "megatron", "fp32")]
+    vllm = [s[n]["metrics"] for n in ("global_step_10", "step_20", "step_25")]
+    p = pairs[("vllm", "bf16", "fsdp", "fp32")]
+    assert p["count"] == 3 and p["runs"] == ["global_step_10", "step_20", "step_25"]
     for key, metric in (("mean_ess", "ess"), ("mean_clipped", "phantom_clip"), ("mean_seq_log_ratio", "seq_log_ratio_mean"),
                         ("mean_abs_delta", "abs_delta_mean")):
         assert p[key] == pytest.approx(sum(m[metric] for m in vllm) / 3, rel=1e-12), key
     assert p["worst_abs_delta_max"] == max(m["abs_delta_max"] for m in vllm)
     assert p["tokens"] == sum(m["tokens"] for m in vllm)
     assert p["health"] == health(p["mean_ess"])
-    sg = pairs[("sglang", "megatron")]
+    assert pairs[("vllm", "fp16", "fsdp", "fp16")]["runs"] == ["vllm_fp16"]
+    sg = pairs[("sglang", "bf16", "megatron", "fp32")]
     assert sg["count"] == 1 and sg["mean_ess"] == s["sglang_a"]["metrics"]["ess"] and sg["health"] == "red"
 
 
@@ -90,10 +95,10 @@ def test_precision_matrix(site):
     pm = precision_matrix([run_row(x) for x in s.values()])
     assert pm["rollout_dtypes"] == ["bf16", "fp16"] and pm["trainer_dtypes"] == ["fp16", "fp32"]
     bf16_fp32 = pm["cells"][0][1]
-    runs = [s[n]["metrics"] for n in ("global_step_10", "step_20", "sglang_a")]
-    assert bf16_fp32["count"] == 3
-    assert bf16_fp32["mean_abs_delta_median"] == pytest.approx(sum(m["abs_delta_median"] for m in runs) / 3, rel=1e-12)
-    assert bf16_fp32["mean_kl_k3"] == pytest.approx(sum(m["kl_k3"] for m in runs) / 3, rel=1e-12)
+    runs = [s[n]["metrics"] for n in ("global_step_10", "step_20", "step_25", "sglang_a")]
+    assert bf16_fp32["count"] == 4
+    assert bf16_fp32["mean_abs_delta_median"] == pytest.approx(sum(m["abs_delta_median"] for m in runs) / 4, rel=1e-12)
+    assert bf16_fp32["mean_kl_k3"] == pytest.approx(sum(m["kl_k3"] for m in runs) / 4, rel=1e-12)
     assert pm["cells"][0][0] is None and pm["cells"][1][0]["count"] == 1 and pm["cells"][1][1] is None
     same = [run_row(s["global_step_10"]), run_row(s["step_20"])]
     assert precision_matrix(same) is None  # one dtype pair: no matrix
@@ -107,9 +112,18 @@ def test_reports_and_summary_dicts_agree(site):
 
 
 def test_missing_values_are_skipped():
-    rows = [run_row({"run": {"id": "a"}, "metrics": {"ess": 0.9}}), run_row({"run": {"id": "b"}, "metrics": {"ess": None}})]
+    meta = {"rollout_engine": "vllm", "rollout_dtype": "bf16", "trainer_engine": "fsdp", "trainer_dtype": "fp32"}
+    rows = [run_row({"run": {"id": "a", "meta": meta}, "metrics": {"ess": 0.9}}),
+            run_row({"run": {"id": "b", "meta": meta}, "metrics": {"ess": None}})]
     (p,) = engine_pairs(rows)
-    assert p["mean_ess"] == 0.9 and p["mean_abs_delta"] is None and p["tokens"] is None and p["rollout_engine"] == "?"
+    assert p["mean_ess"] == 0.9 and p["mean_abs_delta"] is None and p["tokens"] is None and p["count"] == 2
+
+
+def test_runs_with_unknown_engines_are_never_averaged():
+    """A healthy and a broken run that name no engines must not become one '? → ?' row with a blended ESS."""
+    rows = [run_row({"run": {"id": "healthy"}, "metrics": {"ess": 0.999}}), run_row({"run": {"id": "broken"}, "metrics": {"ess": 0.3}})]
+    ix = index_summary([{"run": {"id": "healthy"}, "metrics": {"ess": 0.999}}, {"run": {"id": "broken"}, "metrics": {"ess": 0.3}}])
+    assert engine_pairs(rows) == [] and ix["engine_pairs"] == [] and ix["unpaired_runs"] == ["healthy", "broken"]
     assert run_row({"run": {"id": "c"}, "metrics": {"ess": math.nan}})["health"] == "unknown"
 
 
@@ -118,11 +132,11 @@ def test_index_pages_show_the_aggregates(site):
     ix = index_summary(list(s.values()))
     md = (site / "report.md").read_text(encoding="utf-8")
     check_gfm(md)
-    vllm = [s[n]["metrics"] for n in ("global_step_10", "step_20", "vllm_fp16")]
-    row = next(line for line in md.splitlines() if line.startswith("| 🟢") and "| vllm | fsdp |" in line)
+    vllm = [s[n]["metrics"] for n in ("global_step_10", "step_20", "step_25")]
+    row = next(line for line in md.splitlines() if line.startswith("| 🟢") and "| vllm bf16 | fsdp fp32 |" in line)
     cells = [c.strip() for c in row.strip("|").split("|")]
     # colour, rollout engine, trainer engine, runs, mean ESS, mean clipped, mean Σδ, mean |δ|, worst max |δ|, tokens
-    assert cells[1:4] == ["vllm", "fsdp", "3"]
+    assert cells[1:4] == ["vllm bf16", "fsdp fp32", "3"]
     assert float(cells[4]) == pytest.approx(sum(m["ess"] for m in vllm) / 3, abs=5e-5)
     assert float(cells[5].rstrip("%")) / 100 == pytest.approx(sum(m["phantom_clip"] for m in vllm) / 3, rel=5e-3)
     assert float(cells[6].replace("−", "-")) == pytest.approx(sum(m["seq_log_ratio_mean"] for m in vllm) / 3, rel=5e-3)
@@ -134,7 +148,7 @@ def test_index_pages_show_the_aggregates(site):
     for name, *_ in RUNS:
         assert f'href="{name}/index.html"' in html
     assert 'id="engine-pairs"' in html and 'id="precision"' in html and 'id="chart-trend"' in html
-    assert f'title="global_step_10, step_20, vllm_fp16">3<' in html and cells[4] in html
+    assert 'title="global_step_10, step_20, step_25">3<' in html and cells[4] in html
     assert html.count('class="vega"') == 1  # the trend stays one faceted chart
     specs = re.search(r'<script type="application/json" id="tim-specs">(.*?)</script>', html, re.S).group(1)
     assert all(m in specs for m in ("KL k3", "ESS", "outside 5x", "median |δ|"))

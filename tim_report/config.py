@@ -23,6 +23,11 @@ PERCENTILES = (0.1, 1, 5, 10, 25, 50, 75, 90, 95, 99, 99.9)
 # Rollout-probability buckets of the breakdown and precision-gap tables: log-spaced in the tail, where
 # precision noise concentrates, finer near 1, where most sampled tokens sit.
 PROB_EDGES = (0.0, 1e-4, 1e-3, 1e-2, 0.1, 0.5, 0.9, 0.99, 1.0)
+# The growth of |Σδ| with length is only fitted when lengths vary: the longest fitted sequence at least
+# this many times the shortest, and no single length shared by more than this share of the sequences
+# (a batch where most responses hit the same max_new_tokens cap says nothing about growth with length).
+LENGTH_FIT_MIN_SPAN = 2.0
+LENGTH_FIT_MAX_SAME_LENGTH = 0.5
 # Above this many tokens Spearman ranks an even subsample (ranking is the cost; its SE stays < 2e-3).
 SPEARMAN_MAX_TOKENS = 250_000
 # Detectors that regress or compare neighbours use an even subsample of at most this many tokens
@@ -106,6 +111,9 @@ VERL_ALERTS = VerlAlerts()
 # "Your efficient RL framework secretly brings you off-policy RL training"; "Defeating the
 # training-inference mismatch via FP16").
 PUBLISHED_BF16_KL = (4e-4, 1e-2)
+# verl's FAQ on rollout correction: training/rollout_probs_diff_mean below 0.005 is normal, above 0.01 points
+# at a precision problem.
+VERL_PROBS_DIFF_NORMAL, VERL_PROBS_DIFF_PROBLEM = 0.005, 0.01
 TOKEN_MULT_PROB_ERROR_SUSPICIOUS = 1.05  # NeMo-RL: token_mult_prob_error above this is worth investigating
 TOP1PCT_UNIFORM, TOP1PCT_CONCENTRATED = 0.01, 0.05  # share of Σw in the top 1% of weights: uniform, concentrated
 

@@ -11,7 +11,7 @@ import math
 from typing import Any
 
 from .config import (HEALTH, PUBLISHED_BF16_KL, SAFETY_BOUND, TOKEN_MULT_PROB_ERROR_SUSPICIOUS, TOP1PCT_CONCENTRATED,
-                     TOP1PCT_UNIFORM, VERL_ALERTS, VETO, Thresholds)
+                     TOP1PCT_UNIFORM, VERL_ALERTS, VETO, DiagnosisThresholds, Thresholds)
 
 CONVENTIONS = (
     "δ_t = trainer_logp − rollout_logp (nats); r_t = exp(δ_t) = p_train / p_rollout. "
@@ -29,6 +29,7 @@ def sci(x: float) -> str:
 
 _KL_LO, _KL_HI = (sci(x) for x in PUBLISHED_BF16_KL)
 _TH = Thresholds()
+_DT = DiagnosisThresholds()
 HEALTH_LEGEND = f"green ≥ {HEALTH.green:g}, amber {HEALTH.amber:g}–{HEALTH.green:g}, red < {HEALTH.amber:g}"
 
 # (bound, level, text): the first band whose bound the value is below wins; `higher_is_better`
@@ -39,8 +40,8 @@ READINGS: dict[str, list[tuple[float, str, str]]] = {
                          (0.02, "ok", "the size of bf16/fp16 numerical noise"),
                          (0.5, "warn", "elevated: more than precision noise alone usually gives"),
                          (math.inf, "bad", "large: the two sides are probably not scoring the same model or context")],
-    "corr_logp": [(0.95, "bad", "weak: the two sides rank tokens differently"),
-                  (0.999, "warn", "visible scatter around y = x"),
+    "corr_logp": [(_DT.systematic_corr_max, "bad", "weak: the two sides do not score the same model or context"),
+                  (_DT.noise_corr_min, "warn", "more scatter around y = x than numerical noise gives"),
                   (math.inf, "ok", "tight: the points sit on y = x")],
     "kl_k3": [(1e-9, "ok", "identical distributions on these tokens"),
               (PUBLISHED_BF16_KL[0], "ok", f"below the range of published bf16 runs ({_KL_LO} to {_KL_HI}): "
@@ -103,7 +104,8 @@ GLOSSARY: list[dict[str, Any]] = [
     },
     {
         "key": "corr_logp", "name": "log-prob correlation",
-        "plain": "Pearson correlation between the two sides' log-probs over all tokens. Noise keeps it above 0.999; a bug drags it down.",
+        "plain": f"Pearson correlation between the two sides' log-probs over all tokens. Noise keeps it above {_DT.noise_corr_min:g} "
+                 "(the diagnosis's limit; bf16 usually gives 0.999 or more); a bug drags it down.",
         "formula": "pearson(rollout_logp, trainer_logp)", "verl": None, "higher_is_better": True,
     },
     {
@@ -132,13 +134,17 @@ GLOSSARY: list[dict[str, Any]] = [
     },
     {
         "key": "chi2_token", "name": "χ² (token)",
-        "plain": "How far the importance weights spread from 1; it sets the variance of a token-level IS correction.",
-        "formula": "token-mean r_t² − 1", "verl": f"rollout_corr/chi2_token (alert above {VERL_ALERTS.max_chi2_token:g})",
+        "plain": "How far the importance weights spread from their mean; it sets the variance of a token-level IS correction. "
+                 "Never negative, and equal to 1/ESS − 1.",
+        "formula": "token-mean(r_t²) / token-mean(r_t)² − 1",
+        "verl": f"rollout_corr/chi2_token is token-mean r_t² − 1 without the normalisation (it can go below 0 when mean r < 1); "
+                f"alert above {VERL_ALERTS.max_chi2_token:g}",
     },
     {
         "key": "chi2_seq", "name": "χ² (sequence)",
         "plain": "The same for whole-sequence weights, which multiply per-token ratios and so blow up with length.",
-        "formula": f"seq-mean exp(2·Σ_t δ_t) − 1, Σδ clamped to ±{SAFETY_BOUND:g}", "verl": "rollout_corr/chi2_seq",
+        "formula": f"seq-mean(w_i²) / seq-mean(w_i)² − 1, w_i = exp(Σ_t δ_t), Σδ clamped to ±{SAFETY_BOUND:g}",
+        "verl": "rollout_corr/chi2_seq (seq-mean w_i² − 1, not normalised)",
     },
     {
         "key": "ess", "name": "ESS (token)",

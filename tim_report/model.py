@@ -18,6 +18,25 @@ import numpy as np
 
 SCHEMA_VERSION = 1
 
+# The meta keys a file may carry (or `--meta KEY=VALUE` may set) that the reports name things by.
+META_KEYS = {
+    "model": "the model's name or path",
+    "rollout_engine": "the engine that sampled the tokens (vllm, sglang, ...)",
+    "rollout_dtype": "its precision (bf16, fp16, fp32, fp8)",
+    "trainer_engine": "the engine that re-scored them (fsdp, megatron, transformers, ...)",
+    "trainer_dtype": "its precision",
+    "device": "where it ran (an accelerator's name)",
+    "step": "the training step (an integer)",
+}
+
+# What a reader may count in StepBatch.problems, and how a report says it.
+INPUT_PROBLEMS = {
+    "mask_negative": "mask values below 0; those tokens were treated as not trained",
+    "mask_nan": "mask values that are NaN; those tokens were treated as not trained",
+    "mask_not_binary": "mask values other than 0 and 1 (such as 7.5); those tokens were treated as trained",
+    "text_invalid": "token or prompt strings that were not valid Unicode; the bad characters were replaced by U+FFFD",
+}
+
 
 @dataclass
 class StepBatch:
@@ -38,6 +57,7 @@ class StepBatch:
     shadow_logp: np.ndarray | None = None  # [T] float64, trainer weights in rollout precision
     meta: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)  # how the loader read the file (alignment, inferred masks)
+    problems: dict[str, int] = field(default_factory=dict)  # what the reader had to drop or repair, counted (see INPUT_PROBLEMS)
     decoder: Callable[[Sequence[int]], str] | None = field(default=None, repr=False)  # a tokenizer's decode, not saved
 
     @property

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ..config import DiagnosisThresholds, Thresholds
 from ..model import Report, StepBatch
 from . import breakdowns as bd
-from .corrections import routing, what_if
+from .corrections import blocked_by_bug, routing, what_if
 from .diagnosis import diagnose
 from .distributions import distributions
 from .metrics import summary_metrics
@@ -46,6 +46,7 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
         samples=sample_rows(batch, tok, th),
     )
     report.diagnosis = diagnose(batch, tok, report.metrics, diagnosis_thresholds, (th.ppo_eps_low, th.ppo_eps_high))
+    report.routing["blocked_by_bug"] = blocked_by_bug(report.diagnosis)
     report.run["thresholds"] = th.to_dict()
     return report
 

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from ..config import PROB_EDGES
+from ..config import LENGTH_FIT_MAX_SAME_LENGTH, LENGTH_FIT_MIN_SPAN, PROB_EDGES
 from .histograms import ProbBuckets, position_edges
 from .tokens import Tokens
 
@@ -80,9 +80,9 @@ def length_growth(tok: Tokens) -> dict:
     x, y = np.log(length[ok]), np.log(abs_sum[ok])
     out: dict = {"sequences_used": int(ok.sum()), "model": "log|Σδ| = a + b·log(length)",
                  "reference": {"random_walk": 0.5, "systematic": 1.0}}
-    if ok.sum() < 3 or np.ptp(x) == 0:
-        out.update(exponent=None, exponent_se=None, intercept=None,
-                   reason="needs at least 3 sequences of different lengths with a non-zero Σδ")
+    reason = _cannot_fit(length[ok])
+    if reason:
+        out.update(exponent=None, exponent_se=None, intercept=None, reason=reason)
         return out
     A = np.vstack([np.ones_like(x), x]).T
     coef = np.linalg.lstsq(A, y, rcond=None)[0]
@@ -91,6 +91,21 @@ def length_growth(tok: Tokens) -> dict:
     cov = np.linalg.inv(A.T @ A) * float(resid @ resid) / dof
     out.update(exponent=float(coef[1]), exponent_se=float(math.sqrt(cov[1, 1])), intercept=float(coef[0]))
     return out
+
+
+def _cannot_fit(length: np.ndarray) -> str | None:
+    """Why the lengths cannot carry a growth fit (config.LENGTH_FIT_*), or None when they can."""
+    if length.shape[0] < 3:
+        return "needs at least 3 sequences with a non-zero Σδ"
+    if length.max() < LENGTH_FIT_MIN_SPAN * length.min():
+        return (f"the lengths span less than a factor of {LENGTH_FIT_MIN_SPAN:g} "
+                f"({int(length.min())}–{int(length.max())} tokens), too little to see growth with length")
+    values, counts = np.unique(length, return_counts=True)
+    top = int(counts.max())
+    if top > LENGTH_FIT_MAX_SAME_LENGTH * length.shape[0]:
+        return (f"{top} of {length.shape[0]} sequences have the same length ({int(values[counts.argmax()])} tokens, "
+                "a length cap?), so growth with length cannot be measured")
+    return None
 
 
 def group_codes(groups: np.ndarray | None, n_seqs: int) -> tuple[np.ndarray, np.ndarray, str]:

@@ -110,11 +110,14 @@ def run_summary(report: Report, label: str) -> dict:
 def shared_ratio_histograms(tb: Tokens, ta: Tokens, th: Thresholds) -> dict:
     """Both sides' log r histograms on one set of symlog bins (the constant and range follow both batches)."""
     bins = ratio_bins([tb.log_r, ta.log_r], th.band_5x)
-    cb, ca = bins.counts(tb.log_r).astype(int).tolist(), bins.counts(ta.log_r).astype(int).tolist()
+    def side(tok: Tokens) -> dict:
+        counts = bins.counts(tok.log_r)
+        return {"counts": counts.astype(int).tolist(), "fraction": (counts / tok.n).tolist(),
+                "density": bins.density(counts).tolist(), "exact_one": int((tok.log_r == 0).sum())}
+
     return {
         "x": "log_r", "symlog_constant": bins.c, "edges": bins.edges.tolist(),
-        "before": {"counts": cb, "fraction": [n / tb.n for n in cb], "exact_one": int((tb.log_r == 0).sum())},
-        "after": {"counts": ca, "fraction": [n / ta.n for n in ca], "exact_one": int((ta.log_r == 0).sum())},
+        "before": side(tb), "after": side(ta),
         "bands": {"2x": [-math.log(th.band_2x), math.log(th.band_2x)], "5x": [-math.log(th.band_5x), math.log(th.band_5x)]},
     }
 

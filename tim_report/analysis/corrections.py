@@ -35,6 +35,18 @@ def routing(groups: dict, th: Thresholds) -> dict:
     }
 
 
+def blocked_by_bug(diagnosis: dict) -> dict | None:
+    """When the diagnosis found an error, no correction makes the batch trainable: the routes are still what
+    the thresholds compute (what a correction would do), but the first thing to say is to fix the bug."""
+    errors = [f for f in diagnosis.get("findings", []) if f["severity"] == "error"]
+    if not errors:
+        return None
+    return {"findings": [f["id"] for f in errors],
+            "message": f"Do not train on this batch: no importance-sampling correction fixes {errors[0]['title'][0].lower()}"
+                       f"{errors[0]['title'][1:]}. Fix the bug first; the routes below only show what a correction "
+                       "would do with these ratios."}
+
+
 def what_if(tok: Tokens, th: Thresholds) -> list[dict]:
     """Fraction of tokens / sequences each correction would truncate, mask or reject on this batch."""
     log_r = tok.log_r

@@ -155,9 +155,9 @@ def detect_processed(tok: Tokens, dt: DiagnosisThresholds, corr: float | None,
         "processed_logprobs", "error", "Rollout log-probs are renormalised (top-p / top-k): rollout ≥ trainer on "
         f"{share:.1%} of tokens", evidence,
         "The rollout engine returned log-probs of the distribution after top-p / top-k (and min-p) truncation, "
-        "renormalised over the kept tokens (e.g. vLLM logprobs_mode='processed_logprobs'), while the trainer scores "
+        "renormalised over the kept tokens (e.g. vLLM `logprobs_mode='processed_logprobs'`), while the trainer scores "
         "the full distribution: δ = log(kept mass) ≤ 0, and 0 exactly where only one token was kept.",
-        "Return raw log-probs from the engine (vLLM logprobs_mode='raw_logprobs' / 'raw_logits' with matching "
+        "Return raw log-probs from the engine (vLLM `logprobs_mode='raw_logprobs'` / `'raw_logits'` with matching "
         "temperature), or apply the same truncation in the trainer; exp(min δ) shows the smallest kept mass (≈ top_p).")
 
 
@@ -194,7 +194,7 @@ def detect_temperature(tok: Tokens, dt: DiagnosisThresholds, corr: float | None,
         "log p_T = log p / T − log Z_T, so δ = (T−1)·rollout_logp + per-position constant.",
         "Make both sides use the same temperature: divide the trainer's logits by the rollout temperature "
         "(verl/TRL do this), and check whether the engine returns log-probs before or after temperature "
-        "(vLLM logprobs_mode raw vs processed).")
+        "(vLLM `logprobs_mode` raw vs processed).")
 
 
 def detect_dummy_zero(tok: Tokens, dt: DiagnosisThresholds) -> tuple[dict | None, np.ndarray]:
@@ -220,7 +220,7 @@ def detect_dummy_zero(tok: Tokens, dt: DiagnosisThresholds) -> tuple[dict | None
          "threshold_trainer_logp": dt.dummy_trainer_logp_max},
         "Tokens the engine did not sample (tool / environment output, padding, prompt) carry a placeholder "
         "log-prob of 0.0 but are inside the loss mask, so the trainer's real log-prob is compared with p = 1.",
-        "Mask tool and environment tokens out of the loss (response_mask / loss_mask), and check the padding "
+        "Mask tool and environment tokens out of the loss (`response_mask` / `loss_mask`), and check the padding "
         "value of the rollout log-prob array; if every rollout log-prob is 0, the engine returned processed "
         "log-probs of greedy decoding.") , hit
 

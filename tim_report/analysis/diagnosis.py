@@ -32,14 +32,15 @@ DEFAULT_CHECK = {
     "identical": "Nothing to fix. If you expected a precision or engine difference, check that the two sides "
                  "really ran different engines / dtypes (the batch may hold the same array twice).",
     "numerical_noise": "Nothing is broken. If clipping or ESS still hurt, use an importance-sampling correction "
-                       "(see the what-if table) or narrow the precision gap (fp16 rollout and training, fp32 LM head); "
-                       "capture with --shadow to measure the precision share.",
+                       "(see the what-if table) or narrow the precision gap (fp16 rollout and training, fp32 LM head){gap}.",
     "elevated": "Beyond the noise published for bf16/fp16 engines, with no specific fault detected: compare engine "
-                "versions, attention backends, KV-cache dtype, fp32 LM head and quantisation; capture with --shadow "
-                "to split precision from the rest; read the worst sequences.",
+                "versions, attention backends, KV-cache dtype, fp32 LM head and quantisation{gap}; read the worst sequences.",
     "systematic": "Check that both sides load the same weights (same step), see the same prompt tokens and chat "
                   "template, and apply the same temperature and sampling processing.",
 }
+# How the advice above points at the precision gap: measure it, or read it when the batch has a shadow pass.
+GAP_HINT = {False: "; capture with `tim-report capture --shadow` to split precision from the rest",
+            True: "; the precision gap β (from this batch's shadow pass) splits precision from the rest"}
 
 
 def diagnose(batch: StepBatch, tok: Tokens, metrics: dict, thresholds: DiagnosisThresholds | None = None,
@@ -55,7 +56,7 @@ def diagnose(batch: StepBatch, tok: Tokens, metrics: dict, thresholds: Diagnosis
     if gap.get("available"):
         findings.append(_gap_finding(gap))
     findings.sort(key=lambda f: -SEVERITIES.index(f["severity"]))  # stable: detector order within a severity
-    verdict, what_to_check = _verdict(regime, findings, metrics)
+    verdict, what_to_check = _verdict(regime, findings, metrics, bool(gap.get("available")))
     return {
         "regime": regime,
         "verdict": verdict,
@@ -124,10 +125,14 @@ def _regime(findings: list[dict], tok: Tokens, metrics: dict, dt: DiagnosisThres
 
 
 def _fmt(x) -> str:
-    return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.3g}"
+    """3 significant digits; a correlation just under 1 keeps the digits that say how far from 1 it is."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "n/a"
+    digits = 3 if not 0.99 < abs(x) < 1 else max(3, 2 - math.floor(math.log10(1 - abs(x))))
+    return f"{x:.{digits}g}"
 
 
-def _verdict(regime: str, findings: list[dict], metrics: dict) -> tuple[str, str]:
+def _verdict(regime: str, findings: list[dict], metrics: dict, has_shadow: bool) -> tuple[str, str]:
     """One plain sentence naming the regime and the finding that leads it, and what to check."""
     top = findings[0] if findings and findings[0]["severity"] != "info" else None
     # an info finding that explains the whole mismatch (declared processing) still belongs in the verdict
@@ -148,7 +153,7 @@ def _verdict(regime: str, findings: list[dict], metrics: dict) -> tuple[str, str
     else:
         verdict = (f"Systematic: {lead(top)}; {nums}." if top else
                    f"Systematic: the two sides do not score the same model or context ({nums}).")
-    return verdict, (top or explains or {}).get("what_to_check") or DEFAULT_CHECK[regime]
+    return verdict, (top or explains or {}).get("what_to_check") or DEFAULT_CHECK[regime].format(gap=GAP_HINT[has_shadow])
 
 
 def _gap_finding(gap: dict) -> dict:

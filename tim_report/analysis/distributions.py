@@ -17,13 +17,13 @@ def ratio_histogram(tok: Tokens, th: Thresholds) -> dict:
     """Histogram of log r on a symlog axis: fine near r = 1 (fp16-sized spread), still reaching the 5x band."""
     bins = ratio_bins([tok.log_r], th.band_5x)
     counts = bins.counts(tok.log_r)
-    log_r = tok.log_r
     return {
         "x": "log_r",
         "symlog_constant": bins.c,
         "edges": bins.edges.tolist(),
         "counts": counts.astype(int).tolist(),
-        "exact_one": int((log_r == 0).sum()),
+        "density": bins.density(counts).tolist(),
+        "exact_one": int((tok.log_r == 0).sum()),
         "bands": {"2x": [-math.log(th.band_2x), math.log(th.band_2x)], "5x": [-math.log(th.band_5x), math.log(th.band_5x)]},
     }
 

@@ -52,6 +52,15 @@ class SymlogBins:
         u = np.linspace(-self.u_max, self.u_max, RATIO_BINS + 1)
         return np.sign(u) * self.c * np.expm1(np.abs(u))  # inverse symlog
 
+    def density(self, counts: np.ndarray) -> np.ndarray:
+        """Share of the tokens per unit of log r in each bin: the height that is honest on a symlog axis.
+
+        The bins are equal in symlog(log r), so they widen away from r = 1; raw counts would grow with the
+        bin width and draw Gaussian noise as two humps around a hole at 1. Dividing by the width in log r
+        gives the density of log r itself, whose shape the axis only stretches."""
+        total = counts.sum()
+        return counts / (max(int(total), 1) * np.diff(self.edges))
+
     def counts(self, log_r: np.ndarray) -> np.ndarray:
         def bin_index(sl: slice) -> np.ndarray:
             u = symlog(log_r[sl], self.c)

@@ -57,18 +57,33 @@ def _kl(tok: Tokens, m: dict, ladder: dict) -> None:
 
 
 def _weights(tok: Tokens, th: Thresholds, seq_log_r: np.ndarray, m: dict) -> None:
-    """What the ratios do as importance weights: χ², phantom clipping, ESS, concentration."""
+    """What the ratios do as importance weights: χ², phantom clipping, ESS, concentration.
+
+    χ² is that of the self-normalised weights, mean(r²) / mean(r)² − 1: never negative (Cauchy-Schwarz),
+    and 1/ESS − 1. verl's chi2 omits the normalisation (mean(r²) − 1), so on a finite batch whose mean r
+    is below 1 it goes negative; its value is in the `verl` section. Standard errors by the delta method.
+    """
     log_r = tok.log_r
     r = np.exp(log_r)
-    r2_mean, r2_se = tok.mean_se(np.square(r))
-    m["chi2_token"], m["chi2_token_se"] = r2_mean - 1.0, r2_se
+    m["chi2_token"], m["chi2_token_se"] = _chi2(r, tok.mean_se)
     m["phantom_clip"] = float(np.count_nonzero((r < 1 - th.ppo_eps_low) | (r > 1 + th.ppo_eps_high)) / tok.n)
     del r
-    seq_r2_mean, seq_r2_se = mean_se(np.exp(2.0 * seq_log_r))
-    m["chi2_seq"], m["chi2_seq_se"] = seq_r2_mean - 1.0, seq_r2_se
+    seq_w = np.exp(seq_log_r - float(seq_log_r.max()))  # scale-free: the normalised χ² does not see a common factor
+    m["chi2_seq"], m["chi2_seq_se"] = _chi2(seq_w, mean_se)
     m["ess"] = kish_ess(log_r)
     m["ess_seq"] = kish_ess(seq_log_r)
     m["top1pct_mass"] = top_share(log_r, 0.01)
+
+
+def _chi2(w: np.ndarray, mean_se_of) -> tuple[float, float]:
+    """mean(w²)/mean(w)² − 1 and its standard error, linearised: the SE of the mean of
+    w²/b² − 2a·w/b³ (a = mean w², b = mean w), with the same (cluster-robust or plain) estimator."""
+    a, b = float(np.dot(w, w) / w.shape[0]), float(w.mean())
+    chi2 = max(a / (b * b) - 1.0, 0.0)
+    influence = np.square(w)
+    influence *= 1.0 / (b * b)
+    influence -= (2.0 * a / b ** 3) * w
+    return chi2, mean_se_of(influence)[1]
 
 
 def _sizes(tok: Tokens, th: Thresholds, m: dict, ladder: dict) -> None:

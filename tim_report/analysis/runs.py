@@ -21,11 +21,12 @@ from .stats import finite
 TREND_METRICS = (("kl_k3", "KL k3"), ("ess", "ESS"), ("outside_5x", "outside 5x"), ("abs_delta_median", "median |δ|"))
 
 
-def _parts(r: Any) -> tuple[dict, dict, dict, dict]:
-    """(run, metrics, routing, diagnosis) of a Report or of its summary dict."""
+def _parts(r: Any) -> tuple[dict, dict, dict, dict, dict]:
+    """(run, metrics, routing, diagnosis, data problems) of a Report or of its summary dict."""
     if isinstance(r, dict):
-        return r.get("run") or {}, r.get("metrics") or {}, r.get("routing") or {}, r.get("diagnosis") or {}
-    return r.run or {}, r.metrics or {}, r.routing or {}, r.diagnosis or {}
+        return (r.get("run") or {}, r.get("metrics") or {}, r.get("routing") or {}, r.get("diagnosis") or {},
+                r.get("data_problems") or {})
+    return r.run or {}, r.metrics or {}, r.routing or {}, r.diagnosis or {}, r.data_problems or {}
 
 
 def _mean(values: Iterable[Any]) -> float | None:
@@ -51,7 +52,7 @@ def _step(meta: dict) -> int | float | None:
 
 def run_row(report: Any) -> dict:
     """One run's row of the index: identity, headline numbers, routing counts, verdict and colour."""
-    run, m, routing, diag = _parts(report)
+    run, m, routing, diag, problems = _parts(report)
     meta = run.get("meta") or {}
     counts = routing.get("counts") or {}
     return {
@@ -69,21 +70,35 @@ def run_row(report: Any) -> dict:
         "routing": {k: counts.get(k) for k in ("train", "train_with_correction", "quarantine")},
         "routing_unit": routing.get("unit") or "group",
         "regime": diag.get("regime"), "verdict": diag.get("verdict"),
+        "blocked_by_bug": bool(routing.get("blocked_by_bug")),
+        "excluded_tokens": problems.get("excluded_tokens") or 0,
+        "input_problems": sum((problems.get("input") or {}).values()),
         "health": health(finite(m.get("ess"))),
     }
 
 
+def known(row: dict) -> bool:
+    """Both engines and both dtypes are named: the run can be grouped with others of its kind."""
+    return "?" not in (row["rollout_engine"], row["rollout_dtype"], row["trainer_engine"], row["trainer_dtype"])
+
+
 def engine_pairs(rows: list[dict]) -> list[dict]:
-    """The seed table: one row per (rollout engine, trainer engine), in order of first appearance."""
-    groups: dict[tuple[str, str], list[dict]] = {}
+    """The seed table: one row per (rollout engine and dtype, trainer engine and dtype), in order of first appearance.
+
+    Only runs whose engines and dtypes are known are grouped: averaging a healthy run with a broken one
+    because neither names its engine would say nothing true about either.
+    """
+    groups: dict[tuple[str, str, str, str], list[dict]] = {}
     for r in rows:
-        groups.setdefault((r["rollout_engine"], r["trainer_engine"]), []).append(r)
+        if known(r):
+            groups.setdefault((r["rollout_engine"], r["rollout_dtype"], r["trainer_engine"], r["trainer_dtype"]), []).append(r)
     out = []
-    for (ro, tr), rs in groups.items():
+    for (ro, rd, tr, td), rs in groups.items():
         mean_ess = _mean(r["ess"] for r in rs)
         tokens = [r["tokens"] for r in rs if finite(r["tokens"]) is not None]
         out.append({
-            "rollout_engine": ro, "trainer_engine": tr, "count": len(rs), "runs": [r["id"] for r in rs],
+            "rollout_engine": ro, "rollout_dtype": rd, "trainer_engine": tr, "trainer_dtype": td,
+            "count": len(rs), "runs": [r["id"] for r in rs],
             "mean_ess": mean_ess, "mean_clipped": _mean(r["phantom_clip"] for r in rs),
             "mean_seq_log_ratio": _mean(r["seq_log_ratio_mean"] for r in rs),
             "mean_abs_delta": _mean(r["abs_delta_mean"] for r in rs),
@@ -98,7 +113,8 @@ def precision_matrix(rows: list[dict]) -> dict | None:
     """Rollout dtype × trainer dtype: mean over runs of median |δ| and KL k3; None when every run has one dtype pair."""
     cells: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
-        cells.setdefault((r["rollout_dtype"], r["trainer_dtype"]), []).append(r)
+        if "?" not in (r["rollout_dtype"], r["trainer_dtype"]):
+            cells.setdefault((r["rollout_dtype"], r["trainer_dtype"]), []).append(r)
     if len(cells) < 2:
         return None
     rollout = sorted({k[0] for k in cells})
@@ -139,4 +155,5 @@ def index_summary(reports: Iterable[Any]) -> dict:
     for r in rows:
         regimes[r["regime"] or "unknown"] = regimes.get(r["regime"] or "unknown", 0) + 1
     return {"runs": rows, "health_counts": counts, "regimes": dict(sorted(regimes.items())),
-            "engine_pairs": engine_pairs(rows), "precision": precision_matrix(rows), "trend": trend(rows)}
+            "engine_pairs": engine_pairs(rows), "unpaired_runs": [r["id"] for r in rows if not known(r)],
+            "precision": precision_matrix(rows), "trend": trend(rows)}

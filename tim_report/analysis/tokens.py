@@ -14,7 +14,7 @@ import numpy as np
 
 from ..config import POSITIVE_LOGP_TOLERANCE, SAFETY_BOUND
 from ..errors import BadInput
-from ..model import StepBatch
+from ..model import INPUT_PROBLEMS, StepBatch
 from .stats import cluster_mean_se, run_starts
 
 
@@ -111,7 +111,7 @@ def valid_tokens(batch: StepBatch) -> tuple[Tokens, dict]:
             continue
         nan = np.isnan(arr) & m
         inf = np.isinf(arr) & m
-        pos = (arr > POSITIVE_LOGP_TOLERANCE) & m
+        pos = (arr > POSITIVE_LOGP_TOLERANCE) & np.isfinite(arr) & m  # +inf counts once, as inf
         problems[f"{side}_nan"] = int(nan.sum())
         problems[f"{side}_inf"] = int(inf.sum())
         problems[f"{side}_positive"] = int(pos.sum())
@@ -126,13 +126,14 @@ def valid_tokens(batch: StepBatch) -> tuple[Tokens, dict]:
         "excluded_tokens": excluded,
         "excluded_fraction": excluded / masked if masked else 0.0,
         "counts": problems,
+        "input": {k: int(v) for k, v in sorted(batch.problems.items()) if v},
         "messages": [
             f"{n} masked tokens have {kind.replace('_', ' ')} log-probs; excluded" for kind, n in problems.items() if n
-        ],
+        ] + [f"{n} {INPUT_PROBLEMS.get(k, k)}" for k, n in sorted(batch.problems.items()) if n],
         "positive_tolerance": POSITIVE_LOGP_TOLERANCE,
     }
     if n_valid == 0:
-        raise BadInput(batch.meta.get("source", "batch"),
+        raise BadInput(batch.meta.get("file") or batch.meta.get("source", "batch"),
                        f"no usable tokens: all {masked} masked tokens have NaN, inf or positive log-probs")
     seq_all = np.repeat(np.arange(batch.n_seqs, dtype=np.int32), batch.seq_lengths)
     if n_valid == batch.n_tokens:

@@ -2,7 +2,8 @@
 
 verl (rollout_corr_helper.compute_offpolicy_metrics, utils/debug/metrics.py) averages
 perplexities per sequence, leaves k3 unclamped, clamps only the *sequence* log-ratio for
-chi2_seq, and uses the unbiased std for probability differences. Where verl's formula is ours
+chi2_seq, does not self-normalise χ² (mean r² − 1, which can be negative), and uses the unbiased std
+for probability differences. Where verl's formula is ours
 the number is taken from `metrics` rather than computed again.
 """
 
@@ -10,10 +11,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..config import SAFETY_BOUND
 from .tokens import Tokens
 
 
 def verl_metrics(tok: Tokens, metrics: dict) -> dict:
+    seq_log_r = np.clip(tok.seq_sum(tok.delta)[tok.present], -SAFETY_BOUND, SAFETY_BOUND)
     mean_ro = tok.seq_mean(tok.rollout)
     mean_tr = tok.seq_mean(tok.trainer)
     log_ppl_diff = mean_ro - mean_tr
@@ -34,8 +37,8 @@ def verl_metrics(tok: Tokens, metrics: dict) -> dict:
         "rollout_corr/log_ppl_diff_max": float(log_ppl_diff.max()),
         "rollout_corr/log_ppl_diff_min": float(log_ppl_diff.min()),
         "rollout_corr/ppl_ratio": float(np.exp(log_ppl_diff).mean()),
-        "rollout_corr/chi2_token": metrics["chi2_token"],  # verl clamps the token log-ratio at ±20 too
-        "rollout_corr/chi2_seq": metrics["chi2_seq"],  # and the sequence log-ratio sum
+        "rollout_corr/chi2_token": float(np.exp(2.0 * tok.log_r).mean()) - 1.0,  # verl clamps the token log-ratio at ±20 too
+        "rollout_corr/chi2_seq": float(np.exp(2.0 * seq_log_r).mean()) - 1.0,  # and the sequence log-ratio sum
         "training/rollout_probs_diff_valid": 1,
         "training/rollout_probs_diff_max": metrics["abs_dp_max"],
         "training/rollout_probs_diff_mean": metrics["abs_dp_mean"],

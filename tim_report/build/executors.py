@@ -1,15 +1,23 @@
 """Where each batch's analysis runs: in this process, or in `--jobs N` worker processes.
 
 Every executor runs the same function on the same inputs and returns Reports in input order, so the
-output is byte-identical whichever runs it.
+output is byte-identical whichever runs it. Workers die with their parent (a `kill -9` of the build
+leaves no worker blocked behind it), and a worker that dies (killed, out of memory) is one line of
+error, not a traceback.
 """
 
 from __future__ import annotations
 
-from concurrent.futures import ProcessPoolExecutor, as_completed
+import os
+import signal
+import sys
+import threading
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Callable
 
+from ..errors import BadInput
 from ..model import Report
 
 Progress = Callable[[int, int], None]
@@ -30,18 +38,63 @@ def analyze_all(task: Callable[[Path, str], Report], paths: list[Path], ids: lis
             if progress:
                 progress(i + 1, total)
         return reports
-    with ProcessPoolExecutor(max_workers=min(jobs, total)) as pool:
+    pool = ProcessPoolExecutor(max_workers=min(jobs, total), initializer=_die_with_parent, initargs=(os.getpid(),))
+    try:
         futures = [pool.submit(task, p, rid) for p, rid in zip(paths, ids)]
-        for n, f in enumerate(as_completed(futures), 1):
-            if f.exception() is not None:
-                for g in futures:
-                    g.cancel()  # not yet started; the running ones finish before the pool closes
-                break
-            if progress:
-                progress(n, total)
+        _wait(futures, total, progress)
+        pool.shutdown(wait=True)
+    except BaseException:  # an error, Ctrl-C or SIGTERM: stop the workers now rather than wait for them
+        _stop(pool)
+        raise
+    return _results(futures, paths)
+
+
+def _wait(futures: list[Future], total: int, progress: Progress | None) -> None:
+    for n, f in enumerate(as_completed(futures), 1):
+        if f.exception() is not None:
+            for g in futures:
+                g.cancel()  # not yet started; the running ones finish before the pool closes
+            return
+        if progress:
+            progress(n, total)
+
+
+def _results(futures: list[Future], paths: list[Path]) -> list[Report]:
     # Inputs start in order, so every input before a cancelled one ran: the first failure in input
     # order is the one a serial build would have stopped at.
-    for f in futures:
-        if not f.cancelled() and f.exception() is not None:
-            raise f.exception()
+    for f, p in zip(futures, paths):
+        if f.cancelled():
+            continue
+        exc = f.exception()
+        if isinstance(exc, BrokenProcessPool):
+            raise BadInput(p, "a worker process died while analysing it (killed, or out of memory); nothing was written")
+        if exc is not None:
+            raise exc
     return [f.result() for f in futures]
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in list(getattr(pool, "_processes", {}).values()):  # the executor has no public way to end its workers
+        proc.terminate()
+
+
+def _die_with_parent(parent: int) -> None:
+    """Run in each worker: exit as soon as the build process is gone, whatever killed it."""
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            PR_SET_PDEATHSIG = 1
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:  # the parent died before the line above ran
+        os._exit(1)
+
+    def watch() -> None:  # elsewhere (and as a second guard): poll for the parent
+        while os.getppid() == parent:
+            threading.Event().wait(1.0)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True).start()

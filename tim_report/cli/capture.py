@@ -14,6 +14,7 @@ import click
 from ..errors import BadInput
 from .options import fail_cleanly
 from .progress import step_progress
+from .text import safe
 
 
 @click.command("capture")
@@ -81,7 +82,7 @@ def capture_command(model, prompts, rollouts, trainers, matrix, shadow, n_sample
     for path, b in targets:
         save_batch(b, path)
         d = b.trainer_logp - b.rollout_logp
-        line = (f"{path}: {b.n_seqs} sequences, {b.n_tokens} tokens, {b.meta['rollout_engine']} {b.meta['rollout_dtype']} vs "
+        line = (f"{safe(path)}: {b.n_seqs} sequences, {b.n_tokens} tokens, {b.meta['rollout_engine']} {b.meta['rollout_dtype']} vs "
                 f"{b.meta['trainer_engine']} {b.meta['trainer_dtype']}: mean |δ| {abs(d).mean():.3g} nats, max {abs(d).max():.3g}")
         if b.shadow_logp is not None:
             line += f", |β| mean {abs(b.trainer_logp - b.shadow_logp).mean():.3g}"

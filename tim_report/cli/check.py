@@ -20,7 +20,9 @@ import click
 
 from ..config import SEVERITIES, VERL_ALERTS
 from ..errors import BadInput
-from .options import fail_cleanly, key_option, parse_keys, parse_pairs, pickle_option, ppo_eps_option
+from .options import (fail_cleanly, key_option, meta_option, parse_keys, parse_meta, parse_pairs, pickle_option,
+                      ppo_eps_option)
+from .text import excluded_note, safe
 
 
 @click.command("check")
@@ -44,17 +46,19 @@ from .options import fail_cleanly, key_option, parse_keys, parse_pairs, pickle_o
 @ppo_eps_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per file instead of lines.")
 @key_option
+@meta_option
 @pickle_option
 @fail_cleanly
 def check_command(files, max_kl, max_kl_k3, min_ess, min_ess_seq, max_chi2_token, max_outside_5x, max_phantom_clip,
-                  no_limits, fail_on, overrides, ppo_eps, as_json, keys, allow_pickle):
+                  no_limits, fail_on, overrides, ppo_eps, as_json, keys, meta, allow_pickle):
     """Exit 1 when a batch breaks a limit or has a diagnosis finding (CI gate); 0 when clean; 2 on bad input."""
     from ..analysis import analyze
     from ..analysis.gate import default_limits, evaluate
     from ..config import DiagnosisThresholds, Thresholds
-    from ..io import load
+    from ..io import load, meta_overrides
 
     key_map = parse_keys(keys)
+    meta_map = meta_overrides(parse_meta(meta))
     values = parse_pairs(overrides, "--set", "NAME=VALUE")
     try:
         dth = DiagnosisThresholds().override(values) if values else None
@@ -67,15 +71,23 @@ def check_command(files, max_kl, max_kl_k3, min_ess, min_ess_seq, max_chi2_token
                                                    max_phantom_clip, min_ess_seq)
     failed = False
     for path in files:
-        batch = load(path, keys=key_map, allow_pickle=allow_pickle)
-        res = evaluate(analyze(batch, th, diagnosis_thresholds=dth), limits, fail_on)
+        batch = load(path, keys=key_map, allow_pickle=allow_pickle, meta=meta_map)
+        report = analyze(batch, th, diagnosis_thresholds=dth)
+        res = evaluate(report, limits, fail_on)
         failed |= not res.ok
         if as_json:
             click.echo(json.dumps({"file": str(path), "ok": res.ok, "regime": res.regime,
-                                   "violations": [v.__dict__ for v in res.violations]}, sort_keys=True))
+                                   "violations": [v.__dict__ for v in res.violations],
+                                   "excluded_tokens": report.data_problems["excluded_tokens"],
+                                   "input_problems": report.data_problems["input"]}, sort_keys=True))
             continue
+        name = safe(str(path))
         for v in res.violations:
-            click.echo(v.line(str(path)))
+            click.echo(v.line(name))
+        if report.routing.get("blocked_by_bug"):
+            click.echo(f"{name}: {report.routing['blocked_by_bug']['message']}")
         if res.ok:
-            click.echo(f"{path}: ok ({res.summary})")
+            click.echo(f"{name}: ok ({res.summary}{excluded_note(report)})")
+        elif excluded_note(report):
+            click.echo(f"{name}: note:{excluded_note(report).lstrip(';')}")
     sys.exit(1 if failed else 0)

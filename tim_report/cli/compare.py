@@ -10,31 +10,35 @@ from pathlib import Path
 
 import click
 
-from .options import fail_cleanly, key_option, parse_keys, pickle_option, timestamp_now, tokenizer_option
+from .options import (fail_cleanly, key_option, meta_option, output_path, parse_keys, parse_meta, pickle_option,
+                      timestamp_now, tokenizer_option)
+from .text import safe
 
 
 @click.command("compare")
 @click.argument("before", type=click.Path(path_type=Path))
 @click.argument("after", type=click.Path(path_type=Path))
-@click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path),
+@click.option("-o", "--output", "out", required=True, type=click.Path(),
               help="Output folder: index.html, compare.json, compare.md.")
 @click.option("--label-before", default=None, help="Name of the first batch on the page (default: its file stem).")
 @click.option("--label-after", default=None, help="Name of the second batch on the page (default: its file stem).")
 @tokenizer_option
 @click.option("--timestamp", is_flag=True, help="Stamp the build time into the page (off: same input, same bytes).")
 @key_option
+@meta_option
 @pickle_option
 @fail_cleanly
-def compare_command(before, after, out, label_before, label_after, tokenizer, timestamp, keys, allow_pickle):
+def compare_command(before, after, out, label_before, label_after, tokenizer, timestamp, keys, meta, allow_pickle):
     """Before/after report of two batches: metrics side by side, overlaid distributions, per-token change."""
     from ..analysis.compare import compare_batches
     from ..build import write_compare
-    from ..io import load
+    from ..io import load, meta_overrides
     from ..model import Comparison
 
-    key_map = parse_keys(keys)
-    b = load(before, keys=key_map, allow_pickle=allow_pickle, tokenizer=tokenizer)
-    a = load(after, keys=key_map, allow_pickle=allow_pickle, tokenizer=tokenizer)
+    out = output_path(out)
+    key_map, meta_map = parse_keys(keys), meta_overrides(parse_meta(meta))
+    b = load(before, keys=key_map, allow_pickle=allow_pickle, tokenizer=tokenizer, meta=meta_map)
+    a = load(after, keys=key_map, allow_pickle=allow_pickle, tokenizer=tokenizer, meta=meta_map)
     lb = label_before or before.stem
     la = label_after or after.stem
     if lb == la:
@@ -48,5 +52,5 @@ def compare_command(before, after, out, label_before, label_after, tokenizer, ti
         line += f"; tokens {pt['counts']['better']:,} better, {pt['counts']['worse']:,} worse"
     else:
         line += "; per-token change skipped (different tokens)"
-    click.echo(line)
-    click.echo(f"wrote {out}/")
+    click.echo(safe(line))
+    click.echo(f"wrote {safe(out)}/")

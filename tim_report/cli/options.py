@@ -6,6 +6,7 @@ A leaf module: it imports no command, so commands can use plain decorators from 
 from __future__ import annotations
 
 import functools
+import signal
 import sys
 from pathlib import Path
 
@@ -13,25 +14,39 @@ import click
 
 from ..config import PPO_EPS_HIGH, PPO_EPS_LOW
 from ..errors import BadInput
+from .text import safe
 
 
 def fail_cleanly(fn):
-    """Turn BadInput into `tim-report: error: FILE: problem` and exit 2, without a traceback."""
+    """Turn BadInput into `tim-report: error: FILE: problem` and exit 2, without a traceback.
+
+    SIGTERM is handled like Ctrl-C, so a killed build still unwinds: its staging folder is removed and
+    its workers are stopped."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        previous = signal.signal(signal.SIGTERM, _interrupt)
         try:
             return fn(*args, **kwargs)
         except BadInput as exc:
-            click.echo(f"tim-report: error: {exc}", err=True)
+            click.echo(f"tim-report: error: {safe(exc)}", err=True)
             sys.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            click.echo("tim-report: interrupted; the staging folder was removed", err=True)
+            sys.exit(130)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
 
     return wrapper
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
 def show_warning(message, category, filename, lineno, file=None, line=None):
     """warnings.showwarning for the CLI: one line, no source location."""
-    click.echo(f"tim-report: warning: {message}", err=True)
+    click.echo(f"tim-report: warning: {safe(message)}", err=True)
 
 
 def parse_pairs(values: tuple[str, ...], option: str, what: str) -> dict[str, str]:
@@ -49,6 +64,13 @@ def parse_keys(values: tuple[str, ...]) -> dict[str, str]:
     return parse_pairs(values, "--key", "ROLE=NAME")
 
 
+def output_path(value: str) -> Path:
+    """`-o` as a Path; an empty string would silently mean the current folder, so it is bad input."""
+    if not value.strip():
+        raise BadInput("-o", "is empty: name the output folder")
+    return Path(value)
+
+
 def timestamp_now() -> str:
     from datetime import datetime, timezone
 
@@ -63,4 +85,13 @@ pickle_option = click.option("--allow-pickle", is_flag=True,
 tokenizer_option = click.option("--tokenizer", type=click.Path(), help="Local tokenizer folder to decode token ids (offline).")
 ppo_eps_option = click.option("--ppo-eps", nargs=2, type=float, default=(PPO_EPS_LOW, PPO_EPS_HIGH), show_default=True,
                               metavar="LOW HIGH", help="PPO clip ε for phantom clipping, routing and the precision gap.")
+meta_option = click.option("--meta", "meta", multiple=True, metavar="KEY=VALUE",
+                           help="Name what the file does not say (repeatable): model, rollout_engine, rollout_dtype, "
+                                "trainer_engine, trainer_dtype, device, step. Overrides the file's own meta.")
+
+
+def parse_meta(values: tuple[str, ...]) -> dict[str, str]:
+    return parse_pairs(values, "--meta", "KEY=VALUE")
+
+
 timestamp_option = click.option("--timestamp", is_flag=True, help="Stamp the build time into the pages (off: same input, same bytes).")

@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from ..model import StepBatch
+from ..errors import BadInput
+from ..model import META_KEYS, StepBatch
 from .assemble import build_batch
 from .canonical import save_batch
 from .files import RawFile, read_file
@@ -25,13 +26,32 @@ __all__ = ["ROLE_ALIASES", "USER_ROLES", "RawFile", "describe", "load", "read_fi
 
 
 def load(path: str | Path, *, keys: dict[str, str] | None = None, allow_pickle: bool = False,
-         tokenizer: str | None = None) -> StepBatch:
-    """Read a step batch file into a StepBatch (raises BadInput with a one-line reason)."""
+         tokenizer: str | None = None, meta: dict[str, str] | None = None) -> StepBatch:
+    """Read a step batch file into a StepBatch (raises BadInput with a one-line reason).
+
+    `meta` (from `--meta KEY=VALUE`) names what the file does not: it overrides the file's own meta."""
     raw = read_file(path, allow_pickle=allow_pickle)
     batch = build_batch(raw, choose_roles(raw, keys))
     if tokenizer:
         batch.decoder = load_decoder(tokenizer)
+    batch.meta.update(meta_overrides(meta or {}))
     return batch
+
+
+def meta_overrides(pairs: dict[str, str]) -> dict:
+    """`--meta` values checked against META_KEYS (a typo is bad input, not a silent no-op); step as an integer."""
+    out: dict = {}
+    for key, value in pairs.items():
+        if key not in META_KEYS:
+            raise BadInput("--meta", f"unknown key '{key}' (keys: {', '.join(META_KEYS)})")
+        if key == "step":
+            try:
+                out[key] = int(value)
+            except ValueError:
+                raise BadInput("--meta", f"step={value}: not an integer") from None
+        else:
+            out[key] = value
+    return out
 
 
 def describe(path: str | Path, *, keys: dict[str, str] | None = None, allow_pickle: bool = False) -> dict[str, Any]:

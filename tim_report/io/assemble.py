@@ -58,6 +58,19 @@ class _Layout:
     trainer: np.ndarray
     mask: np.ndarray
     flat: _Flattener
+    problems: dict[str, int]
+
+
+def _trained(values: np.ndarray) -> tuple[np.ndarray, dict[str, int]]:
+    """Mask values → trained or not, counting the odd ones (model.INPUT_PROBLEMS) instead of deciding silently:
+    NaN and negative values are not trained, values other than 0 and 1 (loss weights, 7.5) are."""
+    v = np.asarray(values)
+    if v.dtype.kind == "b":
+        return v, {}
+    nan = np.isnan(v) if v.dtype.kind == "f" else np.zeros(v.shape, bool)
+    problems = {"mask_nan": int(nan.sum()), "mask_negative": int((v < 0).sum()),
+                "mask_not_binary": int(((v > 0) & (v != 1)).sum())}
+    return v > 0, {k: n for k, n in problems.items() if n}
 
 
 def build_batch(raw: RawFile, roles: dict[str, RoleChoice]) -> StepBatch:
@@ -83,7 +96,7 @@ def build_batch(raw: RawFile, roles: dict[str, RoleChoice]) -> StepBatch:
     batch = StepBatch(
         rollout_logp=tokens.rollout.astype(np.float64, copy=False),
         trainer_logp=tokens.trainer.astype(np.float64, copy=False),
-        offsets=tokens.flat.offsets, mask=tokens.mask, meta=dict(raw.meta), notes=notes,
+        offsets=tokens.flat.offsets, mask=tokens.mask, meta=dict(raw.meta), notes=notes, problems=tokens.problems,
     )
     _optional_roles(p, roles, get, layout, tokens.flat, rollout_raw, raw, batch)
     batch.meta.setdefault("source", str(p))
@@ -120,8 +133,11 @@ def _padded_layout(p: Path, roles: dict[str, RoleChoice], get: Callable, notes: 
     rollout, trainer = _logprobs(p, roles, get, "padded")
     cols = rollout.shape[1]
     mask2d = _aligned(p, "mask", roles, get("mask"), rollout.shape, notes)
-    if mask2d is not None and rollout.size and not (mask2d > 0).any():
-        raise BadInput(p, f"mask '{roles['mask'].key}' selects no tokens")
+    problems: dict[str, int] = {}
+    if mask2d is not None:
+        mask2d, problems = _trained(mask2d)
+        if rollout.size and not mask2d.any():
+            raise BadInput(p, f"mask '{roles['mask'].key}' selects no tokens")
     attn = get("attention")
     if attn is not None:
         attn = _numeric(p, roles["attention"].key, attn, "padded")
@@ -129,15 +145,15 @@ def _padded_layout(p: Path, roles: dict[str, RoleChoice], get: Callable, notes: 
             raise BadInput(p, f"'attention_mask' has shape {attn.shape}, expected [{rollout.shape[0]}, >= {cols}]")
         keep2d = attn[:, -cols:] > 0
         if mask2d is not None:
-            keep2d &= ~((mask2d == 0) & (rollout == 0) & (trainer == 0))
+            keep2d &= ~(~mask2d & (rollout == 0) & (trainer == 0))
     elif mask2d is not None:
-        keep2d = mask2d > 0
+        keep2d = mask2d
     else:
         keep2d = ~((rollout == 0) & (trainer == 0))
         notes.append("no mask key: positions where both log-probs are exactly 0.0 were taken as padding")
     flat = _Flattener.padded(keep2d)
-    mask = (mask2d[keep2d] > 0) if mask2d is not None else np.ones(int(keep2d.sum()), bool)
-    return _Layout(flat.take(rollout), flat.take(trainer), mask, flat)
+    mask = mask2d[keep2d] if mask2d is not None else np.ones(int(keep2d.sum()), bool)
+    return _Layout(flat.take(rollout), flat.take(trainer), mask, flat, problems)
 
 
 def _ragged_layout(p: Path, roles: dict[str, RoleChoice], get: Callable, notes: list[str]) -> _Layout:
@@ -145,9 +161,9 @@ def _ragged_layout(p: Path, roles: dict[str, RoleChoice], get: Callable, notes: 
     lengths = np.array([len(r) for r in rollout], dtype=np.int64)
     flat = _Flattener.ragged(lengths)
     m = get("mask")
-    mask = (flat.cat(_numeric(p, roles["mask"].key, m, "ragged", lengths)) > 0 if m is not None
-            else np.ones(flat.n_tokens, bool))
-    return _Layout(flat.cat(rollout), flat.cat(trainer), mask, flat)
+    mask, problems = (_trained(flat.cat(_numeric(p, roles["mask"].key, m, "ragged", lengths))) if m is not None
+                      else (np.ones(flat.n_tokens, bool), {}))
+    return _Layout(flat.cat(rollout), flat.cat(trainer), mask, flat, problems)
 
 
 def _flat_layout(p: Path, roles: dict[str, RoleChoice], get: Callable, notes: list[str]) -> _Layout:
@@ -155,9 +171,9 @@ def _flat_layout(p: Path, roles: dict[str, RoleChoice], get: Callable, notes: li
     offsets = _offsets(p, roles["offsets"].key, get("offsets"), rollout.shape[0])
     flat = _Flattener(offsets, None)
     m = get("mask")
-    mask = _numeric(p, roles["mask"].key, m, "flat") > 0 if m is not None else np.ones(flat.n_tokens, bool)
+    mask, problems = _trained(_numeric(p, roles["mask"].key, m, "flat")) if m is not None else (np.ones(flat.n_tokens, bool), {})
     _same_shape(p, rollout, mask, roles["rollout"].key, roles["mask"].key)
-    return _Layout(rollout, trainer, mask, flat)
+    return _Layout(rollout, trainer, mask, flat, problems)
 
 
 _LAYOUTS = {"padded": _padded_layout, "ragged": _ragged_layout, "flat": _flat_layout}

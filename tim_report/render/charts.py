@@ -11,9 +11,9 @@ from typing import Any
 
 import altair as alt
 
-from .format import sig
+from ..config import VERL_PROBS_DIFF_NORMAL, VERL_PROBS_DIFF_PROBLEM, DiagnosisThresholds
+from .format import fmt, sig
 
-WIDTH = 460
 HEIGHT = 220
 ORANGE = "#e08a00"
 RED = "#d62728"
@@ -26,8 +26,9 @@ def finish(chart: alt.TopLevelMixin) -> dict:
     return spec
 
 
-def sized(chart):
-    return chart.properties(width=WIDTH, height=HEIGHT)
+def sized(chart, height: int = HEIGHT):
+    """The chart fills its container's width (pages work from 420 px phones to wide screens)."""
+    return chart.properties(width="container", height=height)
 
 
 # ---- ratio histogram on a symlog axis of log r -------------------------------------------------
@@ -35,7 +36,7 @@ def sized(chart):
 def ratio_ticks(lo: float, hi: float, c: float, bands: dict) -> list[float]:
     """Tick positions (in log r) that read well as r on a symlog axis: 1, the band edges, 1 ± 10^-k, big ratios."""
     cands = [0.0] + [v for pair in bands.values() for v in pair]
-    for k in range(1, 8):
+    for k in range(1, 7):
         cands += [math.log1p(10.0 ** -k), math.log1p(-(10.0 ** -k))]
     for big in (20.0, 100.0, 1e3, 1e4, 1e6, 1e8):
         cands += [math.log(big), -math.log(big)]
@@ -51,18 +52,32 @@ def ratio_ticks(lo: float, hi: float, c: float, bands: dict) -> list[float]:
     return sorted(keep)
 
 
-RATIO_LABEL = ("abs(datum.value) < 0.01 ? (datum.value == 0 ? '1' : (datum.value > 0 ? '1+' : '1−') + "
-               "format(abs(exp(datum.value) - 1), '.0e')) : format(exp(datum.value), '.3~g')")
+# r as a reader writes it: 0.999, 1.001, 1.01, 2, 0.2, 1e+3 (plain decimals near 1, never "1+1e-2")
+RATIO_LABEL = "format(exp(datum.value), abs(datum.value) < 0.05 ? '.7~g' : '.3~g')"
+
+
+def ratio_axis(lo: float, hi: float, c: float, bands: dict) -> tuple[alt.Scale, alt.Axis]:
+    """The symlog x-axis of log r shared by the run page and the comparison, labelled in r."""
+    scale = alt.Scale(type="symlog", constant=c, domain=[lo, hi], nice=False)
+    axis = alt.Axis(values=[sig(v, 6) for v in ratio_ticks(lo, hi, c, bands)], labelExpr=RATIO_LABEL,
+                    title="r = p_train / p_rollout (stretched near 1: symlog of log r)", labelOverlap=True, grid=False)
+    return scale, axis
+
+
+def density_floor(values: list[float]) -> float:
+    """Where log-scale bars start: a third of the smallest non-zero density, so the thinnest bar shows."""
+    nonzero = [v for v in values if v and v > 0]
+    return sig(min(nonzero) / 3, 3) if nonzero else 1e-9
 
 
 def ratio_chart(ratio: dict) -> dict:
-    edges, counts, c = ratio["edges"], ratio["counts"], ratio["symlog_constant"]
+    edges, density, counts, c = ratio["edges"], ratio["density"], ratio["counts"], ratio["symlog_constant"]
     lo, hi = edges[0], edges[-1]
-    bars = [{"a": sig(edges[i], 6), "b": sig(edges[i + 1], 6), "n": counts[i]} for i in range(len(counts)) if counts[i]]
+    floor = density_floor(density)
+    bars = [{"a": sig(edges[i], 6), "b": sig(edges[i + 1], 6), "d": sig(density[i], 4), "n": counts[i], "f": floor}
+            for i in range(len(counts)) if counts[i]]
     b2, b5 = ratio["bands"]["2x"], ratio["bands"]["5x"]
-    x_scale = alt.Scale(type="symlog", constant=c, domain=[lo, hi], nice=False)
-    x_axis = alt.Axis(values=[sig(v, 6) for v in ratio_ticks(lo, hi, c, ratio["bands"])], labelExpr=RATIO_LABEL,
-                      title="r = p_train / p_rollout (symlog scale of log r)", labelOverlap=True, grid=False)
+    x_scale, x_axis = ratio_axis(lo, hi, c, ratio["bands"])
     bands = alt.Data(values=[{"a": b5[0], "b": b5[1], "band": "5x"}, {"a": b2[0], "b": b2[1], "band": "2x"}])
     band = alt.Chart(bands).mark_rect(opacity=0.1).encode(
         x=alt.X("a:Q", scale=x_scale, axis=x_axis), x2="b:Q",
@@ -71,9 +86,12 @@ def ratio_chart(ratio: dict) -> dict:
     rule2 = alt.Chart(edges_).transform_filter("datum.band == '2x'").mark_rule(color=ORANGE, strokeDash=[2, 2], strokeWidth=1.5).encode(x="x:Q")
     rule5 = alt.Chart(edges_).transform_filter("datum.band == '5x'").mark_rule(color=RED, strokeDash=[6, 3], strokeWidth=1.5).encode(x="x:Q")
     hist = alt.Chart(alt.Data(values=bars)).mark_rect(color=BLUE).encode(
-        x="a:Q", x2="b:Q", y=alt.Y("n:Q", title="tokens", scale=alt.Scale(type="sqrt")),
+        x="a:Q", x2="b:Q",
+        y=alt.Y("d:Q", title="share of tokens per unit of log r (log scale)", scale=alt.Scale(type="log", domainMin=floor),
+                axis=alt.Axis(format="~g")),
+        y2="f:Q",
         tooltip=[alt.Tooltip("a:Q", title="log r from", format=".3g"), alt.Tooltip("b:Q", title="log r to", format=".3g"),
-                 alt.Tooltip("n:Q", title="tokens")])
+                 alt.Tooltip("n:Q", title="tokens"), alt.Tooltip("d:Q", title="share per unit log r", format=".3g")])
     one = alt.Chart(alt.Data(values=[{"x": 0}])).mark_rule(color="currentColor", strokeWidth=1.5).encode(
         x="x:Q")
     one = one.encode(color=alt.value("#111"))
@@ -114,7 +132,7 @@ def density_chart(d: dict, corr: float | None) -> dict:
     line = alt.Chart(alt.Data(values=[{"x": lo, "y": lo}, {"x": hi, "y": hi}])).mark_line(
         color=RED, strokeDash=[4, 3], strokeWidth=1).encode(x="x:Q", y="y:Q")
     title = f"Pearson r = {corr:.6f}" if corr is not None else ""
-    return finish(alt.layer(rects, line).properties(width=300, height=300, title=alt.Title(title, fontSize=12, fontWeight="normal", anchor="start")))
+    return finish(sized(alt.layer(rects, line), 300).properties(title=alt.Title(title, fontSize=12, fontWeight="normal", anchor="start")))
 
 
 # ---- |δ| by bucket -------------------------------------------------------------------------------
@@ -168,19 +186,25 @@ def run_charts(report) -> list[dict[str, Any]]:
     out = []
     ratio = dist.get("ratio")
     if ratio and ratio.get("counts"):
-        cap = ("Good: one narrow spike at r = 1 (black line), well inside the shaded 2x band (dotted orange) and 5x band (dashed red); "
-               "the axis stretches near 1 so bf16-sized noise is visible.")
+        cap = ("Numerical noise is one peak centred on r = 1 (black line), well inside verl's 2x band (dotted orange) and 5x band "
+               "(dashed red). The height is the share of tokens per unit of log r on a log scale, so a single token far out still "
+               "shows; the axis is stretched near 1 so bf16-sized noise is visible.")
         if ratio.get("exact_one"):
             cap += f" {ratio['exact_one']:,} tokens have r exactly 1."
         out.append({"id": "ratio", "title": "Importance ratio r per token", "caption": cap, "spec": ratio_chart(ratio)})
     if dist.get("abs_dp") and dist["abs_dp"].get("counts"):
-        cap = "Good: the mass sits far left (|Δp| below 1e-3); a bump near 1 means tokens one side finds likely and the other does not."
+        cap = (f"Mean |Δp| is {fmt(m.get('abs_dp_mean'))}; verl's FAQ calls a mean below {VERL_PROBS_DIFF_NORMAL:g} normal and "
+               f"above {VERL_PROBS_DIFF_PROBLEM:g} a precision problem. A bump near 1 means tokens one side finds likely and the "
+               "other does not.")
         if dist["abs_dp"].get("zero"):
             cap += f" {dist['abs_dp']['zero']:,} tokens with |Δp| = 0 are not shown (log axis)."
         out.append({"id": "abs_dp", "title": "Probability difference |Δp| per token", "caption": cap, "spec": abs_dp_chart(dist["abs_dp"])})
     if dist.get("logp_density") and dist["logp_density"].get("cells"):
         d = dist["logp_density"]
-        cap = "Good: every cell on the dashed y = x line and a correlation above 0.999; a cloud off the line means the two sides score different things."
+        dt = DiagnosisThresholds()
+        cap = (f"On numerical noise every cell sits on the dashed y = x line and the correlation stays above {dt.noise_corr_min:g} "
+               f"(the diagnosis's noise limit); below {dt.systematic_corr_max:g}, or a cloud off the line, the two sides score "
+               "different things.")
         if d.get("clipped_below"):
             cap += f" {d['clipped_below']:,} tokens below {d['edges'][0]:g} are drawn at the edge."
         out.append({"id": "density", "title": "Rollout vs trainer log-prob", "caption": cap, "spec": density_chart(d, m.get("corr_logp"))})
@@ -195,9 +219,13 @@ def run_charts(report) -> list[dict[str, Any]]:
     sl = dist.get("seq_log_ratio")
     if sl and sl.get("length"):
         g = bd.get("length_growth") or {}
-        cap = "Good: points spread evenly around 0, widening slowly with length (a random walk); a fan that leans one way is systematic drift."
+        cap = ("Noise is a random walk: points spread evenly around 0 and widen slowly with length; a fan that leans one way "
+               "is systematic drift.")
         if g.get("exponent") is not None:
-            cap += f" Fitted |Σδ| ∝ length^b with b = {g['exponent']:.2f} ± {g['exponent_se']:.2f} (0.5 noise, 1 systematic)."
+            cap += (f" Fitted |Σδ| ∝ length^b: b = {g['exponent']:.2f} ± {g['exponent_se']:.2f} (0.5 for a random walk); the "
+                    f"diagnosis calls it drift at b ≥ {DiagnosisThresholds().drift_exponent_min:g} when b is also clearly above 0.5.")
+        elif g.get("reason"):
+            cap += f" Growth with length is not fitted: {g['reason']}."
         if sl.get("shown", 0) < sl.get("total", 0):
             cap += f" Showing {sl['shown']:,} of {sl['total']:,} sequences."
         out.append({"id": "seq", "title": "Sequence log-ratio Σδ vs length", "caption": cap, "spec": seq_chart(sl)})

@@ -39,17 +39,18 @@ def ratio_overlay(d: dict, labels: dict) -> dict:
     edges, c = d["edges"], d["symlog_constant"]
     lo, hi = edges[0], edges[-1]
     b2, b5 = d["bands"]["2x"], d["bands"]["5x"]
-    x_scale = alt.Scale(type="symlog", constant=c, domain=[lo, hi], nice=False)
-    x_axis = alt.Axis(values=[sig(v, 6) for v in ch.ratio_ticks(lo, hi, c, d["bands"])], labelExpr=ch.RATIO_LABEL,
-                      title="r = p_train / p_rollout (symlog scale of log r)", labelOverlap=True, grid=False)
+    x_scale, x_axis = ch.ratio_axis(lo, hi, c, d["bands"])
     bands = alt.Chart(alt.Data(values=[{"a": b5[0], "b": b5[1], "o": 0.06}, {"a": b2[0], "b": b2[1], "o": 0.08}])).mark_rect(
         color=ch.ORANGE).encode(x=alt.X("a:Q", scale=x_scale, axis=x_axis), x2="b:Q", opacity=alt.Opacity("o:Q", legend=None, scale=None))
-    pts = _steps(edges, {labels["before"]: d["before"]["fraction"], labels["after"]: d["after"]["fraction"]})
-    lines = alt.Chart(alt.Data(values=pts)).mark_line(interpolate="step-after", strokeWidth=1.8).encode(
-        x="x:Q", y=alt.Y("f:Q", title="share of tokens", scale=alt.Scale(type="sqrt"), axis=alt.Axis(format="%")),
+    floor = ch.density_floor(d["before"]["density"] + d["after"]["density"])
+    sides = {labels[k]: [max(v, floor) for v in d[k]["density"]] for k in ("before", "after")}  # empty bins sit on the floor
+    lines = alt.Chart(alt.Data(values=_steps(edges, sides))).mark_line(interpolate="step-after", strokeWidth=1.8).encode(
+        x="x:Q", y=alt.Y("f:Q", title="share of tokens per unit of log r (log scale)",
+                         scale=alt.Scale(type="log", domainMin=floor), axis=alt.Axis(format="~g")),
         color=_side_colour(labels), strokeDash=alt.StrokeDash("side:N", legend=None,
                                                               scale=alt.Scale(domain=[labels["before"], labels["after"]], range=[[5, 3], [1, 0]])),
-        tooltip=[alt.Tooltip("side:N"), alt.Tooltip("x:Q", title="log r from", format=".3g"), alt.Tooltip("f:Q", title="share", format=".2%")])
+        tooltip=[alt.Tooltip("side:N"), alt.Tooltip("x:Q", title="log r from", format=".3g"),
+                 alt.Tooltip("f:Q", title="share per unit log r", format=".3g")])
     one = alt.Chart(alt.Data(values=[{"x": 0}])).mark_rule(strokeWidth=1).encode(x="x:Q", color=alt.value("#111"))
     return ch.finish(ch.sized(alt.layer(bands, lines, one)))
 
@@ -74,21 +75,23 @@ def seq_scatter(points: dict, labels: dict) -> dict | None:
     lo = sig(min(min(p["b"], p["a"]) for p in pts) / 1.25)
     hi = sig(max(max(p["b"], p["a"]) for p in pts) * 1.25)
     scale = alt.Scale(type="log", domain=[lo, hi], nice=False)
+    axis = alt.Axis(format="~g", labelOverlap="greedy", tickCount=5, titleLimit=280)  # a decade can hold 9 ticks: keep few
     dots = alt.Chart(alt.Data(values=pts)).mark_circle(size=18, opacity=0.65, color=ch.BLUE).encode(
-        x=alt.X("b:Q", scale=scale, title=f"mean |δ| per sequence, {labels['before']} (nats)"),
-        y=alt.Y("a:Q", scale=scale, title=f"{labels['after']} (nats)"),
+        x=alt.X("b:Q", scale=scale, axis=axis, title=f"mean |δ| per sequence, {labels['before']} (nats)"),
+        y=alt.Y("a:Q", scale=scale, axis=axis, title=f"{labels['after']} (nats)"),
         tooltip=[alt.Tooltip("s:Q", title="row"), alt.Tooltip("b:Q", title=labels["before"], format=".3g"),
                  alt.Tooltip("a:Q", title=labels["after"], format=".3g")])
     line = alt.Chart(alt.Data(values=[{"x": lo, "y": lo}, {"x": hi, "y": hi}])).mark_line(
         color=ch.RED, strokeDash=[4, 3], strokeWidth=1).encode(x="x:Q", y="y:Q")
-    return ch.finish(alt.layer(dots, line).properties(width=300, height=300))
+    return ch.finish(ch.sized(alt.layer(dots, line), 300))
 
 
 def compare_charts(cmp: dict) -> list[dict]:
     labels, dist = cmp["labels"], cmp["distributions"]
     out = [{"id": "ratio", "title": "Importance ratio r per token, both batches on the same bins",
-            "caption": f"Share of each batch's tokens per bin ({labels['before']} dashed grey, {labels['after']} solid blue). "
-                       "Better: the line narrows around r = 1 (black); the shading marks the 2x and 5x bands.",
+            "caption": f"Share of each batch's tokens per unit of log r, on a log scale ({labels['before']} dashed grey, "
+                       f"{labels['after']} solid blue). Better: the peak narrows around r = 1 (black); the shading marks "
+                       "verl's 2x and 5x bands.",
             "spec": ratio_overlay(dist["ratio"], labels)}]
     if dist.get("abs_dp"):
         out.append({"id": "abs_dp", "title": "Probability difference |Δp| per token",

@@ -11,15 +11,21 @@ import functools
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader
-from markupsafe import Markup
+from markupsafe import Markup, escape
 
 from .. import glossary
-from ..config import HOT_DIFF, health
+from ..config import HEALTH, HOT_DIFF, health
 from . import charts as ch
 from .format import fixed, fmt, pct, sig, visible
 from .vega import javascript_bundle
 from .views import (TOKEN_ROWS_OPEN, flat_metrics, groups_view, headline, kv_items, kv_tables, percentile_rows,
                     samples_view, title_parts)
+
+
+# The index table's numeric columns, explained on the index from the glossary (key, column heading).
+INDEX_COLUMNS = (("abs_delta_median", "median |δ|"), ("kl_k3", "KL k3"), ("ess", "ESS"), ("outside_2x", "outside 2x"),
+                 ("outside_5x", "outside 5x"), ("phantom_clip", "phantom clip"), ("veto_token_fraction", "veto"),
+                 ("routing", "routing"))
 
 
 def templates_dir() -> Path:
@@ -29,6 +35,16 @@ def templates_dir() -> Path:
         if (cand / "run.html").is_file():
             return cand
     raise FileNotFoundError(f"tim-report templates not found under {pkg}")
+
+
+def code_spans(text: str | None) -> Markup:
+    """Text tim-report wrote (verdicts, advice) with its `backtick spans` as <code>; everything else escaped."""
+    if text is None:
+        return Markup("")
+    parts = str(text).split("`")
+    if len(parts) % 2 == 0:  # an unbalanced backtick: show it as it is
+        return escape(str(text))
+    return Markup("").join(escape(p) if i % 2 == 0 else Markup("<code>%s</code>") % p for i, p in enumerate(parts))
 
 
 def render_notes(notes_md: str | None) -> Markup | None:
@@ -48,8 +64,10 @@ def environment(path: str | None = None) -> Environment:
     env = Environment(loader=FileSystemLoader(path or str(templates_dir())), autoescape=True,
                       trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.policies["json.dumps_kwargs"] = {"sort_keys": True, "separators": (",", ":"), "ensure_ascii": False}
-    env.filters.update(fmt=fmt, pct=pct, fixed=fixed, visible=visible)
-    env.globals.update(glossary=glossary.GLOSSARY, conventions=glossary.CONVENTIONS, health=health, kv_items=kv_items, kv_tables=kv_tables)
+    env.filters.update(fmt=fmt, pct=pct, fixed=fixed, visible=visible, code=code_spans)
+    env.globals.update(glossary=glossary.GLOSSARY, glossary_by_key=glossary.BY_KEY, conventions=glossary.CONVENTIONS,
+                       health=health, health_bands=HEALTH, health_legend=glossary.HEALTH_LEGEND, kv_items=kv_items,
+                       kv_tables=kv_tables)
     return env
 
 
@@ -91,8 +109,9 @@ def trend_points(index: dict) -> list[dict]:
     return [{**p, "value": sig(p["value"], 6)} for p in tr.get("points") or []]
 
 
-def render_index(index: dict, timestamp: str | None = None) -> str:
+def render_index(index: dict, timestamp: str | None = None, notes_md: str | None = None) -> str:
     """site/index.html from the index summary (analysis.runs.index_summary)."""
     tr = index.get("trend")
     charts = [{"id": "trend", "spec": ch.trend_chart(trend_points(index), [m["name"] for m in tr["metrics"]])}] if tr else []
-    return environment().get_template("index.html").render(rows=index["runs"], ix=index, **page_context(charts, timestamp))
+    return environment().get_template("index.html").render(rows=index["runs"], ix=index, notes=render_notes(notes_md),
+                                                           columns=INDEX_COLUMNS, **page_context(charts, timestamp))

@@ -52,6 +52,9 @@ def _verdict(report) -> str:
     ev = kv_items(diag.get("evidence"))
     if ev:
         lines += ["", "Evidence: " + " · ".join(f"{esc(k)} = {esc(v, TEXT_CHARS)}" for k, v in ev)]
+    blocked = (report.routing or {}).get("blocked_by_bug")
+    if blocked:
+        lines += ["", f"❌ **{esc(blocked['message'], None, own=True)}**"]
     if diag.get("what_to_check"):
         lines += ["", f"**What to check:** {esc(diag['what_to_check'], None, own=True)}"]
     findings = diag.get("findings") or []
@@ -69,8 +72,20 @@ def _summary(report) -> str:
              ["mean \\|δ\\| (nats)", esc(f"{fmt(m.get('abs_delta_mean'))} ± {fmt(m.get('abs_delta_mean_se'), 2)}"), ""],
              ["max \\|δ\\| (nats)", fmt(m.get("abs_delta_max")), ""],
              ["χ² token", fmt(m.get("chi2_token")), ""]]
-    return "## Summary\n\n" + table(["metric", "value", "reading"], rows + extra, numeric=[1]) + \
+    return "## Summary\n\n" + _data_problems(report) + table(["metric", "value", "reading"], rows + extra, numeric=[1]) + \
         f"\n\n{esc(glossary.CONVENTIONS, None, own=True)}"
+
+
+def _data_problems(report) -> str:
+    """Tokens left out and input values repaired, said before any number they affect (or nothing when there are none)."""
+    dp = report.data_problems or {}
+    if not dp.get("messages"):
+        return ""
+    lines = [f"⚠️ {esc(msg, None, own=True)}." for msg in dp["messages"]]
+    if dp.get("excluded_tokens"):
+        lines.insert(0, f"⚠️ **{fmt(dp['excluded_tokens'])} masked tokens ({pct(dp.get('excluded_fraction'))}) are excluded "
+                        "from every number below.**")
+    return "\n".join(f"- {line}" for line in lines) + "\n\n"
 
 
 def _findings(report) -> str:
@@ -99,7 +114,10 @@ def _routing(report) -> str:
     counts, fractions = r.get("counts") or {}, r.get("fractions") or {}
     unit = esc(r.get("unit") or "group")
     parts = [f"{ROUTE[k]} {fmt(counts.get(k))} ({pct(fractions.get(k))})" for k in ROUTE]
-    lines = [f"## Routing by {unit} and what-if corrections", "", " · ".join(parts)]
+    lines = [f"## Routing by {unit} and what-if corrections", ""]
+    if r.get("blocked_by_bug"):
+        lines += [f"❌ **{esc(r['blocked_by_bug']['message'], None, own=True)}**", ""]
+    lines.append(" · ".join(parts))
     rules = r.get("rules") or {}
     if rules:
         lines += ["", "Rules: " + "; ".join(f"{esc(k)}: {esc(v, None, own=True)}" for k, v in sorted(rules.items())) + "."]
@@ -231,6 +249,7 @@ def _runs_table(index: dict, base_url: str | None) -> str:
             f"{esc(r['rollout_dtype'])} → {esc(r['trainer_dtype'])}", esc(r["device"]),
             fmt(r["step"]) if r["step"] is not None else "—", fmt(r["tokens"]), fixed(r["ess"], 4), fmt(r["kl_k3"]),
             fmt(r["abs_delta_median"]), pct(r["outside_5x"]), pct(r["veto_token_fraction"]),
+            "❌ fix the bug first" if r["blocked_by_bug"] else
             f"{fmt(rt.get('train'))} / {fmt(rt.get('train_with_correction'))} / {fmt(rt.get('quarantine'))}",
             f"{REGIME.get(r['regime'], '➖')} {esc((r['regime'] or '—').replace('_', ' '))}",
         ])
@@ -243,13 +262,21 @@ def _runs_table(index: dict, base_url: str | None) -> str:
 
 
 def _pairs_table(index: dict) -> str:
-    rows = [[_colour(p["health"]), esc(p["rollout_engine"]), esc(p["trainer_engine"]), fmt(p["count"]), fixed(p["mean_ess"], 4),
+    rows = [[_colour(p["health"]), f"{esc(p['rollout_engine'])} {esc(p['rollout_dtype'])}",
+             f"{esc(p['trainer_engine'])} {esc(p['trainer_dtype'])}", fmt(p["count"]), fixed(p["mean_ess"], 4),
              pct(p["mean_clipped"]), fmt(p["mean_seq_log_ratio"]), fmt(p["mean_abs_delta"]), fmt(p["worst_abs_delta_max"]), fmt(p["tokens"])]
             for p in index["engine_pairs"]]
-    return ("## Engine pairs\n\nRuns with the same rollout and trainer engine, aggregated: means over runs, the worst max |δ|, "
-            "total tokens; the colour is the mean ESS's.\n\n"
-            + table(["colour", "rollout engine", "trainer engine", "runs", "mean ESS", "mean clipped", "mean Σδ", "mean \\|δ\\|",
-                     "worst max \\|δ\\|", "tokens"], rows, numeric=range(3, 10)))
+    out = ("## Engine pairs\n\nRuns with the same rollout engine and dtype and the same trainer engine and dtype, aggregated: "
+           "means over runs, the worst max |δ|, total tokens; the colour is the mean ESS's.")
+    if rows:
+        out += "\n\n" + table(["colour", "rollout", "trainer", "runs", "mean ESS", "mean clipped", "mean Σδ", "mean \\|δ\\|",
+                                "worst max \\|δ\\|", "tokens"], rows, numeric=range(3, 10))
+    unpaired = index.get("unpaired_runs") or []
+    if unpaired:
+        out += (f"\n\n⚠️ {len(unpaired)} run(s) name no engines and dtypes and are not averaged with anything: "
+                + ", ".join(esc(r) for r in unpaired[:20]) + (" …" if len(unpaired) > 20 else "")
+                + ". Name them with `--meta rollout_engine=... --meta rollout_dtype=...`.")
+    return out
 
 
 def _precision_table(index: dict) -> str:

@@ -25,7 +25,8 @@ _SPECIAL_OWN = re.compile(r"([\\`*_\[\]|~#$@!{}])")
 def esc(text: Any, limit: int | None = NAME_CHARS, own: bool = False) -> str:
     """A user-provided string as inert inline text: controls made visible, HTML as entities, markdown escaped.
 
-    `own`: text tim-report wrote itself (verdicts, glossary, rules), where ':' and '=' stay unescaped for readability.
+    `own`: text tim-report wrote itself (verdicts, glossary, rules), where ':' and '=' stay unescaped for
+    readability and `backtick spans` stay code (commands and option names).
     """
     if text is None:
         return "—"
@@ -33,9 +34,17 @@ def esc(text: Any, limit: int | None = NAME_CHARS, own: bool = False) -> str:
     if limit is not None and len(s) > limit:
         s = s[: limit - 1] + "…"
     s = _CONTROL.sub(lambda m: visible(m.group(0)) if m.group(0) not in "\u2028\u2029" else "↵", s)
-    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    s = (_SPECIAL_OWN if own else _SPECIAL).sub(r"\\\1", s)
+    parts = s.split("`")
+    if own and len(parts) % 2 == 1 and len(parts) > 1:  # balanced code spans: literal inside, pipes escaped for tables
+        s = "".join(_inline(p, own) if i % 2 == 0 else "`" + p.replace("|", "\\|") + "`" for i, p in enumerate(parts))
+    else:
+        s = _inline(s, own)
     return s if s.strip() else "∅"
+
+
+def _inline(s: str, own: bool) -> str:
+    s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return (_SPECIAL_OWN if own else _SPECIAL).sub(r"\\\1", s)
 
 
 def width(text: str) -> int:

@@ -101,7 +101,9 @@ def groups_view(report) -> dict:
     idx = sorted(range(len(names)), key=lambda i: (ROUTE_ORDER.get(g["route"][i], 3), -(g["abs_delta_mean"][i] or 0.0), i))
     cols = ("name", "sequences", "tokens", "abs_delta_mean", "k3_mean", "clipped_fraction", "vetoed_tokens", "min_ratio", "route")
     rows = [{c: g[c][i] for c in cols} for i in idx[:GROUP_ROWS]]
-    return {"unit": g.get("unit", "group"), "rows": rows, "total": len(names), "hidden": max(len(names) - GROUP_ROWS, 0)}
+    routes = set(g.get("route") or [])
+    return {"unit": g.get("unit", "group"), "rows": rows, "total": len(names), "hidden": max(len(names) - GROUP_ROWS, 0),
+            "uniform": routes.pop() if len(routes) == 1 and len(names) > 1 else None}
 
 
 def flat_metrics(report) -> list[dict]:

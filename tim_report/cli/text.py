@@ -1,0 +1,41 @@
+"""What the commands print: file-supplied strings made safe for a terminal or CI log, and one-line summaries.
+
+A key name, a path or a token may hold a newline, ESC/OSC sequences or a `::notice::` prefix; printed raw
+it could fake an "ok" line, clear the screen or send a GitHub Actions workflow command. `safe` turns every
+control and invisible-formatting character into a visible escape, so whatever a file holds stays on its
+own line's tail, after our prefix.
+"""
+
+from __future__ import annotations
+
+import re
+
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff\ud800-\udfff]")
+
+
+def safe(text: object) -> str:
+    """`text` with controls, bidi overrides, line separators and lone surrogates as visible \\x / \\u escapes."""
+    def escape(m: re.Match) -> str:
+        c = ord(m.group(0))
+        return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+    return _UNSAFE.sub(escape, str(text))
+
+
+def excluded_note(report) -> str:
+    """'; 12 tokens excluded (NaN/inf/positive log-probs), 3 input values repaired', or '' when nothing was."""
+    dp = report.data_problems or {}
+    parts = []
+    if dp.get("excluded_tokens"):
+        parts.append(f"{dp['excluded_tokens']:,} tokens excluded (NaN, inf or positive log-probs)")
+    repaired = sum((dp.get("input") or {}).values())
+    if repaired:
+        parts.append(f"{repaired:,} input values repaired ({', '.join(sorted(dp['input']))})")
+    return "; " + ", ".join(parts) if parts else ""
+
+
+def summary_line(report) -> str:
+    """One run after a build: size, the headline numbers, and anything left out."""
+    m = report.metrics
+    return (f"{safe(report.run['id'])}: {m['tokens']} tokens, {m['sequences']} sequences, "
+            f"median |δ| {m['abs_delta_median']:.3g} nats, KL k3 {m['kl_k3']:.3g}, ESS {m['ess']:.4f}{excluded_note(report)}")
