@@ -41,12 +41,13 @@ def site(tmp_path_factory) -> Path:
                       notes_md="Notes with <script>alert('notes')</script> and <img src=x onerror=alert(9)>.")
 
 
-def open_page(browser, path: Path, scheme: str = "light"):
-    page = browser.new_page(color_scheme=scheme, viewport={"width": 1300, "height": 900})
-    seen = {"errors": [], "requests": [], "dialogs": []}
+def open_page(browser, path: Path, scheme: str = "light", width: int = 1300):
+    page = browser.new_page(color_scheme=scheme, viewport={"width": width, "height": 900})
+    seen = {"errors": [], "requests": [], "dialogs": [], "failed": {}}
     page.on("console", lambda m: seen["errors"].append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: seen["errors"].append(str(e)))
     page.on("request", lambda r: seen["requests"].append(r.url))
+    page.on("requestfailed", lambda r: seen["failed"].__setitem__(r.url, r.failure))
 
     def on_dialog(d):
         seen["dialogs"].append(d.message)
@@ -98,4 +99,82 @@ def test_index_draws_and_links(browser, site):
     page.wait_for_load_state()
     assert page.url.endswith("step9/index.html")
     assert seen["dialogs"] == []
+    page.close()
+
+
+# ---- any screen, no network --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def compare_page(tmp_path_factory) -> Path:
+    from tim_report.api import compare
+
+    b = hostile_batch()
+    a = hostile_batch()
+    a.trainer_logp = (a.rollout_logp + 0.5 * (a.trainer_logp - a.rollout_logp)).clip(max=0)
+    return compare(b, a, labels=("before " + "x" * 60, "after")).write(tmp_path_factory.mktemp("cmp") / "cmp") / "index.html"
+
+
+@pytest.mark.parametrize("width", [420, 1300])
+@pytest.mark.parametrize("which", ["run", "index", "compare"])
+def test_pages_fit_the_screen(browser, site, compare_page, width, which):
+    path = {"run": site / "step7" / "index.html", "index": site / "index.html", "compare": compare_page}[which]
+    page, seen, _ = open_page(browser, path, width=width)
+    assert page.evaluate("document.documentElement.scrollWidth") <= width  # nothing makes the page scroll sideways
+    assert seen["errors"] == []
+    page.close()
+
+
+def test_remote_images_in_notes_are_blocked_by_the_pages_policy(browser, tmp_path):
+    notes = ("![tracker](https://example.org/pixel.png) <img src='http://example.org/x.png'> "
+             "[ok](https://example.org/) ![local](data:image/png;base64,AAAA) ![](//example.org/y.png)")
+    out = build_site(tmp_path, [("n", hostile_batch())], notes_md=notes)
+    notes_html = (out / "n" / "index.html").read_text().split('<section id="notes"', 1)[1].split("</section>", 1)[0]
+    assert "<img" not in notes_html and '<a href="https://example.org/pixel.png">' in notes_html  # a link, never loaded
+    for path in (out / "n" / "index.html", out / "index.html"):
+        assert "Content-Security-Policy" in path.read_text()
+        page, seen, _ = open_page(browser, path)
+        page.wait_for_timeout(300)
+        remote = [u for u in seen["requests"] if not u.startswith("file:")]
+        assert all("csp" in str(seen["failed"].get(u)).lower() for u in remote), (remote, seen["failed"])
+        page.close()
+
+
+def test_ratio_chart_of_unimodal_noise_draws_one_peak(browser, tmp_path):
+    """The drawn bars (not just the data) rise to one maximum at r = 1 and fall after it."""
+    import numpy as np
+
+    from tim_report.model import StepBatch
+
+    rng = np.random.default_rng(0)
+    n = 200_000
+    ro = -np.abs(rng.standard_normal(n)) - 0.5
+    b = StepBatch(rollout_logp=ro, trainer_logp=ro + 0.01 * rng.standard_normal(n), offsets=np.arange(0, n + 1, 200),
+                  mask=np.ones(n, bool))
+    out = build_site(tmp_path, [("noise", b)])
+    page, seen, _ = open_page(browser, out / "noise" / "index.html")
+    heights = page.evaluate("""() => {
+      const marks = [...document.querySelectorAll('#chart-ratio svg .mark-rect path')]
+        .map(p => p.getBBox()).filter(b => b.height > 0 && b.width < 40);  // the histogram bars, not the bands
+      marks.sort((a, b) => a.x - b.x);
+      return marks.map(b => b.height);
+    }""")
+    page.close()
+    assert len(heights) > 20
+    peak = heights.index(max(heights))
+    inner = heights[max(0, peak - 15): peak + 16]  # the well-populated bins around the peak
+    p = inner.index(max(inner))
+    assert all(x <= y + 1 for x, y in zip(inner[:p], inner[1:p + 1])) and all(y <= x + 1 for x, y in zip(inner[p:], inner[p + 1:]))
+
+
+def test_the_policy_blocks_a_load_the_renderer_let_through(browser, tmp_path):
+    """Defence in depth: were an <img> to reach a page, its Content-Security-Policy stops the request."""
+    out = build_site(tmp_path, [("p", hostile_batch())])
+    page_path = out / "p" / "index.html"
+    html = page_path.read_text().replace("<main>", "<main><img src='https://example.org/leak.png'>", 1)
+    page_path.write_text(html)
+    page, seen, _ = open_page(browser, page_path)
+    page.wait_for_timeout(300)
+    remote = [u for u in seen["requests"] if not u.startswith("file:")]
+    assert remote == ["https://example.org/leak.png"] and "csp" in str(seen["failed"].get(remote[0])).lower(), seen["failed"]
     page.close()

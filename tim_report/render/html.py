@@ -48,12 +48,14 @@ def code_spans(text: str | None) -> Markup:
 
 
 def render_notes(notes_md: str | None) -> Markup | None:
-    """The author's markdown narrative; raw HTML in it is escaped, unsafe link schemes are dropped."""
+    """The author's markdown narrative; raw HTML in it is escaped, unsafe link schemes are dropped, and images are
+    not rendered (a page promises to load nothing from the network; the Content-Security-Policy enforces it too)."""
     if not notes_md:
         return None
     from markdown_it import MarkdownIt
 
-    md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False}).enable("table").enable("strikethrough")
+    md = (MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
+          .enable("table").enable("strikethrough").disable("image"))
     return Markup(md.render(notes_md))
 
 
