@@ -147,3 +147,50 @@ def test_relative_links_resolve(site):
         run = (site / rid / "report.md").read_text(encoding="utf-8")
         for link in re.findall(r"\]\(([^)]*)\)", run):
             assert (site / rid / link).is_file(), link
+
+
+def cmark_gfm(text: str) -> str:
+    """GitHub's own renderer (Debian's cmark-gfm), with the extensions GitHub turns on."""
+    import shutil
+    import subprocess
+
+    exe = shutil.which("cmark-gfm")
+    if exe is None:
+        from helpers import skip_or_fail
+
+        skip_or_fail("cmark-gfm is not installed (apt-get install cmark-gfm)")
+    return subprocess.run([exe, "-e", "table", "-e", "strikethrough", "-e", "autolink", "-e", "tagfilter", "--unsafe"],
+                          input=text, capture_output=True, text=True, check=True).stdout
+
+
+def test_githubs_renderer_sees_the_tables_and_nothing_unsafe(site, tmp_path):
+    from html.parser import HTMLParser
+
+    from tim_report.analysis.compare import compare_batches
+    from tim_report.render.compare_md import render_compare_md
+
+    class Tags(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.tags, self.attrs, self.rows = [], [], []
+
+        def handle_starttag(self, tag, attrs):
+            self.tags.append(tag)
+            self.attrs += [a for a, _ in attrs]
+            if tag == "tr":
+                self.rows.append(0)
+            if tag in ("td", "th") and self.rows:
+                self.rows[-1] += 1
+
+    a, b = hostile_batch(), hostile_batch(seed=4)
+    texts = [(site / "step7" / "report.md").read_text(), (site / "report.md").read_text(),
+             render_compare_md(compare_batches(a, b, labels=("<b>old|x</b>", "new")))]
+    for text in texts:
+        html = cmark_gfm(text)
+        tags = Tags()
+        tags.feed(html)
+        assert tags.tags.count("table") == sum(1 for t in GFM.parse(text) if t.type == "table_open") > 0
+        assert set(tags.tags) <= {"h1", "h2", "h3", "p", "table", "thead", "tbody", "tr", "th", "td", "a", "strong", "em",
+                                  "code", "ul", "li", "details", "summary", "blockquote", "br"}, set(tags.tags)
+        assert set(tags.attrs) <= {"href", "align"}, set(tags.attrs)
+        assert "<script" not in html and not re.search(r'href="\s*(javascript|data|vbscript):', html, re.I)
