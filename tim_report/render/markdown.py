@@ -20,7 +20,7 @@ from .. import glossary
 from ..config import HEALTH, HOT_DIFF, VETO, health
 from .format import fixed, fmt, pct
 from .md import assemble, details, esc, href, run_path, table
-from .views import groups_view, headline, kv_items, kv_tables, samples_view, title_parts
+from .views import flat_metrics, groups_view, headline, kv_items, kv_tables, samples_view, title_parts
 
 TEXT_CHARS = 160  # model in the title, finding titles, evidence values
 TOKEN_CHARS = 32  # one token's text in a per-token table
@@ -183,14 +183,7 @@ def _samples(report, html: str) -> str:
 
 
 def _all_numbers(report) -> str:
-    m = report.metrics
-    rows = []
-    for k in sorted(m):
-        v = m[k]
-        if isinstance(v, (dict, list)) or k.endswith("_se"):
-            continue
-        se = m.get(k + "_se")
-        rows.append([esc(k), esc(fmt(v) if se is None else f"{fmt(v)} ± {fmt(se, 2)}")])
+    rows = [[esc(x["key"]), esc(x["value"])] for x in flat_metrics(report)]
     verl = report.verl or {}
     vrows = [[esc(k), esc(fmt(v))] for k, v in sorted(verl.items()) if not isinstance(v, (dict, list))]
     body = table(["metric", "value"], rows, numeric=[1])
