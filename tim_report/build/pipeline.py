@@ -16,7 +16,7 @@ from ..analysis import analyze
 from ..analysis.runs import index_summary
 from ..config import Thresholds
 from ..errors import BadInput
-from ..io import load
+from ..io import Source, load, sources
 from ..io.output import move_into, staging
 from ..model import Comparison, Report, dumps
 from .executors import Progress, analyze_all
@@ -35,6 +35,7 @@ class BuildOptions:
     base_url: str | None = None
     timestamp: str | None = None
     jobs: int = 1
+    format_hint: str | None = None
 
 
 def safe_run_id(name: str) -> str:
@@ -42,23 +43,33 @@ def safe_run_id(name: str) -> str:
     return rid or "run"
 
 
-def unique_ids(paths: list[Path], given: list[str] | None) -> list[str]:
-    if given:
-        if len(given) != len(paths):
-            raise BadInput("--run-id", f"given {len(given)} times for {len(paths)} input files")
-        ids = [safe_run_id(g) for g in given]
-    else:
-        ids = [safe_run_id(p.stem) for p in paths]
+def unique_ids(names: list[str]) -> list[str]:
+    """Safe folder names, unique: a repeated name gets -2, -3, ..."""
     seen: dict[str, int] = {}
     out = []
-    for rid in ids:
+    for rid in (safe_run_id(n) for n in names):
         seen[rid] = seen.get(rid, 0) + 1
         out.append(rid if seen[rid] == 1 else f"{rid}-{seen[rid]}")
     return out
 
 
-def analyze_file(opts: BuildOptions, path: Path, run_id: str) -> Report:
-    batch = load(path, keys=opts.keys, allow_pickle=opts.allow_pickle, tokenizer=opts.tokenizer)
+def expand(paths: list[Path], given: list[str] | None, format_hint: str | None = None) -> tuple[list[Source], list[str]]:
+    """Every batch under the command-line paths (a run folder gives one per step) and its run id.
+
+    `--run-id` is given once per path; a path holding several steps prefixes each step's id with it.
+    """
+    if given and len(given) != len(paths):
+        raise BadInput("--run-id", f"given {len(given)} times for {len(paths)} inputs")
+    found, names = [], []
+    for i, path in enumerate(paths):
+        batches = sources(path, format_hint)
+        found += batches
+        names += [s.run_id if not given else given[i] if len(batches) == 1 else f"{given[i]}-{s.run_id}" for s in batches]
+    return found, unique_ids(names)
+
+
+def analyze_file(opts: BuildOptions, src: Source, run_id: str) -> Report:
+    batch = load(src, keys=opts.keys, allow_pickle=opts.allow_pickle, tokenizer=opts.tokenizer)
     return analyze(batch, opts.thresholds, run_id=run_id)
 
 
@@ -91,9 +102,10 @@ def write_index(reports: list[Report], folder: Path, opts: BuildOptions) -> None
 
 def build(paths: list[Path], out: Path, opts: BuildOptions, run_ids: list[str] | None = None,
           progress: Progress | None = None) -> list[Report]:
-    """Analyse every input, render into a staging folder, then move the results into `out`."""
-    ids = unique_ids(paths, run_ids)
-    reports = analyze_all(functools.partial(analyze_file, opts), paths, ids, opts.jobs, progress)
+    """Analyse every batch under the inputs (a run folder: one per step), render into a staging folder, then
+    move the results into `out`."""
+    found, ids = expand(paths, run_ids, opts.format_hint)
+    reports = analyze_all(functools.partial(analyze_file, opts), found, ids, opts.jobs, progress)
     with staging(out) as folder:
         for report in reports:
             write_run(report, folder / report.run["id"], opts)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import click
 
-from .options import fail_cleanly, key_option, parse_keys, pickle_option, timestamp_now, tokenizer_option
+from .options import (fail_cleanly, format_hint_option, key_option, parse_keys, pickle_option, timestamp_now,
+                      tokenizer_option)
 
 
 @click.command("compare")
@@ -23,9 +24,10 @@ from .options import fail_cleanly, key_option, parse_keys, pickle_option, timest
 @tokenizer_option
 @click.option("--timestamp", is_flag=True, help="Stamp the build time into the page (off: same input, same bytes).")
 @key_option
+@format_hint_option
 @pickle_option
 @fail_cleanly
-def compare_command(before, after, out, label_before, label_after, tokenizer, timestamp, keys, allow_pickle):
+def compare_command(before, after, out, label_before, label_after, tokenizer, timestamp, keys, format_hint, allow_pickle):
     """Before/after report of two batches: metrics side by side, overlaid distributions, per-token change."""
     from ..analysis.compare import compare_batches
     from ..build import write_compare
@@ -33,8 +35,8 @@ def compare_command(before, after, out, label_before, label_after, tokenizer, ti
     from ..model import Comparison
 
     key_map = parse_keys(keys)
-    b = load(before, keys=key_map, allow_pickle=allow_pickle, tokenizer=tokenizer)
-    a = load(after, keys=key_map, allow_pickle=allow_pickle, tokenizer=tokenizer)
+    b = load(before, keys=key_map, allow_pickle=allow_pickle, tokenizer=tokenizer, format_hint=format_hint)
+    a = load(after, keys=key_map, allow_pickle=allow_pickle, tokenizer=tokenizer, format_hint=format_hint)
     lb = label_before or before.stem
     la = label_after or after.stem
     if lb == la:

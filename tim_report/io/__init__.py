@@ -88,7 +88,7 @@ def _read(src: Source, keys: dict[str, str] | None, allow_pickle: bool) -> tuple
     reader = {"prime-rl": prime_rl, "nemo-rl": nemo_rl, "slime": slime, "miles": miles, "skyrl": skyrl}[src.framework]
     batch, fields = reader.read(src, allow_pickle)
     batch.meta.setdefault("source", str(src.origin))
-    why = f"the {src.framework} dump's field for it ({batch.meta['layout']})"
+    why = f"fixed by the {src.framework} format"
     return batch, fields, {r: {"key": k, "reason": why} for r, k in batch.meta.get("keys", {}).items()}
 
 

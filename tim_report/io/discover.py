@@ -69,8 +69,9 @@ def file_source(path: Path, hint: str | None = None) -> Source:
     if framework == "miles":
         return _miles_sources(path.parent, [path])[0]
     step = _step_of(path)
-    rid = _step_id(step, path.stem) if framework in ("nemo-rl", "skyrl", "slime") else path.stem
-    return Source((path,), framework, step, rid, path, "file")
+    if framework in ("nemo-rl", "skyrl", "slime"):
+        return Source((path,), framework, step, _step_id(step, path.stem), path, f"{framework} dump file")
+    return Source((path,), framework, step, path.stem, path, "file")
 
 
 def _folder(path: Path, hint: str | None) -> list[Source]:

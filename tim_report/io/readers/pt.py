@@ -38,7 +38,7 @@ def torch_load(path: Path, allow_pickle: bool, refusal: str = NEEDS_PICKLE) -> A
 
 
 def warn_unpickling(path: Path) -> None:
-    warnings.warn(f"{path}: unpickling with weights_only=False because --allow-pickle was given", stacklevel=3)
+    warnings.warn(f"{path}: unpickling in full (it can run code from the file) because --allow-pickle was given", stacklevel=3)
 
 
 def unpickling_failed(path: Path, exc: BaseException) -> BadInput:
