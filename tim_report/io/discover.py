@@ -90,7 +90,7 @@ def _folder(path: Path, hint: str | None) -> list[Source]:
     present = [k for k, v in kinds.items() if v]
     if len(present) > 1:
         raise BadInput(path, f"holds dumps of several layouts ({', '.join(present)}): point at one of them")
-    if present == ["prime-rl step folder"]:
+    if present == ["prime-rl step folder"] or (not present and _looks_like_prime_step(path)):
         return [_prime_step(path, hint)]
     if present == ["prime-rl token_exports"]:
         return [_prime_step(d, hint) for d in kinds["prime-rl token_exports"]]
@@ -98,6 +98,11 @@ def _folder(path: Path, hint: str | None) -> list[Source]:
         framework = "nemo-rl" if present == ["NeMo-RL log dir"] else "skyrl"
         return [_confirmed(f, hint or framework) for f in kinds[present[0]]]
     return _plain_files(path, hint)
+
+
+def _looks_like_prime_step(path: Path) -> bool:
+    """`step_S/` with prime-rl's STABLE marker, or inside `token_exports/`."""
+    return STEP_DIR.match(path.name) is not None and ((path / "STABLE").exists() or path.parent.name == "token_exports")
 
 
 def _prime_step(step_dir: Path, hint: str | None) -> Source:

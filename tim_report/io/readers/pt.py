@@ -30,14 +30,16 @@ def torch_load(path: Path, allow_pickle: bool, refusal: str = NEEDS_PICKLE) -> A
             raise BadInput(path, refusal) from exc
     except Exception as exc:  # noqa: BLE001 - truncated zip, not a torch file, ...
         raise BadInput(path, f"not a readable PyTorch file: truncated, corrupt or not saved by torch.save ({first_line(exc)})") from exc
-    warn_unpickling(path)
     try:
-        return torch.load(path, map_location="cpu", weights_only=False)
+        obj = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as exc:  # noqa: BLE001 - any failure is a bad file
         raise unpickling_failed(path, exc) from exc
+    warn_unpickling(path)
+    return obj
 
 
 def warn_unpickling(path: Path) -> None:
+    """Said once the file is unpickled (a failure says only its one error line)."""
     warnings.warn(f"{path}: unpickling in full (it can run code from the file) because --allow-pickle was given", stacklevel=3)
 
 

@@ -104,12 +104,12 @@ class _Unpickler(pickle.Unpickler):
 
 
 def _unpickle(path: Path) -> tuple[dict, dict]:
-    warn_unpickling(path)
     try:
         with open(path, "rb") as fh:
             obj = _Unpickler(fh).load()
     except Exception as exc:  # noqa: BLE001 - a missing package or any corruption is a bad file
         raise unpickling_failed(path, exc) from exc
+    warn_unpickling(path)
     if not isinstance(obj, dict):
         raise BadInput(path, f"holds a {type(obj).__name__}, not a SkyRL TrainingInputBatch")
     values = to_plain(dict(obj))

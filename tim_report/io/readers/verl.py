@@ -34,12 +34,12 @@ def read_values(path: Path, allow_pickle: bool) -> dict:
     else:
         if not allow_pickle:
             raise BadInput(path, REFUSAL)
-        warn_unpickling(path)
         try:
             with open(path, "rb") as fh:
                 obj = pickle.load(fh)  # noqa: S301 - the user passed --allow-pickle
         except Exception as exc:  # noqa: BLE001 - a missing package or any corruption is a bad file
             raise unpickling_failed(path, exc) from exc
+        warn_unpickling(path)
     values = to_plain(unwrap_dataproto(obj))
     if not isinstance(values, dict):
         raise BadInput(path, f"holds a {type(obj).__name__}, not a verl DataProto")
