@@ -195,7 +195,7 @@ def _about(report) -> str:
     meta = report.run.get("meta") or {}
     rows = [[esc(k), esc(meta.get(k), TEXT_CHARS * 2, own=True)] for k in ("framework", "layout", "step", "alignment")
             if meta.get(k) is not None]
-    body = [f"Source: {esc(report.run.get('source'), TEXT_CHARS)}", "", table(["", ""], rows)] if rows else []
+    body = [table(["field", "value"], rows)] if rows else []  # the source path stays on the HTML page: report.md gets pasted
     excl = meta.get("exclusions") or []
     if excl:
         body += ["", "Left out of every metric by the reader:", "",
