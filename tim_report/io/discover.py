@@ -48,10 +48,9 @@ def sources(path: str | Path, format_hint: str | None = None) -> list[Source]:
     hint = check_hint(format_hint)
     if not path.exists():
         raise BadInput(path, "no such file or folder")
-    if path.is_dir():
-        found = _folder(path, hint)
-    else:
-        found = [file_source(path, hint)]
+    found = _folder(path, hint) if path.is_dir() else [file_source(path, hint)]
+    if not found:
+        raise BadInput(path, "no step batch found here")
     return _unique_ids(sorted(found, key=lambda s: (s.step is None, s.step or 0, str(s.origin))))
 
 
@@ -67,7 +66,7 @@ def file_source(path: Path, hint: str | None = None) -> Source:
     if framework == "slime" and path.parent.name == "train_data":
         return _slime_source(path)
     if framework == "miles":
-        return _miles_sources(path.parent, [path])[0]
+        return _miles_source(path)
     step = _step_of(path)
     if framework in ("nemo-rl", "skyrl", "slime"):
         return Source((path,), framework, step, _step_id(step, path.stem), path, f"{framework} dump file")
@@ -125,9 +124,9 @@ def _train_data(folder: Path, hint: str | None) -> list[Source]:
     framework = hint or detect_file(files[0])
     if framework == "miles":
         firsts = {MILES_FILE.fullmatch(f.name).group(1): f for f in reversed(files) if MILES_FILE.fullmatch(f.name)}
-        return [_miles_sources(folder, [f])[0] for f in firsts.values()]
-    if framework == "slime":
-        return [_slime_source(f) for f in files if SLIME_FILE.fullmatch(f.name)]
+        return [_miles_source(f) for f in firsts.values()]
+    if framework == "slime":  # {rollout_id}.pt joins its rollout dump; a per-rank template's files stand alone
+        return [_slime_source(f) if SLIME_FILE.fullmatch(f.name) else file_source(f, "slime") for f in files]
     return [_confirmed(f, framework) for f in files]
 
 
@@ -141,17 +140,17 @@ def _slime_source(train: Path) -> Source:
     return Source(paths, "slime", step, _step_id(step, train.stem), train, kind)
 
 
-def _miles_sources(folder: Path, files: list[Path]) -> list[Source]:
+def _miles_source(path: Path) -> Source:
     """A miles rollout id: every rank's file of that id (context-parallel slices need their siblings)."""
-    m = MILES_FILE.fullmatch(files[0].name)
+    m = MILES_FILE.fullmatch(path.name)
     if m is None:
-        return [Source(tuple(files), "miles", _step_of(files[0]), files[0].stem, files[0], "miles train dump")]
+        return Source((path,), "miles", _step_of(path), path.stem, path, "miles train dump")
     rid = m.group(1)
-    ranks = sorted((f for f in folder.glob(f"{rid}_*.pt") if MILES_FILE.fullmatch(f.name)),
+    ranks = sorted((f for f in path.parent.glob(f"{rid}_*.pt") if MILES_FILE.fullmatch(f.name)),
                    key=lambda f: int(MILES_FILE.fullmatch(f.name).group(2)))
     step = int(rid)
-    return [Source(tuple(ranks), "miles", step, _step_id(step, rid), folder / f"{rid}_*.pt",
-                   f"miles train dump ({len(ranks)} rank file{'s' if len(ranks) != 1 else ''})")]
+    return Source(tuple(ranks), "miles", step, _step_id(step, rid), path.parent / f"{rid}_*.pt",
+                  f"miles train dump ({len(ranks)} rank file{'s' if len(ranks) != 1 else ''})")
 
 
 def _plain_files(folder: Path, hint: str | None) -> list[Source]:

@@ -9,6 +9,7 @@ the meta that says what was read and what was excluded, and why.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -111,6 +112,9 @@ def assemble_seqs(path: Path | str, seqs: list[Seq], meta: dict, exclusions: Exc
         values = [getattr(s, name) for s in seqs]
         if all(v is not None for v in values):
             setattr(batch, name, np.asarray([str(v) for v in values], dtype=str))
+    if batch.env is not None:
+        counts = Counter(batch.env.tolist())
+        batch.meta["environments"] = " · ".join(f"{name} {n}" for name, n in sorted(counts.items()))
     turns = [turn_index(s.mask) for s in seqs]
     if any(t.size and t[-1] > 0 for t in turns):
         batch.turn = np.concatenate(turns)

@@ -193,8 +193,8 @@ def _versions_line(report) -> str:
 def _about(report) -> str:
     """What was read and how: framework, layout, alignment, and what the reader left out of the metrics, and why."""
     meta = report.run.get("meta") or {}
-    rows = [[esc(k), esc(meta.get(k), TEXT_CHARS * 2, own=True)] for k in ("framework", "layout", "step", "alignment")
-            if meta.get(k) is not None]
+    shown = ("framework", "layout", "step", "alignment", "environments", "sample_status", "routed_experts")
+    rows = [[esc(k), esc(meta.get(k), TEXT_CHARS * 2, own=True)] for k in shown if meta.get(k) is not None]
     body = [table(["field", "value"], rows)] if rows else []  # the source path stays on the HTML page: report.md gets pasted
     excl = meta.get("exclusions") or []
     if excl:
