@@ -422,3 +422,22 @@ def test_docs_have_a_section_per_framework():
         assert len(section) == 2, name
         body = section[1].split("\n### ", 1)[0]
         assert "Turn it on" in body and "What we read" in body and "What we assume" in body, name
+
+
+def test_folder_of_step_files_sorted_by_step(tmp_path):
+    """verl-style global_step_N files: one run per file, by step number (not by name), numbers from each file."""
+    rng = np.random.default_rng(5)
+    want = {}
+    for step in (10, 2, 33):
+        ro = -rng.exponential(1.0, (4, 9))
+        tr = np.minimum(ro + rng.normal(0, 0.01 * step, ro.shape), 0.0)
+        mask = (rng.random(ro.shape) < 0.8).astype(np.int64)
+        np.savez(tmp_path / f"global_step_{step}.npz", rollout_log_probs=ro, old_log_probs=tr, response_mask=mask)
+        want[step] = expected(ro[mask > 0], tr[mask > 0])
+    found = sources(tmp_path)
+    assert [(s.step, s.run_id) for s in found] == [(2, "global_step_2"), (10, "global_step_10"), (33, "global_step_33")]
+    res = run("build", tmp_path, "-o", tmp_path / "site", "--format", "json")
+    assert res.exit_code == 0, res.output
+    for step, w in want.items():
+        m = json.loads((tmp_path / "site" / f"global_step_{step}" / "summary.json").read_text())["metrics"]
+        assert m["tokens"] == w["tokens"] and m["kl_k3"] == pytest.approx(w["kl_k3"], rel=1e-6)

@@ -95,7 +95,7 @@ def _folder(path: Path, hint: str | None) -> list[Source]:
         return [_prime_step(d, hint) for d in kinds["prime-rl token_exports"]]
     if present:
         framework = "nemo-rl" if present == ["NeMo-RL log dir"] else "skyrl"
-        return [_confirmed(f, hint or framework) for f in kinds[present[0]]]
+        return [file_source(f, hint) if hint else _confirmed(f, framework) for f in kinds[present[0]]]
     return _plain_files(path, hint)
 
 
@@ -110,6 +110,9 @@ def _prime_step(step_dir: Path, hint: str | None) -> Source:
                    key=lambda f: int(RANK_FILE.search(f.name).group(1)))
     if not ranks:
         raise BadInput(step_dir, "prime-rl step folder with no rank_*.jsonl file (was the step exported?)")
+    if hint not in (None, "prime-rl") and len(ranks) > 1:
+        raise BadInput(step_dir, f"--format-hint {hint} reads one file, and this prime-rl step has {len(ranks)} rank "
+                                 "files: point at one of them")
     step = _int(STEP_DIR, step_dir.name)
     step = step if step is not None else _record_step(ranks[0])
     return Source(tuple(ranks), hint or "prime-rl", step, _step_id(step, step_dir.name), step_dir,
@@ -122,12 +125,14 @@ def _train_data(folder: Path, hint: str | None) -> list[Source]:
     if not files:
         raise BadInput(folder, "no train dump in this folder (expected {rollout_id}.pt or {rollout_id}_{rank}.pt)")
     framework = hint or detect_file(files[0])
+    if hint not in (None, "slime", "miles"):
+        return [file_source(f, hint) for f in files]
     if framework == "miles":
         firsts = {MILES_FILE.fullmatch(f.name).group(1): f for f in reversed(files) if MILES_FILE.fullmatch(f.name)}
         return [_miles_source(f) for f in firsts.values()]
     if framework == "slime":  # {rollout_id}.pt joins its rollout dump; a per-rank template's files stand alone
         return [_slime_source(f) if SLIME_FILE.fullmatch(f.name) else file_source(f, "slime") for f in files]
-    return [_confirmed(f, framework) for f in files]
+    return [file_source(f, hint) if hint else _confirmed(f, framework) for f in files]
 
 
 def _slime_source(train: Path) -> Source:

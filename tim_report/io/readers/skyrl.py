@@ -39,7 +39,8 @@ def read(src, allow_pickle: bool = False):
     values, metadata = _unpickle(path)
     for key in ("response_mask", "rollout_logprobs", "action_log_probs"):
         if _arr(values, key) is None:
-            raise BadInput(path, f"no '{key}' in this SkyRL batch (keys: {', '.join(sorted(values)) or 'none'})")
+            raise BadInput(path, f"no '{key}' in this SkyRL batch (keys: {', '.join(sorted(values)) or 'none'}); "
+                                 "rollout_logprobs is there only when the generator returned log-probs")
     ex, notes = Exclusions(), []
     rows = _rows(path, values, metadata, ex)
     how = _alignment(path, _arr(values, "response_mask")[rows])
