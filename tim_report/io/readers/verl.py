@@ -49,6 +49,8 @@ def read_values(path: Path, allow_pickle: bool) -> dict:
 def annotate(batch, values: dict) -> None:
     """What the generic assembly does not know: versions, turns, routed experts, and that this is verl."""
     batch.meta.update(framework="verl", alignment=ALIGNMENT)
+    if batch.meta.get("step") is None and isinstance(batch.meta.get("global_steps"), int):
+        batch.meta["step"] = batch.meta["global_steps"]  # meta_info's training step
     batch.meta["layout"] = "response only, right-padded [B, R] (DataProto)"
     versions = _versions(values, batch.n_seqs)
     if versions is not None:
