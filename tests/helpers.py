@@ -115,8 +115,8 @@ def check_gfm(text: str) -> list:
 _ANALYZE_FILE = _pipeline.analyze_file
 
 
-def analyze_or_die(opts, path, run_id):
+def analyze_or_die(opts, src, run_id):
     """An analysis task (picklable, for --jobs workers) whose worker dies on inputs named die*.npz."""
-    if path.name.startswith("die"):
+    if src.origin.name.startswith("die"):
         os._exit(9)  # as the kernel's OOM killer would
-    return _ANALYZE_FILE(opts, path, run_id)
+    return _ANALYZE_FILE(opts, src, run_id)

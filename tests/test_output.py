@@ -201,12 +201,12 @@ def test_same_stems_never_overwrite_each_other(tmp_path):
 
 
 def test_reserved_and_long_run_ids():
-    assert unique_ids([Path("report.md.npz"), Path("index.html.pt")], None) == ["report.md-2", "index.html-2"]
-    long = unique_ids([Path("x" * 300 + ".npz"), Path("x" * 299 + "y.npz")], None)
+    assert unique_ids(["report.md", "index.html"]) == ["report.md-2", "index.html-2"]  # stems of report.md.npz, ...
+    long = unique_ids(["x" * 300, "x" * 299 + "y"])
     assert all(len(r) <= 100 for r in long) and long[0] != long[1]
     for bad in (["index.html"], ["x" * 300], ["a", "a"]):
         with pytest.raises(BadInput):
-            unique_ids([Path(f"{i}.npz") for i in range(len(bad))], bad)
+            unique_ids(bad, given=True)
 
 
 def test_run_id_index_html_is_one_line(npz, tmp_path):

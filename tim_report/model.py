@@ -55,7 +55,10 @@ class StepBatch:
     reward: np.ndarray | None = None  # [N] float64 (token-level rewards are summed)
     advantage: np.ndarray | None = None  # [T] float64 (sequence advantages are broadcast)
     shadow_logp: np.ndarray | None = None  # [T] float64, trainer weights in rollout precision
-    meta: dict[str, Any] = field(default_factory=dict)
+    turn: np.ndarray | None = None  # [T] int32, turn of each token in its sequence (k-th trained span and what follows it); multi-turn only
+    weight_version: np.ndarray | None = None  # [N] str, policy version(s) that generated the sequence; several joined by ","
+    env: np.ndarray | None = None  # [N] str, environment name
+    meta: dict[str, Any] = field(default_factory=dict)  # step, framework, layout, alignment, exclusions, routed_experts, ...
     notes: list[str] = field(default_factory=list)  # how the loader read the file (alignment, inferred masks)
     problems: dict[str, int] = field(default_factory=dict)  # what the reader had to drop or repair, counted (see INPUT_PROBLEMS)
     decoder: Callable[[Sequence[int]], str] | None = field(default=None, repr=False)  # a tokenizer's decode, not saved

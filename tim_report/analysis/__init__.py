@@ -66,5 +66,21 @@ def run_info(batch: StepBatch, run_id: str | None) -> dict:
             "advantage": batch.advantage is not None,
             "shadow_logp": batch.shadow_logp is not None,
             "prompts": batch.prompt_ids is not None or batch.prompt_text is not None,
+            "turns": batch.turn is not None,
+            "weight_versions": batch.weight_version is not None,
+            "env": batch.env is not None,
         },
+        "weight_versions": weight_versions(batch),
     }
+
+
+def weight_versions(batch: StepBatch) -> dict | None:
+    """The distinct policy versions the batch's sequences came from (a sequence may name several, joined by ",").
+
+    More than one means part of the mismatch is staleness (off-policy samples), not precision.
+    """
+    if batch.weight_version is None:
+        return None
+    distinct = sorted({v for joined in batch.weight_version for v in str(joined).split(",") if v},
+                      key=lambda v: (not v.lstrip("-").isdigit(), int(v) if v.lstrip("-").isdigit() else 0, v))
+    return {"count": len(distinct), "values": distinct[:10]}

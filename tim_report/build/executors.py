@@ -14,8 +14,7 @@ import sys
 import threading
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
-from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from ..errors import BadInput
 from ..model import Report
@@ -23,30 +22,30 @@ from ..model import Report
 Progress = Callable[[int, int], None]
 
 
-def analyze_all(task: Callable[[Path, str], Report], paths: list[Path], ids: list[str], jobs: int = 1,
+def analyze_all(task: Callable[[Any, str], Report], inputs: list, ids: list[str], jobs: int = 1,
                 progress: Progress | None = None) -> list[Report]:
-    """`task(path, run_id)` for every input, serially or in `jobs` processes; results in input order either way.
+    """`task(input, run_id)` for every input (a Source), serially or in `jobs` processes; results in input order.
 
     The first bad input raises its BadInput (the pending analyses are cancelled), so nothing is written.
     `progress(done, total)` is called after each input.
     """
-    total = len(paths)
+    total = len(inputs)
     if jobs <= 1 or total <= 1:
         reports = []
-        for i, (p, rid) in enumerate(zip(paths, ids)):
+        for i, (p, rid) in enumerate(zip(inputs, ids)):
             reports.append(task(p, rid))
             if progress:
                 progress(i + 1, total)
         return reports
     pool = ProcessPoolExecutor(max_workers=min(jobs, total), initializer=_die_with_parent, initargs=(os.getpid(),))
     try:
-        futures = [pool.submit(task, p, rid) for p, rid in zip(paths, ids)]
+        futures = [pool.submit(task, p, rid) for p, rid in zip(inputs, ids)]
         _wait(futures, total, progress)
         pool.shutdown(wait=True)
     except BaseException:  # an error, Ctrl-C or SIGTERM: stop the workers now rather than wait for them
         _stop(pool)
         raise
-    return _results(futures, paths)
+    return _results(futures, inputs)
 
 
 def _wait(futures: list[Future], total: int, progress: Progress | None) -> None:
@@ -59,15 +58,15 @@ def _wait(futures: list[Future], total: int, progress: Progress | None) -> None:
             progress(n, total)
 
 
-def _results(futures: list[Future], paths: list[Path]) -> list[Report]:
+def _results(futures: list[Future], inputs: list) -> list[Report]:
     # Inputs start in order, so every input before a cancelled one ran: the first failure in input
     # order is the one a serial build would have stopped at.
-    for f, p in zip(futures, paths):
+    for f, p in zip(futures, inputs):
         if f.cancelled():
             continue
         exc = f.exception()
         if isinstance(exc, BrokenProcessPool):
-            raise BadInput(p, "a worker process died while analysing it (killed, or out of memory); nothing was written")
+            raise BadInput(getattr(p, "origin", p), "a worker process died while analysing it (killed, or out of memory); nothing was written")
         if exc is not None:
             raise exc
     return [f.result() for f in futures]

@@ -17,7 +17,7 @@ from ..analysis import analyze
 from ..analysis.runs import index_summary
 from ..config import Thresholds
 from ..errors import BadInput
-from ..io import load
+from ..io import Source, load, sources
 from ..io.output import MARKER, check_target, move_into, staging, write_files
 from ..model import Comparison, Report, dumps
 from .executors import Progress, analyze_all
@@ -37,6 +37,7 @@ class BuildOptions:
     base_url: str | None = None
     timestamp: str | None = None
     jobs: int = 1
+    format_hint: str | None = None
 
 
 # Names a run folder cannot take: the site's own files beside the run folders.
@@ -52,21 +53,17 @@ def safe_run_id(name: str) -> str:
     return rid or "run"
 
 
-def unique_ids(paths: list[Path], given: list[str] | None) -> list[str]:
-    """One run folder per input, never two alike (case-insensitively: macOS and Windows disks) nor a reserved name."""
+def unique_ids(names: list[str], given: bool = False) -> list[str]:
+    """One run folder per batch, never two alike (case-insensitively: macOS and Windows disks) nor a reserved
+    name; `given` names come from --run-id and are refused rather than renamed."""
     if given:
-        if len(given) != len(paths):
-            raise BadInput("--run-id", f"given {len(given)} times for {len(paths)} input files")
-        for g in given:
+        for g in names:
             if safe_run_id(g).lower() in RESERVED or len(g) > MAX_RUN_ID:
                 raise BadInput("--run-id", f"'{g}' cannot name a run folder (reserved for the site's own files, or longer "
                                            f"than {MAX_RUN_ID} characters)")
-        ids = [safe_run_id(g) for g in given]
-    else:
-        ids = [safe_run_id(p.stem) for p in paths]
     taken = set(RESERVED)
     out = []
-    for rid in ids:
+    for rid in (safe_run_id(n) for n in names):
         candidate, n = rid, 1
         while candidate.lower() in taken:
             n += 1
@@ -78,8 +75,23 @@ def unique_ids(paths: list[Path], given: list[str] | None) -> list[str]:
     return out
 
 
-def analyze_file(opts: BuildOptions, path: Path, run_id: str) -> Report:
-    batch = load(path, keys=opts.keys, allow_pickle=opts.allow_pickle, tokenizer=opts.tokenizer, meta=opts.meta)
+def expand(paths: list[Path], given: list[str] | None, format_hint: str | None = None) -> tuple[list[Source], list[str]]:
+    """Every batch under the command-line paths (a run folder gives one per step) and its run id.
+
+    `--run-id` is given once per path; a path holding several steps prefixes each step's id with it.
+    """
+    if given and len(given) != len(paths):
+        raise BadInput("--run-id", f"given {len(given)} times for {len(paths)} inputs")
+    found, names = [], []
+    for i, path in enumerate(paths):
+        batches = sources(path, format_hint)
+        found += batches
+        names += [s.run_id if not given else given[i] if len(batches) == 1 else f"{given[i]}-{s.run_id}" for s in batches]
+    return found, unique_ids(names, given=bool(given))
+
+
+def analyze_file(opts: BuildOptions, src: Source, run_id: str) -> Report:
+    batch = load(src, keys=opts.keys, allow_pickle=opts.allow_pickle, tokenizer=opts.tokenizer, meta=opts.meta)
     return analyze(batch, opts.thresholds, run_id=run_id)
 
 
@@ -116,10 +128,11 @@ def index_files(reports: list[Report], opts: BuildOptions) -> dict[str, str]:
 
 def build(paths: list[Path], out: Path, opts: BuildOptions, run_ids: list[str] | None = None,
           progress: Progress | None = None) -> list[Report]:
-    """Analyse every input, render into a staging folder, then move the results into `out`."""
+    """Analyse every batch under the inputs (a run folder: one per step), render into a staging folder, then
+    move the results into `out`."""
     check_target(out)  # before the analysis: refusing after minutes of work would waste them
-    ids = unique_ids(paths, run_ids)
-    reports = analyze_all(functools.partial(analyze_file, opts), paths, ids, opts.jobs, progress)
+    found, ids = expand(paths, run_ids, opts.format_hint)
+    reports = analyze_all(functools.partial(analyze_file, opts), found, ids, opts.jobs, progress)
     with staging(out) as folder:
         for report in reports:
             write_files(folder / report.run["id"], run_files(report, opts))

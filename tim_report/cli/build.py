@@ -7,8 +7,8 @@ from pathlib import Path
 import click
 
 from ..errors import BadInput
-from .options import (fail_cleanly, input_files, key_option, meta_option, output_path, parse_keys, parse_meta,
-                      pickle_option, ppo_eps_option, timestamp_now, timestamp_option, tokenizer_option)
+from .options import (fail_cleanly, format_hint_option, input_files, key_option, meta_option, output_path, parse_keys,
+                      parse_meta, pickle_option, ppo_eps_option, timestamp_now, timestamp_option, tokenizer_option)
 from .progress import build_progress
 from .text import safe, summary_line
 
@@ -16,9 +16,11 @@ from .text import safe, summary_line
 @click.command("build")
 @input_files
 @click.option("-o", "--output", "out", required=True, type=click.Path(), help="Output folder (the site).")
-@click.option("--run-id", "run_ids", multiple=True, help="Run folder name, once per input (default: the file's stem).")
+@click.option("--run-id", "run_ids", multiple=True,
+              help="Run folder name, once per input (default: the file's stem, or step_N); a run folder's steps get it as a prefix.")
 @key_option
 @meta_option
+@format_hint_option
 @pickle_option
 @tokenizer_option
 @ppo_eps_option
@@ -31,8 +33,13 @@ from .text import safe, summary_line
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True,
               help="Analyse this many batches at once, in separate processes (same output as --jobs 1).")
 @fail_cleanly
-def build_command(files, out, run_ids, keys, meta, allow_pickle, tokenizer, ppo_eps, notes, timestamp, formats, base_url, jobs):
-    """Analyse step batches and write the report site into OUTPUT."""
+def build_command(files, out, run_ids, keys, meta, format_hint, allow_pickle, tokenizer, ppo_eps, notes, timestamp, formats,
+                  base_url, jobs):
+    """Analyse step batches and write the report site into OUTPUT.
+
+    FILES are step batch files, one step's folder (prime-rl step_S/), or run folders (prime-rl token_exports/,
+    a NeMo-RL log dir, a slime/miles --dump-details dir, a SkyRL export, a folder of step files): one report per step.
+    """
     from ..build import FORMATS, BuildOptions, build
     from ..config import Thresholds
     from ..io import meta_overrides
@@ -41,7 +48,8 @@ def build_command(files, out, run_ids, keys, meta, allow_pickle, tokenizer, ppo_
     opts = BuildOptions(keys=parse_keys(keys), meta=meta_overrides(parse_meta(meta)), allow_pickle=allow_pickle, tokenizer=tokenizer,
                         thresholds=Thresholds(ppo_eps_low=ppo_eps[0], ppo_eps_high=ppo_eps[1]),
                         formats=tuple(f for f in FORMATS if f in formats) if formats else FORMATS,
-                        base_url=base_url or None, jobs=jobs, timestamp=timestamp_now() if timestamp else None)
+                        base_url=base_url or None, jobs=jobs, timestamp=timestamp_now() if timestamp else None,
+                        format_hint=format_hint)
     if notes is not None:
         try:
             opts.notes_md = notes.read_text(encoding="utf-8")

@@ -1,4 +1,4 @@
-"""`tim-report inspect FILE`: the keys, shapes and dtypes of a file and which were taken for which role, and why."""
+"""`tim-report inspect PATH`: which framework and layout a dump is, which keys fill which role, what was excluded and why."""
 
 from __future__ import annotations
 
@@ -7,44 +7,69 @@ from pathlib import Path
 
 import click
 
-from .options import fail_cleanly, key_option, parse_keys, pickle_option
+from .options import fail_cleanly, format_hint_option, key_option, parse_keys, pickle_option
 from .text import safe
 
 
 @click.command("inspect")
 @click.argument("file", type=click.Path(path_type=Path))
 @key_option
+@format_hint_option
 @pickle_option
 @click.option("--json", "as_json", is_flag=True, help="Print the mapping as JSON.")
 @fail_cleanly
-def inspect_command(file, keys, allow_pickle, as_json):
-    """Show the keys, shapes and dtypes of FILE and which were taken for which role, and why."""
+def inspect_command(file, keys, format_hint, allow_pickle, as_json):
+    """Show the framework and layout of FILE (a file or a step folder), its keys, which were taken for which role
+    and why, and what was excluded from the metrics and why. A run folder lists its steps."""
     from ..io import describe
 
-    info = describe(file, keys=parse_keys(keys), allow_pickle=allow_pickle)
+    info = describe(file, keys=parse_keys(keys), allow_pickle=allow_pickle, format_hint=format_hint)
     if as_json:
         click.echo(json.dumps(info, indent=1, default=str))  # JSON escapes every control character itself
         return
     from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
-    def t(value) -> Text:  # file-supplied strings: escaped for the terminal, never read as rich markup
-        return Text(safe(value))
 
     console = Console(highlight=False)
-    keys_table = Table(title=t(f"{info['file']}: {len(info['keys'])} keys"), title_justify="left")
-    for col in ("key", "shape", "dtype", "role"):
-        keys_table.add_column(col)
-    for e in info["keys"]:
-        keys_table.add_row(t(e["key"]), t(e["shape"]), t(e["dtype"]), t(e["role"] or ""))
-    console.print(keys_table)
-    roles_table = Table(title="roles", title_justify="left")
-    for col in ("role", "key", "why"):
-        roles_table.add_column(col)
-    for role, c in info["roles"].items():
-        roles_table.add_row(t(role), t(c["key"] or "-"), t(c["reason"]))
-    console.print(roles_table)
-    for line in (f"layout: {info['layout']}; {info['sequences']} sequences, {info['tokens']} tokens, "
-                 f"{info['masked_tokens']} masked in", f"alignment: {info['alignment']}", *(f"note: {n}" for n in info["notes"])):
-        console.print(t(line))
+    if "sources" in info:
+        _print_steps(console, info)
+        return
+    _print_file(console, info)
+
+
+def t(value):
+    """A file-supplied string for rich: escaped for the terminal (tim_report.cli.text.safe), never read as markup."""
+    from rich.text import Text
+
+    return Text(safe("" if value is None else value))
+
+
+def _table(title, columns, rows):
+    from rich.table import Table
+
+    table = Table(title=t(title), title_justify="left")
+    for col in columns:
+        table.add_column(col)
+    for row in rows:
+        table.add_row(*[t(v) for v in row])
+    return table
+
+
+def _print_steps(console, info: dict) -> None:
+    console.print(_table(f"{info['file']}: {len(info['sources'])} steps", ("run id", "step", "framework", "found as", "files"),
+                         [(s["run_id"], s["step"], s["framework"], s["found_as"], len(s["paths"])) for s in info["sources"]]))
+    console.print(t("inspect one step (its file or folder) to see its keys, roles and exclusions"))
+
+
+def _print_file(console, info: dict) -> None:
+    console.print(t(f"framework: {info['framework']} ({info['found_as']}); step {info['step']}"))
+    cols = [c for c in ("key", "shape", "dtype", "type", "role") if any(c in e for e in info["keys"])]
+    console.print(_table(f"{info['file']}: {len(info['keys'])} keys", cols, [[e.get(c) for c in cols] for e in info["keys"]]))
+    console.print(_table("roles", ("role", "key", "why"), [(role, c["key"] or "-", c["reason"]) for role, c in info["roles"].items()]))
+    console.print(t(f"layout: {info['layout']}; {info['sequences']} sequences, {info['tokens']} tokens, "
+                    f"{info['masked_tokens']} masked in"))
+    console.print(t(f"alignment: {info['alignment']}"))
+    if info["exclusions"]:
+        console.print(_table("excluded from the metrics", ("what", "tokens", "why"),
+                             [(e["what"], e["tokens"], e["why"]) for e in info["exclusions"]]))
+    for note in info["notes"]:
+        console.print(t(f"note: {note}"))

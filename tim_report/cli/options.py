@@ -82,6 +82,10 @@ key_option = click.option("--key", "keys", multiple=True, metavar="ROLE=NAME",
                           help="Use key NAME for ROLE (rollout, trainer, mask, tokens, text, group, reward, advantage, shadow, prompt).")
 pickle_option = click.option("--allow-pickle", is_flag=True,
                              help="Allow full unpickling (e.g. verl DataProto). Runs code from the file: trusted files only.")
+format_hint_option = click.option(
+    "--format-hint", metavar="FRAMEWORK", default=None,
+    help="Read the input as this framework's dump instead of detecting it from the content: prime-rl, slime, miles, "
+         "nemo-rl, skyrl, verl, or dict (a plain dict of arrays).")
 tokenizer_option = click.option("--tokenizer", type=click.Path(), help="Local tokenizer folder to decode token ids (offline).")
 ppo_eps_option = click.option("--ppo-eps", nargs=2, type=float, default=(PPO_EPS_LOW, PPO_EPS_HIGH), show_default=True,
                               metavar="LOW HIGH", help="PPO clip ε for phantom clipping, routing and the precision gap.")

@@ -22,7 +22,7 @@ def build_progress(total: int):
     with Progress(TextColumn("analysing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=Console(stderr=True), transient=sys.stderr.isatty()) as bar:
         task = bar.add_task("analyse", total=total)
-        yield lambda done, _total: bar.update(task, completed=done)
+        yield lambda done, total_now: bar.update(task, completed=done, total=total_now)  # folders expand to steps
 
 
 @contextlib.contextmanager

@@ -1,10 +1,13 @@
 """Everything about files: the readers of every input format, the canonical format, atomic output.
 
-    load(path)       a step batch file → StepBatch (BadInput with a one-line reason otherwise)
-    describe(path)   what `tim-report inspect` prints: keys, shapes, dtypes, the role mapping and why
+    sources(path)    a file or folder → the batches in it (`Source`s), one per training step
+    load(src)        a Source or a path holding one batch → StepBatch (BadInput with a one-line reason otherwise)
+    describe(src)    what `tim-report inspect` prints: framework, layout, keys, the role mapping, exclusions and why
     save_batch(b, p) the canonical `.npz`
 
-Nothing outside this package knows a file format or a framework's key names.
+Framework dumps (prime-rl, slime, miles, NeMo-RL, SkyRL, verl) are read by their own module in
+`readers/`; plain dicts of arrays go through `files.py` → `roles.py` → `assemble.py`. Nothing outside
+this package knows a file format or a framework's key names.
 """
 
 from __future__ import annotations
@@ -18,20 +21,22 @@ from ..errors import BadInput
 from ..model import META_KEYS, StepBatch
 from .assemble import build_batch
 from .canonical import save_batch
-from .files import RawFile, read_file
+from .detect import FRAMEWORKS
+from .discover import Source, sources
+from .files import RawFile, raw_file, read_file
 from .roles import ROLE_ALIASES, USER_ROLES, choose_roles
 from .tokenizer import load_decoder
 
-__all__ = ["ROLE_ALIASES", "USER_ROLES", "RawFile", "describe", "load", "read_file", "save_batch"]
+__all__ = ["FRAMEWORKS", "ROLE_ALIASES", "USER_ROLES", "RawFile", "Source", "describe", "load", "meta_overrides",
+           "read_file", "save_batch", "sources"]
 
 
-def load(path: str | Path, *, keys: dict[str, str] | None = None, allow_pickle: bool = False,
-         tokenizer: str | None = None, meta: dict[str, str] | None = None) -> StepBatch:
-    """Read a step batch file into a StepBatch (raises BadInput with a one-line reason).
+def load(src: str | Path | Source, *, keys: dict[str, str] | None = None, allow_pickle: bool = False,
+         tokenizer: str | None = None, format_hint: str | None = None, meta: dict[str, str] | None = None) -> StepBatch:
+    """Read one batch (a Source, or a path that holds exactly one) into a StepBatch.
 
     `meta` (from `--meta KEY=VALUE`) names what the file does not: it overrides the file's own meta."""
-    raw = read_file(path, allow_pickle=allow_pickle)
-    batch = build_batch(raw, choose_roles(raw, keys))
+    batch, _, _ = _read(_one(src, format_hint), keys, allow_pickle)
     if tokenizer:
         batch.decoder = load_decoder(tokenizer)
     batch.meta.update(meta_overrides(meta or {}))
@@ -54,30 +59,89 @@ def meta_overrides(pairs: dict[str, str]) -> dict:
     return out
 
 
-def describe(path: str | Path, *, keys: dict[str, str] | None = None, allow_pickle: bool = False) -> dict[str, Any]:
-    """What `tim-report inspect` prints: every key's shape/dtype and the role mapping, with reasons."""
-    raw = read_file(path, allow_pickle=allow_pickle)
-    roles = choose_roles(raw, keys)
-    entries = []
-    for k, v in sorted(raw.values.items()):
-        if isinstance(v, np.ndarray):
-            shape, dtype = list(v.shape), str(v.dtype)
-        elif isinstance(v, list):
-            shape, dtype = [len(v)], "list" + (f" of {type(v[0]).__name__}" if v else "")
-        else:
-            shape, dtype = [], type(v).__name__
-        role = next((r for r, c in roles.items() if c.key == k), None)
-        entries.append({"key": k, "shape": shape, "dtype": dtype, "role": role})
-    batch = build_batch(raw, roles)
+def describe(src: str | Path | Source, *, keys: dict[str, str] | None = None, allow_pickle: bool = False,
+             format_hint: str | None = None) -> dict[str, Any]:
+    """What `tim-report inspect` prints; for a folder of several steps, the list of steps found."""
+    if not isinstance(src, Source):
+        found = sources(src, format_hint)
+        if len(found) > 1:
+            return {"file": str(src), "sources": [_source_info(s) for s in found]}
+        src = found[0]
+    batch, fields, roles = _read(src, keys, allow_pickle)
     return {
-        "file": str(raw.path),
-        "keys": entries,
-        "roles": {r: {"key": c.key, "reason": c.reason} for r, c in roles.items()},
+        **_source_info(src),
+        "file": str(src.origin),
+        "framework": batch.meta.get("framework"),
+        "keys": fields,
         "layout": batch.meta["layout"],
         "sequences": batch.n_seqs,
         "tokens": batch.n_tokens,
         "masked_tokens": int(batch.mask.sum()),
         "alignment": batch.meta["alignment"],
+        "exclusions": batch.meta.get("exclusions", []),
         "notes": batch.notes,
-        "meta": dict(raw.meta),
+        "roles": roles,
+        "meta": {k: v for k, v in batch.meta.items() if k not in ("keys", "exclusions", "alignment", "layout")},
     }
+
+
+def _one(src: str | Path | Source, format_hint: str | None) -> Source:
+    if isinstance(src, Source):
+        return src
+    found = sources(src, format_hint)
+    if len(found) > 1:
+        raise BadInput(src, f"holds {len(found)} batches ({found[0].run_id} … {found[-1].run_id}): read them one "
+                            "by one (tim_report.io.sources), or build the folder")
+    return found[0]
+
+
+def _read(src: Source, keys: dict[str, str] | None, allow_pickle: bool) -> tuple[StepBatch, list[dict], dict]:
+    """Dispatch on the framework. For `inspect`: the fields the file holds, and which filled which role and why."""
+    if src.framework in ("dict", "verl"):
+        return _read_dict(src, keys, allow_pickle)
+    if keys:
+        raise BadInput(src.origin, f"--key applies to plain dicts of arrays; this {src.framework} dump is read by its own "
+                                   "reader (--format-hint dict reads it as a plain dict)")
+    from .readers import miles, nemo_rl, prime_rl, skyrl, slime
+
+    reader = {"prime-rl": prime_rl, "nemo-rl": nemo_rl, "slime": slime, "miles": miles, "skyrl": skyrl}[src.framework]
+    batch, fields = reader.read(src, allow_pickle)
+    batch.meta.setdefault("source", str(src.origin))
+    why = f"fixed by the {src.framework} format"
+    return batch, fields, {r: {"key": k, "reason": why} for r, k in batch.meta.get("keys", {}).items()}
+
+
+def _read_dict(src: Source, keys: dict[str, str] | None, allow_pickle: bool) -> tuple[StepBatch, list[dict], dict]:
+    """A plain dict of arrays (or a verl DataProto, unwrapped): key names matched to roles."""
+    path = src.paths[0]
+    if src.framework == "verl":
+        from .readers import verl
+
+        values = verl.read_values(path, allow_pickle)
+        raw = raw_file(path, values)
+    else:
+        raw = read_file(path, allow_pickle=allow_pickle)
+    roles = choose_roles(raw, keys)
+    batch = build_batch(raw, roles)
+    if src.framework == "verl":
+        verl.annotate(batch, raw.values)
+    if batch.meta.get("step") is None and src.step is not None:
+        batch.meta["step"] = src.step
+    fields = [_field(k, v, roles) for k, v in sorted(raw.values.items())]
+    return batch, fields, {r: {"key": c.key, "reason": c.reason} for r, c in roles.items()}
+
+
+def _field(key: str, value: Any, roles) -> dict:
+    if isinstance(value, np.ndarray):
+        shape, dtype = list(value.shape), str(value.dtype)
+    elif isinstance(value, list):
+        shape, dtype = [len(value)], "list" + (f" of {type(value[0]).__name__}" if value else "")
+    else:
+        shape, dtype = [], type(value).__name__
+    role = next((r for r, c in roles.items() if c.key == key), None)
+    return {"key": key, "shape": shape, "dtype": dtype, "role": role}
+
+
+def _source_info(src: Source) -> dict:
+    return {"run_id": src.run_id, "step": src.step, "framework": src.framework, "found_as": src.kind,
+            "paths": [str(p) for p in src.paths]}

@@ -19,6 +19,7 @@ from ..errors import BadInput
 from ..model import StepBatch
 from .files import RawFile
 from .roles import RoleChoice, key_list
+from .sequences import Exclusions, count_placeholders
 
 ALIGNMENT = ("same position: trainer_logp[t] and rollout_logp[t] score token t "
              "(no shift applied; OpenRLHF [1:] / AReaL roll(-1) layouts must be aligned before saving)")
@@ -103,7 +104,35 @@ def build_batch(raw: RawFile, roles: dict[str, RoleChoice]) -> StepBatch:
     batch.meta["layout"] = layout
     batch.meta["keys"] = {r: c.key for r, c in roles.items() if c.key is not None}
     batch.meta.setdefault("alignment", ALIGNMENT)
+    if raw.canonical:
+        _canonical_fields(p, raw, batch)
+    else:
+        batch.meta.setdefault("framework", "dict")
+        batch.meta["exclusions"] = _exclusions(layout, tokens, batch)
     return batch
+
+
+def _exclusions(layout: str, tokens: _Layout, batch: StepBatch) -> list[dict]:
+    """What a plain dict's layout left out: padding positions, and untrained tokens kept in the tables."""
+    ex = Exclusions()
+    if layout == "padded":
+        keep = tokens.flat.keep2d
+        ex.add("padding", int(keep.size - keep.sum()), "padded positions of the [B, L] arrays (outside the attention "
+               "mask, or outside the mask where both log-probs are 0.0)")
+    count_placeholders(batch.rollout_logp, batch.mask, ex, batch.notes)
+    return ex.to_list()
+
+
+def _canonical_fields(p: Path, raw: RawFile, batch: StepBatch) -> None:
+    """The optional per-token turn and per-sequence version / environment of a canonical file."""
+    for name, shape, dtype in (("turn", batch.n_tokens, np.int32), ("weight_version", batch.n_seqs, str), ("env", batch.n_seqs, str)):
+        value = raw.values.get(name)
+        if value is None:
+            continue
+        arr = np.asarray(value)
+        if arr.shape != (shape,):
+            raise BadInput(p, f"'{name}' has shape {list(arr.shape)}, expected [{shape}]")
+        setattr(batch, name, arr.astype(dtype))
 
 
 def _layout_of(p: Path, value: Any, key: str | None, offsets: Any) -> str:

@@ -41,7 +41,11 @@ def read_file(path: str | Path, *, allow_pickle: bool = False) -> RawFile:
     suffix = path.suffix.lower()
     if suffix not in READERS:
         raise BadInput(path, f"unknown file type '{suffix or '(none)'}': expected .pt, .npz or .jsonl")
-    values = READERS[suffix](path, allow_pickle)
+    return raw_file(path, READERS[suffix](path, allow_pickle))
+
+
+def raw_file(path: Path, values: Any) -> RawFile:
+    """Values read by any reader → RawFile: nesting flattened one level, meta pulled out."""
     if not isinstance(values, dict):
         raise BadInput(path, f"holds a {type(values).__name__}, expected a dict of arrays")
     values = _flatten(values)

@@ -192,6 +192,30 @@ def _all_numbers(report) -> str:
     return details("All numbers", body)
 
 
+def _versions_line(report) -> str:
+    wv = report.run.get("weight_versions") or {}
+    if (wv.get("count") or 0) <= 1:
+        return ""
+    values = ", ".join(esc(v) for v in wv.get("values") or []) + (", …" if wv["count"] > len(wv.get("values") or []) else "")
+    return (f"⚠️ This batch mixes {wv['count']} policy weight versions ({values}): part of its mismatch is staleness "
+            "(off-policy samples), not precision.")
+
+
+def _about(report) -> str:
+    """What was read and how: framework, layout, alignment, and what the reader left out of the metrics, and why."""
+    meta = report.run.get("meta") or {}
+    shown = ("framework", "layout", "step", "alignment", "environments", "sample_status", "routed_experts")
+    rows = [[esc(k), esc(meta.get(k), TEXT_CHARS * 2, own=True)] for k in shown if meta.get(k) is not None]
+    body = [table(["field", "value"], rows)] if rows else []  # the source path stays on the HTML page: report.md gets pasted
+    excl = meta.get("exclusions") or []
+    if excl:
+        body += ["", "Left out of every metric by the reader:", "",
+                 table(["what", "tokens", "why"], [[esc(e.get("what")), fmt(e.get("tokens")), esc(e.get("why"), None, own=True)]
+                                                   for e in excl], numeric=[1])]
+    body += [f"- Loader note: {esc(n, None, own=True)}" for n in report.run.get("notes") or []]
+    return details("About the batch", "\n".join(body)) if body else ""
+
+
 def _glossary() -> str:
     lines = [f"{esc(glossary.CONVENTIONS, None, own=True)}", ""]
     for e in glossary.GLOSSARY:
@@ -215,12 +239,16 @@ def render_run_md(report, base_url: str | None = None) -> str:
         sub.append(esc(t["device"]))
     if t["step"] is not None:
         sub.append(f"step {esc(t['step'])}")
+    framework = (report.run.get("meta") or {}).get("framework")
+    if framework not in (None, "dict"):
+        sub.append(f"{esc(framework)} dump")
     sub += [f"{fmt(m.get('tokens'))} tokens", f"{fmt(m.get('sequences'))} sequences", html]
     title = f"# {esc(t['model'], TEXT_CHARS)}: {esc(t['rollout'])} → {esc(t['trainer'])}\n\n" + " · ".join(sub)
-    core = [title, _verdict(report), _summary(report)]
+    core = [title] + [line for line in (_versions_line(report),) if line] + [_verdict(report), _summary(report)]
     sections = [("findings", _findings(report)), ("routing and what-if", _routing(report)),
                 ("|δ| by probability", _by_probability(report)), ("groups", _groups(report)),
-                ("samples", _samples(report, html)), ("all numbers", _all_numbers(report)), ("glossary", _glossary())]
+                ("samples", _samples(report, html)), ("all numbers", _all_numbers(report)),
+                ("about the batch", _about(report)), ("glossary", _glossary())]
     return assemble(core, [(name, s) for name, s in sections if s], html)
 
 

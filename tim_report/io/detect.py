@@ -1,0 +1,119 @@
+"""Which framework wrote a file, from its content: never from its name alone, and never by unpickling.
+
+JSON lines are told apart by the keys of their first record; pickles (a torch `.pt` zip's
+`data.pkl`, or a raw `.pkl`) by the class names and dict keys their opcodes mention, read with
+`pickletools` without running anything. `--format-hint` skips this.
+"""
+
+from __future__ import annotations
+
+import json
+import pickletools
+import zipfile
+from pathlib import Path
+
+from ..errors import BadInput
+from .text import first_line
+
+FRAMEWORKS = ("prime-rl", "slime", "miles", "nemo-rl", "skyrl", "verl", "dict")
+INPUT_SUFFIXES = (".pt", ".pth", ".npz", ".jsonl", ".pkl")
+PEEK_BYTES = 1 << 20  # structural keys and class names sit at the start of a pickle
+
+PRIME_RL_KEYS = {"inference_logprobs", "trainer_logprobs", "loss_mask", "token_ids"}
+NEMO_RL_KEYS = {"generation_logprobs", "prev_logprobs", "token_loss_mask", "token_ids"}
+
+
+def check_hint(hint: str | None) -> str | None:
+    if hint is not None and hint not in FRAMEWORKS:
+        raise BadInput("--format-hint", f"unknown framework '{hint}' (one of: {', '.join(FRAMEWORKS)})")
+    return hint
+
+
+def detect_file(path: Path) -> str:
+    """The framework that wrote this file, from what it holds; "dict" for a plain dict of arrays."""
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        return jsonl_framework(first_record(path))
+    if suffix in (".pt", ".pth", ".pkl"):
+        return pickle_framework(pickle_words(path))
+    return "dict"
+
+
+def first_record(path: Path) -> dict:
+    """The first JSON object of a JSON-lines file (an empty file has none)."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            for line in fh:
+                if line.strip():
+                    rec = json.loads(line)
+                    return rec if isinstance(rec, dict) else {}
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadInput(path, f"not valid JSON lines ({first_line(exc)})") from exc
+    return {}
+
+
+def jsonl_framework(record: dict) -> str:
+    keys = set(record)
+    if PRIME_RL_KEYS <= keys:
+        return "prime-rl"
+    if NEMO_RL_KEYS <= keys:
+        return "nemo-rl"
+    return "dict"
+
+
+def is_zip(path: Path) -> bool:
+    """A torch.save zip starts with a local file header (`zipfile.is_zipfile` also says yes for a raw
+    pickle that merely holds torch.save bytes, as SkyRL's and verl's do)."""
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(4) == b"PK\x03\x04"
+    except OSError:
+        return False
+
+
+def pickle_words(path: Path) -> set[str]:
+    """Class names (`module.Name`) and short strings a pickle mentions, without unpickling it."""
+    try:
+        if is_zip(path):
+            with zipfile.ZipFile(path) as zf:
+                name = next((n for n in zf.namelist() if n.endswith("data.pkl")), None)
+                if name is None:
+                    return set()
+                with zf.open(name) as fh:
+                    data = fh.read(PEEK_BYTES)
+        else:
+            with open(path, "rb") as fh:
+                data = fh.read(PEEK_BYTES)
+    except (OSError, zipfile.BadZipFile, EOFError):
+        return set()
+    return _words(data)
+
+
+def _words(data: bytes) -> set[str]:
+    words: set[str] = set()
+    recent: list[str] = []
+    try:
+        for op, arg, _ in pickletools.genops(data):
+            if op.name in ("GLOBAL", "INST") and isinstance(arg, str):
+                words.add(arg.replace(" ", "."))
+            elif op.name == "STACK_GLOBAL" and len(recent) >= 2:
+                words.add(f"{recent[-2]}.{recent[-1]}")
+            elif isinstance(arg, str) and len(arg) <= 64:
+                words.add(arg)
+                recent = (recent + [arg])[-2:]
+    except Exception:  # noqa: BLE001 - the peek stops at the cut or at anything it cannot parse
+        pass
+    return words
+
+
+def pickle_framework(words: set[str]) -> str:
+    """slime's train dump has `format_version` and `samples`; miles' `rollout_data` columns; SkyRL and verl their classes."""
+    if any(w.startswith("skyrl") for w in words):
+        return "skyrl"
+    if any(w.startswith("verl.") and w.endswith("DataProto") for w in words):
+        return "verl"
+    if "samples" in words and ({"format_version", "rollout_position"} & words or {"group_index", "rollout_id"} <= words):
+        return "slime"
+    if {"rollout_data", "rollout_id"} <= words:
+        return "miles"
+    return "dict"

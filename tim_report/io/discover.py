@@ -1,0 +1,211 @@
+"""A path on the command line → the batches to analyse (`Source`s), one per training step.
+
+    a file, or one step's folder       one Source
+    prime-rl token_exports/            one per step_S/ folder (all its rank_*.jsonl files)
+    a NeMo-RL log dir                  one per train_data_stepN.jsonl
+    a slime / miles dump dir           one per rollout id in train_data/ (slime joined with rollout_data/)
+    a SkyRL export dir                 one per dumped_data/global_step_N_training_input.pkl
+    a folder of step files             one per file (global_step_N.pt, step_N.npz, ...)
+
+Sources come sorted by step, with run ids unique within the folder. Layouts are told apart by the
+names the frameworks give their files and folders, and the framework is confirmed from each file's
+content (`detect.py`); a folder mixing frameworks, or holding nothing readable, is bad input.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import BadInput
+from .detect import INPUT_SUFFIXES, check_hint, detect_file, first_record
+
+STEP_RE = re.compile(r"(?:global[_-]?)?step[_-]?(\d+)", re.IGNORECASE)
+RANK_FILE = re.compile(r"rank_(\d+)\.jsonl$")
+STEP_DIR = re.compile(r"step_(\d+)$")
+NEMO_FILE = re.compile(r"train_data_step(\d+)\.jsonl$")
+SKYRL_FILE = re.compile(r"global_step_(\d+)_training_input\.pkl$")
+SLIME_FILE = re.compile(r"(\d+)\.pt$")
+MILES_FILE = re.compile(r"(\d+)_(\d+)\.pt$")
+
+
+@dataclass(frozen=True)
+class Source:
+    """One batch to analyse: the files that hold it, who wrote them, its step and a run id for its page."""
+
+    paths: tuple[Path, ...]
+    framework: str
+    step: int | None
+    run_id: str
+    origin: Path  # the file or step folder, named in messages and as the report's source
+    kind: str = "file"  # how it was found, said by `inspect`
+
+
+def sources(path: str | Path, format_hint: str | None = None) -> list[Source]:
+    """Every batch under `path`, sorted by step (BadInput when there is none or the folder mixes frameworks)."""
+    path = Path(path)
+    hint = check_hint(format_hint)
+    if not path.exists():
+        raise BadInput(path, "no such file or folder")
+    found = _folder(path, hint) if path.is_dir() else [file_source(path, hint)]
+    if not found:
+        raise BadInput(path, "no step batch found here")
+    return _unique_ids(sorted(found, key=lambda s: (s.step is None, s.step or 0, str(s.origin))))
+
+
+def file_source(path: Path, hint: str | None = None) -> Source:
+    """One file: its framework from its content (or the hint), its step from its path or content."""
+    if path.stat().st_size == 0:
+        raise BadInput(path, "file is empty")
+    framework = hint or detect_file(path)
+    if framework == "prime-rl":
+        step = _int(STEP_DIR, path.parent.name)
+        step = step if step is not None else _record_step(path)
+        return Source((path,), framework, step, _step_id(step, path.stem), path, "prime-rl rank file")
+    if framework == "slime" and path.parent.name == "train_data":
+        return _slime_source(path)
+    if framework == "miles":
+        return _miles_source(path)
+    step = _step_of(path)
+    if framework in ("nemo-rl", "skyrl", "slime"):
+        return Source((path,), framework, step, _step_id(step, path.stem), path, f"{framework} dump file")
+    return Source((path,), framework, step, path.stem, path, "file")
+
+
+def _folder(path: Path, hint: str | None) -> list[Source]:
+    if path.name == "train_data" or (path / "train_data").is_dir():
+        return _train_data(path if path.name == "train_data" else path / "train_data", hint)
+    if (path / "token_exports").is_dir():
+        path = path / "token_exports"
+    if (path / "dumped_data").is_dir():
+        path = path / "dumped_data"
+    kinds = {
+        "prime-rl step folder": sorted(f for f in path.glob("rank_*.jsonl") if RANK_FILE.search(f.name)),
+        "prime-rl token_exports": sorted(d for d in path.iterdir() if d.is_dir() and STEP_DIR.match(d.name)),
+        "NeMo-RL log dir": sorted(f for f in path.iterdir() if NEMO_FILE.match(f.name)),
+        "SkyRL dumped_data": sorted(f for f in path.iterdir() if SKYRL_FILE.match(f.name)),
+    }
+    present = [k for k, v in kinds.items() if v]
+    if len(present) > 1:
+        raise BadInput(path, f"holds dumps of several layouts ({', '.join(present)}): point at one of them")
+    if present == ["prime-rl step folder"] or (not present and _looks_like_prime_step(path)):
+        return [_prime_step(path, hint)]
+    if present == ["prime-rl token_exports"]:
+        return [_prime_step(d, hint) for d in kinds["prime-rl token_exports"]]
+    if present:
+        framework = "nemo-rl" if present == ["NeMo-RL log dir"] else "skyrl"
+        return [file_source(f, hint) if hint else _confirmed(f, framework) for f in kinds[present[0]]]
+    return _plain_files(path, hint)
+
+
+def _looks_like_prime_step(path: Path) -> bool:
+    """`step_S/` with prime-rl's STABLE marker, or inside `token_exports/`."""
+    return STEP_DIR.match(path.name) is not None and ((path / "STABLE").exists() or path.parent.name == "token_exports")
+
+
+def _prime_step(step_dir: Path, hint: str | None) -> Source:
+    """A prime-rl step: the union of its rank files (no rank file is bad input: the step was not written)."""
+    ranks = sorted((f for f in step_dir.glob("rank_*.jsonl") if RANK_FILE.search(f.name)),
+                   key=lambda f: int(RANK_FILE.search(f.name).group(1)))
+    if not ranks:
+        raise BadInput(step_dir, "prime-rl step folder with no rank_*.jsonl file (was the step exported?)")
+    if hint not in (None, "prime-rl") and len(ranks) > 1:
+        raise BadInput(step_dir, f"--format-hint {hint} reads one file, and this prime-rl step has {len(ranks)} rank "
+                                 "files: point at one of them")
+    step = _int(STEP_DIR, step_dir.name)
+    step = step if step is not None else _record_step(ranks[0])
+    return Source(tuple(ranks), hint or "prime-rl", step, _step_id(step, step_dir.name), step_dir,
+                  f"prime-rl step folder ({len(ranks)} rank file{'s' if len(ranks) != 1 else ''})")
+
+
+def _train_data(folder: Path, hint: str | None) -> list[Source]:
+    """slime `train_data/{id}.pt` (one per rollout id) or miles `train_data/{id}_{rank}.pt` (all ranks of an id)."""
+    files = sorted(f for f in folder.glob("*.pt") if SLIME_FILE.fullmatch(f.name) or MILES_FILE.fullmatch(f.name))
+    if not files:
+        raise BadInput(folder, "no train dump in this folder (expected {rollout_id}.pt or {rollout_id}_{rank}.pt)")
+    framework = hint or detect_file(files[0])
+    if hint not in (None, "slime", "miles"):
+        return [file_source(f, hint) for f in files]
+    if framework == "miles":
+        firsts = {MILES_FILE.fullmatch(f.name).group(1): f for f in reversed(files) if MILES_FILE.fullmatch(f.name)}
+        return [_miles_source(f) for f in firsts.values()]
+    if framework == "slime":  # {rollout_id}.pt joins its rollout dump; a per-rank template's files stand alone
+        return [_slime_source(f) if SLIME_FILE.fullmatch(f.name) else file_source(f, "slime") for f in files]
+    return [file_source(f, hint) if hint else _confirmed(f, framework) for f in files]
+
+
+def _slime_source(train: Path) -> Source:
+    """A slime train dump, with the rollout dump of the same id beside it when there is one (the join)."""
+    rollout_id = _int(SLIME_FILE, train.name)
+    sibling = train.parent.parent / "rollout_data" / train.name
+    paths = (train, sibling) if sibling.is_file() else (train,)
+    kind = "slime train dump" + (" + rollout dump" if len(paths) == 2 else " (no rollout_data/ sibling)")
+    step = rollout_id if rollout_id is not None else _step_of(train)
+    return Source(paths, "slime", step, _step_id(step, train.stem), train, kind)
+
+
+def _miles_source(path: Path) -> Source:
+    """A miles rollout id: every rank's file of that id (context-parallel slices need their siblings)."""
+    m = MILES_FILE.fullmatch(path.name)
+    if m is None:
+        return Source((path,), "miles", _step_of(path), path.stem, path, "miles train dump")
+    rid = m.group(1)
+    ranks = sorted((f for f in path.parent.glob(f"{rid}_*.pt") if MILES_FILE.fullmatch(f.name)),
+                   key=lambda f: int(MILES_FILE.fullmatch(f.name).group(2)))
+    step = int(rid)
+    return Source(tuple(ranks), "miles", step, _step_id(step, rid), path.parent / f"{rid}_*.pt",
+                  f"miles train dump ({len(ranks)} rank file{'s' if len(ranks) != 1 else ''})")
+
+
+def _plain_files(folder: Path, hint: str | None) -> list[Source]:
+    """A folder of step files: one Source each; their frameworks must agree."""
+    files = sorted(f for f in folder.iterdir() if f.is_file() and f.suffix.lower() in INPUT_SUFFIXES)
+    if not files:
+        raise BadInput(folder, "is a directory with no step batch in it: expected .pt, .npz, .jsonl or .pkl files, a prime-rl step or "
+                               "token_exports folder, a NeMo-RL log dir, a slime/miles dump dir or a SkyRL export")
+    found = [file_source(f, hint) for f in files]
+    frameworks = sorted({s.framework for s in found})
+    if len(frameworks) > 1:
+        raise BadInput(folder, f"mixes files of several frameworks ({', '.join(frameworks)}): point at one kind")
+    return found
+
+
+def _confirmed(path: Path, framework: str) -> Source:
+    """A file whose name says its framework: the content must agree (names are never enough)."""
+    found = file_source(path, None)
+    if found.framework != framework:
+        raise BadInput(path, f"named like a {framework} dump but its content is not one (looks like: {found.framework})")
+    return found
+
+
+def _step_of(path: Path) -> int | None:
+    for pattern in (NEMO_FILE, SKYRL_FILE):
+        if (m := pattern.search(path.name)) is not None:
+            return int(m.group(1))
+    m = STEP_RE.search(path.stem)
+    return int(m.group(1)) if m else None
+
+
+def _record_step(path: Path) -> int | None:
+    step = first_record(path).get("step")
+    return step if isinstance(step, int) else None
+
+
+def _int(pattern: re.Pattern, name: str) -> int | None:
+    m = pattern.fullmatch(name) or pattern.search(name)
+    return int(m.group(1)) if m else None
+
+
+def _step_id(step: int | None, fallback: str) -> str:
+    return f"step_{step}" if step is not None else fallback
+
+
+def _unique_ids(found: list[Source]) -> list[Source]:
+    seen: dict[str, int] = {}
+    out = []
+    for s in found:
+        seen[s.run_id] = seen.get(s.run_id, 0) + 1
+        n = seen[s.run_id]
+        out.append(s if n == 1 else Source(s.paths, s.framework, s.step, f"{s.run_id}-{n}", s.origin, s.kind))
+    return out

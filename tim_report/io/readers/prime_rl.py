@@ -1,0 +1,105 @@
+"""prime-rl token export: `token_exports/step_S/rank_R.jsonl`, one packed sample per line (schema 1).
+
+Whole-sequence layout: `token_ids`, `loss_mask`, `inference_logprobs` and `trainer_logprobs` cover prompt
+and completion, index i scoring token i. A line may pack several samples; `position_ids` restart at
+0 at each one, so that is where they are cut. Each sample's response starts at its first loss-mask
+token. `trainer_logprobs[0]` is a filler (log 1/V) and `inference_logprobs` is 0.0 on every token that
+was not sampled: neither enters a metric, and nothing is shifted to "fix" them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ...errors import BadInput
+from ..sequences import PROMPT_WHY, Exclusions, Seq, assemble_seqs, floats, split_at_first_trained
+from .jsonl import read_records
+
+TOKEN_KEYS = ("token_ids", "loss_mask", "inference_logprobs", "trainer_logprobs")
+OPTIONAL_TOKEN_KEYS = ("position_ids", "advantages")
+ALIGNMENT = ("whole sequence, token positions: inference_logprobs[i] and trainer_logprobs[i] both score token_ids[i] "
+             "given the tokens before it; the response starts at each sample's first loss_mask token; "
+             "trainer_logprobs[0] (filler, log 1/V) is never in the response; nothing shifted")
+FILLER_WHY = ("trainer_logprobs[0] scores no token (nothing precedes it): prime-rl writes log(1/V) there; "
+              "it lies in the prompt, so no metric sees it")
+MASKED_FILLER_WHY = "loss_mask was true on a sample's first token, which cannot be a sampled token: set to false"
+EMPTY_WHY = "no loss_mask token in the sample: nothing of it is trained"
+
+
+def read(src, allow_pickle: bool = False):
+    """All rank files of one step → StepBatch, plus the fields for `inspect`."""
+    ex, notes, seqs = Exclusions(), [], []
+    ranks, steps, fields = [], set(), {}
+    for path in src.paths:
+        for n, rec in read_records(path):
+            _check(path, n, rec)
+            fields.update({k: type(v).__name__ for k, v in rec.items()})
+            seqs += _samples(rec, ex)
+            ranks.append(rec.get("rank"))
+            if isinstance(rec.get("step"), int):
+                steps.add(rec["step"])
+    meta = {"framework": "prime-rl", "layout": "whole sequence (prompt + completion per line)", "alignment": ALIGNMENT,
+            "keys": {"rollout": "inference_logprobs", "trainer": "trainer_logprobs", "mask": "loss_mask",
+                     "tokens": "token_ids", "advantage": "advantages", "env": "env_name"},
+            "ranks": ", ".join(str(r) for r in sorted({r for r in ranks if r is not None})) or None}
+    meta["step"] = _step(src, steps, notes)
+    batch = assemble_seqs(src.origin, seqs, meta, ex, notes)
+    return batch, [{"key": k, "type": t} for k, t in sorted(fields.items())]
+
+
+def _check(path: Path, n: int, rec: dict) -> None:
+    missing = [k for k in TOKEN_KEYS if not isinstance(rec.get(k), list)]
+    if missing:
+        raise BadInput(path, f"line {n}: no per-token list '{missing[0]}' (a prime-rl token export line has "
+                             f"{', '.join(TOKEN_KEYS)})")
+    lengths = {k: len(rec[k]) for k in TOKEN_KEYS + OPTIONAL_TOKEN_KEYS if isinstance(rec.get(k), list)}
+    if len(set(lengths.values())) > 1:
+        raise BadInput(path, f"line {n}: per-token fields differ in length ({', '.join(f'{k} {v}' for k, v in lengths.items())})")
+
+
+def _samples(rec: dict, ex: Exclusions) -> list[Seq]:
+    """The samples packed in one line, cut where position_ids restart at 0."""
+    n = len(rec["token_ids"])
+    if n == 0:
+        return []
+    pos = rec.get("position_ids")
+    starts = [0] + ([i for i in range(1, n) if pos[i] == 0] if isinstance(pos, list) else [])
+    bounds = list(zip(starts, starts[1:] + [n]))
+    ex.add("trainer_logprobs[0] filler", 1, FILLER_WHY)
+    cols = {
+        "tokens": np.asarray(rec["token_ids"], dtype=np.int64),
+        "mask": np.array([bool(m) for m in rec["loss_mask"]], dtype=bool),
+        "rollout": floats(rec["inference_logprobs"]),
+        "trainer": floats(rec["trainer_logprobs"]),
+        "advantage": floats(rec["advantages"]) if isinstance(rec.get("advantages"), list) else None,
+    }
+    return [s for a, b in bounds if (s := _sample(cols, a, b, rec.get("env_name"), ex)) is not None]
+
+
+def _sample(cols: dict, a: int, b: int, env, ex: Exclusions) -> Seq | None:
+    mask = cols["mask"][a:b].copy()
+    if mask[0]:
+        mask[0] = False
+        ex.add("loss_mask true on a sample's first token", 1, MASKED_FILLER_WHY)
+    first = split_at_first_trained(mask)
+    if first is None:
+        ex.add("samples with no loss_mask token", b - a, EMPTY_WHY)
+        return None
+    r = slice(a + first, b)
+    ex.add("prompt tokens", first, PROMPT_WHY)
+    adv = cols["advantage"]
+    return Seq(rollout=cols["rollout"][r], trainer=cols["trainer"][r], mask=mask[first:], token_ids=cols["tokens"][r],
+               prompt_ids=cols["tokens"][a:a + first], advantage=None if adv is None else adv[r],
+               env=env if isinstance(env, str) else None)
+
+
+def _step(src, steps: set[int], notes: list[str]) -> int | None:
+    if len(steps) > 1:
+        notes.append(f"the records name several steps ({', '.join(map(str, sorted(steps)))}); the step folder's is used")
+    if src.step is not None:
+        if steps and src.step not in steps:
+            notes.append(f"the folder says step {src.step}, the records say {', '.join(map(str, sorted(steps)))}")
+        return src.step
+    return next(iter(steps)) if len(steps) == 1 else None

@@ -1,0 +1,163 @@
+"""slime (v0.3.1) train dump `train_data/{rollout_id}.pt`, joined with `rollout_data/{rollout_id}.pt` when present.
+
+The train dump (format_version 2, `torch.load(weights_only=True)`) holds per sample the whole token
+sequence and response-aligned `rollout_log_probs`, `log_probs` (the trainer's) and `loss_masks` of
+length R = `response_lengths`; the response is the last R of the sample's `total_lengths` tokens.
+No first-token exclusion. `rollout_position` indexes the rollout dump's samples: from there come
+the group, the prompt text, the reward, the weight versions (one per turn) and the status. The
+rollout dump may need full unpickling (metadata objects); without --allow-pickle the join is
+skipped with a note rather than failing the batch.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...errors import BadInput
+from ..sequences import Exclusions, Seq, assemble_seqs, floats, joined_versions
+from .pt import to_plain, torch_load
+
+ALIGNMENT = ("response only: rollout_log_probs[j], log_probs[j] and loss_masks[j] score response token j = "
+             "tokens[total_lengths − response_lengths + j]; no first-token exclusion; nothing shifted")
+ROLLOUT_REFUSAL = ("needs full unpickling (metadata objects), which can run arbitrary code; re-run with --allow-pickle "
+                   "if you trust it")
+
+
+def read(src, allow_pickle: bool = False):
+    """A slime train dump (and its rollout dump) → StepBatch, plus the fields for `inspect`."""
+    train_path = src.paths[0]
+    dump = to_plain(torch_load(train_path, allow_pickle))
+    samples = _train_samples(train_path, dump)
+    notes: list[str] = []
+    rollout = _rollout_samples(src.paths[1], allow_pickle, notes) if len(src.paths) > 1 else None
+    if rollout is None and len(src.paths) == 1:
+        notes.append("no rollout_data/ dump beside this train dump: no groups, prompt text or weight versions")
+    ex = Exclusions()
+    seqs = [sample_seq(train_path, i, s, _joined(train_path, i, s, rollout, src.paths), ex) for i, s in enumerate(samples)]
+    meta = {"framework": "slime", "layout": "response only (per-sample lists)", "alignment": ALIGNMENT,
+            "step": src.step if src.step is not None else dump.get("rollout_id"), "rollout_id": dump.get("rollout_id"),
+            "keys": {"rollout": "rollout_log_probs", "trainer": "log_probs", "mask": "loss_masks", "tokens": "tokens",
+                     "advantage": "advantages", "reward": "rewards"}}
+    if rollout is not None:
+        meta["keys"].update(group="rollout_data: group_index", weight_version="rollout_data: weight_versions",
+                            prompt_text="rollout_data: prompt")
+        meta["sample_status"] = _statuses(rollout, samples)
+    _routed(meta, samples, rollout)
+    batch = assemble_seqs(train_path, seqs, meta, ex, notes)
+    return batch, _fields(dump, samples)
+
+
+def _train_samples(path: Path, dump: Any) -> list[dict]:
+    if not isinstance(dump, dict) or not isinstance(dump.get("samples"), list):
+        raise BadInput(path, "not a slime train dump: expected a dict with a 'samples' list")
+    samples = dump["samples"]
+    if samples and "log_probs" not in samples[0] and "group_index" in samples[0]:
+        raise BadInput(path, "a slime rollout dump holds the rollout log-probs only: the trainer's are in "
+                             "train_data/{rollout_id}.pt (--save-debug-train-data or --dump-details)")
+    return samples
+
+
+def _rollout_samples(path: Path, allow_pickle: bool, notes: list[str]) -> list[dict] | None:
+    try:
+        dump = to_plain(torch_load(path, allow_pickle, refusal=ROLLOUT_REFUSAL))
+    except BadInput as exc:
+        if allow_pickle or "--allow-pickle" not in exc.problem:
+            raise
+        notes.append(f"{path.name} in rollout_data/ {ROLLOUT_REFUSAL}: groups, prompt text and weight versions were not read")
+        return None
+    if not isinstance(dump, dict) or not isinstance(dump.get("samples"), list):
+        raise BadInput(path, "not a slime rollout dump: expected a dict with a 'samples' list")
+    return dump["samples"]
+
+
+def _joined(path: Path, i: int, s: dict, rollout: list[dict] | None, paths) -> dict:
+    """The rollout-dump sample this train sample came from (empty without a rollout dump)."""
+    if rollout is None:
+        return {}
+    pos = _int(s.get("rollout_position"))
+    if pos is None:
+        raise BadInput(path, f"sample {i} has no rollout_position to join it with {paths[1]}")
+    if not 0 <= pos < len(rollout):
+        raise BadInput(path, f"sample {i}: rollout_position {pos} points past the {len(rollout)} samples of {paths[1]}")
+    joined = rollout[pos]
+    if _int(s.get("sample_index")) is not None and _int(joined.get("index")) not in (None, _int(s.get("sample_index"))):
+        raise BadInput(path, f"sample {i}: sample_index {s.get('sample_index')} but rollout sample {pos} has index "
+                             f"{joined.get('index')}: the dumps are not of the same rollout")
+    return joined
+
+
+def sample_seq(path: Path, i: int, s: dict, joined: dict, ex: Exclusions) -> Seq:
+    """One train sample (slime and miles share the column names) → its response as a Seq."""
+    tokens = np.asarray(s.get("tokens"), dtype=np.int64).reshape(-1)
+    total = _int(s.get("total_lengths")) or len(tokens)
+    resp = _int(s.get("response_lengths"))
+    rollout, trainer = floats(_vec(s.get("rollout_log_probs"))), floats(_vec(s.get("log_probs")))
+    resp = len(rollout) if resp is None else resp
+    mask = np.ones(resp, bool) if s.get("loss_masks") is None else np.asarray(_vec(s["loss_masks"])) > 0
+    lengths = {"rollout_log_probs": len(rollout), "log_probs": len(trainer), "loss_masks": len(mask)}
+    if set(lengths.values()) != {resp} or not 0 < resp <= min(total, len(tokens)):
+        raise BadInput(path, f"sample {i}: response_lengths {resp}, total_lengths {total}, tokens {len(tokens)} but "
+                             + ", ".join(f"{k} {v}" for k, v in lengths.items()))
+    p = total - resp
+    ex.add("prompt tokens", p, "prompt: the first total_lengths − response_lengths tokens, never sampled")
+    adv = s.get("advantages")
+    return Seq(rollout=rollout, trainer=trainer, mask=mask, token_ids=tokens[p:total], prompt_ids=tokens[:p],
+               advantage=floats(_vec(adv)) if adv is not None and len(_vec(adv)) == resp else None,
+               reward=_reward(s.get("rewards"), joined.get("reward")), group=_opt_str(joined.get("group_index")),
+               weight_version=joined_versions(joined.get("weight_versions")), prompt_text=_prompt_text(joined.get("prompt")))
+
+
+def _vec(value: Any) -> Any:
+    return np.asarray(value).reshape(-1) if value is not None else np.zeros(0)
+
+
+def _int(value: Any) -> int | None:
+    if isinstance(value, np.ndarray) and value.size == 1:
+        value = value.reshape(-1)[0]
+    if isinstance(value, (list, tuple)) and len(value) == 1:
+        value = value[0]
+    return int(value) if isinstance(value, (int, np.integer)) and not isinstance(value, bool) else None
+
+
+def _reward(train: Any, rollout: Any) -> float | None:
+    for v in (train, rollout):
+        if isinstance(v, np.ndarray) and v.size == 1:
+            v = v.reshape(-1)[0]
+        if isinstance(v, (int, float, np.floating, np.integer)) and not isinstance(v, bool):
+            return float(v)
+    return None
+
+
+def _opt_str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _prompt_text(prompt: Any) -> str | None:
+    """slime `prompt`: a string, or chat messages ({'role', 'content'} dicts)."""
+    if isinstance(prompt, str):
+        return prompt
+    if isinstance(prompt, list) and all(isinstance(m, dict) for m in prompt):
+        return "\n\n".join(f"{m.get('role', '?')}: {m.get('content', '')}" for m in prompt)
+    return None
+
+
+def _statuses(rollout: list[dict], samples: list[dict]) -> str | None:
+    used = [rollout[p] for s in samples if (p := _int(s.get("rollout_position"))) is not None and 0 <= p < len(rollout)]
+    counts = Counter(str(r.get("status")) for r in used if r.get("status") is not None)
+    return " · ".join(f"{k} {v}" for k, v in sorted(counts.items())) or None
+
+
+def _routed(meta: dict, samples: list[dict], rollout: list[dict] | None) -> None:
+    if any(s.get("rollout_routed_experts") is not None for s in samples) or \
+            any(r.get("rollout_routed_experts") is not None for r in rollout or []):
+        meta["routed_experts"] = "rollout_routed_experts present (kept for later, not analysed)"
+
+
+def _fields(dump: dict, samples: list[dict]) -> list[dict]:
+    top = [{"key": k, "type": type(v).__name__} for k, v in sorted(dump.items()) if k != "samples"]
+    per = samples[0] if samples else {}
+    return top + [{"key": f"samples[].{k}", "type": type(v).__name__} for k, v in sorted(per.items())]

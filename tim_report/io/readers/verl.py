@@ -1,0 +1,81 @@
+"""verl `DataProto` (0.10 dev): `DataProto.save_to_disk` (a raw pickle) or `torch.save(data_proto)`.
+
+Needs verl installed to unpickle (the object rebuilds its TensorDict), and --allow-pickle. The batch
+holds `responses` [B, R] right-padded, `response_mask` (0 on tool tokens and padding),
+`rollout_log_probs` (0.0 there too), `old_log_probs`, `attention_mask` [B, P+R] whose last R columns
+say which response positions are real tokens, and non-tensor `uid` (group), `__num_turns__` and
+`min_global_steps` / `max_global_steps` (the policy versions that generated each sample). The padded
+arrays go through the same assembly as any dict (`assemble.py`); this module adds what is verl's.
+"""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ...errors import BadInput
+from ..detect import is_zip
+from ..sequences import turn_index
+from .pt import to_plain, torch_load, unpickling_failed, unwrap_dataproto, warn_unpickling
+
+REFUSAL = ("a verl DataProto is a pickle, and unpickling can run arbitrary code from the file: re-run with "
+           "--allow-pickle if you trust it")
+ALIGNMENT = ("response only, right-padded [B, R]: rollout_log_probs[b, j] and old_log_probs[b, j] score responses[b, j]; "
+             "real tokens from attention_mask's last R columns, trained ones from response_mask; nothing shifted")
+
+
+def read_values(path: Path, allow_pickle: bool) -> dict:
+    """The DataProto's tensors and non-tensor arrays as one flat dict of plain values (meta_info under 'meta_info')."""
+    if is_zip(path):
+        obj = torch_load(path, allow_pickle, refusal=REFUSAL)
+    else:
+        if not allow_pickle:
+            raise BadInput(path, REFUSAL)
+        try:
+            with open(path, "rb") as fh:
+                obj = pickle.load(fh)  # noqa: S301 - the user passed --allow-pickle
+        except Exception as exc:  # noqa: BLE001 - a missing package or any corruption is a bad file
+            raise unpickling_failed(path, exc) from exc
+        warn_unpickling(path)
+    values = to_plain(unwrap_dataproto(obj))
+    if not isinstance(values, dict):
+        raise BadInput(path, f"holds a {type(obj).__name__}, not a verl DataProto")
+    return values
+
+
+def annotate(batch, values: dict) -> None:
+    """What the generic assembly does not know: versions, turns, routed experts, and that this is verl."""
+    batch.meta.update(framework="verl", alignment=ALIGNMENT)
+    if batch.meta.get("step") is None and isinstance(batch.meta.get("global_steps"), int):
+        batch.meta["step"] = batch.meta["global_steps"]  # meta_info's training step
+    batch.meta["layout"] = "response only, right-padded [B, R] (DataProto)"
+    versions = _versions(values, batch.n_seqs)
+    if versions is not None:
+        batch.weight_version = versions
+    turns = [turn_index(batch.mask[batch.tokens_of(i)]) for i in range(batch.n_seqs)]
+    if any(t.size and t[-1] > 0 for t in turns):
+        batch.turn = np.concatenate(turns)
+    if values.get("routed_experts") is not None:
+        batch.meta["routed_experts"] = "routed_experts present (kept for later, not analysed)"
+    num_turns = values.get("__num_turns__")
+    if isinstance(num_turns, np.ndarray) and num_turns.shape == (batch.n_seqs,):
+        batch.meta["num_turns"] = f"{int(num_turns.min())}–{int(num_turns.max())}"
+
+
+def _versions(values: dict, n: int) -> np.ndarray | None:
+    lo, hi = values.get("min_global_steps"), values.get("max_global_steps")
+    if lo is None and hi is None:
+        return None
+    lo = np.asarray(lo if lo is not None else hi).reshape(-1)
+    hi = np.asarray(hi if hi is not None else lo).reshape(-1)
+    if lo.shape != (n,) or hi.shape != (n,):
+        return None
+    return np.asarray([str(a) if a == b else f"{a},{b}" for a, b in zip(lo.tolist(), hi.tolist())], dtype=str)
+
+
+def fields(values: dict) -> list[dict[str, Any]]:
+    return [{"key": k, "type": f"{v.dtype} {list(v.shape)}" if isinstance(v, np.ndarray) else type(v).__name__}
+            for k, v in sorted(values.items())]

@@ -1,0 +1,141 @@
+"""Per-sequence records → StepBatch: what every framework reader builds its batch from.
+
+A framework reader knows its layout (whole sequence or response only, padded or not, one file per
+rank or per step); it cuts each sample into a `Seq` (the response, with the prompt beside it) and
+counts what it left out in an `Exclusions`. `assemble_seqs` then does the part every framework
+shares: flat arrays and offsets, the turn index of multi-turn samples, the placeholder zeros, and
+the meta that says what was read and what was excluded, and why.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import BadInput
+from ..model import StepBatch
+
+PLACEHOLDER_WHY = ("the rollout log-prob is a 0.0 placeholder (prompt, tool or environment output): outside the loss "
+                   "mask it is padding, kept in the token tables but out of every metric")
+UNTRAINED_WHY = "outside the loss mask (not trained on): kept in the token tables, out of every metric"
+PROMPT_WHY = "prompt: before the first loss-mask token, never sampled; kept as the sequence's prompt"
+
+
+@dataclass
+class Seq:
+    """One sample's response (from its first trained token, or as the framework stores it) and what goes with it."""
+
+    rollout: np.ndarray  # [L] float64
+    trainer: np.ndarray  # [L] float64
+    mask: np.ndarray  # [L] bool, trained on
+    token_ids: np.ndarray | None = None
+    prompt_ids: np.ndarray | None = None
+    prompt_text: str | None = None
+    advantage: np.ndarray | None = None  # [L]
+    reward: float | None = None
+    group: str | None = None
+    weight_version: str | None = None
+    env: str | None = None
+
+
+class Exclusions:
+    """What a reader left out of the metrics, in tokens, with the reason (meta["exclusions"])."""
+
+    def __init__(self) -> None:
+        self._items: dict[str, list] = {}
+
+    def add(self, what: str, tokens: int, why: str) -> None:
+        if tokens > 0:
+            entry = self._items.setdefault(what, [0, why])
+            entry[0] += int(tokens)
+
+    def to_list(self) -> list[dict]:
+        return [{"what": w, "tokens": n, "why": why} for w, (n, why) in self._items.items()]
+
+
+def floats(values: Any) -> np.ndarray:
+    """A per-token list (JSON `null` for NaN, as prime-rl writes it) or tensor as float64."""
+    if isinstance(values, np.ndarray):
+        return values.astype(np.float64, copy=False)
+    return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+
+
+def split_at_first_trained(mask: np.ndarray) -> int | None:
+    """Whole-sequence formats: the response starts at the first loss-mask token (None: nothing trained)."""
+    hits = np.flatnonzero(mask)
+    return int(hits[0]) if hits.size else None
+
+
+def turn_index(mask: np.ndarray) -> np.ndarray:
+    """[L] turn of each token: k for the k-th trained span and the untrained tokens after it (tool output)."""
+    m = mask.astype(bool)
+    starts = m & ~np.concatenate([[False], m[:-1]])
+    return np.maximum(np.cumsum(starts) - 1, 0).astype(np.int32)
+
+
+def joined_versions(versions: Any) -> str | None:
+    """slime/miles `weight_versions` (one per generate call) as one string, distinct versions in order."""
+    if versions is None:
+        return None
+    if isinstance(versions, (str, int, float)):
+        return str(versions)
+    seen: list[str] = []
+    for v in list(versions):
+        if str(v) not in seen:
+            seen.append(str(v))
+    return ",".join(seen) if seen else None
+
+
+def assemble_seqs(path: Path | str, seqs: list[Seq], meta: dict, exclusions: Exclusions, notes: list[str]) -> StepBatch:
+    """Flat arrays + offsets from the sequences; meta gets the exclusions, including the placeholder zeros."""
+    if not seqs:
+        raise BadInput(path, "no sample with a trained (loss-mask) token")
+    lengths = np.array([len(s.rollout) for s in seqs], dtype=np.int64)
+    mask = np.concatenate([s.mask.astype(bool) for s in seqs])
+    rollout = np.concatenate([s.rollout for s in seqs]).astype(np.float64, copy=False)
+    if not mask.any():
+        raise BadInput(path, "no token is inside the loss mask")
+    count_placeholders(rollout, mask, exclusions, notes)
+    batch = StepBatch(rollout_logp=rollout, trainer_logp=np.concatenate([s.trainer for s in seqs]).astype(np.float64, copy=False),
+                      offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64), mask=mask,
+                      meta=dict(meta), notes=notes)
+    batch.token_ids = _cat_tokens(seqs, "token_ids", np.int64)
+    batch.advantage = _cat_tokens(seqs, "advantage", np.float64)
+    batch.prompt_ids = [np.asarray(s.prompt_ids, np.int64) for s in seqs] if all(s.prompt_ids is not None for s in seqs) else None
+    batch.prompt_text = [str(s.prompt_text) for s in seqs] if all(s.prompt_text is not None for s in seqs) else None
+    batch.reward = np.array([s.reward for s in seqs], np.float64) if all(s.reward is not None for s in seqs) else None
+    for name in ("group", "weight_version", "env"):
+        values = [getattr(s, name) for s in seqs]
+        if all(v is not None for v in values):
+            setattr(batch, name, np.asarray([str(v) for v in values], dtype=str))
+    if batch.env is not None:
+        counts = Counter(batch.env.tolist())
+        batch.meta["environments"] = " · ".join(f"{name} {n}" for name, n in sorted(counts.items()))
+    turns = [turn_index(s.mask) for s in seqs]
+    if any(t.size and t[-1] > 0 for t in turns):
+        batch.turn = np.concatenate(turns)
+    batch.meta["exclusions"] = exclusions.to_list()
+    batch.meta.setdefault("source", str(path))
+    return batch
+
+
+def _cat_tokens(seqs: list[Seq], name: str, dtype) -> np.ndarray | None:
+    values = [getattr(s, name) for s in seqs]
+    if any(v is None for v in values):
+        return None
+    return np.concatenate([np.asarray(v, dtype=dtype) for v in values])
+
+
+def count_placeholders(rollout: np.ndarray, mask: np.ndarray, exclusions: Exclusions, notes: list[str]) -> None:
+    """Untrained response tokens (placeholder 0.0 or not), and a note on trained ones at exactly 0.0."""
+    zero = rollout == 0.0
+    exclusions.add("placeholder 0.0 rollout log-probs outside the loss mask", int((zero & ~mask).sum()), PLACEHOLDER_WHY)
+    exclusions.add("response tokens outside the loss mask", int((~zero & ~mask).sum()), UNTRAINED_WHY)
+    inside = int((zero & mask).sum())
+    if inside:
+        notes.append(f"{inside} trained tokens have a rollout log-prob of exactly 0.0: kept in the metrics, where the "
+                     "dummy-zero detector judges whether they are placeholders (tool tokens left in the mask)")
