@@ -259,8 +259,9 @@ def _headline(result: MatchResult) -> str:
 
 def _decided_by(n: dict, band: NoiseBand) -> str:
     def vs(x: float, se: float, lim: float, unit: str = "") -> str:
-        out = x - 2 * se > lim
-        return f"{_g(x)}{unit} {'>' if out else '≤'} {lim:g}{' ✗' if out else ''}"
+        if x <= lim:
+            return f"{_g(x)}{unit} ≤ {lim:g}"
+        return f"{_g(x)}{unit} > {lim:g} " + ("✗" if x - 2 * se > lim else f"(within 2 SE, ± {_g(2 * se)})")
 
     corr = "n/a" if n["corr_logp"] is None else f"{n['corr_logp']:.6f}"
     return (f"  Decided by: mean |δ| {vs(n['abs_delta_mean'], n['abs_delta_mean_se'], band.abs_delta_mean_max, ' nats')}, "

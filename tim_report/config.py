@@ -217,18 +217,18 @@ class NoiseBand:
 
 NOISE_BANDS: dict[str, NoiseBand] = {b.name: b for b in (
     NoiseBand("fp32", 1e-5, 1e-9,
-              "fp32 differs only by summation order: the diagnosis's identical tolerance (1e-5 nats) as a "
-              "mean; tiny-qwen2 with a differently reduced RMSNorm measures mean |δ| 8.9e-7, KL 7.9e-13"),
+              "fp32 differs by summation order only: the diagnosis's identical tolerance (1e-5 nats) as a mean; "
+              "tiny-qwen2 with RMSNorm reduced differently measures mean |δ| 9.0e-7, KL 8.0e-13"),
     NoiseBand("tf32", 6e-3, 1.6e-4,
               "TF32 keeps fp16's 10 mantissa bits in matmul inputs (NVIDIA A100 architecture whitepaper), so "
-              "the fp16 band; tiny-qwen2 with TF32-rounded linear inputs (emulated on CPU) measures 5.1e-4, KL 2.5e-7"),
+              "the fp16 band; tiny-qwen2 with TF32-rounded linear inputs (emulated on CPU) measures 5.3e-4, KL 2.7e-7"),
     NoiseBand("fp16", 6e-3, 1.6e-4,
               "the bf16 band scaled by fp16's 3 extra mantissa bits (2⁻³ in |δ|, 2⁻⁶ in KL), the ratio "
-              "tiny-qwen2 shows (bf16/fp16: 8.1× in mean |δ|, 67× in KL); fp16 measures 1.4e-3, KL 1.9e-6"),
+              "tiny-qwen2 shows (8.3× in mean |δ|, 73× in KL); fp16 vs fp32 measures 1.4e-3, KL 1.6e-6"),
     NoiseBand("bf16", 5e-2, PUBLISHED_BF16_KL[1],
               "published dense bf16 engine-vs-trainer runs: KL 4e-4 to 1e-2, mean |δ| a few hundredths "
-              "(PUBLISHED_BF16_KL, the diagnosis's noise ceiling); tiny-qwen2 bf16 vs fp32 measures 1.2e-2, KL 1.3e-4"),
+              "(the diagnosis's noise ceiling); tiny-qwen2 bf16 vs fp32 measures 1.1e-2, KL 1.2e-4"),
     NoiseBand("fp8", 0.15, 2e-2,
-              "no published kernel-level band: 3× the mean |δ| and 9× the KL tiny-qwen2 measures with e4m3 "
-              "weights (per-channel scales) and bf16 compute (4.9e-2, KL 2.4e-3)"),
+              "no published kernel-level band: 3× the mean |δ| and 8× the KL tiny-qwen2 measures with e4m3 "
+              "weights (per-channel scales, emulated) and bf16 compute (5.0e-2, KL 2.5e-3)"),
 )}
