@@ -65,15 +65,14 @@ def sample_tokens(model) -> torch.Tensor:
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(MODEL)
+    tok.padding_side = "left"  # one batched generate: every row's next token in the same column
+    batch = tok(PROMPTS, return_tensors="pt", padding=True)
+    pads = (1 - batch.attention_mask).sum(1)
+    n = LENGTH - int(batch.attention_mask.sum(1).min())
     torch.manual_seed(0)
-    rows = []
-    for p in PROMPTS:
-        ids = tok(p, return_tensors="pt").input_ids
-        n = LENGTH - ids.shape[1]
-        out = model.generate(ids, do_sample=True, max_new_tokens=n, min_new_tokens=n, top_k=0, top_p=1.0,
-                             temperature=1.0, pad_token_id=0)
-        rows.append(out[0, :LENGTH])
-    return torch.stack(rows)
+    out = model.generate(**batch, do_sample=True, max_new_tokens=n, min_new_tokens=n, top_k=0, top_p=1.0,
+                         temperature=1.0, pad_token_id=0)
+    return torch.stack([row[p : p + LENGTH] for row, p in zip(out, pads.tolist())])
 
 
 # ---------------------------------------------------------------------------- kernels under test
@@ -92,18 +91,19 @@ def rmsnorm_eps_outside_sqrt(self, x):
     return self.weight * (xf / (rms + self.variance_epsilon)).to(x.dtype)
 
 
-def rope_queries_one_ahead(inv_freq):
-    """Bug: the rotary kernel reads the cos/sin cache at position + 1 for queries; keys are right.
+def rope_one_ahead(inv_freq, queries: bool = True, keys: bool = False):
+    """A rotary kernel that reads the cos/sin cache at position + 1 for queries and/or keys.
 
-    RoPE is relative (q·k depends on the two positions' difference), so shifting q and k alike would
-    change nothing: shifting one of them is the real bug, every query seeing every key one step further."""
+    RoPE is relative (q·k depends on the two positions' difference), so shifting q and k alike changes
+    nothing: that is a correct kernel. Shifting one of them is the bug: every query sees every key one
+    step further away."""
     step = torch.cat([inv_freq, inv_freq])
 
     def apply(q, k, cos, sin, *args, **kwargs):
         c, s = step.cos().to(cos.dtype), step.sin().to(sin.dtype)
         cos_next, sin_next = cos * c - sin * s, sin * c + cos * s  # angle of the next position
-        q_rot, _ = STOCK_ROPE(q, k, cos_next, sin_next, *args, **kwargs)
-        _, k_rot = STOCK_ROPE(q, k, cos, sin, *args, **kwargs)
+        q_rot, _ = STOCK_ROPE(q, k, *((cos_next, sin_next) if queries else (cos, sin)), *args, **kwargs)
+        _, k_rot = STOCK_ROPE(q, k, *((cos_next, sin_next) if keys else (cos, sin)), *args, **kwargs)
         return q_rot, k_rot
 
     return apply
@@ -153,6 +153,15 @@ def test_fused_cross_entropy(model, tokens):
                           precision="fp32", token_ids=tokens[:, 1:])
 
 
+def test_rope_shifted_alike_for_queries_and_keys(model, tokens):
+    """Positions + 1 on both sides: the same relative positions, so the same model up to rounding."""
+    reference = score_logprobs(model, tokens)
+    inv_freq = model.model.rotary_emb.inv_freq
+    with mock.patch.object(qwen2, "apply_rotary_pos_emb", rope_one_ahead(inv_freq, queries=True, keys=True)):
+        candidate = score_logprobs(model, tokens)
+    assert_logprobs_match(reference, candidate, precision="fp32")
+
+
 def test_rmsnorm_eps_outside_sqrt_is_below_bf16_noise(in_dtype, tokens):
     """The eps bug moves log-probs by ~1e-4 nats: a bf16 test cannot see it (test formulas in fp32)."""
     bf16 = in_dtype(torch.bfloat16)
@@ -175,7 +184,7 @@ def test_bug_rmsnorm_eps_outside_sqrt(model, tokens):
 def test_bug_rope_positions_shifted_by_one(model, in_dtype, tokens):
     bf16 = in_dtype(torch.bfloat16)
     reference = score_logprobs(bf16, tokens)
-    with mock.patch.object(qwen2, "apply_rotary_pos_emb", rope_queries_one_ahead(model.model.rotary_emb.inv_freq)):
+    with mock.patch.object(qwen2, "apply_rotary_pos_emb", rope_one_ahead(model.model.rotary_emb.inv_freq)):
         candidate = score_logprobs(bf16, tokens)
     assert_logprobs_match(reference, candidate, precision="bf16", token_ids=tokens[:, 1:])
 
