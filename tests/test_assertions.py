@@ -7,6 +7,7 @@ runs in test_kernel_examples.py.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import warnings
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 import tim_report
 from tim_report.assertions import LogprobsMismatch, MatchResult, compare_logprobs, noise_band
 from tim_report.config import NOISE_BANDS, NoiseBand
+from tim_report.io import load
 
 from helpers import ROOT
 
@@ -112,6 +114,14 @@ def test_last_position_dropped():
     assert "[dummy_zero]" in msg and "only the last position of each sequence disagrees" in msg
 
 
+def test_last_position_written_wrong_without_zeros():
+    ref = logprobs()
+    cand = ref.copy()
+    cand[:, -1] = np.minimum(ref[:, -1] - np.linspace(0.5, 3, ref.shape[0]), 0)  # garbage, not placeholders
+    msg = failure(ref, cand, precision="bf16")
+    assert "[last_position]" in msg and "loss / logit slicing bug" in msg
+
+
 def test_temperature_left_in():
     ref = logprobs()
     msg = failure(ref, with_noise(ref, 0.01) / 0.85, precision="bf16")
@@ -156,6 +166,33 @@ def test_broken_candidate_values_fail_without_warnings():
         warnings.simplefilter("error")  # suites run with -W error: exp() overflow must not leak out
         msg = failure(ref, ref * 1000 - 2000)
     assert "systematic" in msg
+
+
+# ---------------------------------------------------------------------------- the real-logit fault fixtures
+
+FAULTS = ROOT / "tests" / "data" / "faults"
+CASES = json.loads((FAULTS / "manifest.json").read_text())["cases"]
+
+
+def padded(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Flat tokens with CSR offsets as [sequences, longest] rows, NaN after each sequence's end (unscored)."""
+    lengths = np.diff(offsets)
+    out = np.full((lengths.shape[0], int(lengths.max())), np.nan)
+    out[np.arange(out.shape[1])[None, :] < lengths[:, None]] = values
+    return out
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_fault_fixtures_pass_exactly_when_they_are_noise(case):
+    """The diagnosis's fixtures (tiny-model logits, faults injected where the truth is known) through the assertion:
+    the rollout is the candidate, the trainer the reference, as assert_logprobs_match places them."""
+    b = load(FAULTS / CASES[case]["file"])
+    precision = "fp16" if case.startswith("fp16") else "bf16"
+    r = compare_logprobs(padded(b.trainer_logp, b.offsets), padded(b.rollout_logp, b.offsets),
+                         padded(b.mask.astype(float), b.offsets) == 1, precision=precision)
+    assert r.passed == (CASES[case]["regime"] in ("identical", "numerical_noise")), r.message
+    ids = {f["id"] for f in r.findings}
+    assert set(CASES[case]["findings"]) - {"precision_gap"} <= ids, r.message
 
 
 # ---------------------------------------------------------------------------- bad input

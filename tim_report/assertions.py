@@ -23,6 +23,8 @@ from .config import NOISE_BANDS, POSITIVE_LOGP_TOLERANCE, DiagnosisThresholds, N
 from .model import Report, StepBatch
 
 PASSING_REGIMES = ("identical", "numerical_noise")
+# A last position whose median |δ| is this many times the band's mean, the rest within it, is not noise's shape.
+LAST_POSITION_FACTOR = 10.0
 ALIASES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16",
            "float8": "fp8", "fp8_e4m3": "fp8", "e4m3": "fp8"}
 # What each diagnosis finding means inside a kernel or an engine (the RL wording names rollouts and trainers).
@@ -185,13 +187,15 @@ def _by_position(inp: _Inputs, band: NoiseBand) -> dict | None:
     reading = None
     if last > lim and out["middle"] <= lim and first <= lim:
         reading = "last_position"
+        out["last_only_median"] = last
     elif bool((first_col == 0).all()) and middle_beyond:  # the first compared position is a sequence's start
         reading = "position_mixing" if first <= lim else "per_token"
     return {**out, "band": lim, "reading": reading}
 
 
-def _own_findings(inp: _Inputs, numbers: dict, band: NoiseBand) -> list[dict]:
-    """What the assertion adds to the diagnosis: broken candidate values, and a size beyond the band."""
+def _own_findings(inp: _Inputs, numbers: dict, band: NoiseBand, by_position: dict | None) -> list[dict]:
+    """What the assertion adds to the diagnosis: broken candidate values, a size beyond the band, and a shape
+    noise does not have (one position of every sequence an order of magnitude beyond the band, the rest within)."""
     out = []
     if inp.candidate_invalid:
         out.append({"id": "candidate_invalid", "severity": "error",
@@ -203,6 +207,11 @@ def _own_findings(inp: _Inputs, numbers: dict, band: NoiseBand) -> list[dict]:
                     "title": f"The difference is larger than {band.name} rounding produces",
                     "reading": f"mean |δ| {ad:.3g} nats and KL k3 {kl:.3g} against the {band.name} band of "
                                f"{band.abs_delta_mean_max:g} and {band.kl_k3_max:g} (with two standard errors of slack)"})
+    if by_position and by_position.get("last_only_median", 0.0) > LAST_POSITION_FACTOR * band.abs_delta_mean_max:
+        out.append({"id": "last_position", "severity": "error",
+                    "title": f"The last position of each sequence disagrees (median |δ| {by_position['last_only_median']:.3g} "
+                             f"nats) while the others are within the {band.name} band",
+                    "reading": POSITION_READING["last_position"]})
     return out
 
 
@@ -253,9 +262,9 @@ def _headline(result: MatchResult) -> str:
         return "systematic (the two do not compute the same function)"
     if result.regime == "elevated":
         return f"elevated (beyond {band.name} noise)"
-    if any(f["id"] == "candidate_invalid" for f in result.findings):
-        return "the candidate returns values that are not log-probs"
-    return f"{result.regime.replace('_', ' ')}, but with a finding"
+    own = {"candidate_invalid": "the candidate returns values that are not log-probs",
+           "last_position": "the last position of each sequence disagrees", "beyond_band": f"beyond {band.name} noise"}
+    return next((own[f["id"]] for f in result.findings if f["id"] in own), result.regime.replace("_", " "))
 
 
 def _decided_by(n: dict, band: NoiseBand) -> str:
@@ -280,7 +289,7 @@ def _message(result: MatchResult, name: str | None) -> str:
         lines.append(f"  - {_kernel_words(f['title'])} [{f['id']}]" + (f" ({ev})" if ev else "")
                      + (f": {reading}." if reading else "."))
     p = result.by_position
-    if p is not None and p["reading"]:
+    if p is not None and p["reading"] and not any(f["id"] == "last_position" for f in result.findings):
         lines.append(f"  - By position, mean |δ| first {_g(p['first'])}, middle {_g(p['middle'])}, last {_g(p['last'])} "
                      f"nats: {POSITION_READING[p['reading']]}.")
     lines.append(_decided_by(result.numbers, result.band))
@@ -303,10 +312,11 @@ def compare_logprobs(reference, candidate, mask=None, *, precision: str | NoiseB
                          diagnosis_thresholds=dt)
     diag = report.diagnosis
     numbers = _numbers(report, inp)
-    findings = [f for f in diag["findings"] if f["severity"] in ("warn", "error")] + _own_findings(inp, numbers, band)
+    by_position = _by_position(inp, band)
+    findings = ([f for f in diag["findings"] if f["severity"] in ("warn", "error")]
+                + _own_findings(inp, numbers, band, by_position))
     passed = diag["regime"] in PASSING_REGIMES and not findings
-    result = MatchResult(passed, diag["regime"], band, numbers, findings,
-                         None if passed else _by_position(inp, band), report)
+    result = MatchResult(passed, diag["regime"], band, numbers, findings, by_position, report)
     if not passed:
         result.message = _message(result, name)
     return result
