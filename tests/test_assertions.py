@@ -195,6 +195,22 @@ def test_fault_fixtures_pass_exactly_when_they_are_noise(case):
     assert set(CASES[case]["findings"]) - {"precision_gap"} <= ids, r.message
 
 
+def test_a_candidate_with_no_log_prob_at_all_is_a_kernel_failure():
+    ref = logprobs()
+    with pytest.raises(LogprobsMismatch, match="All 768 compared candidate log-probs are NaN") as e:
+        tim_report.assert_logprobs_match(ref, np.full(ref.shape, np.nan))
+    assert e.value.result.regime == "invalid" and e.value.result.report is None
+
+
+def test_float_masks_of_zeros_and_ones():
+    ref = logprobs()
+    mask = np.ones(ref.shape)
+    mask[:, :4] = 0.0
+    assert tim_report.assert_logprobs_match(ref, ref, mask).numbers["tokens"] == ref.size - 4 * ref.shape[0]
+    with pytest.raises(ValueError):
+        tim_report.assert_logprobs_match(ref, ref, mask * 0.5)
+
+
 # ---------------------------------------------------------------------------- bad input
 
 

@@ -63,7 +63,8 @@ class LogprobsMismatch(AssertionError):
 
 @dataclass
 class MatchResult:
-    """What `assert_logprobs_match` decided and why; `report` is the full analysis (for the HTML page)."""
+    """What `assert_logprobs_match` decided and why; `report` is the full analysis (for the HTML page), None
+    when no candidate value could be analysed (regime "invalid")."""
 
     passed: bool
     regime: str
@@ -71,7 +72,7 @@ class MatchResult:
     numbers: dict
     findings: list[dict]
     by_position: dict | None
-    report: Report = field(repr=False)
+    report: Report | None = field(repr=False)
     message: str = ""
 
 
@@ -122,9 +123,11 @@ def _inputs(reference, candidate, mask, token_ids) -> _Inputs:
         raise ValueError(f"shapes differ: reference {_shape(reference)} vs candidate {_shape(candidate)}")
     if ref.size == 0:
         raise ValueError("no log-probs: reference and candidate are empty")
-    m = np.ones(ref.shape, bool) if mask is None else _array(mask, "mask", "biu")
+    m = np.ones(ref.shape, bool) if mask is None else _array(mask, "mask", "biuf")
     if m.shape != ref.shape:
         raise ValueError(f"mask has shape {_shape(mask)}, the log-probs {_shape(reference)}")
+    if m.dtype.kind == "f" and not np.isin(m, (0.0, 1.0)).all():
+        raise ValueError("mask: expected booleans or 0 / 1, got other values")
     m = m.astype(bool)
     ids = None if token_ids is None else _array(token_ids, "token_ids", "iu")
     if ids is not None and ids.shape != ref.shape:
@@ -305,6 +308,8 @@ def compare_logprobs(reference, candidate, mask=None, *, precision: str | NoiseB
     """The decision `assert_logprobs_match` makes, returned instead of raised."""
     band = noise_band(precision)
     inp = _inputs(reference, candidate, mask, token_ids)
+    if inp.candidate_invalid == int(inp.mask.sum()):
+        return _nothing_valid(inp, band, name)
     dt = DiagnosisThresholds(noise_kl_max=band.kl_k3_max, noise_abs_delta_max=band.abs_delta_mean_max)
     with np.errstate(all="ignore"), warnings.catch_warnings():  # a broken side overflows exp(): not the user's warning
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -320,6 +325,18 @@ def compare_logprobs(reference, candidate, mask=None, *, precision: str | NoiseB
     if not passed:
         result.message = _message(result, name)
     return result
+
+
+def _nothing_valid(inp: _Inputs, band: NoiseBand, name: str | None) -> MatchResult:
+    """Every compared candidate value is NaN, inf or above 0: a broken kernel, with nothing to analyse."""
+    n = inp.candidate_invalid
+    f = {"id": "candidate_invalid", "severity": "error", "title": f"All {n} compared candidate log-probs are NaN, inf or above 0",
+         "reading": "the kernel produced no log-prob at all (overflow, an unwritten buffer, a sign error)"}
+    message = (f"{name + ': ' if name else ''}log-probs do not match at {band.name} precision: the candidate returns "
+               f"values that are not log-probs.\n  - {f['title']} [candidate_invalid]: {f['reading']}.")
+    numbers = {"tokens": int(inp.mask.sum()), "sequences": int((inp.mask.sum(1) > 0).sum()), "candidate_invalid": n,
+               "unscored_skipped": inp.unscored}
+    return MatchResult(False, "invalid", band, numbers, [f], None, None, message)
 
 
 def assert_logprobs_match(reference, candidate, mask=None, *, precision: str | NoiseBand = "bf16", token_ids=None,

@@ -73,6 +73,8 @@ def write_report(error, folder: Path, nodeid: str) -> Path:
     """Render the failing comparison's page with the run-page renderer and write it to folder."""
     from .api import Report
 
+    if error.result.report is None:
+        raise ValueError("nothing to render: no candidate value could be analysed")
     page = Report(**vars(error.result.report)).to_html()
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / file_name(nodeid)
