@@ -31,7 +31,7 @@ FAIL = {
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("kernel_test")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     res = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "tim_report.pytest_plugin",
                           str(EXAMPLE), "--tim-report-dir", str(tmp / "reports"), "--junitxml", str(tmp / "junit.xml"),

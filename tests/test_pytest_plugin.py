@@ -46,7 +46,7 @@ def test_expected_failure_is_not_reported():
 def run_suite(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     suite = tmp_path / "test_suite.py"
     suite.write_text(SUITE)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     return subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "tim_report.pytest_plugin",
                            "-rA", str(suite), *args], cwd=tmp_path, env=env, capture_output=True, text=True)
 
