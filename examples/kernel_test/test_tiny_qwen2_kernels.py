@@ -18,12 +18,13 @@ import os
 from pathlib import Path
 from unittest import mock
 
-import pytest
-import torch
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model is a local folder: never ask a hub
 
-from tim_report import assert_logprobs_match, score_logprobs
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+from tim_report import assert_logprobs_match, score_logprobs  # noqa: E402
+
 MODEL = Path(__file__).resolve().parents[2] / "models" / "tiny-qwen2"
 PROMPTS = ["import os\nimport sys\n\n\ndef main(argv):\n    ", "class Queue:\n    def __init__(self, maxsize=0):\n",
            "def _read_file(path, encoding='utf-8'):\n    with open(path", "    for i, line in enumerate(lines):\n",
