@@ -25,7 +25,8 @@ from helpers import ROOT
 PKG = ROOT / "tim_report"
 # component → layer; a module may import components of strictly lower layers, and its own component.
 LAYERS = {"errors": 0, "config": 1, "glossary": 2, "model": 2, "io": 3, "analysis": 3, "render": 3, "capture": 3,
-          "testing": 3, "build": 4, "api": 5, "cli": 6, "__main__": 7, "": 8}
+          "testing": 3, "build": 4, "api": 5, "assertions": 5, "cli": 6, "pytest_plugin": 6, "__main__": 7,
+          "": 8}
 
 
 def module_files() -> dict[str, Path]:

@@ -147,6 +147,15 @@ def test_one_side_broken():
     assert d["regime"] == "systematic" and "trainer" in f["title"]
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy says exp overflowed: it did, to inf
+def test_a_side_with_log_probs_of_minus_thousands_does_not_overflow():
+    # a broken kernel can give log-probs far below −709, where exp(−mean logp) overflows a float
+    b = make_batch(n_seqs=16, mean_len=64, noise=0.01)
+    d = diag(with_trainer(b, b.rollout_logp * 1000 - 2000))
+    assert d["regime"] == "systematic" and "one_side_broken" in ids(d, ("error",))
+    json.loads(dumps(d))
+
+
 def test_small_batches_do_not_fire_statistical_detectors():
     b = make_batch(n_seqs=2, mean_len=8, noise=0.01)
     d = diag(with_trainer(b, 1.3 * b.rollout_logp))

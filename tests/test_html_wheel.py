@@ -1,8 +1,10 @@
-"""The templates ship inside the wheel: build it, install it in a fresh venv, render a report from the installed copy."""
+"""The wheel: build it, install it in a fresh venv, render a report from the installed templates, and use the
+pytest plugin its entry point registers."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import subprocess
 import sys
 import sysconfig
@@ -34,7 +36,10 @@ print("OK", here)
 """
 
 
-def test_wheel_renders_from_installed_templates(tmp_path):
+@pytest.fixture(scope="module")
+def installed(tmp_path_factory) -> Path:
+    """The python of a fresh venv with the wheel built from this checkout installed (dependencies from here)."""
+    tmp_path = tmp_path_factory.mktemp("wheel")
     dist = tmp_path / "dist"
     # offline when hatchling is installed here; otherwise build fetches it into an isolated env
     isolation = [] if importlib.util.find_spec("hatchling") is None else ["--no-isolation"]
@@ -52,6 +57,37 @@ def test_wheel_renders_from_installed_templates(tmp_path):
     (site_dir / "deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "--no-index", "--quiet",
                     "--target", str(site_dir), str(wheel)], check=True, capture_output=True, text=True)
-    res = subprocess.run([str(py), "-c", SCRIPT, str(tmp_path)], cwd=tmp_path, capture_output=True, text=True)
+    return py
+
+
+def clean_env() -> dict:
+    """This environment without PYTHONPATH, so the venv imports the installed wheel, not a checkout."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+
+
+def test_wheel_renders_from_installed_templates(installed, tmp_path):
+    res = subprocess.run([str(installed), "-c", SCRIPT, str(tmp_path)], cwd=tmp_path, capture_output=True, text=True,
+                         env=clean_env())
     assert res.returncode == 0, res.stdout + res.stderr
     assert "OK" in res.stdout
+
+
+SUITE = """
+import numpy as np
+REF = -np.random.default_rng(0).exponential(2.0, (8, 64))
+
+def test_bug(assert_logprobs_match):
+    assert_logprobs_match(REF, REF / 0.8, precision="bf16")
+"""
+
+
+@pytest.mark.parametrize("extra", [[], ["-p", "tim_report.pytest_plugin"]])
+def test_installed_wheel_registers_the_pytest_plugin(installed, tmp_path, extra):
+    """The entry point alone makes the fixture and --tim-report-dir available; -p on top of it is harmless."""
+    (tmp_path / "test_k.py").write_text(SUITE)
+    res = subprocess.run([str(installed), "-m", "pytest", "-p", "no:cacheprovider", *extra, "test_k.py",
+                          "--tim-report-dir", "out"], cwd=tmp_path, capture_output=True, text=True, env=clean_env())
+    assert res.returncode == 1 and "1 failed" in res.stdout, res.stdout[-3000:] + res.stderr[-2000:]
+    assert "[temperature]" in res.stdout
+    assert "plugins: " in res.stdout and "tim-report-" in res.stdout  # registered by the distribution's entry point
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["test_k.py_test_bug.html"]

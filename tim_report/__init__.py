@@ -5,17 +5,30 @@ The Python API, for notebooks and scripts (tim_report.api); heavy packages are i
     report = tim_report.analyze(tim_report.load("step_batch.pt"))
     report.to_html(); report.to_markdown(); report.to_dict()
     tim_report.compare("before.pt", "after.pt").write("cmp/")
+
+and for kernel and engine test suites (tim_report.assertions, tim_report.capture.score):
+
+    tim_report.assert_logprobs_match(reference, candidate, precision="bf16")
+    tim_report.score_logprobs(model, input_ids, attention_mask)
 """
 
 from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "analyze", "compare", "load"]
+__all__ = ["__version__", "analyze", "assert_logprobs_match", "compare", "load", "score_logprobs"]
 
 
 def __getattr__(name: str):
     """The API functions, imported on first use so `import tim_report` stays light."""
+    if name == "assert_logprobs_match":
+        from .assertions import assert_logprobs_match
+
+        return assert_logprobs_match
+    if name == "score_logprobs":
+        from .capture.score import score_logprobs  # torch: only when asked for
+
+        return score_logprobs
     if name in __all__:
         from . import api
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..config import DETECTOR_MAX_TOKENS, DiagnosisThresholds
 from .breakdowns import length_growth
-from .stats import cluster_mean_se, pearson, run_starts
+from .stats import cluster_mean_se, exp_or_inf, pearson, run_starts
 from .tokens import Tokens
 
 
@@ -237,8 +237,8 @@ def detect_one_side_broken(tok: Tokens, dt: DiagnosisThresholds, corr: float | N
         ro, tr = tok.rollout[keep], tok.trainer[keep]
         corr = pearson(ro, tr)
         d_mean, d_se = cluster_mean_se(tok.delta[keep], tok.seq[keep])
-    ppl_ro, ppl_tr = math.exp(-float(ro.mean())), math.exp(-float(tr.mean()))
-    ratio = math.exp(abs(d_mean))
+    ppl_ro, ppl_tr = exp_or_inf(-float(ro.mean())), exp_or_inf(-float(tr.mean()))
+    ratio = exp_or_inf(abs(d_mean))
     low_corr = corr is not None and corr < dt.systematic_corr_max
     significant = d_se > 0 and abs(d_mean) / d_se >= dt.z
     if not ((ratio >= dt.ppl_ratio_warn and significant) or low_corr):

@@ -25,7 +25,7 @@ from ..model import StepBatch
 from .detectors import (declared_processing, detect_drift, detect_dummy_zero, detect_low_prob_tail,
                         detect_one_side_broken, detect_processed, detect_shift, detect_temperature, finding)
 from .precision_gap import precision_gap
-from .stats import cluster_mean_se
+from .stats import cluster_mean_se, exp_or_inf
 from .tokens import Tokens
 
 DEFAULT_CHECK = {
@@ -73,7 +73,7 @@ def _evidence(tok: Tokens, metrics: dict) -> dict:
     m = metrics
     return {"tokens": tok.n, "kl_k3": m["kl_k3"], "kl_k3_se": m.get("kl_k3_se") or 0.0, "abs_delta_mean": m["abs_delta_mean"],
             "abs_delta_max": m["abs_delta_max"], "bias": m["bias"], "corr_logp": m.get("corr_logp"),
-            "ppl_ratio": math.exp(abs(float(tok.trainer.mean()) - float(tok.rollout.mean()))), "ess": m.get("ess"),
+            "ppl_ratio": exp_or_inf(abs(float(tok.trainer.mean()) - float(tok.rollout.mean()))), "ess": m.get("ess"),
             "phantom_clip": m.get("phantom_clip")}
 
 

@@ -22,6 +22,11 @@ def finite(x: Any) -> float | None:
     return x if math.isfinite(x) else None
 
 
+def exp_or_inf(x: float) -> float:
+    """exp(x), or inf where math.exp would overflow (a side broken enough to give log-probs of −1000s)."""
+    return math.exp(x) if x < 709.0 else math.inf
+
+
 def run_starts(seq: np.ndarray) -> np.ndarray:
     """Where each run of equal values begins in a non-decreasing `seq` (tokens are sorted by sequence)."""
     return np.flatnonzero(np.concatenate([[True], seq[1:] != seq[:-1]])) if seq.shape[0] else np.zeros(0, np.int64)

@@ -5,7 +5,8 @@ is built, so importing this package (or the CLI) stays cheap.
 
     spec.py          EngineSpec: `vllm:bf16`, `hf:fp32` parsed and checked
     prompts.py       prompt files (plain lines or JSONL with `prompt` / `messages`) → token ids
-    hf.py            transformers engine: seeded sampling (processed log-probs) and chunked teacher-forced scoring
+    score.py         the one teacher-forced scoring routine (chunked head, fp32 log-softmax) and score_logprobs
+    hf.py            transformers engine: seeded sampling (processed log-probs) and scoring through score.py
     vllm_engine.py   vLLM engine (CPU build or CUDA): sampling with processed log-probs, prompt_logprobs scoring
     run.py           orchestration: one generation, every requested pair scored on the same tokens
 """

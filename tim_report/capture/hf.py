@@ -2,47 +2,22 @@
 
 Both paths run the model's decoder (`model.base_model`) and apply the output projection themselves, so
 that (a) the LM head can be kept in fp32 (`lm_head_fp32`), and (b) scoring never materialises
-full-vocabulary logits for the whole batch: hidden states of the scored positions are projected in
-row chunks sized to `logit_chunk_mb`, each chunk cast to fp32, divided by the temperature and
+full-vocabulary logits for the whole batch. Scoring is `score.token_logprobs`, the routine
+`tim_report.score_logprobs` uses too: hidden states of the scored positions are projected in row
+chunks sized to `logit_chunk_mb`, each chunk cast to fp32, divided by the temperature and
 log-softmaxed in fp32, then reduced to the sampled token's log-prob.
 """
 
 from __future__ import annotations
-
-import math
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from ..errors import BadInput
+from .score import chunk_rows, plain_head, processed_logprobs, token_logprobs
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def process_logits(logits: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
-    """Top-k then top-p truncation as vLLM's sampler does it (ascending sort, keep ≥ 1 token); -inf outside."""
-    if top_k <= 0 and top_p >= 1.0:
-        return logits
-    v = logits.shape[-1]
-    srt, idx = logits.sort(dim=-1, descending=False)
-    if 0 < top_k < v:
-        thresh = srt[..., v - top_k : v - top_k + 1]
-        srt = srt.masked_fill(srt < thresh, -math.inf)
-    if top_p < 1.0:
-        cum = srt.softmax(dim=-1).cumsum(dim=-1)
-        drop = cum <= 1.0 - top_p
-        drop[..., -1] = False
-        srt = srt.masked_fill(drop, -math.inf)
-    return torch.empty_like(logits).scatter_(-1, idx, srt)
-
-
-def processed_logprobs(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
-    """fp32 log-softmax of logits / T after top-k / top-p: the distribution the sampler draws from."""
-    x = logits.float()
-    if temperature != 1.0:
-        x = x / temperature
-    return torch.log_softmax(process_logits(x, top_k, top_p), dim=-1)
 
 
 class FP32Head(torch.nn.Module):
@@ -78,7 +53,7 @@ class HFEngine:
         torch_dtype = TORCH_DTYPES[dtype]
         model = _load_model(model_path, torch.float32 if lm_head_fp32 else torch_dtype)
         cfg = model.config
-        if getattr(cfg, "final_logit_softcapping", None) or getattr(cfg, "logit_scale", None):
+        if not plain_head(model):
             raise BadInput(model_path, "the hf engine does not implement logit soft-capping / logit scaling")
         head = model.get_output_embeddings()
         if lm_head_fp32:
@@ -89,7 +64,7 @@ class HFEngine:
         self.model = model.to(device).eval()
         self.base = model.base_model
         self.vocab = int(head.weight.shape[0])
-        self.logit_chunk_rows = max(1, (logit_chunk_mb << 20) // (self.vocab * 4 * 3))
+        self.logit_chunk_rows = chunk_rows(self.vocab, logit_chunk_mb)
         self.max_batch_tokens = max_batch_tokens
         self.gen_batch = gen_batch
         eos = model.generation_config.eos_token_id if model.generation_config is not None else None
@@ -137,15 +112,9 @@ class HFEngine:
                 rows.append(torch.full((c,), b))
                 cols.append(torch.arange(p - 1, p - 1 + c))
                 targets.append(torch.tensor(completions[i]))
-            hidden = self.base(input_ids=ids.to(self.device), attention_mask=am.to(self.device)).last_hidden_state
-            sel = hidden[torch.cat(rows).to(self.device), torch.cat(cols).to(self.device)]
-            del hidden
-            tgt = torch.cat(targets).to(self.device)
-            lp = torch.empty(sel.shape[0], dtype=torch.float64)
-            for s in range(0, sel.shape[0], self.logit_chunk_rows):
-                e = s + self.logit_chunk_rows
-                logp = processed_logprobs(self.head(sel[s:e]), temperature, top_k, top_p)
-                lp[s:e] = logp.gather(-1, tgt[s:e, None])[:, 0].double().cpu()
+            lp = token_logprobs(self.base, self.head, ids.to(self.device), am.to(self.device),
+                                torch.cat(rows).to(self.device), torch.cat(cols).to(self.device),
+                                torch.cat(targets).to(self.device), self.logit_chunk_rows, temperature, top_k, top_p)
             pos = 0
             for i in mb:
                 c = len(completions[i])
