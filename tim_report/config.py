@@ -35,6 +35,13 @@ SPEARMAN_MAX_TOKENS = 250_000
 DETECTOR_MAX_TOKENS = 2_000_000
 
 
+# ---- reading inputs -------------------------------------------------------------------------------------
+
+# `--max-tokens`: the most token positions a batch's log-prob arrays may hold (padding included). The
+# analysis peaks near 3× the raw bytes (25 bytes a token, docs/performance.md), so 50M tokens is about
+# 4 GB; a file declaring more is refused before anything large is read (a memory bomb is bounded too).
+MAX_TOKENS = 50_000_000
+
 # ---- the analysis ------------------------------------------------------------------------------------
 
 PPO_EPS_LOW = 0.2  # PPO clip range [1 − ε_low, 1 + ε_high]: 0.2 / 0.28 is DAPO's clip-higher default
@@ -116,6 +123,15 @@ PUBLISHED_BF16_KL = (4e-4, 1e-2)
 VERL_PROBS_DIFF_NORMAL, VERL_PROBS_DIFF_PROBLEM = 0.005, 0.01
 TOKEN_MULT_PROB_ERROR_SUSPICIOUS = 1.05  # NeMo-RL: token_mult_prob_error above this is worth investigating
 TOP1PCT_UNIFORM, TOP1PCT_CONCENTRATED = 0.01, 0.05  # share of Σw in the top 1% of weights: uniform, concentrated
+
+# ---- change points ----------------------------------------------------------------------------------------
+
+# PELT (ruptures) on a series with a weighted L2 cost; the penalty per change is
+# CHANGE_POINT_PENALTY · σ̂² · log n, σ̂ the series' own noise (a robust scale of its first differences).
+# 2 is the BIC's two parameters (a new level and its position): on pure noise of 200 points about one
+# series in twenty shows a spurious change, which the callers' effect-size checks then discard.
+CHANGE_POINT_PENALTY = 2.0
+CHANGE_POINT_MIN_SIZE = 3  # points in the shortest segment: a single odd step is an outlier, not a level
 
 # ---- the report -----------------------------------------------------------------------------------------
 

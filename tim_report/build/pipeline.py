@@ -38,6 +38,7 @@ class BuildOptions:
     timestamp: str | None = None
     jobs: int = 1
     format_hint: str | None = None
+    max_tokens: int | None = None  # --max-tokens (None: config.MAX_TOKENS)
 
 
 # Names a run folder cannot take: the site's own files beside the run folders.
@@ -91,7 +92,8 @@ def expand(paths: list[Path], given: list[str] | None, format_hint: str | None =
 
 
 def analyze_file(opts: BuildOptions, src: Source, run_id: str) -> Report:
-    batch = load(src, keys=opts.keys, allow_pickle=opts.allow_pickle, tokenizer=opts.tokenizer, meta=opts.meta)
+    batch = load(src, keys=opts.keys, allow_pickle=opts.allow_pickle, tokenizer=opts.tokenizer, meta=opts.meta,
+                 max_tokens=opts.max_tokens)
     return analyze(batch, opts.thresholds, run_id=run_id)
 
 

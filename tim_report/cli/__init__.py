@@ -19,6 +19,9 @@ from .options import show_warning
 def main() -> None:
     """tim-report: how far your rollout engine and your trainer disagree, and why."""
     warnings.showwarning = show_warning
+    # numpy's floating-point warnings (overflow in exp of a broken batch, ...) are not the user's to act on,
+    # and a second stderr line would break the one-line promise; what the data holds is in the report.
+    warnings.filterwarnings("ignore", category=RuntimeWarning)
 
 
 for _command in (build_command, inspect_command, check_command, compare_command, capture_command):

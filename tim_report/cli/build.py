@@ -7,8 +7,9 @@ from pathlib import Path
 import click
 
 from ..errors import BadInput
-from .options import (fail_cleanly, format_hint_option, input_files, key_option, meta_option, output_path, parse_keys,
-                      parse_meta, pickle_option, ppo_eps_option, timestamp_now, timestamp_option, tokenizer_option)
+from .options import (fail_cleanly, format_hint_option, input_files, key_option, max_tokens_option, meta_option,
+                      output_path, parse_keys, parse_meta, pickle_option, ppo_eps_option, timestamp_now,
+                      timestamp_option, tokenizer_option)
 from .progress import build_progress
 from .text import safe, summary_line
 
@@ -21,6 +22,7 @@ from .text import safe, summary_line
 @key_option
 @meta_option
 @format_hint_option
+@max_tokens_option
 @pickle_option
 @tokenizer_option
 @ppo_eps_option
@@ -33,7 +35,7 @@ from .text import safe, summary_line
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True,
               help="Analyse this many batches at once, in separate processes (same output as --jobs 1).")
 @fail_cleanly
-def build_command(files, out, run_ids, keys, meta, format_hint, allow_pickle, tokenizer, ppo_eps, notes, timestamp, formats,
+def build_command(files, out, run_ids, keys, meta, format_hint, max_tokens, allow_pickle, tokenizer, ppo_eps, notes, timestamp, formats,
                   base_url, jobs):
     """Analyse step batches and write the report site into OUTPUT.
 
@@ -49,7 +51,7 @@ def build_command(files, out, run_ids, keys, meta, format_hint, allow_pickle, to
                         thresholds=Thresholds(ppo_eps_low=ppo_eps[0], ppo_eps_high=ppo_eps[1]),
                         formats=tuple(f for f in FORMATS if f in formats) if formats else FORMATS,
                         base_url=base_url or None, jobs=jobs, timestamp=timestamp_now() if timestamp else None,
-                        format_hint=format_hint)
+                        format_hint=format_hint, max_tokens=max_tokens)
     if notes is not None:
         try:
             opts.notes_md = notes.read_text(encoding="utf-8")

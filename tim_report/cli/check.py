@@ -20,8 +20,8 @@ import click
 
 from ..config import SEVERITIES, VERL_ALERTS
 from ..errors import BadInput
-from .options import (fail_cleanly, format_hint_option, key_option, meta_option, parse_keys, parse_meta, parse_pairs,
-                      pickle_option, ppo_eps_option)
+from .options import (fail_cleanly, format_hint_option, key_option, max_tokens_option, meta_option, parse_keys,
+                      parse_meta, parse_pairs, pickle_option, ppo_eps_option)
 from .text import excluded_note, safe
 
 
@@ -48,10 +48,11 @@ from .text import excluded_note, safe
 @key_option
 @meta_option
 @format_hint_option
+@max_tokens_option
 @pickle_option
 @fail_cleanly
 def check_command(files, max_kl, max_kl_k3, min_ess, min_ess_seq, max_chi2_token, max_outside_5x, max_phantom_clip,
-                  no_limits, fail_on, overrides, ppo_eps, as_json, keys, meta, format_hint, allow_pickle):
+                  no_limits, fail_on, overrides, ppo_eps, as_json, keys, meta, format_hint, max_tokens, allow_pickle):
     """Exit 1 when a batch breaks a limit or has a diagnosis finding (CI gate); 0 when clean; 2 on bad input."""
     from ..analysis import analyze
     from ..analysis.gate import default_limits, evaluate
@@ -72,7 +73,8 @@ def check_command(files, max_kl, max_kl_k3, min_ess, min_ess_seq, max_chi2_token
                                                    max_phantom_clip, min_ess_seq)
     failed = False
     for path in files:
-        batch = load(path, keys=key_map, allow_pickle=allow_pickle, meta=meta_map, format_hint=format_hint)
+        batch = load(path, keys=key_map, allow_pickle=allow_pickle, meta=meta_map, format_hint=format_hint,
+                     max_tokens=max_tokens)
         report = analyze(batch, th, diagnosis_thresholds=dth)
         res = evaluate(report, limits, fail_on)
         failed |= not res.ok

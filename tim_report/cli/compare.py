@@ -10,8 +10,8 @@ from pathlib import Path
 
 import click
 
-from .options import (fail_cleanly, format_hint_option, key_option, meta_option, output_path, parse_keys, parse_meta,
-                      pickle_option, timestamp_now, tokenizer_option)
+from .options import (fail_cleanly, format_hint_option, key_option, max_tokens_option, meta_option, output_path,
+                      parse_keys, parse_meta, pickle_option, timestamp_now, tokenizer_option)
 from .text import safe
 
 
@@ -27,9 +27,10 @@ from .text import safe
 @key_option
 @meta_option
 @format_hint_option
+@max_tokens_option
 @pickle_option
 @fail_cleanly
-def compare_command(before, after, out, label_before, label_after, tokenizer, timestamp, keys, meta, format_hint, allow_pickle):
+def compare_command(before, after, out, label_before, label_after, tokenizer, timestamp, keys, meta, format_hint, max_tokens, allow_pickle):
     """Before/after report of two batches: metrics side by side, overlaid distributions, per-token change."""
     from ..analysis.compare import compare_batches
     from ..build import write_compare
@@ -38,8 +39,9 @@ def compare_command(before, after, out, label_before, label_after, tokenizer, ti
 
     out = output_path(out)
     key_map, meta_map = parse_keys(keys), meta_overrides(parse_meta(meta))
-    b = load(before, keys=key_map, allow_pickle=allow_pickle, tokenizer=tokenizer, meta=meta_map, format_hint=format_hint)
-    a = load(after, keys=key_map, allow_pickle=allow_pickle, tokenizer=tokenizer, meta=meta_map, format_hint=format_hint)
+    common = dict(keys=key_map, allow_pickle=allow_pickle, tokenizer=tokenizer, meta=meta_map, format_hint=format_hint,
+                  max_tokens=max_tokens)
+    b, a = load(before, **common), load(after, **common)
     lb = label_before or before.stem
     la = label_after or after.stem
     if lb == la:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from ..config import PPO_EPS_HIGH, PPO_EPS_LOW
+from ..config import MAX_TOKENS, PPO_EPS_HIGH, PPO_EPS_LOW
 from ..errors import BadInput
 from .text import safe
 
@@ -98,4 +98,7 @@ def parse_meta(values: tuple[str, ...]) -> dict[str, str]:
     return parse_pairs(values, "--meta", "KEY=VALUE")
 
 
+max_tokens_option = click.option("--max-tokens", type=click.IntRange(min=1), default=None, metavar="N",
+                                 help=f"Refuse a batch of more than N token positions, before reading it (default {MAX_TOKENS:,}: "
+                                      "about 4 GB of analysis memory).")
 timestamp_option = click.option("--timestamp", is_flag=True, help="Stamp the build time into the pages (off: same input, same bytes).")

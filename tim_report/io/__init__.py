@@ -18,13 +18,16 @@ from typing import Any
 import numpy as np
 
 from ..errors import BadInput
+from ..config import MAX_TOKENS
 from ..model import META_KEYS, StepBatch
 from .assemble import build_batch
 from .canonical import save_batch
 from .detect import FRAMEWORKS
 from .discover import Source, sources
 from .files import RawFile, raw_file, read_file
+from .limits import limited
 from .roles import ROLE_ALIASES, USER_ROLES, choose_roles
+from .text import clean_strings
 from .tokenizer import load_decoder
 
 __all__ = ["FRAMEWORKS", "ROLE_ALIASES", "USER_ROLES", "RawFile", "Source", "describe", "load", "meta_overrides",
@@ -32,15 +35,37 @@ __all__ = ["FRAMEWORKS", "ROLE_ALIASES", "USER_ROLES", "RawFile", "Source", "des
 
 
 def load(src: str | Path | Source, *, keys: dict[str, str] | None = None, allow_pickle: bool = False,
-         tokenizer: str | None = None, format_hint: str | None = None, meta: dict[str, str] | None = None) -> StepBatch:
+         tokenizer: str | None = None, format_hint: str | None = None, meta: dict[str, str] | None = None,
+         max_tokens: int | None = None) -> StepBatch:
     """Read one batch (a Source, or a path that holds exactly one) into a StepBatch.
 
-    `meta` (from `--meta KEY=VALUE`) names what the file does not: it overrides the file's own meta."""
-    batch, _, _ = _read(_one(src, format_hint), keys, allow_pickle)
+    `meta` (from `--meta KEY=VALUE`) names what the file does not: it overrides the file's own meta.
+    `max_tokens` (`--max-tokens`) bounds what is read (io/limits.py)."""
+    src = _one(src, format_hint)
+    with limited(max_tokens):
+        batch, _, _ = _read(src, keys, allow_pickle)
+    _finish(batch, src, max_tokens)
     if tokenizer:
         batch.decoder = load_decoder(tokenizer)
     batch.meta.update(meta_overrides(meta or {}))
     return batch
+
+
+def _finish(batch: StepBatch, src: Source, max_tokens: int | None) -> None:
+    """What every reader's batch gets: its file named, its size checked, its strings valid UTF-8."""
+    limit = max_tokens or MAX_TOKENS
+    if batch.n_tokens > limit:
+        raise BadInput(src.origin, f"holds {batch.n_tokens:,} tokens, more than --max-tokens {limit:,}")
+    batch.meta["file"] = str(src.origin)
+    repaired = 0
+    for name in ("token_text", "prompt_text", "group", "weight_version", "env", "meta"):
+        value = getattr(batch, name)
+        if value is not None:
+            fixed, n = clean_strings(value)
+            setattr(batch, name, fixed)
+            repaired += n
+    if repaired:
+        batch.problems["text_invalid"] = batch.problems.get("text_invalid", 0) + repaired
 
 
 def meta_overrides(pairs: dict[str, str]) -> dict:
@@ -60,14 +85,17 @@ def meta_overrides(pairs: dict[str, str]) -> dict:
 
 
 def describe(src: str | Path | Source, *, keys: dict[str, str] | None = None, allow_pickle: bool = False,
-             format_hint: str | None = None) -> dict[str, Any]:
+             format_hint: str | None = None, max_tokens: int | None = None) -> dict[str, Any]:
     """What `tim-report inspect` prints; for a folder of several steps, the list of steps found."""
     if not isinstance(src, Source):
         found = sources(src, format_hint)
         if len(found) > 1:
             return {"file": str(src), "sources": [_source_info(s) for s in found]}
         src = found[0]
-    batch, fields, roles = _read(src, keys, allow_pickle)
+    with limited(max_tokens):
+        batch, fields, roles = _read(src, keys, allow_pickle)
+    _finish(batch, src, max_tokens)
+    fields, _ = clean_strings(fields)
     return {
         **_source_info(src),
         "file": str(src.origin),
@@ -127,19 +155,23 @@ def _read_dict(src: Source, keys: dict[str, str] | None, allow_pickle: bool) -> 
         verl.annotate(batch, raw.values)
     if batch.meta.get("step") is None and src.step is not None:
         batch.meta["step"] = src.step
-    fields = [_field(k, v, roles) for k, v in sorted(raw.values.items())]
+    fields = [_field(k, raw.values, roles) for k in sorted(raw.values)]
     return batch, fields, {r: {"key": c.key, "reason": c.reason} for r, c in roles.items()}
 
 
-def _field(key: str, value: Any, roles) -> dict:
-    if isinstance(value, np.ndarray):
-        shape, dtype = list(value.shape), str(value.dtype)
-    elif isinstance(value, list):
-        shape, dtype = [len(value)], "list" + (f" of {type(value[0]).__name__}" if value else "")
-    else:
-        shape, dtype = [], type(value).__name__
+def _field(key: str, values, roles) -> dict:
+    """A key's shape, dtype and role for `inspect`; an archive read lazily answers from its header, unread."""
+    shape, dtype = values.describe(key) if hasattr(values, "describe") else _shape_dtype(values[key])
     role = next((r for r, c in roles.items() if c.key == key), None)
     return {"key": key, "shape": shape, "dtype": dtype, "role": role}
+
+
+def _shape_dtype(value: Any) -> tuple[list[int], str]:
+    if isinstance(value, np.ndarray):
+        return list(value.shape), str(value.dtype)
+    if isinstance(value, list):
+        return [len(value)], "list" + (f" of {type(value[0]).__name__}" if value else "")
+    return [], type(value).__name__
 
 
 def _source_info(src: Source) -> dict:

@@ -19,6 +19,7 @@ from ..errors import BadInput
 from ..model import StepBatch
 from .files import RawFile
 from .roles import RoleChoice, key_list
+from .text import decoded
 from .sequences import Exclusions, count_placeholders
 
 ALIGNMENT = ("same position: trainer_logp[t] and rollout_logp[t] score token t "
@@ -137,9 +138,13 @@ def _canonical_fields(p: Path, raw: RawFile, batch: StepBatch) -> None:
 
 def _layout_of(p: Path, value: Any, key: str | None, offsets: Any) -> str:
     if isinstance(value, list) and value and all(isinstance(v, (list, np.ndarray)) for v in value):
-        if all(np.ndim(v) == 1 for v in value):
+        if all(_ndim(v) == 1 for v in value):
             return "ragged"
-    arr = np.asarray(value) if not isinstance(value, np.ndarray) else value
+        raise BadInput(p, f"'{key}' is nested deeper than one list of numbers per sequence")
+    try:
+        arr = np.asarray(value) if not isinstance(value, np.ndarray) else value
+    except ValueError as exc:
+        raise BadInput(p, f"'{key}' is ragged where a rectangular array was expected") from exc
     if arr.ndim == 2:
         return "padded"
     if arr.ndim == 1:
@@ -263,8 +268,19 @@ def _aligned(p: Path, role: str, roles: dict[str, RoleChoice], value: Any, shape
     return arr
 
 
+def _ndim(v: Any) -> int | None:
+    """Dimensions of a list or array; None when it is ragged (lists of lists of different lengths)."""
+    try:
+        return np.ndim(v)
+    except ValueError:
+        return None
+
+
 def _offsets(p: Path, key: str | None, value: Any, n: int) -> np.ndarray:
-    off = _numeric(p, key, value, "flat").astype(np.int64)
+    off = _numeric(p, key, value, "flat")
+    if off.dtype.kind == "f" and not (np.isfinite(off).all() and (off == np.round(off)).all()):
+        raise BadInput(p, f"'{key}' holds values that are not whole numbers (NaN, inf or fractions)")
+    off = off.astype(np.int64)
     if off.ndim != 1 or off.size < 2 or off[0] != 0 or off[-1] != n or np.any(np.diff(off) < 0):
         raise BadInput(p, f"'{key}' must rise from 0 to the token count {n}")
     return off
@@ -289,6 +305,8 @@ def _text_role(p, roles, value, layout, flat) -> np.ndarray | None:
     if value is None:
         return None
     key = roles["text"].key
+    if isinstance(value, np.ndarray) and value.dtype.kind == "S":  # bytes: decode, bad UTF-8 shown as U+FFFD
+        value = decoded(value)
     if layout == "padded":
         arr = np.asarray(value, dtype=object) if isinstance(value, list) else value
         if arr.ndim != 2 or not flat.keep2d.shape == arr.shape:
@@ -307,6 +325,8 @@ def _text_role(p, roles, value, layout, flat) -> np.ndarray | None:
 def _group_role(p, roles, value, batch: StepBatch) -> np.ndarray | None:
     if value is not None:
         arr = np.asarray(value)
+        if arr.dtype.kind == "S":
+            arr = decoded(arr)
         if arr.shape != (batch.n_seqs,):
             raise BadInput(p, f"'{roles['group'].key}' has shape {list(arr.shape)}, expected one entry per sequence ({batch.n_seqs})")
         return arr.astype(str)
@@ -351,7 +371,9 @@ def _advantage_role(p, roles, value, layout, flat, batch: StepBatch) -> np.ndarr
 def _prompt_roles(p, roles, ids, text, attention, raw: RawFile, batch: StepBatch) -> None:
     if text is not None:
         arr = np.asarray(text)
-        if arr.shape == (batch.n_seqs,) and arr.dtype.kind in "US":
+        if arr.dtype.kind == "S":
+            arr = decoded(arr)
+        if arr.shape == (batch.n_seqs,) and arr.dtype.kind == "U":
             batch.prompt_text = [str(t) for t in arr]
     if ids is None:
         return

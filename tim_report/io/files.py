@@ -6,14 +6,14 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 
 from ..errors import BadInput
 from .canonical import CANONICAL_FORMAT
 from .readers.jsonl import read_jsonl
-from .readers.npz import read_npz
+from .readers.npz import NpzMembers, read_npz
 from .readers.pt import read_pt
 
 READERS = {".pt": read_pt, ".pth": read_pt, ".npz": read_npz, ".jsonl": read_jsonl}
@@ -25,7 +25,7 @@ class RawFile:
     """A file's contents as plain values (numpy arrays, lists, strings, dicts), keyed by name."""
 
     path: Path
-    values: dict[str, Any]
+    values: Mapping[str, Any]  # a dict, or NpzMembers (read on first use)
     meta: dict[str, Any] = field(default_factory=dict)
     canonical: bool = False
 
@@ -46,6 +46,9 @@ def read_file(path: str | Path, *, allow_pickle: bool = False) -> RawFile:
 
 def raw_file(path: Path, values: Any) -> RawFile:
     """Values read by any reader → RawFile: nesting flattened one level, meta pulled out."""
+    if isinstance(values, NpzMembers):  # flat by construction, and read lazily: never iterate its values
+        meta = _extract_meta(path, values)
+        return RawFile(path, values, meta, meta.pop("__canonical__", False))
     if not isinstance(values, dict):
         raise BadInput(path, f"holds a {type(values).__name__}, expected a dict of arrays")
     values = _flatten(values)

@@ -56,7 +56,7 @@ def read(src, allow_pickle: bool = False):
 
 
 def _load(path: Path, allow_pickle: bool) -> dict:
-    dump = to_plain(torch_load(path, allow_pickle, refusal=REFUSAL))
+    dump = to_plain(torch_load(path, allow_pickle, refusal=REFUSAL), path)
     if not isinstance(dump, dict) or not isinstance(dump.get("rollout_data"), dict):
         raise BadInput(path, "not a miles train dump: expected a dict with a 'rollout_data' dict of columns")
     return dump
@@ -147,7 +147,7 @@ def _rollout_join(src, allow_pickle: bool, notes: list[str]) -> dict[int, dict]:
     path = src.paths[0].parent.parent / "rollout_data" / f"{src.step}.pt"
     if not path.is_file():
         return {}
-    dump = to_plain(torch_load(path, allow_pickle, refusal=REFUSAL))
+    dump = to_plain(torch_load(path, allow_pickle, refusal=REFUSAL), path)
     samples = dump.get("samples") if isinstance(dump, dict) else None
     if not isinstance(samples, list):
         notes.append(f"{path} is not a rollout dump with a 'samples' list: not joined")

@@ -1,12 +1,20 @@
-"""`.pt` / `.pth`: torch.load(weights_only=True); full unpickling only when the user allows it."""
+"""`.pt` / `.pth`: torch.load(weights_only=True); full unpickling only when the user allows it.
+
+torch.save writes a zip of uncompressed records; the file is checked to be one (or a pre-1.6 pickle)
+before torch sees it, memory-mapped rather than read whole, and every tensor is checked before it is
+turned into numpy: a tensor whose shape needs more memory than its storage holds (a stride trick that
+makes 2·10¹⁰ elements out of one) or that would be copied past the limits is refused.
+"""
 
 from __future__ import annotations
 
 import warnings
+import zipfile
 from pathlib import Path
 from typing import Any
 
 from ...errors import BadInput
+from ..limits import current, too_large
 from ..text import first_line
 
 NEEDS_PICKLE = ("needs full unpickling (pickled objects such as verl DataProto), which can run arbitrary code; "
@@ -14,24 +22,66 @@ NEEDS_PICKLE = ("needs full unpickling (pickled objects such as verl DataProto),
 
 
 def read_pt(path: Path, allow_pickle: bool) -> Any:
-    return to_plain(unwrap_dataproto(torch_load(path, allow_pickle)))
+    return to_plain(unwrap_dataproto(torch_load(path, allow_pickle)), path)
+
+
+def file_kind(path: Path) -> str | None:
+    """'zip' (torch.save since 1.6), 'pickle' (older torch.save, or pickle.dump), or None (neither)."""
+    with open(path, "rb") as fh:
+        head = fh.read(2)
+        head += fh.read(2) if head[:1] == b"P" else b""
+    if head == b"PK\x03\x04":
+        return "zip"
+    if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+        return "pickle"
+    return None
+
+
+def check_zip(path: Path) -> None:
+    """torch.save stores its records uncompressed: a compressed one is no torch file (and could inflate
+    to any size); the pickle of Python objects must stay within the limits."""
+    limits = current()
+    try:
+        with zipfile.ZipFile(path) as zf:
+            for info in zf.infolist():
+                if info.compress_type != zipfile.ZIP_STORED and info.file_size > (1 << 20):
+                    raise BadInput(path, f"record '{info.filename}' is compressed ({info.file_size:,} bytes inflated), "
+                                         "which torch.save never writes: not a PyTorch file")
+                if info.filename.endswith("data.pkl") and info.file_size > limits.max_pickle_bytes:
+                    raise BadInput(path, f"its pickle holds {info.file_size:,} bytes of Python objects, more than this run "
+                                         f"reads (from --max-tokens {limits.max_tokens:,})")
+    except BadInput:
+        raise
+    except Exception as exc:  # noqa: BLE001 - BadZipFile, OSError, undecodable names, ...: a damaged file
+        raise BadInput(path, f"not a readable PyTorch file: truncated or corrupt ({first_line(exc)})") from exc
 
 
 def torch_load(path: Path, allow_pickle: bool, refusal: str = NEEDS_PICKLE) -> Any:
     """weights_only=True first; a file that needs more is refused (`refusal`) unless pickles are allowed."""
     import pickle
 
+    kind = file_kind(path)
+    if kind is None:
+        raise BadInput(path, "not a PyTorch file: torch.save writes a zip archive (or, before torch 1.6, a pickle), "
+                             "and this is neither")
+    if kind == "zip":
+        check_zip(path)
     import torch  # heavy: only for .pt files
 
+    mmap = kind == "zip"  # records are mapped, not read: only what is used is ever in memory
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # torch's own notes on the file would be a second stderr line
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as exc:
         if not allow_pickle:
             raise BadInput(path, refusal) from exc
-    except Exception as exc:  # noqa: BLE001 - truncated zip, not a torch file, ...
+    except Exception as exc:  # noqa: BLE001 - truncated zip, damaged records, ...
         raise BadInput(path, f"not a readable PyTorch file: truncated, corrupt or not saved by torch.save ({first_line(exc)})") from exc
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            obj = torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
     except Exception as exc:  # noqa: BLE001 - any failure is a bad file
         raise unpickling_failed(path, exc) from exc
     warn_unpickling(path)
@@ -66,18 +116,28 @@ def unwrap_dataproto(obj: Any) -> Any:
     return obj
 
 
-def to_plain(obj: Any) -> Any:
-    """Tensors to numpy (bf16/fp16 widened to fp32), containers recursively."""
+def to_plain(obj: Any, path: Path) -> Any:
+    """Tensors to numpy (bf16/fp16 widened to fp32; float32/64 stay views of the mapped file), containers recursively."""
     if type(obj).__module__.startswith("torch"):
         import torch
 
         if isinstance(obj, torch.Tensor):
-            t = obj.detach().cpu()
-            if t.is_floating_point() and t.dtype not in (torch.float32, torch.float64):
-                t = t.float()
-            return t.numpy()
+            return _tensor(obj.detach(), path, torch)
     if isinstance(obj, dict):
-        return {str(k): to_plain(v) for k, v in obj.items()}
+        return {str(k): to_plain(v, path) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [to_plain(v) for v in obj]
+        return [to_plain(v, path) for v in obj]
     return obj
+
+
+def _tensor(t, path: Path, torch) -> Any:
+    n = t.numel()
+    if n and t.layout == torch.strided and n * t.element_size() > t.untyped_storage().nbytes():
+        raise BadInput(path, f"a tensor of shape {list(t.shape)} is drawn from a storage of {t.untyped_storage().nbytes():,} "
+                             "bytes (overlapping strides): reading it would take more memory than the file holds")
+    copy = t.is_floating_point() and t.dtype not in (torch.float32, torch.float64)
+    limits = current()
+    if copy and n > limits.max_elements:
+        raise BadInput(path, too_large(f"a {t.dtype} tensor of shape {list(t.shape)}", n, limits))
+    t = t.cpu()
+    return (t.float() if copy else t).numpy()

@@ -113,7 +113,7 @@ def _unpickle(path: Path) -> tuple[dict, dict]:
     warn_unpickling(path)
     if not isinstance(obj, dict):
         raise BadInput(path, f"holds a {type(obj).__name__}, not a SkyRL TrainingInputBatch")
-    values = to_plain(dict(obj))
+    values = to_plain(dict(obj), path)
     return values, dict(getattr(obj, "metadata", None) or {})
 
 

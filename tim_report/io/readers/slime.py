@@ -30,7 +30,7 @@ ROLLOUT_REFUSAL = ("needs full unpickling (metadata objects), which can run arbi
 def read(src, allow_pickle: bool = False):
     """A slime train dump (and its rollout dump) → StepBatch, plus the fields for `inspect`."""
     train_path = src.paths[0]
-    dump = to_plain(torch_load(train_path, allow_pickle))
+    dump = to_plain(torch_load(train_path, allow_pickle), train_path)
     samples = _train_samples(train_path, dump)
     notes: list[str] = []
     rollout = _rollout_samples(src.paths[1], allow_pickle, notes) if len(src.paths) > 1 else None
@@ -63,7 +63,7 @@ def _train_samples(path: Path, dump: Any) -> list[dict]:
 
 def _rollout_samples(path: Path, allow_pickle: bool, notes: list[str]) -> list[dict] | None:
     try:
-        dump = to_plain(torch_load(path, allow_pickle, refusal=ROLLOUT_REFUSAL))
+        dump = to_plain(torch_load(path, allow_pickle, refusal=ROLLOUT_REFUSAL), path)
     except BadInput as exc:
         if allow_pickle or "--allow-pickle" not in exc.problem:
             raise

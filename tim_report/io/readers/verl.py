@@ -40,7 +40,7 @@ def read_values(path: Path, allow_pickle: bool) -> dict:
         except Exception as exc:  # noqa: BLE001 - a missing package or any corruption is a bad file
             raise unpickling_failed(path, exc) from exc
         warn_unpickling(path)
-    values = to_plain(unwrap_dataproto(obj))
+    values = to_plain(unwrap_dataproto(obj), path)
     if not isinstance(values, dict):
         raise BadInput(path, f"holds a {type(obj).__name__}, not a verl DataProto")
     return values

@@ -1,0 +1,58 @@
+"""How much a reader may read: derived from `--max-tokens`, checked before anything large is allocated.
+
+A file can declare sizes it does not hold (an `.npy` header, a zip member, a tensor's shape over a tiny
+storage): each declared size is checked against these bounds before the data is read, so a 1.6 KB
+file cannot make the tool allocate 160 GB. The bounds reach the readers through a context variable
+set by `io.load` (`limited`), so every framework reader gets them without a parameter of its own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from dataclasses import dataclass
+from typing import Iterator
+
+from ..config import MAX_TOKENS
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_tokens: int = MAX_TOKENS
+
+    @property
+    def max_elements(self) -> int:
+        """One array's elements: token-level arrays plus padding and prompts (a padded batch is rarely > 4× its tokens)."""
+        return 4 * self.max_tokens
+
+    @property
+    def max_pickle_bytes(self) -> int:
+        """A pickle's own records (Python numbers in lists cost ~4× their pickled size in memory)."""
+        return 8 * self.max_tokens
+
+    @property
+    def max_line_bytes(self) -> int:
+        """One JSON line: a sample of the longest context, every per-token field, with room to spare."""
+        return min(64 * self.max_tokens, 1 << 30)
+
+
+_CURRENT: contextvars.ContextVar[Limits] = contextvars.ContextVar("tim_report_limits", default=Limits())
+
+
+def current() -> Limits:
+    return _CURRENT.get()
+
+
+@contextlib.contextmanager
+def limited(max_tokens: int | None) -> Iterator[Limits]:
+    """Readers inside this block use `max_tokens` (None: the default)."""
+    token = _CURRENT.set(Limits(max_tokens) if max_tokens else Limits())
+    try:
+        yield _CURRENT.get()
+    finally:
+        _CURRENT.reset(token)
+
+
+def too_large(what: str, count: int, limits: Limits) -> str:
+    return (f"{what} declares {count:,} elements, more than this run reads ({limits.max_elements:,}, from --max-tokens "
+            f"{limits.max_tokens:,}); raise --max-tokens if the file is real")
