@@ -75,6 +75,7 @@ def _weighted_l2(base: type, weights: np.ndarray):
 
         def fit(self, signal):
             x = np.asarray(signal, dtype=np.float64).reshape(-1)
+            self.signal = x.reshape(-1, 1)
             zero = np.zeros(1)
             self.cw = np.concatenate([zero, np.cumsum(weights)])
             self.cwx = np.concatenate([zero, np.cumsum(weights * x)])
