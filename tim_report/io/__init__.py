@@ -150,6 +150,8 @@ def _read_dict(src: Source, keys: dict[str, str] | None, allow_pickle: bool) -> 
     else:
         raw = read_file(path, allow_pickle=allow_pickle)
     roles = choose_roles(raw, keys)
+    if hasattr(raw.values, "prefetch"):  # an .npz read lazily: its used members decompress in parallel
+        raw.values.prefetch([c.key for c in roles.values() if c.key is not None])
     batch = build_batch(raw, roles)
     if src.framework == "verl":
         verl.annotate(batch, raw.values)

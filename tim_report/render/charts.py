@@ -21,7 +21,9 @@ BLUE = "#3b6ea5"
 
 
 def finish(chart: alt.TopLevelMixin) -> dict:
-    spec = chart.to_dict()
+    """The Vega-Lite dict. Not validated here (a second per page at 16M tokens, most of it walking the data):
+    tests/test_html.py validates every chart against the schema instead."""
+    spec = chart.to_dict(validate=False)
     spec.pop("$schema", None)  # never fetched, but keep every URL out of the page
     return spec
 

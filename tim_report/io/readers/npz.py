@@ -78,6 +78,18 @@ class NpzMembers(Mapping):
                 raise BadInput(self.path, f"member '{key}' cannot be read: truncated or corrupt ({first_line(exc)})") from exc
         return self._cache[key]
 
+    def __contains__(self, key: object) -> bool:  # from the headers: asking is not reading
+        return key in self.headers
+
+    def prefetch(self, keys: list[str]) -> None:
+        """Read these members side by side (zlib releases the GIL; each read opens its own handle)."""
+        todo = [k for k in dict.fromkeys(keys) if k in self.headers and k not in self._cache]
+        if len(todo) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(max_workers=min(4, len(todo))) as pool:
+                list(pool.map(self.__getitem__, todo))
+
     def __iter__(self) -> Iterator[str]:
         return iter(self.headers)
 
