@@ -1,9 +1,13 @@
-"""Analysis time and peak memory at 1M, 4M and 16M tokens, beside a one-pass numpy baseline.
+"""One batch at 1M, 4M and 16M tokens, beside a one-pass numpy baseline measured in the same run.
 
 Baseline = load the same file + mean |δ| + k3 + three percentiles + one histogram: the least any
-mismatch report must do. Targets at 16M tokens: analysis ≤ 3× the baseline's time, peak memory
-≤ 3× the batch's raw bytes. Each measurement runs in a fresh process; memory is tracemalloc's
-peak (numpy reports its buffers to it).
+mismatch report must do. Two tables:
+
+- analysis: `analyze(load(path))` in a fresh process, timed inside it; memory is tracemalloc's peak
+  (numpy reports its buffers to it). Target at 16M tokens: peak ≤ 3× the batch's raw bytes.
+- build: `tim-report build FILE -o DIR` (load, analysis, HTML, markdown, JSON) as a process from the
+  command line, against the baseline as a process (`python -c`), wall clock and peak RSS of each.
+  Target at 16M tokens: ≤ 2.5× the baseline.
 
     python benchmarks/bench_analyze.py [--sizes 1,4,16] [--repeat 3]
 """
@@ -12,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -78,6 +84,31 @@ def measure(kind: str, path: Path, repeat: int) -> tuple[float, int]:
     return seconds, once(True)["peak"]
 
 
+def as_process(argv: list[str], repeat: int) -> tuple[float, int]:
+    """Best wall time of `repeat` runs of a command, and its peak resident memory (bytes)."""
+    best, rss = float("inf"), 0
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        _, status, usage = os.wait4(proc.pid, 0)
+        best = min(best, time.perf_counter() - t0)
+        rss = max(rss, usage.ru_maxrss * 1024)
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise SystemExit(f"{argv}: failed: {proc.stderr.read().decode()[-2000:]}")
+        proc.stderr.close()
+    return best, rss
+
+
+def build_rows(path: Path, raw: int, repeat: int) -> tuple[float, int, float, int]:
+    here = Path(__file__).resolve().parent
+    base = as_process([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(here)!r}); "
+                       f"from bench_analyze import baseline; baseline({str(path)!r})"], repeat)
+    out = path.parent / "site"
+    shutil.rmtree(out, ignore_errors=True)
+    ours = as_process([sys.executable, "-m", "tim_report", "build", str(path), "-o", str(out)], repeat)
+    return (*base, *ours)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="1,4,16", help="millions of tokens, comma-separated")
@@ -88,18 +119,25 @@ def main() -> None:
     if args.child:
         child(args.child[0], args.child[1], args.memory)
         return
-    rows = []
+    rows, builds = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for m in [int(s) for s in args.sizes.split(",")]:
             path, raw = make_file(m, Path(tmp))
             bt, bm = measure("baseline", path, args.repeat)
             ot, om = measure("ours", path, args.repeat)
             rows.append((m, raw, bt, ot, bm, om))
+            builds.append((m, raw, *build_rows(path, raw, args.repeat)))
             path.unlink()
-    print(f"| tokens | raw MB | baseline s | tim-report s | time × | baseline peak MB | tim-report peak MB | peak / raw |")
+    print(f"Analysis in a process ({os.cpu_count()} cores):\n")
+    print("| tokens | raw MB | baseline s | tim-report s | time × | baseline peak MB | tim-report peak MB | peak / raw |")
     print("|---|---|---|---|---|---|---|---|")
     for m, raw, bt, ot, bm, om in rows:
         print(f"| {m}M | {raw / 1e6:.0f} | {bt:.2f} | {ot:.2f} | {ot / bt:.2f} | {bm / 1e6:.0f} | {om / 1e6:.0f} | {om / raw:.2f} |")
+    print("\n`tim-report build` as a process (HTML, markdown, JSON) against the baseline as a process:\n")
+    print("| tokens | baseline s | build s | time × | baseline RSS MB | build RSS MB | RSS / raw |")
+    print("|---|---|---|---|---|---|---|")
+    for m, raw, bt, brss, ot, orss in builds:
+        print(f"| {m}M | {bt:.2f} | {ot:.2f} | {ot / bt:.2f} | {brss / 1e6:.0f} | {orss / 1e6:.0f} | {orss / raw:.2f} |")
 
 
 if __name__ == "__main__":
