@@ -154,3 +154,29 @@ def test_every_chart_is_valid_vega_lite():
     broken = {**specs[0], "mark": {"type": "nonsense"}}
     with pytest.raises(ValidationError):
         validate_jsonschema(broken, schema)
+
+
+def test_every_sentence_states_the_thresholds_config_holds():
+    """One home for every number: with config's ESS bands, veto and hot-diff changed (in a fresh interpreter, before
+    anything reads them), the glossary, the run page and report.md state the new values."""
+    import subprocess
+    import sys
+
+    code = """
+import json, tim_report.config as c
+c.HEALTH = c.HealthBands(green=0.987, amber=0.931); c.VETO = 3.3e-5; c.HOT_DIFF = 0.77
+from tim_report.glossary import GLOSSARY
+from tim_report.analysis import analyze
+from tim_report.testing import make_batch
+from tim_report.render.markdown import render_run_md
+from tim_report.render.html import render_run
+r = analyze(make_batch(n_seqs=20, seed=1), run_id="x")
+texts = {"glossary": json.dumps(GLOSSARY, ensure_ascii=False), "md": render_run_md(r), "html": render_run(r)}
+print(json.dumps({k: [v in t for v in ("0.987", "0.931", "3.3e-5", "0.77")] for k, t in texts.items()}))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    import json
+
+    found = json.loads(out.strip().splitlines()[-1])
+    assert found["glossary"][:3] == [True, True, True]
+    assert all(found["md"]) and all(found["html"]), found
