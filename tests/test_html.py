@@ -180,3 +180,15 @@ print(json.dumps({k: [v in t for v in ("0.987", "0.931", "3.3e-5", "0.77")] for 
     found = json.loads(out.strip().splitlines()[-1])
     assert found["glossary"][:3] == [True, True, True]
     assert all(found["md"]) and all(found["html"]), found
+
+
+def test_the_shipped_vega_bundle_is_what_vl_convert_builds():
+    """Pages inline tim_report/render/vega-bundle.js; it must be the bundle of the installed vl-convert (whose Vega-Lite
+    matches Altair's specs). On a vl-convert or Altair upgrade: python scripts/vendor_vega.py."""
+    import runpy
+
+    from tim_report.render.vega import javascript_bundle
+
+    script = runpy.run_path(str(Path(__file__).resolve().parent.parent / "scripts" / "vendor_vega.py"))
+    assert javascript_bundle() == script["bundle"](), "stale bundle: run python scripts/vendor_vega.py"
+    assert "</script" not in javascript_bundle().lower()

@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 
 @functools.lru_cache(maxsize=1)
 def javascript_bundle() -> str:
-    """vl-convert's self-contained bundle, built once per process (it takes a few seconds).
-
-    `</script` cannot appear inside an inline script; the bundle has none today, but escape it anyway.
-    """
-    import vl_convert
-
-    js = vl_convert.javascript_bundle()
-    return js.replace("</script", "<\\/script").replace("</SCRIPT", "<\\/SCRIPT")
+    """The bundle shipped beside this module (scripts/vendor_vega.py writes it from vl-convert, whose on-demand
+    build costs over a second per process); `</script` is already escaped in it."""
+    return (Path(__file__).with_name("vega-bundle.js")).read_text(encoding="utf-8")
