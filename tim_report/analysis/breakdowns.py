@@ -48,7 +48,8 @@ def bucket_tables(tok: Tokens) -> dict:
     pos_edges = np.asarray(position_edges(int(pos.max())))
     n_pos = len(pos_edges) - 1
     code *= n_pos
-    code += np.searchsorted(pos_edges, pos, side="right") - 1
+    lookup = (np.searchsorted(pos_edges, np.arange(int(pos.max()) + 1), side="right") - 1).astype(code.dtype)
+    code += lookup[pos]  # a gather per token rather than a binary search
     del pos
     size = n_p * n_pos
     abs_d = np.abs(tok.delta)
