@@ -33,6 +33,9 @@ SPEARMAN_MAX_TOKENS = 250_000
 # Detectors that regress or compare neighbours use an even subsample of at most this many tokens
 # (pairs); their z ≥ 5 tests have ample power at 2M and the evidence says how many were used.
 DETECTOR_MAX_TOKENS = 2_000_000
+# From this many tokens the analysis runs its families on two threads (numpy releases the GIL); below, the
+# thread costs more than it saves (docs/performance.md).
+THREAD_MIN_TOKENS = 1_000_000
 
 
 # ---- reading inputs -------------------------------------------------------------------------------------

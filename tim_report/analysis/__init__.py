@@ -8,10 +8,9 @@
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 
-from ..config import DiagnosisThresholds, Thresholds
+from ..config import THREAD_MIN_TOKENS, DiagnosisThresholds, Thresholds
 from ..model import Report, StepBatch
 from . import breakdowns as bd
 from .corrections import blocked_by_bug, routing, what_if
@@ -29,41 +28,42 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
             diagnosis_thresholds: DiagnosisThresholds | None = None) -> Report:
     th = thresholds or Thresholds()
     tok, problems = valid_tokens(batch)
-    # The families read `tok` and never write it; numpy releases the GIL in its loops, so on a batch large
-    # enough to matter they run side by side on the machine's cores (same numbers in any order).
-    with ThreadPoolExecutor(max_workers=_workers(tok.n)) as pool:
-        groups = pool.submit(bd.group_table, tok, batch.group, 1 - th.ppo_eps_low, 1 + th.ppo_eps_high, th.veto)
-        metrics = pool.submit(summary_metrics, tok, th)
-        buckets = pool.submit(bd.bucket_tables, tok)
-        length = pool.submit(bd.length_growth, tok)
-        whatif = pool.submit(what_if, tok, th)
-        dists = pool.submit(distributions, tok, th)
-        samples = pool.submit(sample_rows, batch, tok, th)
-        diagnosis = pool.submit(lambda: diagnose(batch, tok, metrics.result(), diagnosis_thresholds,
-                                                 (th.ppo_eps_low, th.ppo_eps_high)))
-        groups = groups.result()
-        route = routing(groups, th)
-        groups["route"] = route.pop("routes")
-        report = Report(
-            run=run_info(batch, run_id),
-            metrics=metrics.result(),
-            breakdowns={**buckets.result(), "length_growth": length.result(), "by_group": groups},
-            routing=route,
-            what_if=whatif.result(),
-            verl=verl_metrics(tok, metrics.result()),
-            data_problems=problems,
-            distributions=dists.result(),
-            samples=samples.result(),
-        )
-        report.diagnosis = diagnosis.result()
+    # Two lanes: the summary metrics and the diagnosis (which reads them) here, the breakdowns, charts and
+    # samples on a second thread. numpy releases the GIL in its loops, so a large batch uses two cores; one
+    # lane each keeps at most two families' temporaries alive at once (peak memory, docs/performance.md).
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        side = pool.submit(_side_families, batch, tok, th) if tok.n >= THREAD_MIN_TOKENS else None
+        metrics = summary_metrics(tok, th)
+        diagnosis = diagnose(batch, tok, metrics, diagnosis_thresholds, (th.ppo_eps_low, th.ppo_eps_high))
+        families = side.result() if side is not None else _side_families(batch, tok, th)
+    groups = families.pop("by_group")
+    route = routing(groups, th)
+    groups["route"] = route.pop("routes")
+    report = Report(
+        run=run_info(batch, run_id),
+        metrics=metrics,
+        breakdowns={**families.pop("buckets"), "length_growth": families.pop("length_growth"), "by_group": groups},
+        routing=route,
+        verl=verl_metrics(tok, metrics),
+        data_problems=problems,
+        diagnosis=diagnosis,
+        **families,
+    )
     report.routing["blocked_by_bug"] = blocked_by_bug(report.diagnosis)
     report.run["thresholds"] = th.to_dict()
     return report
 
 
-def _workers(n_tokens: int) -> int:
-    """Threads pay off above ~1M tokens; below, one thread keeps small batches as cheap as before."""
-    return min(4, os.cpu_count() or 1) if n_tokens >= 1_000_000 else 1
+def _side_families(batch: StepBatch, tok, th: Thresholds) -> dict:
+    """What does not need the summary metrics, one family after another."""
+    return {
+        "by_group": bd.group_table(tok, batch.group, 1 - th.ppo_eps_low, 1 + th.ppo_eps_high, th.veto),
+        "buckets": bd.bucket_tables(tok),
+        "length_growth": bd.length_growth(tok),
+        "what_if": what_if(tok, th),
+        "distributions": distributions(tok, th),
+        "samples": sample_rows(batch, tok, th),
+    }
 
 
 def run_info(batch: StepBatch, run_id: str | None) -> dict:

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from ..config import LENGTH_FIT_MAX_SAME_LENGTH, LENGTH_FIT_MIN_SPAN, PROB_EDGES
-from .histograms import ProbBuckets, position_edges
+from .histograms import CHUNK, ProbBuckets, position_edges
 from .tokens import Tokens
 
 
@@ -43,23 +43,24 @@ def bucket_tables(tok: Tokens) -> dict:
     is a margin: half the passes of counting the two tables apart.
     """
     n_p = ProbBuckets.size()
-    code = ProbBuckets.of(tok.rollout).codes
-    pos = tok.pos
-    pos_edges = np.asarray(position_edges(int(pos.max())))
+    max_pos = tok.max_pos()
+    pos_edges = np.asarray(position_edges(max_pos))
     n_pos = len(pos_edges) - 1
-    code *= n_pos
-    lookup = (np.searchsorted(pos_edges, np.arange(int(pos.max()) + 1), side="right") - 1).astype(code.dtype)
-    code += lookup[pos]  # a gather per token rather than a binary search
-    del pos
     size = n_p * n_pos
-    abs_d = np.abs(tok.delta)
-    joint = {"n": np.bincount(code, minlength=size).astype(np.float64),
-             "abs": np.bincount(code, weights=abs_d, minlength=size)}
-    np.square(abs_d, out=abs_d)
-    joint["abs2"] = np.bincount(code, weights=abs_d, minlength=size)
-    del abs_d
-    joint["delta"] = np.bincount(code, weights=tok.delta, minlength=size)
-    joint["k3"] = np.bincount(code, weights=tok.k3(), minlength=size)
+    lookup = np.searchsorted(pos_edges, np.arange(max_pos + 1), side="right") - 1  # position → bucket
+    joint = {k: np.zeros(size) for k in ("n", "abs", "abs2", "delta", "k3")}
+    for lo in range(0, tok.n, CHUNK):  # 1M-token slices: the temporaries stay small while other families run
+        part = slice(lo, lo + CHUNK)
+        code = ProbBuckets.of(tok.rollout[part]).codes * n_pos + lookup[tok.pos_at(part)]
+        delta, log_r = tok.delta[part], tok.log_r[part]
+        abs_d = np.abs(delta)
+        k3 = np.expm1(log_r)  # Tokens.k3 on the slice
+        k3 -= log_r
+        joint["n"] += np.bincount(code, minlength=size)
+        joint["abs"] += np.bincount(code, weights=abs_d, minlength=size)
+        joint["abs2"] += np.bincount(code, weights=np.square(abs_d, out=abs_d), minlength=size)
+        joint["delta"] += np.bincount(code, weights=delta, minlength=size)
+        joint["k3"] += np.bincount(code, weights=np.maximum(k3, 0.0, out=k3), minlength=size)
     by_p = {k: v.reshape(n_p, n_pos).sum(axis=1) for k, v in joint.items()}
     by_pos = {k: v.reshape(n_p, n_pos).sum(axis=0) for k, v in joint.items()}
     p_labels = [ProbBuckets.label(i) for i in range(n_p)]
@@ -125,13 +126,11 @@ def group_table(tok: Tokens, groups: np.ndarray | None, clip_low: float, clip_hi
     seq_code, names, unit = group_codes(groups, tok.n_seqs)
     ng = len(names)
     r = np.exp(tok.log_r)
-    per_seq = {
-        "clipped": tok.seq_count_of((r < clip_low) | (r > clip_high)),
-        "vetoed": tok.seq_count_of(tok.delta < math.log(veto)),
-        "abs": tok.seq_sum(np.abs(tok.delta)),
-        "k3": tok.seq_sum(tok.k3()),
-    }
-    del r
+    per_seq = {"clipped": tok.seq_count_of((r < clip_low) | (r > clip_high))}
+    del r  # one batch-sized temporary at a time: this runs beside other families
+    per_seq["vetoed"] = tok.seq_count_of(tok.delta < math.log(veto))
+    per_seq["abs"] = tok.seq_sum(np.abs(tok.delta))
+    per_seq["k3"] = tok.seq_sum(tok.k3())
     seq_min = np.full(tok.n_seqs, np.inf)
     seq_min[tok.seq[tok.starts]] = np.minimum.reduceat(tok.log_r, tok.starts)
     n = np.bincount(seq_code, weights=tok.counts, minlength=ng)

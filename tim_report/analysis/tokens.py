@@ -41,7 +41,21 @@ class Tokens:
     @property
     def pos(self) -> np.ndarray:
         """[V] position within its response (0-based, over all response tokens); computed on demand."""
-        return (self.index - self.batch_offsets[self.seq]).astype(np.int32)
+        return self.pos_at(slice(None))
+
+    def pos_at(self, part: slice) -> np.ndarray:
+        """`pos[part]` without making the whole array (chunked passes)."""
+        lo, hi, _ = part.indices(self.n)
+        index = np.arange(lo, hi) if self.valid_index is None else self.valid_index[lo:hi]
+        return (index - self.batch_offsets[self.seq[lo:hi]]).astype(np.int32)
+
+    def max_pos(self) -> int:
+        """The largest position: each sequence's last valid token holds its own maximum."""
+        if self.n == 0:
+            return 0
+        last = np.append(self.starts[1:], self.n) - 1
+        index = last if self.valid_index is None else self.valid_index[last]
+        return int((index - self.batch_offsets[self.seq[last]]).max())
 
     def k3(self) -> np.ndarray:
         """Per-token k3 = r − 1 − log r (≥ 0; expm1 keeps it exact for tiny δ)."""
