@@ -117,6 +117,8 @@ def run_files(report: Report, opts: BuildOptions) -> dict[str, str]:
 def index_files(reports: list[Report], opts: BuildOptions) -> dict[str, str]:
     index = index_summary(reports)
     files = {}
+    if "json" in opts.formats:  # for scripts, dashboards and `check --history`: one row per run (run_row's keys)
+        files["index.json"] = dumps({"tool": "tim-report", "runs": index["runs"]})
     if "html" in opts.formats:
         from ..render.html import render_index
 
