@@ -140,13 +140,17 @@ def test_every_chart_is_valid_vega_lite():
 
     from tim_report.analysis import analyze
     from tim_report.analysis.compare import compare_batches
-    from tim_report.render.charts import run_charts, trend_chart
+    from tim_report.analysis.runs import index_summary
+    from tim_report.render.charts import run_charts, trend_charts
     from tim_report.render.compare_html import compare_charts
 
     a, b = make_batch(n_seqs=40, seed=1), make_batch(n_seqs=40, seed=2, noise=0.05)
     specs = [c["spec"] for c in run_charts(analyze(a))]
     specs += [c["spec"] for c in compare_charts(compare_batches(a, b))]
-    specs.append(trend_chart([{"step": s, "run": f"s{s}", "metric": "kl_k3", "value": 1e-4 * s} for s in range(5)]))
+    steps = [analyze(make_batch(n_seqs=8, seed=s, noise=0.01 if s < 4 else 0.1), run_id=f"s{s}") for s in range(8)]
+    for s, r in enumerate(steps):
+        r.run["meta"]["step"] = s
+    specs += [c["spec"] for c in trend_charts(index_summary(steps)["trend"])]
     schema = alt.VegaLiteSchema._rootschema
     assert len(specs) >= 8
     for spec in specs:

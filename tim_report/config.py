@@ -136,6 +136,42 @@ TOP1PCT_UNIFORM, TOP1PCT_CONCENTRATED = 0.01, 0.05  # share of Σw in the top 1%
 CHANGE_POINT_PENALTY = 2.0
 CHANGE_POINT_MIN_SIZE = 3  # points in the shortest segment: a single odd step is an outlier, not a level
 
+# ---- the run view (design §7): the trend of each headline metric over steps ------------------------------
+
+
+@dataclass(frozen=True)
+class TrendMetric:
+    """A headline metric followed over a run's steps, and what counts as a change of its level."""
+
+    key: str  # the key of analysis.runs.run_row (and of summary.json's metrics)
+    name: str
+    worse: str  # "up": higher is worse; "down": lower is worse (ESS)
+    scale: str  # "ratio": searched in logs, a change reads "N× higher" (|δ|, KL span decades); "difference": "a → b"
+    min_ratio: float  # a change of level counts when the levels differ by this factor (from 0 counts) ...
+    min_diff: float  # ... and by this much in absolute terms
+
+
+# Floors on the size of a change, on top of the change-point test (which asks that a shift stand out of
+# the series' own step-to-step noise, a noise that is hard to estimate on a series that sits at exactly 0
+# for a while): bf16 runs wander by 10-30% in |δ| from step to step with the batch's content, so a level
+# change under 1.5× (|δ|, and the shares of tokens) or 2× (KL, which goes roughly as |δ|²) is not worth a
+# sentence; a share of tokens must also move by a tenth of a percentage point (outside 2x / 5x, phantom
+# clipping) or one in 100k tokens (veto); ESS by 0.005 (a tenth of the amber band's width); and data
+# problems by one token per step, since a healthy run has none.
+TREND_METRICS = (
+    TrendMetric("abs_delta_mean", "mean |δ|", "up", "ratio", 1.5, 0.0),
+    TrendMetric("abs_delta_median", "median |δ|", "up", "ratio", 1.5, 0.0),
+    TrendMetric("kl_k3", "KL k3", "up", "ratio", 2.0, 0.0),
+    TrendMetric("ess", "ESS", "down", "difference", 1.0, 0.005),
+    TrendMetric("outside_2x", "outside 2x", "up", "difference", 1.5, 1e-3),
+    TrendMetric("outside_5x", "outside 5x", "up", "difference", 1.5, 1e-3),
+    TrendMetric("phantom_clip", "phantom clip", "up", "difference", 1.5, 1e-3),
+    TrendMetric("veto_token_fraction", "veto", "up", "difference", 1.5, 1e-5),
+    TrendMetric("data_problems", "data problems", "up", "difference", 1.5, 1.0),
+)
+TREND_LOG_AXIS_SPAN = 10.0  # a panel gets a log axis when its positive values span this factor or more
+TREND_POINTS_MAX = 200  # above this many steps the trend draws lines and faint points (no overplotting)
+
 # ---- the report -----------------------------------------------------------------------------------------
 
 HOT_DIFF = 0.5  # sample-table rows with |diff| above this many nats are marked ● and red

@@ -63,3 +63,35 @@ def to_padded(batch: StepBatch, *, rollout_key: str = "rollout_log_probs", train
         d["token_level_scores"] = np.zeros((b, width), np.float32)
         d["token_level_scores"][np.arange(b), lengths - 1] = batch.reward
     return d
+
+
+def write_prime_rl_run(out, steps: int = 30, n_seqs: int = 16, mean_len: int = 64, noise=0.01, seed: int = 0,
+                       ranks: int = 1) -> list:
+    """A prime-rl run folder, `out/token_exports/step_S/rank_R.jsonl` (the fields our reader needs), one step per
+    batch of `make_batch`; `noise(step)` (or a constant) sets each step's mismatch. Returns the step folders."""
+    import json
+    from pathlib import Path
+
+    noise_of = noise if callable(noise) else (lambda _s: noise)
+    folders = []
+    for step in range(steps):
+        b = make_batch(n_seqs=n_seqs, mean_len=mean_len, noise=noise_of(step), seed=seed * 100_003 + step)
+        folder = Path(out) / "token_exports" / f"step_{step}"
+        folder.mkdir(parents=True, exist_ok=True)
+        prompt = 4  # each line: a 4-token prompt (not trained; index 0 holds prime-rl's filler) then the response
+        lines: list[list[str]] = [[] for _ in range(ranks)]
+        for i in range(b.n_seqs):
+            sl = b.tokens_of(i)
+            n = sl.stop - sl.start
+            ids = [1] * prompt + b.token_ids[sl].tolist()
+            lines[i % ranks].append(json.dumps({
+                "schema_version": 1, "step": step, "rank": i % ranks, "export_sequence_idx": i,
+                "token_ids": ids, "position_ids": list(range(prompt + n)), "loss_mask": [False] * prompt + [True] * n,
+                "inference_logprobs": [0.0] * prompt + np.round(b.rollout_logp[sl], 6).tolist(),
+                "trainer_logprobs": [-7.6] + [-1.0] * (prompt - 1) + np.round(b.trainer_logp[sl], 6).tolist(),
+                "advantages": [0.0] * (prompt + n)}))
+        for r in range(ranks):
+            (folder / f"rank_{r}.jsonl").write_text("\n".join(lines[r]) + "\n", encoding="utf-8")
+        (folder / "STABLE").write_text("", encoding="utf-8")
+        folders.append(folder)
+    return folders

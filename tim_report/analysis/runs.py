@@ -16,10 +16,7 @@ from typing import Any, Iterable
 
 from ..config import HEALTH_ORDER, health
 from .stats import finite
-
-# The trend over steps: (metric key in summary.json, label). Order is the chart and table order.
-TREND_METRICS = (("kl_k3", "KL k3"), ("ess", "ESS"), ("outside_5x", "outside 5x"), ("abs_delta_median", "median |δ|"))
-
+from .trend import trend
 
 def _parts(r: Any) -> tuple[dict, dict, dict, dict, dict]:
     """(run, metrics, routing, diagnosis, data problems) of a Report or of its summary dict."""
@@ -73,6 +70,8 @@ def run_row(report: Any) -> dict:
         "blocked_by_bug": bool(routing.get("blocked_by_bug")),
         "excluded_tokens": problems.get("excluded_tokens") or 0,
         "input_problems": sum((problems.get("input") or {}).values()),
+        "input_problem_kinds": sorted(k for k, v in (problems.get("input") or {}).items() if v),
+        "data_problems": (problems.get("excluded_tokens") or 0) + sum((problems.get("input") or {}).values()),
         "health": health(finite(m.get("ess"))),
     }
 
@@ -135,21 +134,14 @@ def precision_matrix(rows: list[dict]) -> dict | None:
     return {"rollout_dtypes": rollout, "trainer_dtypes": trainer, "cells": out_cells}
 
 
-def trend(rows: list[dict]) -> dict | None:
-    """Headline metrics against training step, sorted by step then run id; None with fewer than two distinct steps."""
-    stepped = sorted((r for r in rows if r["step"] is not None), key=lambda r: (r["step"], r["id"]))
-    if len({r["step"] for r in stepped}) < 2:
-        return None
-    table = [{"step": r["step"], "run": r["id"], **{k: finite(r[k]) for k, _ in TREND_METRICS}} for r in stepped]
-    points = [{"step": t["step"], "run": t["run"], "metric": name, "value": t[k]}
-              for t in table for k, name in TREND_METRICS if t[k] is not None]
-    return {"metrics": [{"key": k, "name": n} for k, n in TREND_METRICS], "rows": table, "points": points,
-            "steps": len({r["step"] for r in stepped}), "unstepped": len(rows) - len(stepped)}
-
-
 def index_summary(reports: Iterable[Any]) -> dict:
-    """Everything the index shows: runs, health counts, engine pairs, precision matrix (or None), trend (or None)."""
-    rows = [run_row(r) for r in reports]
+    """Everything the index shows, from Reports or their summary dicts."""
+    return index_from_rows([run_row(r) for r in reports])
+
+
+def index_from_rows(rows: list[dict]) -> dict:
+    """Everything the index shows: runs, health counts, engine pairs, precision matrix (or None), trend and
+    change points (or None). Rows are enough, so a build that reuses cached steps needs only their rows."""
     counts = {h: sum(1 for r in rows if r["health"] == h) for h in HEALTH_ORDER}
     regimes: dict[str, int] = {}
     for r in rows:

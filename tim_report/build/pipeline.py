@@ -10,16 +10,18 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..analysis import analyze
-from ..analysis.runs import index_summary
+from ..analysis.runs import index_from_rows, run_row
 from ..config import Thresholds
 from ..errors import BadInput
 from ..io import Source, load, sources
 from ..io.output import MARKER, check_target, move_into, staging, write_files
 from ..model import Comparison, Report, dumps
+from .cache import CACHE_FILE, cache_entry, cached_row, options_fingerprint, step_key
 from .executors import Progress, analyze_all
 
 FORMATS = ("html", "md", "json")
@@ -39,6 +41,18 @@ class BuildOptions:
     jobs: int = 1
     format_hint: str | None = None
     max_tokens: int | None = None  # --max-tokens (None: config.MAX_TOKENS)
+
+
+@dataclass
+class BuildResult:
+    """What a build did: every run's index row (input order), the steps where the run changed, how many steps it analysed
+    and reused, how long it took."""
+
+    rows: list[dict]
+    change_steps: list[dict]
+    analysed: int
+    reused: int
+    seconds: float
 
 
 # Names a run folder cannot take: the site's own files beside the run folders.
@@ -114,11 +128,13 @@ def run_files(report: Report, opts: BuildOptions) -> dict[str, str]:
     return files
 
 
-def index_files(reports: list[Report], opts: BuildOptions) -> dict[str, str]:
-    index = index_summary(reports)
+def index_files(index: dict, opts: BuildOptions) -> dict[str, str]:
+    """The site's own files from the index summary (analysis.runs.index_from_rows)."""
     files = {}
     if "json" in opts.formats:  # for scripts, dashboards and `check --history`: one row per run (run_row's keys)
-        files["index.json"] = dumps({"tool": "tim-report", "runs": index["runs"]})
+        tr = index["trend"] or {}
+        files["index.json"] = dumps({"tool": "tim-report", "runs": index["runs"], "steps": tr.get("steps", 0),
+                                     "change_points": tr.get("change_points", []), "change_steps": tr.get("change_steps", [])})
     if "html" in opts.formats:
         from ..render.html import render_index
 
@@ -130,19 +146,45 @@ def index_files(reports: list[Report], opts: BuildOptions) -> dict[str, str]:
     return files
 
 
+def cache_options(opts: BuildOptions) -> str:
+    """Every option that changes what a run folder holds (not the timestamp, not how the work is spread)."""
+    return options_fingerprint({"keys": opts.keys, "meta": opts.meta, "allow_pickle": opts.allow_pickle,
+                                "tokenizer": opts.tokenizer, "thresholds": opts.thresholds.to_dict(),
+                                "formats": opts.formats, "notes": opts.notes_md, "base_url": opts.base_url,
+                                "format_hint": opts.format_hint, "max_tokens": opts.max_tokens})
+
+
 def build(paths: list[Path], out: Path, opts: BuildOptions, run_ids: list[str] | None = None,
-          progress: Progress | None = None) -> list[Report]:
+          progress: Progress | None = None) -> BuildResult:
     """Analyse every batch under the inputs (a run folder: one per step), render into a staging folder, then
-    move the results into `out`."""
+    move the results into `out`. A step whose run folder a previous build wrote from the same input, options
+    and tool is reused as it is (build/cache.py); the index is rewritten from every step's row."""
+    start = time.monotonic()
     check_target(out)  # before the analysis: refusing after minutes of work would waste them
     found, ids = expand(paths, run_ids, opts.format_hint)
-    reports = analyze_all(functools.partial(analyze_file, opts), found, ids, opts.jobs, progress)
+    fingerprint = cache_options(opts)
+    keys = [step_key(s.paths, s.framework, rid, fingerprint) for s, rid in zip(found, ids)]
+    rows: list[dict | None] = [cached_row(out, rid, k, opts.formats) for rid, k in zip(ids, keys)]
+    todo = [i for i, r in enumerate(rows) if r is None]
+    task = functools.partial(analyze_file, opts)
     with staging(out) as folder:
-        for report in reports:
-            write_files(folder / report.run["id"], run_files(report, opts))
-        write_files(folder, index_files(reports, opts))
+        # in chunks, so that at most a chunk of Reports (their samples, their pages) is in memory at once
+        chunk = max(32, 8 * opts.jobs)
+        for lo in range(0, len(todo), chunk):
+            part = todo[lo:lo + chunk]
+            done = functools.partial(_offset, progress, lo, len(todo)) if progress else None
+            for i, report in zip(part, analyze_all(task, [found[i] for i in part], [ids[i] for i in part], opts.jobs, done)):
+                rows[i] = run_row(report)
+                write_files(folder / ids[i], {**run_files(report, opts), CACHE_FILE: cache_entry(keys[i], rows[i])})
+        index = index_from_rows(rows)
+        write_files(folder, index_files(index, opts))
         move_into(folder, out)
-    return reports
+    return BuildResult(rows, (index["trend"] or {}).get("change_steps", []), len(todo), len(found) - len(todo),
+                       time.monotonic() - start)
+
+
+def _offset(progress: Progress, offset: int, total: int, done: int, _chunk_total: int) -> None:
+    progress(offset + done, total)
 
 
 def write_compare(comparison: Comparison, out: Path, timestamp: str | None = None) -> Path:

@@ -14,6 +14,10 @@ from .progress import build_progress
 from .text import safe, summary_line
 
 
+RUN_LINES_MAX = 20  # a longer run prints its summary line only: the index lists every step
+CHANGE_LINES_MAX = 10
+
+
 @click.command("build")
 @input_files
 @click.option("-o", "--output", "out", required=True, type=click.Path(), help="Output folder (the site).")
@@ -58,7 +62,15 @@ def build_command(files, out, run_ids, keys, meta, format_hint, max_tokens, allo
         except (OSError, UnicodeDecodeError) as exc:
             raise BadInput(notes, f"cannot read notes: {exc}") from None
     with build_progress(len(files)) as progress:
-        reports = build(list(files), out, opts, list(run_ids) or None, progress=progress)
-    for r in reports:
-        click.echo(summary_line(r))
-    click.echo(f"wrote {safe(out)}/")
+        result = build(list(files), out, opts, list(run_ids) or None, progress=progress)
+    if len(result.rows) <= RUN_LINES_MAX:
+        for row in result.rows:
+            click.echo(summary_line(row))
+    cps = result.change_steps
+    for cp in cps[:CHANGE_LINES_MAX]:
+        click.echo(f"change point: {safe(cp['sentence'])}")
+    if len(cps) > CHANGE_LINES_MAX:
+        click.echo(f"... and {len(cps) - CHANGE_LINES_MAX} more change points (index.html, index.json)")
+    n = len(result.rows)
+    click.echo(f"{n} batch{'es' if n != 1 else ''}: {result.analysed} analysed, {result.reused} reused from the cache, "
+               f"in {result.seconds:.1f} s; wrote {safe(out)}/")

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import click
 
+from ..analysis.runs import run_row
 from ..config import SEVERITIES, VERL_ALERTS
 from ..errors import BadInput
 from .options import (fail_cleanly, format_hint_option, key_option, max_tokens_option, meta_option, parse_keys,
@@ -90,7 +91,7 @@ def check_command(files, max_kl, max_kl_k3, min_ess, min_ess_seq, max_chi2_token
         if report.routing.get("blocked_by_bug"):
             click.echo(f"{name}: {report.routing['blocked_by_bug']['message']}")
         if res.ok:
-            click.echo(f"{name}: ok ({res.summary}{excluded_note(report)})")
-        elif excluded_note(report):
-            click.echo(f"{name}: note:{excluded_note(report).lstrip(';')}")
+            click.echo(f"{name}: ok ({res.summary}{excluded_note(run_row(report))})")
+        elif excluded_note(run_row(report)):
+            click.echo(f"{name}: note:{excluded_note(run_row(report)).lstrip(';')}")
     sys.exit(1 if failed else 0)

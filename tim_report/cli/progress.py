@@ -7,20 +7,17 @@ import sys
 
 import click
 
-PROGRESS_MIN_FILES = 8  # a build of this many files shows a progress bar even when stderr is not a terminal
-
-
 @contextlib.contextmanager
 def build_progress(total: int):
-    """A rich progress bar for several files (when stderr is a terminal) or many; else None."""
-    if total < 2 or (total < PROGRESS_MIN_FILES and not sys.stderr.isatty()):
+    """A rich progress bar over the steps to analyse, when stderr is a terminal (a CI log gets the summary line only)."""
+    if not sys.stderr.isatty():
         yield None
         return
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with Progress(TextColumn("analysing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=sys.stderr.isatty()) as bar:
+    with Progress(TextColumn("analysing steps"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("analyse", total=total)
         yield lambda done, total_now: bar.update(task, completed=done, total=total_now)  # folders expand to steps
 

@@ -22,20 +22,22 @@ def safe(text: object) -> str:
     return _UNSAFE.sub(escape, str(text))
 
 
-def excluded_note(report) -> str:
-    """'; 12 tokens excluded (NaN/inf/positive log-probs), 3 input values repaired', or '' when nothing was."""
-    dp = report.data_problems or {}
+def excluded_note(row: dict) -> str:
+    """'; 12 tokens excluded (NaN/inf/positive log-probs), 3 input values repaired (…)', or '' when nothing was."""
     parts = []
-    if dp.get("excluded_tokens"):
-        parts.append(f"{dp['excluded_tokens']:,} tokens excluded (NaN, inf or positive log-probs)")
-    repaired = sum((dp.get("input") or {}).values())
-    if repaired:
-        parts.append(f"{repaired:,} input values repaired ({', '.join(sorted(dp['input']))})")
+    if row.get("excluded_tokens"):
+        parts.append(f"{row['excluded_tokens']:,} tokens excluded (NaN, inf or positive log-probs)")
+    if row.get("input_problems"):
+        parts.append(f"{row['input_problems']:,} input values repaired ({', '.join(row.get('input_problem_kinds') or [])})")
     return "; " + ", ".join(parts) if parts else ""
 
 
-def summary_line(report) -> str:
-    """One run after a build: size, the headline numbers, and anything left out."""
-    m = report.metrics
-    return (f"{safe(report.run['id'])}: {m['tokens']} tokens, {m['sequences']} sequences, "
-            f"median |δ| {m['abs_delta_median']:.3g} nats, KL k3 {m['kl_k3']:.3g}, ESS {m['ess']:.4f}{excluded_note(report)}")
+def summary_line(row: dict) -> str:
+    """One run after a build (its index row): size, the headline numbers, and anything left out."""
+    def num(key: str, spec: str) -> str:
+        v = row.get(key)
+        return format(v, spec) if isinstance(v, (int, float)) else "n/a"
+
+    return (f"{safe(row['id'])}: {row['tokens']} tokens, {row['sequences']} sequences, "
+            f"median |δ| {num('abs_delta_median', '.3g')} nats, KL k3 {num('kl_k3', '.3g')}, ESS {num('ess', '.4f')}"
+            f"{excluded_note(row)}")

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import math
 from typing import Any
+from urllib.parse import quote
 
 import altair as alt
 
-from ..config import VERL_PROBS_DIFF_NORMAL, VERL_PROBS_DIFF_PROBLEM, DiagnosisThresholds
+from ..config import TREND_POINTS_MAX, VERL_PROBS_DIFF_NORMAL, VERL_PROBS_DIFF_PROBLEM, DiagnosisThresholds
 from .format import fmt, sig
 
 HEIGHT = 220
@@ -171,15 +172,30 @@ def seq_chart(d: dict) -> dict:
 
 # ---- index: trend over steps ---------------------------------------------------------------------
 
-def trend_chart(points: list[dict], metrics: list[str] | None = None) -> dict:
-    """points: [{step, run, metric, value}] from the index summary; one small panel per metric, in `metrics` order."""
-    order = metrics or sorted({p["metric"] for p in points})
-    chart = alt.Chart(alt.Data(values=points)).mark_line(point=True).encode(
-        x=alt.X("step:Q", title="training step", axis=alt.Axis(format="d", tickMinStep=1)), y=alt.Y("value:Q", title=None),
-        color=alt.Color("metric:N", legend=None, sort=order),
-        tooltip=[alt.Tooltip("run:N"), alt.Tooltip("step:Q"), alt.Tooltip("metric:N"), alt.Tooltip("value:Q", format=".4g")],
-    ).properties(width=240, height=140).facet(facet=alt.Facet("metric:N", title=None, sort=order), columns=4).resolve_scale(y="independent")
-    return finish(chart)
+def trend_charts(trend: dict) -> list[dict]:
+    """One panel per headline metric over steps (each its own y-axis, log where it spans decades), each point a
+    link to its step's page, a dashed red rule at each change point. Above TREND_POINTS_MAX steps the points
+    fade so a 1,000-step run still reads as a line."""
+    dense = trend["steps"] > TREND_POINTS_MAX
+    out = []
+    for m in trend["metrics"]:
+        pts = [{"step": r["step"], "run": r["run"], "v": sig(r[m["key"]], 6), "href": quote(str(r["run"])) + "/index.html"}
+               for r in trend["rows"] if r[m["key"]] is not None]
+        if not pts:
+            continue
+        scale = alt.Scale(type="log") if m["log_axis"] else alt.Scale(zero=False)
+        x = alt.X("step:Q", title="training step", axis=alt.Axis(format="~g", tickMinStep=1))
+        base = alt.Chart(alt.Data(values=pts)).encode(x=x, y=alt.Y("v:Q", title=m["name"], scale=scale))
+        line = base.mark_line(color=BLUE, strokeWidth=1 if dense else 1.5)
+        dots = base.mark_circle(color=BLUE, size=10 if dense else 28, opacity=0.35 if dense else 0.9, cursor="pointer").encode(
+            href="href:N", tooltip=[alt.Tooltip("run:N"), alt.Tooltip("step:Q"), alt.Tooltip("v:Q", title=m["name"], format=".4g")])
+        layers = [line, dots]
+        cps = [{"step": c["step"]} for c in trend.get("change_points") or [] if c["metric"] == m["key"]]
+        if cps:
+            layers.append(alt.Chart(alt.Data(values=cps)).mark_rule(color=RED, strokeDash=[4, 3]).encode(x="step:Q"))
+        out.append({"id": f"trend-{m['key']}", "title": m["name"], "log_axis": m["log_axis"],
+                    "spec": finish(sized(alt.layer(*layers), height=120))})
+    return out
 
 
 def run_charts(report) -> list[dict[str, Any]]:

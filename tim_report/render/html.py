@@ -14,7 +14,7 @@ from jinja2 import Environment, FileSystemLoader
 from markupsafe import Markup, escape
 
 from .. import glossary
-from ..config import HEALTH, HOT_DIFF, health
+from ..config import HEALTH, HOT_DIFF, TREND_LOG_AXIS_SPAN, health
 from . import charts as ch
 from .format import fixed, fmt, pct, sig, visible
 from .vega import javascript_bundle
@@ -105,15 +105,9 @@ def render_run(report, notes_md: str | None = None, timestamp: str | None = None
     return environment().get_template("run.html").render(**run_context(report, notes_md, timestamp))
 
 
-def trend_points(index: dict) -> list[dict]:
-    """The trend chart's points from the index summary, rounded for display."""
-    tr = index.get("trend") or {}
-    return [{**p, "value": sig(p["value"], 6)} for p in tr.get("points") or []]
-
-
 def render_index(index: dict, timestamp: str | None = None, notes_md: str | None = None) -> str:
     """site/index.html from the index summary (analysis.runs.index_summary)."""
-    tr = index.get("trend")
-    charts = [{"id": "trend", "spec": ch.trend_chart(trend_points(index), [m["name"] for m in tr["metrics"]])}] if tr else []
+    charts = ch.trend_charts(index["trend"]) if index.get("trend") else []
     return environment().get_template("index.html").render(rows=index["runs"], ix=index, notes=render_notes(notes_md),
-                                                           columns=INDEX_COLUMNS, **page_context(charts, timestamp))
+                                                           columns=INDEX_COLUMNS, log_span=TREND_LOG_AXIS_SPAN,
+                                                           **page_context(charts, timestamp))

@@ -315,17 +315,34 @@ def _precision_table(index: dict) -> str:
             + table(["rollout \\\\ trainer"] + [esc(d) for d in p["trainer_dtypes"]], rows))
 
 
-def _trend_table(index: dict) -> str:
+TREND_TABLE_MAX_STEPS = 50  # a longer run's table would crowd out the rest of a PR comment: index.json has every step
+
+
+def _trend_cell(key: str, v) -> str:
+    if key == "ess":
+        return fixed(v, 4)
+    if key in ("outside_2x", "outside_5x", "phantom_clip", "veto_token_fraction"):
+        return pct(v)
+    return fmt(v)
+
+
+def _trend_table(index: dict, base_url: str | None = None) -> str:
     tr = index.get("trend")
     if not tr:
         return ""
-    metrics = tr["metrics"]
-    rows = [[fmt(x["step"]), esc(x["run"])] + [fixed(x[m["key"]], 4) if m["key"] == "ess" else
-                                                 (pct(x[m["key"]]) if m["key"] == "outside_5x" else fmt(x[m["key"]])) for m in metrics]
-            for x in tr["rows"]]
     note = f" {tr['unstepped']} runs without a step are not shown." if tr.get("unstepped") else ""
-    return (f"## Over training steps\n\n{tr['steps']} steps.{note}\n\n"
-            + table(["step", "run"] + [esc(m["name"]) for m in metrics], rows, numeric=range(2, 2 + len(metrics))))
+    cps = tr.get("change_steps") or []
+    changes = ("**Change points**\n\n" + "\n".join(
+        f"- {'▲' if c['worse'] else '▼'} [step {esc(str(c['step']))}]({href(c['run'] + '/index.html', base_url)}): "
+        f"{esc(c['sentence'])}" for c in cps) if cps else
+        "No change point: every metric keeps its level over the run.")
+    metrics = tr["metrics"]
+    if tr["steps"] > TREND_TABLE_MAX_STEPS:
+        body = f"The step-by-step table is on the HTML index and in `index.json` ({tr['steps']} steps)."
+    else:
+        rows = [[fmt(x["step"]), esc(x["run"])] + [_trend_cell(m["key"], x[m["key"]]) for m in metrics] for x in tr["rows"]]
+        body = table(["step", "run"] + [esc(m["name"]) for m in metrics], rows, numeric=range(2, 2 + len(metrics)))
+    return f"## Over training steps\n\n{tr['steps']} steps.{note}\n\n{changes}\n\n{body}"
 
 
 def render_index_md(index: dict, base_url: str | None = None) -> str:
@@ -344,5 +361,5 @@ def render_index_md(index: dict, base_url: str | None = None) -> str:
                "groups to train, train with an IS correction, or quarantine. Each run's report has a glossary.")
     core = [title, _runs_table(index, base_url)]
     sections = [("engine pairs", _pairs_table(index) if len(runs) > 1 else ""), ("precision matrix", _precision_table(index)),
-                ("trend over steps", _trend_table(index)), ("columns", esc(columns, None, own=True))]
+                ("trend over steps", _trend_table(index, base_url)), ("columns", esc(columns, None, own=True))]
     return assemble(core, [(n, s) for n, s in sections if s], html)

@@ -1,0 +1,91 @@
+"""The per-step cache: a step whose input, options and tool are unchanged keeps its run folder as it is.
+
+Each run folder a build writes holds `.tim-report-cache.json`: the step's key and its index row. The key
+hashes the input's bytes (every file of the step), the run id, every option that changes what is
+written (keys, meta, thresholds, formats, notes, base URL, ...; not `--timestamp`, which only stamps
+pages) and the tool itself (its version and a digest of its own code and templates, so a changed
+tim-report never serves a page an older one wrote). A rebuild re-analyses only the steps whose key
+changed or whose folder lost a file, and rewrites the index from the rows.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+CACHE_FILE = ".tim-report-cache.json"
+MAX_CACHE_BYTES = 1 << 20  # a row is about 1 KB; anything bigger is not one of ours
+FILES_BY_FORMAT = {"html": ("index.html",), "md": ("report.md",), "json": ("summary.json", "samples.json")}
+PACKAGE = Path(__file__).resolve().parent.parent
+
+
+@functools.lru_cache(maxsize=1)
+def tool_fingerprint() -> str:
+    """The version and a digest of the package's code and templates (installed or a checkout)."""
+    from .. import __version__
+
+    h = hashlib.sha256(__version__.encode())
+    roots = [PACKAGE, PACKAGE.parent / "templates"]
+    for root in roots:
+        if not root.is_dir():
+            continue
+        for p in sorted(root.rglob("*")):
+            if p.is_file() and p.suffix in (".py", ".html", ".css", ".js") and "__pycache__" not in p.parts:
+                h.update(str(p.relative_to(root)).encode())
+                h.update(p.read_bytes())
+    return h.hexdigest()
+
+
+def options_fingerprint(options: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(options, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def step_key(paths: tuple[Path, ...], framework: str, run_id: str, options: str) -> str:
+    """The key of one step: its files' bytes, the run id, the options' fingerprint and the tool's."""
+    h = hashlib.sha256()
+    for part in (tool_fingerprint(), options, run_id, framework):
+        h.update(part.encode("utf-8", "replace") + b"\0")
+    for p in paths:
+        h.update(p.name.encode("utf-8", "replace") + b"\0")
+        with open(p, "rb") as f:
+            h.update(hashlib.file_digest(f, "sha256").digest())
+    return h.hexdigest()
+
+
+def cached_row(out: Path, run_id: str, key: str, formats: tuple[str, ...]) -> dict | None:
+    """The row a previous build left for this step, when its key matches and its folder is complete; else None."""
+    folder = out / run_id
+    if folder.is_symlink() or not folder.is_dir():
+        return None
+    if any(not (folder / name).is_file() for f in formats for name in FILES_BY_FORMAT[f]):
+        return None
+    try:
+        path = folder / CACHE_FILE
+        if path.is_symlink() or path.stat().st_size > MAX_CACHE_BYTES:
+            return None
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    row = data.get("row") if isinstance(data, dict) else None
+    if data.get("key") != key or not isinstance(row, dict) or row.get("id") != run_id or set(row) != _row_keys():
+        return None
+    step = row["step"]
+    if step is not None and (isinstance(step, bool) or not isinstance(step, (int, float))):
+        return None
+    return row
+
+
+@functools.lru_cache(maxsize=1)
+def _row_keys() -> set[str]:
+    from ..analysis.runs import run_row
+
+    return set(run_row({}))
+
+
+def cache_entry(key: str, row: dict) -> str:
+    from ..model import dumps
+
+    return dumps({"key": key, "row": row}, compact=True)
