@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from helpers import HOSTILE, build_site, hostile_batch, skip_or_fail
+from tim_report.config import TREND_METRICS
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -91,7 +92,7 @@ def test_hostile_text_shows_literally_and_runs_nothing(browser, site):
 
 def test_index_draws_and_links(browser, site):
     page, seen, n = open_page(browser, site / "index.html")
-    assert n == 1  # trend over the two numbered steps
+    assert n == len(TREND_METRICS)  # trend over the two numbered steps: a panel per headline metric
     assert seen["errors"] == [] and seen["dialogs"] == []
     assert seen["requests"] == [(site / "index.html").as_uri()]
     assert "<script>alert('model')</script>" in page.inner_text("body")

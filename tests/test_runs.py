@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from tim_report.analysis.runs import engine_pairs, index_summary, precision_matrix, run_row
 from tim_report.analysis.trend import trend
 from tim_report.cli import main
-from tim_report.config import health
+from tim_report.config import TREND_METRICS, health
 from tim_report.io import save_batch
 from tim_report.model import Report
 from tim_report.build import BuildOptions, build
@@ -149,11 +149,11 @@ def test_index_pages_show_the_aggregates(site):
     html = (site / "index.html").read_text(encoding="utf-8")
     for name, *_ in RUNS:
         assert f'href="{name}/index.html"' in html
-    assert 'id="engine-pairs"' in html and 'id="precision"' in html and 'id="chart-trend"' in html
+    assert 'id="engine-pairs"' in html and 'id="precision"' in html and 'id="chart-trend-kl_k3"' in html
     assert 'title="global_step_10, step_20, step_25">3<' in html and cells[4] in html
-    assert html.count('class="vega"') == 1  # the trend stays one faceted chart
+    assert html.count('class="vega"') == len(TREND_METRICS)  # one panel per headline metric
     specs = re.search(r'<script type="application/json" id="tim-specs">(.*?)</script>', html, re.S).group(1)
-    assert all(m in specs for m in ("KL k3", "ESS", "outside 5x", "median |δ|"))
+    assert all(m.name in specs for m in TREND_METRICS)
 
 
 def test_jobs_output_is_identical(tmp_path):

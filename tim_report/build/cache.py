@@ -25,9 +25,12 @@ PACKAGE = Path(__file__).resolve().parent.parent
 @functools.lru_cache(maxsize=1)
 def tool_fingerprint() -> str:
     """The version and a digest of the package's code and templates (installed or a checkout)."""
-    from .. import __version__
+    from importlib.metadata import PackageNotFoundError, version
 
-    h = hashlib.sha256(__version__.encode())
+    try:
+        h = hashlib.sha256(version("tim-report").encode())
+    except PackageNotFoundError:  # a bare checkout on the path: the code digest below still tells versions apart
+        h = hashlib.sha256(b"checkout")
     roots = [PACKAGE, PACKAGE.parent / "templates"]
     for root in roots:
         if not root.is_dir():
