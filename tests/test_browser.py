@@ -6,6 +6,7 @@ to use another binary.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -92,7 +93,13 @@ def test_hostile_text_shows_literally_and_runs_nothing(browser, site):
 
 def test_index_draws_and_links(browser, site):
     page, seen, n = open_page(browser, site / "index.html")
-    assert n == len(TREND_METRICS)  # trend over the two numbered steps: a panel per headline metric
+    rows = json.loads((site / "index.json").read_text(encoding="utf-8"))["runs"]
+    moving = [m for m in TREND_METRICS if len({r[m.key] for r in rows}) > 1]
+    assert n == len(moving) >= 4  # trend over the two numbered steps: a panel per headline metric that moves
+    with page.expect_navigation():  # a point of the trend opens its step's page
+        page.locator(".vega .mark-symbol path").first.click(force=True)
+    assert page.url.endswith("/index.html") and page.url != (site / "index.html").as_uri()
+    page.go_back()
     assert seen["errors"] == [] and seen["dialogs"] == []
     assert seen["requests"] == [(site / "index.html").as_uri()]
     assert "<script>alert('model')</script>" in page.inner_text("body")

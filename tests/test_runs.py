@@ -151,9 +151,11 @@ def test_index_pages_show_the_aggregates(site):
         assert f'href="{name}/index.html"' in html
     assert 'id="engine-pairs"' in html and 'id="precision"' in html and 'id="chart-trend-kl_k3"' in html
     assert 'title="global_step_10, step_20, step_25">3<' in html and cells[4] in html
-    assert html.count('class="vega"') == len(TREND_METRICS)  # one panel per headline metric
+    flat = [m for m in ix["trend"]["metrics"] if m["constant"] is not None]  # said in a sentence, not drawn
+    assert html.count('class="vega"') == len(TREND_METRICS) - len(flat)  # one panel per headline metric that moves
+    assert all(f"{m['name']} 0" in html for m in flat)
     specs = re.search(r'<script type="application/json" id="tim-specs">(.*?)</script>', html, re.S).group(1)
-    assert all(m.name in specs for m in TREND_METRICS)
+    assert all(m.name in specs for m in TREND_METRICS if m.key not in {f["key"] for f in flat})
 
 
 def test_jobs_output_is_identical(tmp_path):

@@ -25,11 +25,17 @@ def trend(rows: list[dict]) -> dict | None:
     if len(steps) < 2:
         return None
     table = [{"step": r["step"], "run": r["id"], **{m.key: finite(r.get(m.key)) for m in TREND_METRICS}} for r in stepped]
-    metrics = [{"key": m.key, "name": m.name, "worse": m.worse, "log_axis": _log_axis([t[m.key] for t in table])}
-               for m in TREND_METRICS]
+    metrics = [{"key": m.key, "name": m.name, "worse": m.worse, "log_axis": _log_axis([t[m.key] for t in table]),
+                "constant": _constant([t[m.key] for t in table])} for m in TREND_METRICS]
     cps = run_change_points(table, steps)
     return {"metrics": metrics, "rows": table, "steps": len(steps), "unstepped": len(rows) - len(stepped),
             "change_points": cps, "change_steps": by_step(cps)}
+
+
+def _constant(values: list[float | None]) -> float | None:
+    """The value every step has, when they all have the same one (a panel of a flat line says less than a word)."""
+    xs = {v for v in values if v is not None}
+    return xs.pop() if len(xs) == 1 and None not in values else None
 
 
 def _log_axis(values: list[float | None]) -> bool:
@@ -68,24 +74,27 @@ def _metric_change_points(values: np.ndarray, steps: list, m: TrendMetric) -> li
     series = np.log(np.where(ok, values, 1.0)) if in_logs else values.copy()
     series[~ok] = np.nan
     cuts = [cp.index for cp in change_points(series)]
+    sums = np.concatenate([[0.0], np.cumsum(np.where(ok, series, 0.0))])
+    counts = np.concatenate([[0], np.cumsum(ok)])
     while cuts:  # drop the smallest shift below the floor, then re-measure the levels of the merged segments
-        levels = _levels(series, cuts, in_logs)
+        levels = _levels(sums, counts, cuts, in_logs)
         small = [(_shift(levels[k], levels[k + 1], m), k) for k in range(len(cuts))
                  if not _big_enough(levels[k], levels[k + 1], m)]
         if not small:
             break
         cuts.pop(min(small)[1])
     bounds = [0, *cuts, len(series)]
-    levels = _levels(series, cuts, in_logs)
+    levels = _levels(sums, counts, cuts, in_logs)
     return [_describe(m, steps, cuts[k], bounds[k], bounds[k + 2] - 1, levels[k], levels[k + 1], in_logs)
             for k in range(len(cuts))]
 
 
-def _levels(series: np.ndarray, cuts: list[int], in_logs: bool) -> list[float]:
-    """The mean level of each segment between cuts (a geometric mean for a series in logs)."""
-    bounds = [0, *cuts, len(series)]
-    means = [float(np.nanmean(series[a:b])) for a, b in zip(bounds[:-1], bounds[1:])]
-    return [math.exp(x) for x in means] if in_logs else means
+def _levels(sums: np.ndarray, counts: np.ndarray, cuts: list[int], in_logs: bool) -> list[float]:
+    """The mean level of each segment between cuts (a geometric mean for a series in logs), from cumulative sums
+    of the finite points (every segment holds at least CHANGE_POINT_MIN_SIZE of them)."""
+    b = np.array([0, *cuts, len(sums) - 1])
+    means = (sums[b[1:]] - sums[b[:-1]]) / (counts[b[1:]] - counts[b[:-1]])
+    return [math.exp(x) for x in means] if in_logs else means.tolist()
 
 
 def _shift(before: float, after: float, m: TrendMetric) -> tuple[float, float]:

@@ -1,7 +1,7 @@
 """The per-step cache: a step whose input, options and tool are unchanged keeps its run folder as it is.
 
 Each run folder a build writes holds `.tim-report-cache.json`: the step's key and its index row. The key
-hashes the input's bytes (every file of the step), the run id, every option that changes what is
+hashes the input's bytes (every file of the step), its path and framework (the page names them), the run id, every option that changes what is
 written (keys, meta, thresholds, formats, notes, base URL, ...; not `--timestamp`, which only stamps
 pages) and the tool itself (its version and a digest of its own code and templates, so a changed
 tim-report never serves a page an older one wrote). A rebuild re-analyses only the steps whose key
@@ -46,10 +46,11 @@ def options_fingerprint(options: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(options, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def step_key(paths: tuple[Path, ...], framework: str, run_id: str, options: str) -> str:
-    """The key of one step: its files' bytes, the run id, the options' fingerprint and the tool's."""
+def step_key(paths: tuple[Path, ...], source: str, run_id: str, options: str) -> str:
+    """The key of one step: its files' bytes, where they are and who wrote them (the page names both), the run id,
+    the options' fingerprint and the tool's."""
     h = hashlib.sha256()
-    for part in (tool_fingerprint(), options, run_id, framework):
+    for part in (tool_fingerprint(), options, run_id, source):
         h.update(part.encode("utf-8", "replace") + b"\0")
     for p in paths:
         h.update(p.name.encode("utf-8", "replace") + b"\0")

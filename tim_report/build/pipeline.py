@@ -163,7 +163,7 @@ def build(paths: list[Path], out: Path, opts: BuildOptions, run_ids: list[str] |
     check_target(out)  # before the analysis: refusing after minutes of work would waste them
     found, ids = expand(paths, run_ids, opts.format_hint)
     fingerprint = cache_options(opts)
-    keys = [step_key(s.paths, s.framework, rid, fingerprint) for s, rid in zip(found, ids)]
+    keys = [step_key(s.paths, f"{s.framework}\0{s.origin}", rid, fingerprint) for s, rid in zip(found, ids)]
     rows: list[dict | None] = [cached_row(out, rid, k, opts.formats) for rid, k in zip(ids, keys)]
     todo = [i for i, r in enumerate(rows) if r is None]
     task = functools.partial(analyze_file, opts)

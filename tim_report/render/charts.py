@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 from typing import Any
-from urllib.parse import quote
 
 import altair as alt
 
@@ -179,13 +178,16 @@ def trend_charts(trend: dict) -> list[dict]:
     dense = trend["steps"] > TREND_POINTS_MAX
     out = []
     for m in trend["metrics"]:
-        pts = [{"step": r["step"], "run": r["run"], "v": sig(r[m["key"]], 6), "href": quote(str(r["run"])) + "/index.html"}
-               for r in trend["rows"] if r[m["key"]] is not None]
+        if m.get("constant") is not None:  # said in a sentence instead (templates/index.html)
+            continue
+        pts = [{"step": r["step"], "run": r["run"], "v": sig(r[m["key"]], 4)} for r in trend["rows"] if r[m["key"]] is not None]
         if not pts:
             continue
         scale = alt.Scale(type="log") if m["log_axis"] else alt.Scale(zero=False)
-        x = alt.X("step:Q", title="training step", axis=alt.Axis(format="~g", tickMinStep=1))
-        base = alt.Chart(alt.Data(values=pts)).encode(x=x, y=alt.Y("v:Q", title=m["name"], scale=scale))
+        x = alt.X("step:Q", title="training step", axis=alt.Axis(format="d", tickMinStep=1))
+        # run ids are safe path segments (build.safe_run_id): the link is computed in the page, not stored per point
+        base = alt.Chart(alt.Data(values=pts)).transform_calculate(href="datum.run + '/index.html'").encode(
+            x=x, y=alt.Y("v:Q", title=m["name"], scale=scale))
         line = base.mark_line(color=BLUE, strokeWidth=1 if dense else 1.5)
         dots = base.mark_circle(color=BLUE, size=10 if dense else 28, opacity=0.35 if dense else 0.9, cursor="pointer").encode(
             href="href:N", tooltip=[alt.Tooltip("run:N"), alt.Tooltip("step:Q"), alt.Tooltip("v:Q", title=m["name"], format=".4g")])

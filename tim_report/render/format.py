@@ -48,6 +48,16 @@ def fixed(x: Any, decimals: int = 4) -> str:
     return f"{x:.{decimals}f}"
 
 
+SHARES = ("outside_2x", "outside_5x", "phantom_clip", "veto_token_fraction")  # run-row keys that are shares of tokens
+
+
+def metric_value(key: str, x: Any) -> str:
+    """A headline number of the run view as the tables write it: ESS to 4 decimals, shares of tokens in %."""
+    if key == "ess":
+        return fixed(x, 4)
+    return pct(x) if key in SHARES else fmt(x)
+
+
 def with_se(metrics: dict, key: str) -> str:
     """`metrics[key] ± metrics[key_se]`, or the value alone when it has no standard error."""
     v, se = metrics.get(key), metrics.get(key + "_se")

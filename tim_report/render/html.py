@@ -16,7 +16,7 @@ from markupsafe import Markup, escape
 from .. import glossary
 from ..config import HEALTH, HOT_DIFF, TREND_LOG_AXIS_SPAN, health
 from . import charts as ch
-from .format import fixed, fmt, pct, sig, visible
+from .format import fixed, fmt, metric_value, pct, sig, visible
 from .vega import javascript_bundle
 from .views import (TOKEN_ROWS_OPEN, flat_metrics, groups_view, headline, kv_items, kv_tables, percentile_rows,
                     samples_view, title_parts)
@@ -67,6 +67,7 @@ def environment(path: str | None = None) -> Environment:
                       trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.policies["json.dumps_kwargs"] = {"sort_keys": True, "separators": (",", ":"), "ensure_ascii": False}
     env.filters.update(fmt=fmt, pct=pct, fixed=fixed, visible=visible, code=code_spans)
+    env.globals.update(metric_value=metric_value)
     env.globals.update(glossary=glossary.GLOSSARY, glossary_by_key=glossary.BY_KEY, conventions=glossary.CONVENTIONS,
                        health=health, health_bands=HEALTH, health_legend=glossary.HEALTH_LEGEND, kv_items=kv_items,
                        kv_tables=kv_tables)

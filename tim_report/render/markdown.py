@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from .. import glossary
 from ..config import HEALTH, HOT_DIFF, VETO, health
-from .format import fixed, fmt, pct
+from .format import fixed, fmt, metric_value, pct
 from .md import assemble, details, esc, href, run_path, table
 from .views import flat_metrics, groups_view, headline, kv_items, kv_tables, samples_view, title_parts
 
@@ -318,14 +318,6 @@ def _precision_table(index: dict) -> str:
 TREND_TABLE_MAX_STEPS = 50  # a longer run's table would crowd out the rest of a PR comment: index.json has every step
 
 
-def _trend_cell(key: str, v) -> str:
-    if key == "ess":
-        return fixed(v, 4)
-    if key in ("outside_2x", "outside_5x", "phantom_clip", "veto_token_fraction"):
-        return pct(v)
-    return fmt(v)
-
-
 def _trend_table(index: dict, base_url: str | None = None) -> str:
     tr = index.get("trend")
     if not tr:
@@ -340,7 +332,7 @@ def _trend_table(index: dict, base_url: str | None = None) -> str:
     if tr["steps"] > TREND_TABLE_MAX_STEPS:
         body = f"The step-by-step table is on the HTML index and in `index.json` ({tr['steps']} steps)."
     else:
-        rows = [[fmt(x["step"]), esc(x["run"])] + [_trend_cell(m["key"], x[m["key"]]) for m in metrics] for x in tr["rows"]]
+        rows = [[fmt(x["step"]), esc(x["run"])] + [metric_value(m["key"], x[m["key"]]) for m in metrics] for x in tr["rows"]]
         body = table(["step", "run"] + [esc(m["name"]) for m in metrics], rows, numeric=range(2, 2 + len(metrics)))
     return f"## Over training steps\n\n{tr['steps']} steps.{note}\n\n{changes}\n\n{body}"
 
