@@ -96,10 +96,6 @@ def test_index_draws_and_links(browser, site):
     rows = json.loads((site / "index.json").read_text(encoding="utf-8"))["runs"]
     moving = [m for m in TREND_METRICS if len({r[m.key] for r in rows}) > 1]
     assert n == len(moving) >= 4  # trend over the two numbered steps: a panel per headline metric that moves
-    with page.expect_navigation():  # a point of the trend opens its step's page
-        page.locator(".vega .mark-symbol path").first.click(force=True)
-    assert page.url.endswith("/index.html") and page.url != (site / "index.html").as_uri()
-    page.go_back()
     assert seen["errors"] == [] and seen["dialogs"] == []
     assert seen["requests"] == [(site / "index.html").as_uri()]
     assert "<script>alert('model')</script>" in page.inner_text("body")
@@ -107,6 +103,11 @@ def test_index_draws_and_links(browser, site):
     page.wait_for_load_state()
     assert page.url.endswith("step9/index.html")
     assert seen["dialogs"] == []
+    page.go_back()
+    page.wait_for_function("() => document.querySelector('.vega svg')")
+    with page.expect_navigation():  # a point of the trend opens its step's page
+        page.locator(".vega .mark-symbol path").first.click(force=True)
+    assert page.url.endswith("/index.html") and page.url != (site / "index.html").as_uri()
     page.close()
 
 
