@@ -111,8 +111,11 @@ def _run_detectors(batch: StepBatch, tok: Tokens, metrics: dict, dt: DiagnosisTh
     cause = next((f["id"] for f in (processed, temperature, broken) if f), None)
     drift = detect_drift(rest, dt, bias, bias_se, cause) if rest.n else None
     # where it sits: only meaningful when no whole-batch fault (a shift, a one-sided transformation) explains it
-    where = [] if (shift or processed or temperature or broken) else [
-        detect_first_token(rest, dt), detect_turn_boundary(rest, batch.turn, dt), detect_position_onset(rest, dt)]
+    where = []
+    if not (shift or processed or temperature or broken):
+        turns = detect_turn_boundary(rest, batch.turn, dt)
+        where = [detect_first_token(rest, dt), turns,
+                 detect_position_onset(rest, dt, "turn_boundary" if turns else None)]
     return findings + [f for f in (*where, detect_mixed_versions(batch, rest, dt), drift, detect_low_prob_tail(tok, dt)) if f]
 
 

@@ -73,8 +73,11 @@ def detect_first_token(tok: Tokens, dt: DiagnosisThresholds) -> dict | None:
         "check that both sides add BOS the same way and that the first sampling step uses the same temperature.")
 
 
-def detect_position_onset(tok: Tokens, dt: DiagnosisThresholds) -> dict | None:
-    """A rise of the per-position mean log|δ| at one response position (PELT, `changepoints.py`)."""
+def detect_position_onset(tok: Tokens, dt: DiagnosisThresholds, explained_by: str | None = None) -> dict | None:
+    """A rise of the per-position mean log|δ| at one response position (PELT, `changepoints.py`).
+
+    `explained_by`: a finding that already says where the mismatch starts (`turn_boundary`: the context
+    changes at the first tool span), which makes this one `info`."""
     if tok.n < dt.min_tokens:
         return None
     pos = tok.pos
@@ -97,14 +100,14 @@ def detect_position_onset(tok: Tokens, dt: DiagnosisThresholds) -> dict | None:
     scanned = pos <= positions[-1]
     before, after = ad[scanned & (pos < onset)], ad[scanned & (pos >= onset)]
     return finding(
-        "position_onset", "warn",
+        "position_onset", "info" if explained_by else "warn",
         f"The mismatch switches on at response position {onset}: mean |δ| {before.mean():.3g} → {after.mean():.3g} nats "
-        f"({rise:.3g}× in typical |δ|)",
+        f"({rise:.3g}× in typical |δ|)" + (f", where the {explained_by} finding starts" if explained_by else ""),
         {"position": onset, "abs_delta_mean_before": float(before.mean()), "abs_delta_mean_after": float(after.mean()),
          "abs_delta_median_before": float(np.median(before)), "abs_delta_median_after": float(np.median(after)),
          "ratio": rise, "z": cp.z, "tokens_before": int(before.shape[0]), "tokens_after": int(after.shape[0]),
          "positions_scanned": int(positions.shape[0]), "min_tokens_per_position": dt.onset_min_tokens,
-         "threshold_ratio": dt.onset_ratio},
+         "threshold_ratio": dt.onset_ratio, "explained_by_other_finding": explained_by is not None},
         "A second error source switches on part-way through the response: a quantised (fp8) KV cache or a "
         "sliding / chunked attention window that starts to matter at that length, a RoPE scaling or position limit, "
         "prefill vs decode kernels that differ beyond a chunk size, or a context the trainer truncated.",
