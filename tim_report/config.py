@@ -9,7 +9,7 @@ anything from data.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 
 # ---- conventions ------------------------------------------------------------------------------------
 
@@ -227,13 +227,17 @@ class DiagnosisThresholds:
     # the oldest are at least this many versions apart (our choice: one or two steps of staleness is the
     # norm with partial / async rollouts; beyond that staleness is a large part of the mismatch).
     versions_spread_warn: int = 4
+    # the names a caller set on purpose (`override`, `check --set`): the published band never replaces them
+    set_by_caller: frozenset = field(default=frozenset(), repr=False, compare=False)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        d.pop("set_by_caller")
+        return d
 
     def override(self, values: dict[str, str]) -> "DiagnosisThresholds":
         """A copy with NAME=VALUE strings applied (types from the field defaults)."""
-        known = {f.name: f for f in fields(self)}
+        known = {f.name: f for f in fields(self) if f.name != "set_by_caller"}
         changes = {}
         for name, value in values.items():
             if name not in known:
@@ -242,7 +246,7 @@ class DiagnosisThresholds:
                 changes[name] = type(getattr(self, name))(float(value))
             except ValueError:
                 raise ValueError(f"{name}={value}: not a number") from None
-        return replace(self, **changes)
+        return replace(self, **changes, set_by_caller=self.set_by_caller | frozenset(changes))
 
 
 # ---- before / after comparison --------------------------------------------------------------------------
