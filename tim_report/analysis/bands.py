@@ -62,6 +62,15 @@ def apply_band(dt: DiagnosisThresholds, band: PublishedBand) -> DiagnosisThresho
     return replace(dt, **changes) if changes else dt
 
 
+def _sci(x: float) -> str:
+    """2 significant digits, exponents as the literature writes them (3e-3, 1e-5, 0.01)."""
+    s = f"{x:.2g}"
+    if "e" in s:
+        mant, exp = s.split("e")
+        s = f"{mant}e{int(exp)}"
+    return s
+
+
 def band_summary(band: PublishedBand, why: str, kl: float, dt: DiagnosisThresholds) -> dict:
     """summary.json's diagnosis.band: which band, why, and one sentence placing this batch's KL in it."""
     lo, hi = band.kl_k3
@@ -70,7 +79,7 @@ def band_summary(band: PublishedBand, why: str, kl: float, dt: DiagnosisThreshol
     def where(b: PublishedBand) -> str:
         return "low" if kl < b.kl_k3[0] else "typical" if kl <= b.kl_k3[1] else "high"
 
-    sentence = f"KL k3 {kl:.2g} is {where(band)} for {'an' if band.name[0] in 'AEIOM' else 'a'} {band.name} model ({lo:g} to {hi:g})"
+    sentence = f"KL k3 {_sci(kl)} is {where(band)} for {'an' if band.name[0] in 'AEIOM' else 'a'} {band.name} model ({_sci(lo)} to {_sci(hi)})"
     if band is not dense and where(dense) != where(band):
         sentence += f"; for a {dense.name} model it would be {where(dense)}"
     return {"name": band.name, "model_class": band.model_class, "precision": band.precision, "kl_k3": [lo, hi],

@@ -54,9 +54,9 @@ def _verdict(report) -> str:
         lines += ["", "Evidence: " + " · ".join(f"{esc(k)} = {esc(v, TEXT_CHARS)}" for k, v in ev)]
     band = diag.get("band")
     if band:
-        lo, hi = (band.get("kl_k3") or [None, None])[:2]
-        lines += ["", f"**Noise band: {esc(band.get('name'))}** (KL k3 {fmt(lo)} to {fmt(hi)}). "
-                  f"{esc(band.get('reading'), None, own=True)} Chosen from: {esc(band.get('why'), None)}."]
+        lines += ["", f"**Noise band: {esc(band.get('name'))}.** {esc(band.get('reading'), None, own=True)} Noise ceilings used: "
+                  f"KL k3 {fmt(band.get('noise_kl_max'))}, mean \\|δ\\| {fmt(band.get('noise_abs_delta_max'))} nats. "
+                  f"Chosen from: {esc(band.get('why'), None)}."]
     blocked = (report.routing or {}).get("blocked_by_bug")
     if blocked:
         lines += ["", f"❌ **{esc(blocked['message'], None, own=True)}**"]
