@@ -290,9 +290,9 @@ def test_first_token():
     assert not ids(d) & {"position_onset", "turn_boundary"}
 
 
-@pytest.mark.parametrize("onset", [40, 97])
-def test_position_onset(onset):
-    b = make_batch(n_seqs=64, mean_len=200, noise=0.01, seed=8)
+@pytest.mark.parametrize("onset,mean_len", [(40, 200), (97, 200), (433, 700)])  # 700: binned for PELT, placed exactly
+def test_position_onset(onset, mean_len):
+    b = make_batch(n_seqs=64, mean_len=mean_len, noise=0.01, seed=8)
     rng = np.random.default_rng(8)
     pos = np.arange(b.n_tokens) - np.repeat(b.offsets[:-1], b.seq_lengths)
     extra = np.where(pos >= onset, 0.08 * rng.standard_normal(b.n_tokens), 0.0)  # fp8-KV-cache-sized noise from `onset` on

@@ -33,6 +33,9 @@ SPEARMAN_MAX_TOKENS = 250_000
 # Detectors that regress or compare neighbours use an even subsample of at most this many tokens
 # (pairs); their z ≥ 5 tests have ample power at 2M and the evidence says how many were used.
 DETECTOR_MAX_TOKENS = 2_000_000
+# position_onset's change-point search (PELT, a cost per pair of points) sees at most this many points: longer
+# responses are binned to this many, then the onset is placed exactly within the bins around the change.
+ONSET_MAX_POINTS = 256
 # From this many tokens the analysis runs its families on two threads (numpy releases the GIL); below, the
 # thread costs more than it saves (docs/performance.md).
 THREAD_MIN_TOKENS = 1_000_000

@@ -18,11 +18,21 @@ import math
 
 import numpy as np
 
-from ..config import DiagnosisThresholds
+from ..config import DETECTOR_MAX_TOKENS, ONSET_MAX_POINTS, DiagnosisThresholds
 from ..model import StepBatch
 from .changepoints import change_points
-from .detectors import finding
+from .detectors import _thin, finding
 from .tokens import Tokens
+
+
+CHUNK = 1 << 20  # tokens per slice of the first-token pass
+
+
+def _flat_index(tok: Tokens, which) -> np.ndarray:
+    """`tok.index[which]` (a slice or an index array) without making the full index when every token is valid."""
+    if tok.valid_index is not None:
+        return tok.valid_index[which]
+    return np.asarray(which) if not isinstance(which, slice) else np.arange(*which.indices(tok.n))
 
 
 def _rank_z(u: np.ndarray) -> float:
@@ -31,40 +41,56 @@ def _rank_z(u: np.ndarray) -> float:
 
 
 def detect_first_token(tok: Tokens, dt: DiagnosisThresholds) -> dict | None:
-    """The first response token's |δ| far above the rest of its sequence's, in most sequences."""
+    """The first response token's |δ| far above the rest of its sequence's, in most sequences.
+
+    In slices of CHUNK tokens, so a 16M-token batch needs no full-size temporaries beyond |δ| itself."""
     if tok.n < dt.min_tokens:
         return None
-    pos = tok.pos
-    ad = np.abs(tok.delta)
-    first = pos == 0
-    later = ~first
-    n_later = np.bincount(tok.seq[later], minlength=tok.n_seqs)
+    starts = tok.starts
+    at_zero = _flat_index(tok, starts) == tok.batch_offsets[tok.seq[starts]]  # the sequence's first valid token is position 0
+    first_idx = starts[at_zero]
     a0 = np.full(tok.n_seqs, np.nan)
-    a0[tok.seq[first]] = ad[first]
+    a0[tok.seq[first_idx]] = np.abs(tok.delta[first_idx])
+    n_later = np.bincount(tok.seq, minlength=tok.n_seqs) - (~np.isnan(a0))
     has = ~np.isnan(a0) & (n_later > 0)
     if int(has.sum()) < dt.min_localise_sequences:
         return None
-    # each first token's percentile among its own sequence's later tokens (ties count half)
-    ref = a0[tok.seq[later]]
-    below = np.bincount(tok.seq[later], weights=(ad[later] < ref) + 0.5 * (ad[later] == ref), minlength=tok.n_seqs)
-    u = below[has] / n_later[has]
+    # each first token's percentile among its own sequence's later tokens: over an even subsample of at most
+    # DETECTOR_MAX_TOKENS tokens (the first tokens themselves always exact), in slices of CHUNK
+    step = max(1, -(-tok.n // DETECTOR_MAX_TOKENS))
+    below, seen, rest_sum = np.zeros(tok.n_seqs), np.zeros(tok.n_seqs), np.zeros(tok.n_seqs)
+    for lo in range(0, tok.n, CHUNK * step):
+        part = slice(lo, lo + CHUNK * step, step)
+        ad, seq = np.abs(tok.delta[part]), tok.seq[part]
+        later = _flat_index(tok, part) != tok.batch_offsets[seq]
+        ad, seq = ad[later], seq[later]
+        ref = a0[seq]
+        below += np.bincount(seq, weights=(ad < ref) + 0.5 * (ad == ref), minlength=tok.n_seqs)
+        seen += np.bincount(seq, minlength=tok.n_seqs)
+        rest_sum += np.bincount(seq, weights=ad, minlength=tok.n_seqs)
+    has &= seen > 0
+    if int(has.sum()) < dt.min_localise_sequences:
+        return None
+    u = below[has] / seen[has]
     z = _rank_z(u)
     first_abs = a0[has]
-    rest = ad[later & has[tok.seq]]
-    rest_mean = float(rest.mean())
+    rest_mean = float(rest_sum[has].sum() / seen[has].sum())
     ratio = float(first_abs.mean()) / rest_mean if rest_mean > 0 else math.inf
     if ratio < dt.first_token_ratio or z < dt.z:
         return None
-    total = float(ad.sum())
-    share = float(ad[first].sum()) / total if total > 0 else 0.0
+    first_sum = float(a0[~np.isnan(a0)].sum())
+    total = first_sum + float(rest_sum.sum()) * step  # Σ|δ| of the later tokens, scaled up from the subsample
+    share = first_sum / total if total > 0 else 0.0
+    sample = _thin(np.flatnonzero(has[tok.seq]), DETECTOR_MAX_TOKENS)
+    sample = sample[_flat_index(tok, sample) != tok.batch_offsets[tok.seq[sample]]]
     return finding(
         "first_token", "warn",
         f"The first response token carries {share:.0%} of the mismatch: its |δ| is {ratio:.3g}× the rest's",
         {"abs_delta_first_mean": float(first_abs.mean()), "abs_delta_first_median": float(np.median(first_abs)),
-         "abs_delta_rest_mean": rest_mean, "abs_delta_rest_median": float(np.median(rest)), "ratio": ratio,
-         "mean_delta_first": float(tok.delta[first][has[tok.seq[first]]].mean()),
+         "abs_delta_rest_mean": rest_mean, "abs_delta_rest_median": float(np.median(np.abs(tok.delta[sample]))),
+         "ratio": ratio, "mean_delta_first": float(tok.delta[first_idx][has[tok.seq[first_idx]]].mean()),
          "share_of_abs_delta": share, "rank_mean": float(u.mean()), "z": z, "sequences": int(has.sum()),
-         "threshold_ratio": dt.first_token_ratio},
+         "every_nth_token": step, "threshold_ratio": dt.first_token_ratio},
         "Something differs for the first generated token only: a temperature or logit processor applied to the "
         "first step alone, a BOS token one side adds and the other does not, or a prompt/response boundary "
         "tokenised differently (the chat template's generation prompt, a trailing space or newline merged into the "
@@ -80,23 +106,34 @@ def detect_position_onset(tok: Tokens, dt: DiagnosisThresholds, explained_by: st
     changes at the first tool span), which makes this one `info`."""
     if tok.n < dt.min_tokens:
         return None
-    pos = tok.pos
-    la = np.log(np.maximum(np.abs(tok.delta), dt.identical_atol))
+    step = max(1, -(-tok.n // DETECTOR_MAX_TOKENS))  # an even subsample of at most DETECTOR_MAX_TOKENS tokens
+    idx = np.arange(0, tok.n, step)
+    pos = (_flat_index(tok, idx) - tok.batch_offsets[tok.seq[idx]]).astype(np.int64)
+    ad = np.abs(tok.delta[idx])
+    la = np.log(np.maximum(ad, dt.identical_atol))
     counts = np.bincount(pos)
     positions = np.flatnonzero(counts >= dt.onset_min_tokens)
     if positions.shape[0] < 2 * dt.onset_min_positions:
         return None
-    values = np.bincount(pos, weights=la)[positions] / counts[positions]
+    sums = np.bincount(pos, weights=la)
+    del la
+    # PELT's cost is per pair of points: long responses are binned to at most ONSET_MAX_POINTS points first
+    width = -(-positions.shape[0] // ONSET_MAX_POINTS)
+    cuts = np.arange(0, positions.shape[0], width)
+    w = np.add.reduceat(counts[positions], cuts)
+    values = np.add.reduceat(sums[positions], cuts) / w
     best = None
-    for cp in change_points(values, counts[positions], min_size=dt.onset_min_positions):
+    for cp in change_points(values, w, min_size=max(1, -(-dt.onset_min_positions // width))):
         rise = math.exp(cp.after - cp.before)
         if rise >= dt.onset_ratio and cp.z >= dt.z and (best is None or rise > best[1]):
             best = (cp, rise)
     if best is None:
         return None
     cp, rise = best
-    onset = int(positions[cp.index])
-    ad = np.abs(tok.delta)
+    onset = int(positions[cuts[cp.index]])
+    if width > 1:  # the exact position: the best single split within a bin either side of the binned one
+        lo, hi = cuts[max(cp.index - 1, 0)], min(cuts[cp.index] + width + 1, positions.shape[0] - 1)
+        onset = int(positions[_best_split(sums[positions], counts[positions], lo, hi)])
     scanned = pos <= positions[-1]
     before, after = ad[scanned & (pos < onset)], ad[scanned & (pos >= onset)]
     return finding(
@@ -107,12 +144,23 @@ def detect_position_onset(tok: Tokens, dt: DiagnosisThresholds, explained_by: st
          "abs_delta_median_before": float(np.median(before)), "abs_delta_median_after": float(np.median(after)),
          "ratio": rise, "z": cp.z, "tokens_before": int(before.shape[0]), "tokens_after": int(after.shape[0]),
          "positions_scanned": int(positions.shape[0]), "min_tokens_per_position": dt.onset_min_tokens,
+         "every_nth_token": step,
          "threshold_ratio": dt.onset_ratio, "explained_by_other_finding": explained_by is not None},
         "A second error source switches on part-way through the response: a quantised (fp8) KV cache or a "
         "sliding / chunked attention window that starts to matter at that length, a RoPE scaling or position limit, "
         "prefill vs decode kernels that differ beyond a chunk size, or a context the trainer truncated.",
         f"Look at what happens at position {onset} plus the prompt length: the engine's KV-cache dtype, chunked prefill "
         "size, sliding window and max model length, and the trainer's max sequence length / truncation.")
+
+
+def _best_split(sums: np.ndarray, counts: np.ndarray, lo: int, hi: int) -> int:
+    """The index k in (lo, hi] that best splits the weighted series in two levels (least squares, whole series)."""
+    cw, cs = np.cumsum(counts, dtype=np.float64), np.cumsum(sums)
+    k = np.arange(max(lo, 1), hi + 1)
+    left_w, left_s = cw[k - 1], cs[k - 1]
+    right_w, right_s = cw[-1] - left_w, cs[-1] - left_s
+    gain = left_s ** 2 / left_w + right_s ** 2 / np.maximum(right_w, 1e-300)
+    return int(k[np.argmax(gain)])
 
 
 def detect_turn_boundary(tok: Tokens, turn: np.ndarray | None, dt: DiagnosisThresholds) -> dict | None:
