@@ -18,6 +18,10 @@ forward pass, in some precision, with the fault injected where the truth is know
     dummy_zero           tool-output tokens inside the mask carry rollout log-prob 0.0
     weights_perturbed    trainer = the model with Gaussian noise on every weight
     weights_reinit       trainer = a freshly initialised model of the same config
+    first_token_temp     the rollout samples and scores its first token only at T=2 (the rest at T=1)
+    onset_97             the rollout's logits are rounded to fp8 (e4m3, per-row scale) from response position 97 on
+    multi_turn_tool      three turns with tool output between; the trainer re-renders the tool text differently
+    mixed_versions       half the sequences sampled by older weights (version 8, nudged) and half by version 12
 
 Writes one canonical .npz per case (StepBatch.save) plus manifest.json with the expected regime
 and findings. Deterministic on CPU for a given torch version and thread count.
@@ -111,7 +115,21 @@ CASES: dict[str, dict] = {
                            seed=63),
     "weights_reinit": dict(seqs=16, length=64, trainer="reinit", regime="systematic", findings=["one_side_broken"],
                            seed=62),
+    # where the mismatch sits (issue 13): one position, from one position on, after each tool span, and staleness
+    "first_token_temp": dict(seqs=24, length=48, trainer="bf16", first_temperature=2.0, regime="elevated",
+                             findings=["first_token"], seed=71),
+    "onset_97": dict(seqs=16, length=200, min_length=120, trainer="bf16", onset=97, regime="elevated",
+                     findings=["position_onset"], seed=72),
+    "multi_turn_tool": dict(seqs=16, length=32, trainer="bf16", turns=3, regime="elevated", findings=["turn_boundary"],
+                            seed=73),
+    "mixed_versions": dict(seqs=16, length=64, trainer="bf16", stale=("8", "12"), perturb=0.1, regime="elevated",
+                           findings=["mixed_policy_versions"], seed=74),
 }
+
+# multi_turn_tool: what the engine saw between turns (token-in), and what the trainer's re-rendered chat template
+# gives for the same tool call (the trailing prompt marker dropped): not prefix-preserving
+TOOL_TURN = "\n>>> [tool] exit status 0; 3 files changed\n>>> "
+TOOL_TURN_RERENDERED = "\n>>> [tool] exit status 0; 3 files changed\n"
 
 TOOL_TEXT = "\n>>> [tool] exit status 0; 3 files changed, 41 insertions(+)\n"
 
@@ -140,14 +158,19 @@ def truncate(logits: torch.Tensor, top_p: float | None, top_k: int | None) -> to
 
 @torch.no_grad()
 def sample(model, prompt: list[int], n_new: int, gen: torch.Generator, *, temperature: float = 1.0,
-           top_p: float | None = None, top_k: int | None = None, returned: str = "processed") -> tuple[list[int], list[float]]:
+           top_p: float | None = None, top_k: int | None = None, returned: str = "processed",
+           first_temperature: float | None = None, onset: int | None = None) -> tuple[list[int], list[float]]:
     """Incremental decode with a KV cache. Returns the sampled tokens and the log-probs the engine reports:
-    `processed` = of the distribution it sampled from (temperature + truncation), `raw` = log_softmax(logits)."""
+    `processed` = of the distribution it sampled from (temperature + truncation), `raw` = log_softmax(logits).
+    `first_temperature`: the first step alone at that temperature; `onset`: logits rounded to fp8 from that step on."""
     out = model(torch.tensor([prompt]), use_cache=True)
     past, logits = out.past_key_values, out.logits[0, -1].float()
     toks, logps = [], []
-    for _ in range(n_new):
-        proc = truncate(logits / temperature, top_p, top_k)
+    for step in range(n_new):
+        if onset is not None and step >= onset:
+            logits = fp8_round(logits)
+        t = first_temperature if first_temperature is not None and step == 0 else temperature
+        proc = truncate(logits / t, top_p, top_k)
         logp_proc = torch.log_softmax(proc, -1)
         tok = int(torch.multinomial(logp_proc.exp(), 1, generator=gen))
         toks.append(tok)
@@ -155,6 +178,12 @@ def sample(model, prompt: list[int], n_new: int, gen: torch.Generator, *, temper
         out = model(torch.tensor([[tok]]), past_key_values=past, use_cache=True)
         past, logits = out.past_key_values, out.logits[0, -1].float()
     return toks, logps
+
+
+def fp8_round(logits: torch.Tensor) -> torch.Tensor:
+    """Logits through e4m3 with a per-row scale (max |logit| → 448), as an fp8 KV cache / LM head would perturb them."""
+    scale = logits.abs().max().clamp_min(1e-12) / 448.0
+    return (logits / scale).to(torch.float8_e4m3fn).float() * scale
 
 
 @torch.no_grad()
@@ -201,15 +230,28 @@ def make_case(name: str, spec: dict, base, tok) -> StepBatch:
     trainer = variant(base, spec["trainer"], seed, spec.get("perturb", 1.0))
     shadow_model = variant(base, spec["rollout_dtype"], seed) if spec.get("shadow") else None
     tool_ids = tok.encode(TOOL_TEXT) if spec.get("tool") else []
+    stale_model = variant(base, "perturbed", seed, spec["perturb"]) if spec.get("stale") else None
     ro_all, tr_all, sh_all, ids_all, prompts, lengths = [], [], [], [], [], []
+    masks, turns, versions = [], [], []
     for i in range(n):
         prompt = tok.encode(PROMPTS[i % len(PROMPTS)])
-        L = int(rng.integers(max(4, length // 2), length + 1))
+        L = int(rng.integers(max(4, spec.get("min_length", length // 2)), length + 1))
+        if spec.get("turns"):
+            ro, tr, ids, m, tn = multi_turn(roll_model, trainer, tok, prompt, spec["turns"], L, gen)
+            ro_all.append(ro), tr_all.append(tr), ids_all.append(ids), masks.append(m), turns.append(tn)
+            prompts.append(np.asarray(prompt))
+            lengths.append(len(ids))
+            continue
+        engine = roll_model
+        if stale_model is not None:  # odd sequences were sampled by the older weights
+            engine = stale_model if i % 2 else roll_model
+            versions.append(spec["stale"][0] if i % 2 else spec["stale"][1])
         use_tool = bool(tool_ids) and i % 2 == 0
         ctx = prompt + tool_ids if use_tool else prompt
         returned = "raw" if tempered_side == "trainer" else "processed"
-        toks, ro = sample(roll_model, ctx, L + max(shift, 0), gen, temperature=temperature, top_p=spec.get("top_p"),
-                          top_k=spec.get("top_k"), returned=returned)
+        toks, ro = sample(engine, ctx, L + max(shift, 0), gen, temperature=temperature, top_p=spec.get("top_p"),
+                          top_k=spec.get("top_k"), returned=returned, first_temperature=spec.get("first_temperature"),
+                          onset=spec.get("onset"))
         response = (tool_ids if use_tool else []) + toks
         ro = ([0.0] * len(tool_ids) if use_tool else []) + ro  # the engine's placeholder for tokens it did not sample
         t_temp = temperature if tempered_side == "trainer" else 1.0
@@ -237,9 +279,48 @@ def make_case(name: str, spec: dict, base, tok) -> StepBatch:
             "seed": seed, "generator": "scripts/make_fault_fixtures.py"}
     return StepBatch(rollout_logp=np.concatenate(ro_all).astype(np.float64),
                      trainer_logp=np.concatenate(tr_all).astype(np.float64), offsets=offsets,
-                     mask=np.ones(t, bool), token_ids=np.concatenate(ids_all).astype(np.int64),
-                     prompt_ids=prompts, advantage=adv,
-                     shadow_logp=np.concatenate(sh_all) if sh_all else None, meta=meta)
+                     mask=np.concatenate(masks) if masks else np.ones(t, bool),
+                     token_ids=np.concatenate(ids_all).astype(np.int64), prompt_ids=prompts, advantage=adv,
+                     shadow_logp=np.concatenate(sh_all) if sh_all else None, meta=meta,
+                     turn=np.concatenate(turns).astype(np.int32) if turns else None,
+                     weight_version=np.asarray(versions, dtype=str) if versions else None)
+
+
+def multi_turn(engine, trainer, tok, prompt: list[int], n_turns: int, length: int, gen: torch.Generator):
+    """One agentic sequence: `n_turns` sampled turns of `length` tokens with tool output between them.
+
+    The engine continues from the tool text it saw (TOOL_TURN); the trainer re-scores a conversation whose tool
+    text was re-rendered (TOOL_TURN_RERENDERED), so the tokens right after each tool span see another context.
+    Returns the rollout and trainer log-probs, token ids, loss mask and turn index in the engine's layout."""
+    seen, shown = tok.encode(TOOL_TURN), tok.encode(TOOL_TURN_RERENDERED)
+    ctx, ro, ids, mask, turn, spans = list(prompt), [], [], [], [], []
+    for k in range(n_turns):
+        if k:
+            ctx += seen
+            ids += seen
+            ro += [0.0] * len(seen)
+            mask += [False] * len(seen)
+            turn += [k - 1] * len(seen)
+        toks, lp = sample(engine, ctx, length, gen)
+        spans.append(toks)
+        ctx += toks
+        ids += toks
+        ro += lp
+        mask += [True] * len(toks)
+        turn += [k] * len(toks)
+    # the trainer's sequence: the same sampled turns, the re-rendered tool text between them
+    seq, where = [], []
+    for k, toks in enumerate(spans):
+        if k:
+            seq += shown
+        where += list(range(len(seq), len(seq) + len(toks)))
+        seq += toks
+    full = score(trainer, prompt, seq)
+    p0 = len(prompt) - 1
+    tr_resp = full[p0:][where]
+    tr = np.zeros(len(ids))
+    tr[np.flatnonzero(mask)] = tr_resp
+    return (np.asarray(ro), tr, np.asarray(ids), np.asarray(mask, bool), np.asarray(turn, np.int32))
 
 
 def main() -> None:

@@ -246,3 +246,139 @@ def test_declared_processing_is_info_not_a_bug():
     assert f["severity"] == "info" and "top_p=0.9" in f["title"] and f["evidence"]["declared_in_meta"] == 1
     assert "processed_logprobs" not in ids(d) and d["regime"] in ("numerical_noise", "elevated")
     assert "as the batch declares" in d["verdict"] or d["regime"] == "numerical_noise"
+
+
+# ---------------------------------------------------------------- where the mismatch sits (localise.py)
+
+LOCALISING = {"first_token", "position_onset", "turn_boundary"}
+
+
+def _with_turns(batch: StepBatch, n_turns: int = 3, tool: int = 5) -> StepBatch:
+    """The batch as multi-turn: each sequence cut into `n_turns` trained spans, each followed by `tool` masked tokens."""
+    mask, turn = np.ones(batch.n_tokens, bool), np.zeros(batch.n_tokens, np.int32)
+    for i in range(batch.n_seqs):
+        sl = batch.tokens_of(i)
+        n = sl.stop - sl.start
+        span = n // n_turns
+        for k in range(n_turns):
+            lo = sl.start + k * span
+            turn[lo:sl.stop] = k
+            if k < n_turns - 1 and span > tool:
+                mask[lo + span - tool:lo + span] = False  # tool output closing turn k
+    return replace(batch, mask=mask, turn=turn)
+
+
+@settings(max_examples=30, deadline=None)
+@given(n_seqs=st.integers(1, 40), mean_len=st.integers(2, 260), noise=st.floats(1e-4, 0.03), seed=st.integers(0, 10**6),
+       turns=st.booleans())
+def test_clean_noise_is_not_localised_property(n_seqs, mean_len, noise, seed, turns):
+    """Clean bf16 / fp16-sized noise (with or without turns) never reads as a first-token, onset or turn fault, even as info."""
+    b = make_batch(n_seqs=n_seqs, mean_len=mean_len, noise=noise, seed=seed)
+    d = diag(_with_turns(b) if turns else b)
+    assert not ids(d, SEVERITIES) & LOCALISING, d["findings"]
+
+
+def test_first_token():
+    b = make_batch(n_seqs=32, mean_len=64, noise=0.01, seed=7)
+    tr = b.trainer_logp.copy()
+    tr[b.offsets[:-1]] -= 1.5  # the first token scored another way (a temperature / BOS difference)
+    d = diag(with_trainer(b, tr))
+    f = next(f for f in d["findings"] if f["id"] == "first_token")
+    assert f["severity"] == "warn" and d["regime"] == "elevated"
+    assert f["evidence"]["ratio"] > 10 and f["evidence"]["share_of_abs_delta"] > 0.5 and f["evidence"]["sequences"] == 32
+    assert "first response token" in d["verdict"]
+    assert not ids(d) & {"position_onset", "turn_boundary"}
+
+
+@pytest.mark.parametrize("onset,mean_len", [(40, 200), (97, 200), (433, 700)])  # 700: binned for PELT, placed exactly
+def test_position_onset(onset, mean_len):
+    b = make_batch(n_seqs=64, mean_len=mean_len, noise=0.01, seed=8)
+    rng = np.random.default_rng(8)
+    pos = np.arange(b.n_tokens) - np.repeat(b.offsets[:-1], b.seq_lengths)
+    extra = np.where(pos >= onset, 0.08 * rng.standard_normal(b.n_tokens), 0.0)  # fp8-KV-cache-sized noise from `onset` on
+    d = diag(with_trainer(b, b.trainer_logp + extra))
+    f = next(f for f in d["findings"] if f["id"] == "position_onset")
+    assert f["severity"] == "warn" and abs(f["evidence"]["position"] - onset) <= 2
+    assert f["evidence"]["abs_delta_mean_after"] > 3 * f["evidence"]["abs_delta_mean_before"]
+
+
+def test_a_gradual_rise_below_the_ratio_is_not_an_onset():
+    b = make_batch(n_seqs=64, mean_len=200, noise=0.01, seed=9)
+    pos = np.arange(b.n_tokens) - np.repeat(b.offsets[:-1], b.seq_lengths)
+    rng = np.random.default_rng(9)
+    d = diag(with_trainer(b, b.trainer_logp + np.where(pos >= 97, 0.006 * rng.standard_normal(b.n_tokens), 0.0)))
+    assert "position_onset" not in ids(d, SEVERITIES)
+
+
+def test_turn_boundary():
+    b = _with_turns(make_batch(n_seqs=24, mean_len=120, noise=0.01, seed=10))
+    tr = b.trainer_logp.copy()
+    seq = b.seq_index()
+    first_of_turn = np.flatnonzero((b.turn[1:] != b.turn[:-1]) & (seq[1:] == seq[:-1])) + 1
+    for k in range(2):  # the first two tokens of every later turn see another context
+        tr[first_of_turn + k] -= 1.0
+    d = diag(with_trainer(b, tr))
+    f = next(f for f in d["findings"] if f["id"] == "turn_boundary")
+    assert f["severity"] == "warn" and f["evidence"]["turns_affected"] == [1, 2]
+    assert f["evidence"]["abs_delta_by_offset"][0] > 10 * f["evidence"]["abs_delta_by_offset"][3]
+    assert "first_token" not in ids(d, SEVERITIES)
+    # the same batch without turn information says nothing about turns
+    assert "turn_boundary" not in ids(diag(with_trainer(replace(b, turn=None), tr)), SEVERITIES)
+
+
+@pytest.mark.parametrize("versions,severity", [(["7", "8"], "info"), (["3", "8"], "warn"), (["a", "b"], "info"),
+                                               (["8", "8"], None), (["7,8", "8"], "info")])
+def test_mixed_policy_versions(versions, severity):
+    b = make_batch(n_seqs=16, mean_len=64, noise=0.01)
+    d = diag(replace(b, weight_version=np.array([versions[i % 2] for i in range(16)])))
+    f = next((f for f in d["findings"] if f["id"] == "mixed_policy_versions"), None)
+    assert (f["severity"] if f else None) == severity
+    if f:
+        assert "staleness" in f["title"]
+
+
+def test_mixed_versions_are_said_on_identical_batches_too():
+    b = make_batch(n_seqs=8, mean_len=32)
+    d = diag(with_trainer(b, b.rollout_logp.copy(), weight_version=np.array(["1", "2"] * 4)))
+    assert d["regime"] == "identical" and [f["id"] for f in d["findings"]] == ["mixed_policy_versions"]
+
+
+# ---------------------------------------------------------------- published bands by model class and precision
+
+
+@pytest.mark.parametrize("meta,cls,why", [
+    ({"model_class": "moe"}, "moe", "model_class=moe"), ({"model_class": "dense", "model": "Mixtral-8x7B"}, "dense", "model_class"),
+    ({"num_experts": 64}, "moe", "num_experts"), ({"model": "Qwen/Qwen3-30B-A3B"}, "moe", "Qwen3-30B-A3B"),
+    ({"model": "mistralai/Mixtral-8x7B"}, "moe", "Mixtral"), ({"model": "Qwen2.5-7B-Instruct"}, "dense", "no MoE marker"),
+    ({"model": "llama-3-8b-a100-run"}, "dense", "no MoE marker"), ({}, "dense", "no MoE marker")])
+def test_model_class_from_meta(meta, cls, why):
+    from tim_report.analysis.bands import model_class
+
+    got, reason = model_class(meta)
+    assert got == cls and why in reason
+
+
+def _kl_batch(kl_noise: float, meta: dict) -> StepBatch:
+    b = make_batch(n_seqs=32, mean_len=64, noise=0.0, seed=11)
+    rng = np.random.default_rng(11)
+    return replace(b, trainer_logp=np.minimum(b.rollout_logp + kl_noise * rng.standard_normal(b.n_tokens), 0.0),
+                   meta={**b.meta, **meta})
+
+
+def test_an_moe_band_reads_a_kl_that_is_high_for_a_dense_model_as_noise():
+    dense = diag(_kl_batch(0.2, {}))  # KL k3 ≈ 2e-2: above the dense ceiling 1e-2, inside MoE's 1e-3 to 1e-1
+    moe = diag(_kl_batch(0.2, {"model_class": "moe"}))
+    assert 1e-2 < dense["evidence"]["kl_k3"] < 1e-1
+    assert dense["band"]["name"] == "dense bf16" and dense["regime"] == "elevated"
+    assert moe["band"]["name"] == "MoE bf16" and moe["regime"] == "numerical_noise"
+    assert "typical for an MoE bf16 model" in moe["band"]["reading"] and "dense bf16 model it would be high" in moe["band"]["reading"]
+    assert "model_class=moe" in moe["band"]["why"] and moe["thresholds"]["noise_kl_max"] == 0.1
+    assert "MoE bf16" in moe["verdict"]
+    # an explicit ceiling wins over the band's
+    strict = DiagnosisThresholds().override({"noise_kl_max": "0.01"})
+    assert diag(_kl_batch(0.2, {"model_class": "moe"}), diagnosis_thresholds=strict)["regime"] == "elevated"
+
+
+def test_fp8_band():
+    d = diag(_kl_batch(0.01, {"rollout_dtype": "fp8"}))
+    assert d["band"]["precision"] == "fp8" and "rollout_dtype=fp8" in d["band"]["why"]

@@ -192,6 +192,19 @@ def test_meta_names_the_engines_the_file_does_not(tmp_path):
     assert run("check", p, "--meta", "step=twelve").exit_code == 2
 
 
+def test_meta_model_class_picks_the_band_the_page_states(tmp_path):
+    p = tmp_path / "plain.npz"
+    np.savez(p, **to_padded(make_batch(n_seqs=8, mean_len=16), dtype=np.float64))
+    res = run("build", p, "-o", tmp_path / "site", "--meta", "model_class=MoE")
+    assert res.exit_code == 0, res.output
+    band = json.loads((tmp_path / "site" / "plain" / "summary.json").read_text())["diagnosis"]["band"]
+    assert band["name"] == "MoE bf16" and "model_class=moe" in band["why"]
+    assert "Noise band: MoE bf16" in (tmp_path / "site" / "plain" / "index.html").read_text()
+    assert "Noise band: MoE bf16" in (tmp_path / "site" / "plain" / "report.md").read_text()
+    res = run("build", p, "-o", tmp_path / "s2", "--meta", "model_class=huge")
+    assert res.exit_code == 2 and "model_class=huge" in res.stderr and "dense, moe" in res.stderr
+
+
 # ---- nothing file-supplied is printed raw -------------------------------------------------------------------------
 
 EVIL_KEYS = ["x\n::notice::all good", "a\x1b[2J\x1b]0;pwned\x07b", "[/]", "[bold red]fake[/]"]

@@ -9,7 +9,7 @@ anything from data.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 
 # ---- conventions ------------------------------------------------------------------------------------
 
@@ -33,6 +33,9 @@ SPEARMAN_MAX_TOKENS = 250_000
 # Detectors that regress or compare neighbours use an even subsample of at most this many tokens
 # (pairs); their z ≥ 5 tests have ample power at 2M and the evidence says how many were used.
 DETECTOR_MAX_TOKENS = 2_000_000
+# position_onset's change-point search (PELT, a cost per pair of points) sees at most this many points: longer
+# responses are binned to this many, then the onset is placed exactly within the bins around the change.
+ONSET_MAX_POINTS = 256
 # From this many tokens the analysis runs its families on two threads (numpy releases the GIL); below, the
 # thread costs more than it saves (docs/performance.md).
 THREAD_MIN_TOKENS = 1_000_000
@@ -125,6 +128,11 @@ PUBLISHED_BF16_KL = (4e-4, 1e-2)
 # at a precision problem.
 VERL_PROBS_DIFF_NORMAL, VERL_PROBS_DIFF_PROBLEM = 0.005, 0.01
 TOKEN_MULT_PROB_ERROR_SUSPICIOUS = 1.05  # NeMo-RL: token_mult_prob_error above this is worth investigating
+NEMO_GEN_KL_ACCEPTABLE = 1e-3  # NeMo-RL docs: gen_kl_error around 1e-3 is an acceptable generation/training mismatch
+# Dense bf16 K3 KL about 1e-5 to 1e-3 and MoE bf16 about 1e-3 to 1e-1 (LMSYS blog on training-inference mismatch,
+# Jan 2026): MoE routing amplifies rounding (a small change in a hidden state flips which experts are selected).
+LMSYS_DENSE_BF16_KL = (1e-5, 1e-3)
+LMSYS_MOE_BF16_KL = (1e-3, 1e-1)
 TOP1PCT_UNIFORM, TOP1PCT_CONCENTRATED = 0.01, 0.05  # share of Σw in the top 1% of weights: uniform, concentrated
 
 # ---- change points ----------------------------------------------------------------------------------------
@@ -182,8 +190,9 @@ MARKDOWN_MAX_CHARS = 60_000
 
 REGIMES = ("identical", "numerical_noise", "elevated", "systematic")
 SEVERITIES = ("info", "warn", "error")  # in rising order: `check --fail-on` and the findings' sort use it
-FINDING_IDS = ("shift", "temperature", "processed_logprobs", "dummy_zero", "one_side_broken", "low_prob_tail",
-               "drift_with_length", "precision_gap")
+FINDING_IDS = ("shift", "temperature", "processed_logprobs", "dummy_zero", "one_side_broken", "first_token",
+               "turn_boundary", "position_onset", "mixed_policy_versions", "low_prob_tail", "drift_with_length",
+               "precision_gap")
 
 
 @dataclass(frozen=True)
@@ -235,13 +244,39 @@ class DiagnosisThresholds:
     drift_exponent_min: float = 0.75
     drift_z: float = 3.0
     min_drift_sequences: int = 8
+    # first_token: mean |δ| of the first response token at least this many times the mean of positions ≥ 1,
+    # and a rank test over sequences (each first token's percentile among its own sequence's later tokens,
+    # uniform under noise) at z ≥ `z`, with at least min_localise_sequences sequences. The first token is often
+    # the least certain one, so noise makes it 1-3× the rest on our fixtures; 10× is a different context.
+    first_token_ratio: float = 10.0
+    min_localise_sequences: int = 8
+    # position_onset: PELT on per-position mean log|δ| (positions with at least onset_min_tokens tokens); a
+    # rise counts when the geometric-mean |δ| after it is at least onset_ratio times the level before, at z ≥
+    # `z`, with onset_min_positions positions on each side. bf16 / fp16 noise drifts by < 1.5× along a
+    # response on our fixtures; 3× is a new error source switching on (an fp8 KV cache, a context cap).
+    onset_ratio: float = 3.0
+    onset_min_tokens: int = 8
+    onset_min_positions: int = 8
+    # turn_boundary: the first turn_head_tokens tokens of every turn after the first (right after a tool or
+    # environment span) have mean |δ| at least turn_ratio times the rest of the trained tokens, with a rank
+    # test over turns at z ≥ `z` and at least min_localise_sequences turns after a boundary.
+    turn_head_tokens: int = 4
+    turn_ratio: float = 5.0
+    # mixed_policy_versions: info when sequences come from several weight versions; warn when the newest and
+    # the oldest are at least this many versions apart (our choice: one or two steps of staleness is the
+    # norm with partial / async rollouts; beyond that staleness is a large part of the mismatch).
+    versions_spread_warn: int = 4
+    # the names a caller set on purpose (`override`, `check --set`): the published band never replaces them
+    set_by_caller: frozenset = field(default=frozenset(), repr=False, compare=False)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        d.pop("set_by_caller")
+        return d
 
     def override(self, values: dict[str, str]) -> "DiagnosisThresholds":
         """A copy with NAME=VALUE strings applied (types from the field defaults)."""
-        known = {f.name: f for f in fields(self)}
+        known = {f.name: f for f in fields(self) if f.name != "set_by_caller"}
         changes = {}
         for name, value in values.items():
             if name not in known:
@@ -250,7 +285,7 @@ class DiagnosisThresholds:
                 changes[name] = type(getattr(self, name))(float(value))
             except ValueError:
                 raise ValueError(f"{name}={value}: not a number") from None
-        return replace(self, **changes)
+        return replace(self, **changes, set_by_caller=self.set_by_caller | frozenset(changes))
 
 
 # ---- before / after comparison --------------------------------------------------------------------------
@@ -294,4 +329,39 @@ NOISE_BANDS: dict[str, NoiseBand] = {b.name: b for b in (
     NoiseBand("fp8", 0.15, 2e-2,
               "no published kernel-level band: 3× the mean |δ| and 8× the KL tiny-qwen2 measures with e4m3 "
               "weights (per-channel scales, emulated) and bf16 compute (5.0e-2, KL 2.5e-3)"),
+)}
+
+
+# ---- published bands by model class and precision (the diagnosis's noise ceiling) ----------------------------
+# Which band a batch is read against is decided from its meta (`analysis/bands.py`): `model_class` (dense / moe,
+# `--meta model_class=moe`), else an expert count or a model name that names an MoE; fp8 when either side's dtype
+# says so. Each band's `kl_k3` is the range published runs show and its top is the numerical-noise ceiling.
+
+
+@dataclass(frozen=True)
+class PublishedBand:
+    """The engine-vs-trainer mismatch published for one model class and precision, and its sources."""
+
+    name: str
+    model_class: str  # dense | moe
+    precision: str  # bf16 (fp16 and fp32 are read against it: it is the widest of the three) | fp8
+    kl_k3: tuple[float, float]  # typical token-mean KL k3 of published runs; the top is the noise ceiling
+    abs_delta_mean_max: float  # token-mean |δ| ceiling (nats)
+    source: str
+
+
+MODEL_CLASSES = ("dense", "moe")
+PUBLISHED_BANDS: dict[tuple[str, str], PublishedBand] = {(b.model_class, b.precision): b for b in (
+    PublishedBand("dense bf16", "dense", "bf16", (LMSYS_DENSE_BF16_KL[0], PUBLISHED_BF16_KL[1]), 0.05,
+                  "LMSYS blog (Jan 2026): dense bf16 K3 KL about 1e-5 to 1e-3; verl rollout-correction docs and Yao "
+                  "et al. report up to 1e-2; NeMo-RL calls gen_kl_error ≈ 1e-3 acceptable; verl's FAQ calls "
+                  "rollout_probs_diff_mean < 0.005 normal; batch-invariant kernels give exactly 0"),
+    PublishedBand("MoE bf16", "moe", "bf16", LMSYS_MOE_BF16_KL, 0.16,
+                  "LMSYS blog (Jan 2026): MoE bf16 K3 KL about 1e-3 to 1e-1 (routing flips amplify rounding); the "
+                  "mean |δ| ceiling is the dense one scaled by √10 (k3 ≈ δ²/2, a 10× higher KL ceiling)"),
+    PublishedBand("dense fp8", "dense", "fp8", (PUBLISHED_BF16_KL[0], NOISE_BANDS["fp8"].kl_k3_max),
+                  NOISE_BANDS["fp8"].abs_delta_mean_max, NOISE_BANDS["fp8"].source),
+    PublishedBand("MoE fp8", "moe", "fp8", LMSYS_MOE_BF16_KL, 0.16,
+                  "no published MoE fp8 band: the MoE bf16 band (LMSYS, Jan 2026), which is already wider than "
+                  "the dense fp8 one"),
 )}

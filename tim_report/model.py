@@ -27,6 +27,7 @@ META_KEYS = {
     "trainer_dtype": "its precision",
     "device": "where it ran (an accelerator's name)",
     "step": "the training step (an integer)",
+    "model_class": "dense or moe: which published noise band the diagnosis reads the batch against",
 }
 
 # What a reader may count in StepBatch.problems, and how a report says it.

@@ -7,9 +7,11 @@
      "findings": [{"id", "severity": "info" | "warn" | "error", "title", "evidence", "likely_cause",
                    "what_to_check"}],
      "precision_gap": {...} or {"available": false, "reason", "how_to_get"},
-     "thresholds": the DiagnosisThresholds used}
+     "band": the published noise band the batch is read against (model class, precision) and why,
+     "thresholds": the DiagnosisThresholds used (noise ceilings from the band unless overridden)}
 
-The detectors live in `detectors.py`; this module runs them, decides the regime and writes the
+The detectors live in `detectors.py` (whole-batch faults) and `localise.py` (where the mismatch
+sits: first token, an onset position, turn boundaries, mixed weight versions); this module runs them, decides the regime and writes the
 verdict. docs/diagnosis.md explains each detector and shows the confusion matrix the
 fault-injection tests produce (scripts/diagnosis_matrix.py).
 """
@@ -24,6 +26,8 @@ from ..config import PPO_EPS_HIGH, PPO_EPS_LOW, SEVERITIES, DiagnosisThresholds
 from ..model import StepBatch
 from .detectors import (declared_processing, detect_drift, detect_dummy_zero, detect_low_prob_tail,
                         detect_one_side_broken, detect_processed, detect_shift, detect_temperature, finding)
+from .bands import apply_band, band_summary, choose_band
+from .localise import detect_first_token, detect_mixed_versions, detect_position_onset, detect_turn_boundary
 from .precision_gap import precision_gap
 from .stats import cluster_mean_se, exp_or_inf
 from .tokens import Tokens
@@ -46,17 +50,19 @@ GAP_HINT = {False: "; capture with `tim-report capture --shadow` to split precis
 def diagnose(batch: StepBatch, tok: Tokens, metrics: dict, thresholds: DiagnosisThresholds | None = None,
              ppo_eps: tuple[float, float] = (PPO_EPS_LOW, PPO_EPS_HIGH)) -> dict:
     """The `diagnosis` object of summary.json for one batch (`metrics` is `summary_metrics`' result)."""
-    dt = thresholds or DiagnosisThresholds()
+    band, why = choose_band(batch.meta)
+    dt = apply_band(thresholds or DiagnosisThresholds(), band)
     gap = precision_gap(batch, tok, *ppo_eps)
     if _is_identical(tok, dt, metrics["abs_delta_max"]):
-        regime, findings = "identical", []
+        regime = "identical"
+        findings = [f for f in (detect_mixed_versions(batch, tok, dt),) if f]  # said even when nothing differs
     else:
         findings = _run_detectors(batch, tok, metrics, dt)
         regime = _regime(findings, tok, metrics, dt)
     if gap.get("available"):
         findings.append(_gap_finding(gap))
     findings.sort(key=lambda f: -SEVERITIES.index(f["severity"]))  # stable: detector order within a severity
-    verdict, what_to_check = _verdict(regime, findings, metrics, bool(gap.get("available")))
+    verdict, what_to_check = _verdict(regime, findings, metrics, bool(gap.get("available")), band.name)
     return {
         "regime": regime,
         "verdict": verdict,
@@ -64,6 +70,7 @@ def diagnose(batch: StepBatch, tok: Tokens, metrics: dict, thresholds: Diagnosis
         "what_to_check": what_to_check,
         "findings": findings,
         "precision_gap": gap,
+        "band": band_summary(band, why, metrics["kl_k3"], dt),
         "thresholds": dt.to_dict(),
     }
 
@@ -103,7 +110,13 @@ def _run_detectors(batch: StepBatch, tok: Tokens, metrics: dict, dt: DiagnosisTh
         bias, bias_se = cluster_mean_se(rest.delta, rest.seq)
     cause = next((f["id"] for f in (processed, temperature, broken) if f), None)
     drift = detect_drift(rest, dt, bias, bias_se, cause) if rest.n else None
-    return findings + [f for f in (drift, detect_low_prob_tail(tok, dt)) if f]
+    # where it sits: only meaningful when no whole-batch fault (a shift, a one-sided transformation) explains it
+    where = []
+    if not (shift or processed or temperature or broken):
+        turns = detect_turn_boundary(rest, batch.turn, dt)
+        where = [detect_first_token(rest, dt), turns,
+                 detect_position_onset(rest, dt, "turn_boundary" if turns else None)]
+    return findings + [f for f in (*where, detect_mixed_versions(batch, rest, dt), drift, detect_low_prob_tail(tok, dt)) if f]
 
 
 def _regime(findings: list[dict], tok: Tokens, metrics: dict, dt: DiagnosisThresholds) -> str:
@@ -132,7 +145,8 @@ def _fmt(x) -> str:
     return f"{x:.{digits}g}"
 
 
-def _verdict(regime: str, findings: list[dict], metrics: dict, has_shadow: bool) -> tuple[str, str]:
+def _verdict(regime: str, findings: list[dict], metrics: dict, has_shadow: bool,
+             band: str = "dense bf16") -> tuple[str, str]:
     """One plain sentence naming the regime and the finding that leads it, and what to check."""
     top = findings[0] if findings and findings[0]["severity"] != "info" else None
     # an info finding that explains the whole mismatch (declared processing) still belongs in the verdict
@@ -146,7 +160,9 @@ def _verdict(regime: str, findings: list[dict], metrics: dict, has_shadow: bool)
     if regime == "identical":
         verdict = f"Identical: no token's log-prob differs beyond float rounding (max |δ| {_fmt(metrics['abs_delta_max'])})."
     elif regime == "numerical_noise":
-        verdict = f"Numerical noise: the mismatch is the size bf16/fp16 engine differences produce ({nums})."
+        size = ("the size bf16/fp16 engine differences produce" if band == "dense bf16"
+                else f"within the noise published for {'an' if band[0] in 'AEIOM' else 'a'} {band} model")
+        verdict = f"Numerical noise: the mismatch is {size} ({nums})."
     elif regime == "elevated":
         verdict = (f"Elevated: beyond numerical noise but not clearly broken ({nums})" +
                    (f"; {lead(top or explains)}." if top or explains else "."))

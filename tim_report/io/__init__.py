@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import BadInput
-from ..config import MAX_TOKENS
+from ..config import MAX_TOKENS, MODEL_CLASSES
 from ..model import META_KEYS, StepBatch
 from .assemble import build_batch
 from .canonical import save_batch
@@ -79,6 +79,10 @@ def meta_overrides(pairs: dict[str, str]) -> dict:
                 out[key] = int(value)
             except ValueError:
                 raise BadInput("--meta", f"step={value}: not an integer") from None
+        elif key == "model_class":
+            if value.lower() not in MODEL_CLASSES:
+                raise BadInput("--meta", f"model_class={value}: use one of {', '.join(MODEL_CLASSES)}")
+            out[key] = value.lower()
         else:
             out[key] = value
     return out

@@ -52,6 +52,11 @@ def _verdict(report) -> str:
     ev = kv_items(diag.get("evidence"))
     if ev:
         lines += ["", "Evidence: " + " · ".join(f"{esc(k)} = {esc(v, TEXT_CHARS)}" for k, v in ev)]
+    band = diag.get("band")
+    if band:
+        lines += ["", f"**Noise band: {esc(band.get('name'))}.** {esc(band.get('reading'), None, own=True)} Noise ceilings used: "
+                  f"KL k3 {fmt(band.get('noise_kl_max'))}, mean \\|δ\\| {fmt(band.get('noise_abs_delta_max'))} nats. "
+                  f"Chosen from: {esc(band.get('why'), None)}."]
     blocked = (report.routing or {}).get("blocked_by_bug")
     if blocked:
         lines += ["", f"❌ **{esc(blocked['message'], None, own=True)}**"]
@@ -193,12 +198,9 @@ def _all_numbers(report) -> str:
 
 
 def _versions_line(report) -> str:
-    wv = report.run.get("weight_versions") or {}
-    if (wv.get("count") or 0) <= 1:
-        return ""
-    values = ", ".join(esc(v) for v in wv.get("values") or []) + (", …" if wv["count"] > len(wv.get("values") or []) else "")
-    return (f"⚠️ This batch mixes {wv['count']} policy weight versions ({values}): part of its mismatch is staleness "
-            "(off-policy samples), not precision.")
+    """The mixed-weight-versions warning, from the diagnosis's finding (the one source the HTML page reads too)."""
+    f = next((f for f in (report.diagnosis or {}).get("findings") or [] if f.get("id") == "mixed_policy_versions"), None)
+    return f"⚠️ {esc(f.get('title'), None)}." if f else ""
 
 
 def _about(report) -> str:

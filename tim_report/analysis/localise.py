@@ -1,0 +1,247 @@
+"""Detectors that say *where* the mismatch sits, not only how large it is (issue 13).
+
+    first_token            the first response token disagrees far more than the rest (temperature / BOS / boundary)
+    position_onset         the mismatch level rises at one response position (fp8 KV cache, a context cap)
+    turn_boundary          the first tokens after each tool / environment span disagree (chat template not
+                           prefix-preserving, tool output tokenised differently by the two sides)
+    mixed_policy_versions  sequences from several weight versions: part of the mismatch is staleness
+
+Like `detectors.py`, each returns a finding or None, needs a large effect (a ratio in
+`DiagnosisThresholds`) and a significant one (z ≥ `z`), so clean bf16 / fp16 noise stays silent.
+The significance tests are rank tests over sequences or turns (a first token's percentile among its
+own sequence's later tokens is uniform under noise), which hold for the heavy-tailed |δ| of real text.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..config import DETECTOR_MAX_TOKENS, ONSET_MAX_POINTS, DiagnosisThresholds
+from ..model import StepBatch
+from .changepoints import change_points
+from .detectors import _thin, finding
+from .tokens import Tokens
+
+
+CHUNK = 1 << 20  # tokens per slice of the first-token pass
+
+
+def _flat_index(tok: Tokens, which) -> np.ndarray:
+    """`tok.index[which]` (a slice or an index array) without making the full index when every token is valid."""
+    if tok.valid_index is not None:
+        return tok.valid_index[which]
+    return np.asarray(which) if not isinstance(which, slice) else np.arange(*which.indices(tok.n))
+
+
+def _rank_z(u: np.ndarray) -> float:
+    """z of the mean of n percentile ranks against 1/2 (each uniform under the null: variance ≤ 1/12)."""
+    return float((u.mean() - 0.5) * math.sqrt(12 * u.shape[0])) if u.shape[0] else 0.0
+
+
+def detect_first_token(tok: Tokens, dt: DiagnosisThresholds) -> dict | None:
+    """The first response token's |δ| far above the rest of its sequence's, in most sequences.
+
+    In slices of CHUNK tokens, so a 16M-token batch needs no full-size temporaries beyond |δ| itself."""
+    if tok.n < dt.min_tokens:
+        return None
+    starts = tok.starts
+    at_zero = _flat_index(tok, starts) == tok.batch_offsets[tok.seq[starts]]  # the sequence's first valid token is position 0
+    first_idx = starts[at_zero]
+    a0 = np.full(tok.n_seqs, np.nan)
+    a0[tok.seq[first_idx]] = np.abs(tok.delta[first_idx])
+    n_later = np.bincount(tok.seq, minlength=tok.n_seqs) - (~np.isnan(a0))
+    has = ~np.isnan(a0) & (n_later > 0)
+    if int(has.sum()) < dt.min_localise_sequences:
+        return None
+    # each first token's percentile among its own sequence's later tokens: over an even subsample of at most
+    # DETECTOR_MAX_TOKENS tokens (the first tokens themselves always exact), in slices of CHUNK
+    step = max(1, -(-tok.n // DETECTOR_MAX_TOKENS))
+    below, seen, rest_sum = np.zeros(tok.n_seqs), np.zeros(tok.n_seqs), np.zeros(tok.n_seqs)
+    for lo in range(0, tok.n, CHUNK * step):
+        part = slice(lo, lo + CHUNK * step, step)
+        ad, seq = np.abs(tok.delta[part]), tok.seq[part]
+        later = _flat_index(tok, part) != tok.batch_offsets[seq]
+        ad, seq = ad[later], seq[later]
+        ref = a0[seq]
+        below += np.bincount(seq, weights=(ad < ref) + 0.5 * (ad == ref), minlength=tok.n_seqs)
+        seen += np.bincount(seq, minlength=tok.n_seqs)
+        rest_sum += np.bincount(seq, weights=ad, minlength=tok.n_seqs)
+    has &= seen > 0
+    if int(has.sum()) < dt.min_localise_sequences:
+        return None
+    u = below[has] / seen[has]
+    z = _rank_z(u)
+    first_abs = a0[has]
+    rest_mean = float(rest_sum[has].sum() / seen[has].sum())
+    ratio = float(first_abs.mean()) / rest_mean if rest_mean > 0 else math.inf
+    if ratio < dt.first_token_ratio or z < dt.z:
+        return None
+    first_sum = float(a0[~np.isnan(a0)].sum())
+    total = first_sum + float(rest_sum.sum()) * step  # Σ|δ| of the later tokens, scaled up from the subsample
+    share = first_sum / total if total > 0 else 0.0
+    sample = _thin(np.flatnonzero(has[tok.seq]), DETECTOR_MAX_TOKENS)
+    sample = sample[_flat_index(tok, sample) != tok.batch_offsets[tok.seq[sample]]]
+    return finding(
+        "first_token", "warn",
+        f"The first response token carries {share:.0%} of the mismatch: its |δ| is {ratio:.3g}× the rest's",
+        {"abs_delta_first_mean": float(first_abs.mean()), "abs_delta_first_median": float(np.median(first_abs)),
+         "abs_delta_rest_mean": rest_mean, "abs_delta_rest_median": float(np.median(np.abs(tok.delta[sample]))),
+         "ratio": ratio, "mean_delta_first": float(tok.delta[first_idx][has[tok.seq[first_idx]]].mean()),
+         "share_of_abs_delta": share, "rank_mean": float(u.mean()), "z": z, "sequences": int(has.sum()),
+         "every_nth_token": step, "threshold_ratio": dt.first_token_ratio},
+        "Something differs for the first generated token only: a temperature or logit processor applied to the "
+        "first step alone, a BOS token one side adds and the other does not, or a prompt/response boundary "
+        "tokenised differently (the chat template's generation prompt, a trailing space or newline merged into the "
+        "first response token).",
+        "Compare the last prompt tokens and the first response token id on both sides (`tim-report inspect`), "
+        "check that both sides add BOS the same way and that the first sampling step uses the same temperature.")
+
+
+def detect_position_onset(tok: Tokens, dt: DiagnosisThresholds, explained_by: str | None = None) -> dict | None:
+    """A rise of the per-position mean log|δ| at one response position (PELT, `changepoints.py`).
+
+    `explained_by`: a finding that already says where the mismatch starts (`turn_boundary`: the context
+    changes at the first tool span), which makes this one `info`."""
+    if tok.n < dt.min_tokens:
+        return None
+    step = max(1, -(-tok.n // DETECTOR_MAX_TOKENS))  # an even subsample of at most DETECTOR_MAX_TOKENS tokens
+    idx = np.arange(0, tok.n, step)
+    pos = (_flat_index(tok, idx) - tok.batch_offsets[tok.seq[idx]]).astype(np.int64)
+    ad = np.abs(tok.delta[idx])
+    la = np.log(np.maximum(ad, dt.identical_atol))
+    counts = np.bincount(pos)
+    positions = np.flatnonzero(counts >= dt.onset_min_tokens)
+    if positions.shape[0] < 2 * dt.onset_min_positions:
+        return None
+    sums = np.bincount(pos, weights=la)
+    del la
+    # PELT's cost is per pair of points: long responses are binned to at most ONSET_MAX_POINTS points first
+    width = -(-positions.shape[0] // ONSET_MAX_POINTS)
+    cuts = np.arange(0, positions.shape[0], width)
+    w = np.add.reduceat(counts[positions], cuts)
+    values = np.add.reduceat(sums[positions], cuts) / w
+    best = None
+    for cp in change_points(values, w, min_size=max(1, -(-dt.onset_min_positions // width))):
+        rise = math.exp(cp.after - cp.before)
+        if rise >= dt.onset_ratio and cp.z >= dt.z and (best is None or rise > best[1]):
+            best = (cp, rise)
+    if best is None:
+        return None
+    cp, rise = best
+    onset = int(positions[cuts[cp.index]])
+    if width > 1:  # the exact position: the best single split within a bin either side of the binned one
+        lo, hi = cuts[max(cp.index - 1, 0)], min(cuts[cp.index] + width + 1, positions.shape[0] - 1)
+        onset = int(positions[_best_split(sums[positions], counts[positions], lo, hi)])
+    scanned = pos <= positions[-1]
+    before, after = ad[scanned & (pos < onset)], ad[scanned & (pos >= onset)]
+    return finding(
+        "position_onset", "info" if explained_by else "warn",
+        f"The mismatch switches on at response position {onset}: mean |δ| {before.mean():.3g} → {after.mean():.3g} nats "
+        f"({rise:.3g}× in typical |δ|)" + (f", where the {explained_by} finding starts" if explained_by else ""),
+        {"position": onset, "abs_delta_mean_before": float(before.mean()), "abs_delta_mean_after": float(after.mean()),
+         "abs_delta_median_before": float(np.median(before)), "abs_delta_median_after": float(np.median(after)),
+         "ratio": rise, "z": cp.z, "tokens_before": int(before.shape[0]), "tokens_after": int(after.shape[0]),
+         "positions_scanned": int(positions.shape[0]), "min_tokens_per_position": dt.onset_min_tokens,
+         "every_nth_token": step,
+         "threshold_ratio": dt.onset_ratio, "explained_by_other_finding": explained_by is not None},
+        "A second error source switches on part-way through the response: a quantised (fp8) KV cache or a "
+        "sliding / chunked attention window that starts to matter at that length, a RoPE scaling or position limit, "
+        "prefill vs decode kernels that differ beyond a chunk size, or a context the trainer truncated.",
+        f"Look at what happens at position {onset} plus the prompt length: the engine's KV-cache dtype, chunked prefill "
+        "size, sliding window and max model length, and the trainer's max sequence length / truncation.")
+
+
+def _best_split(sums: np.ndarray, counts: np.ndarray, lo: int, hi: int) -> int:
+    """The index k in (lo, hi] that best splits the weighted series in two levels (least squares, whole series)."""
+    cw, cs = np.cumsum(counts, dtype=np.float64), np.cumsum(sums)
+    k = np.arange(max(lo, 1), hi + 1)
+    left_w, left_s = cw[k - 1], cs[k - 1]
+    right_w, right_s = cw[-1] - left_w, cs[-1] - left_s
+    gain = left_s ** 2 / left_w + right_s ** 2 / np.maximum(right_w, 1e-300)
+    return int(k[np.argmax(gain)])
+
+
+def detect_turn_boundary(tok: Tokens, turn: np.ndarray | None, dt: DiagnosisThresholds) -> dict | None:
+    """The first tokens of every turn after the first (right after a tool span) disagree far more than the rest."""
+    if turn is None or tok.n < dt.min_tokens:
+        return None
+    t = np.asarray(turn)[tok.index]
+    n = tok.n
+    new_run = np.ones(n, bool)
+    new_run[1:] = (tok.seq[1:] != tok.seq[:-1]) | (t[1:] != t[:-1])
+    starts = np.flatnonzero(new_run)
+    run = np.cumsum(new_run) - 1
+    offset = np.arange(n) - starts[run]
+    head = (offset < dt.turn_head_tokens) & (t >= 1)
+    body = offset >= dt.turn_head_tokens
+    runs = np.unique(run[head])
+    if runs.shape[0] < dt.min_localise_sequences or int(body.sum()) < dt.min_tokens:
+        return None
+    ad = np.abs(tok.delta)
+    ref = np.sort(ad[body])
+    pct = (np.searchsorted(ref, ad[head], "left") + np.searchsorted(ref, ad[head], "right")) / (2.0 * ref.shape[0])
+    u = np.bincount(run[head], weights=pct)[runs] / np.bincount(run[head])[runs]  # one rank per turn
+    z = _rank_z(u)
+    body_mean = float(ad[body].mean())
+    ratio = float(ad[head].mean()) / body_mean if body_mean > 0 else math.inf
+    if ratio < dt.turn_ratio or z < dt.z:
+        return None
+    after = t >= 1
+    by_offset = [float(ad[after & (offset == k)].mean()) for k in range(2 * dt.turn_head_tokens)
+                 if (after & (offset == k)).any()]
+    affected = [int(k) for k in np.unique(t[head])
+                if body_mean > 0 and ad[head & (t == k)].mean() >= dt.turn_ratio * body_mean]
+    return finding(
+        "turn_boundary", "warn",
+        f"The first tokens after each tool / environment span disagree: their |δ| is {ratio:.3g}× the rest's "
+        f"(turns {', '.join(map(str, affected)) or 'none alone'})",
+        {"abs_delta_head_mean": float(ad[head].mean()), "abs_delta_rest_mean": body_mean, "ratio": ratio,
+         "abs_delta_by_offset": by_offset, "turns_affected": affected, "turn_starts": int(runs.shape[0]),
+         "head_tokens": dt.turn_head_tokens, "rank_mean": float(u.mean()), "z": z,
+         "abs_delta_turn0_mean": float(ad[t == 0].mean()) if (t == 0).any() else None,
+         "threshold_ratio": dt.turn_ratio},
+        "The two sides see a different context after a tool call: the chat template is not prefix-preserving "
+        "(re-rendering the history changes earlier turns, e.g. dropped reasoning or whitespace), or the tool / "
+        "environment response is tokenised differently by the engine (token-in) and the trainer (text re-tokenised).",
+        "Compare the token ids around a tool response on both sides; keep the rollout's token ids for the trainer "
+        "(token-in-token-out) instead of re-applying the chat template to the conversation text.")
+
+
+def _version_key(v: str):
+    return (0, int(v), v) if v.lstrip("-").isdigit() else (1, 0, v)
+
+
+def detect_mixed_versions(batch: StepBatch, tok: Tokens, dt: DiagnosisThresholds) -> dict | None:
+    """Sequences generated by several policy weight versions (slime/miles `weight_versions`, verl min/max steps)."""
+    if batch.weight_version is None:
+        return None
+    per_seq = [[v for v in str(joined).split(",") if v] for joined in batch.weight_version]
+    distinct = sorted({v for vs in per_seq for v in vs}, key=_version_key)
+    if len(distinct) <= 1:
+        return None
+    numeric = all(v.lstrip("-").isdigit() for v in distinct)
+    evidence: dict = {"versions": len(distinct), "values": ", ".join(distinct[:10]) + (", …" if len(distinct) > 10 else ""),
+                      "threshold_spread": dt.versions_spread_warn}
+    spread = None
+    if numeric:
+        newest, oldest = int(distinct[-1]), int(distinct[0])
+        spread = newest - oldest
+        stale = np.array([bool(vs) and min(int(v) for v in vs) < newest for vs in per_seq])
+        ad = np.abs(tok.delta)
+        on_stale = stale[tok.seq]
+        evidence.update(oldest=oldest, newest=newest, spread=spread, stale_sequence_share=float(stale.mean()),
+                        abs_delta_mean_newest=float(ad[~on_stale].mean()) if (~on_stale).any() else None,
+                        abs_delta_mean_stale=float(ad[on_stale].mean()) if on_stale.any() else None)
+    warn = spread is not None and spread >= dt.versions_spread_warn
+    apart = f", {spread} versions apart" if spread is not None else ""
+    return finding(
+        "mixed_policy_versions", "warn" if warn else "info",
+        f"This batch mixes {len(distinct)} policy weight versions ({evidence['values']}{apart}): part of its mismatch "
+        "is staleness (off-policy samples), not precision",
+        evidence,
+        "Asynchronous or partial rollouts: some sequences (or turns) were generated by older weights than the "
+        "trainer's, so r mixes the policy update with the precision difference.",
+        "Read the mismatch of the newest-version sequences alone for the precision part; bound the staleness "
+        "(max off-policy steps) or correct for it with importance sampling against the behaviour policy.")
