@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Sequence
 
 import numpy as np
@@ -121,9 +121,10 @@ class Report:
     schema_version: int = SCHEMA_VERSION
 
     def summary_dict(self) -> dict:
-        d = asdict(self)
-        d.pop("samples")
-        return {"schema_version": d.pop("schema_version"), **d}
+        """Every field but the samples, schema version first. Shallow: the values are the Report's own (a deep
+        copy of a 16M-token report's distributions cost a fifth of a second per page), so read, don't modify."""
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("samples", "schema_version")}
+        return {"schema_version": self.schema_version, **d}
 
     def samples_dict(self) -> dict:
         return {"schema_version": self.schema_version, "run_id": self.run.get("id"), "samples": self.samples}
@@ -133,8 +134,8 @@ class Report:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Report":
-        fields = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
-        return cls(**fields)
+        known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
+        return cls(**known)
 
 
 @dataclass

@@ -20,11 +20,18 @@ RED = "#d62728"
 BLUE = "#3b6ea5"
 
 
-def finish(chart: alt.TopLevelMixin) -> dict:
+def finish(chart: alt.TopLevelMixin, **datasets: list) -> dict:
     """The Vega-Lite dict. Not validated here (a second per page at 16M tokens, most of it walking the data):
-    tests/test_html.py validates every chart against the schema instead."""
-    spec = chart.to_dict(validate=False)
+    tests/test_html.py validates every chart against the schema instead.
+
+    `datasets` are the chart's bulky data, which its layers name (`alt.Data(name=...)`): they go straight into
+    the spec's top-level `datasets`, where Vega-Lite finds them by name, instead of through Altair, which
+    validates, hashes and deep-copies every value (most of a page's rendering time)."""
+    with alt.utils.schemapi.debug_mode(False):  # no validation at instantiation either, for the same reason
+        spec = chart.to_dict(validate=False)
     spec.pop("$schema", None)  # never fetched, but keep every URL out of the page
+    if datasets:
+        spec["datasets"] = {**spec.get("datasets", {}), **datasets}
     return spec
 
 
@@ -87,7 +94,7 @@ def ratio_chart(ratio: dict) -> dict:
     edges_ = alt.Data(values=[{"x": v, "band": "2x"} for v in b2] + [{"x": v, "band": "5x"} for v in b5])
     rule2 = alt.Chart(edges_).transform_filter("datum.band == '2x'").mark_rule(color=ORANGE, strokeDash=[2, 2], strokeWidth=1.5).encode(x="x:Q")
     rule5 = alt.Chart(edges_).transform_filter("datum.band == '5x'").mark_rule(color=RED, strokeDash=[6, 3], strokeWidth=1.5).encode(x="x:Q")
-    hist = alt.Chart(alt.Data(values=bars)).mark_rect(color=BLUE).encode(
+    hist = alt.Chart(alt.Data(name="bars")).mark_rect(color=BLUE).encode(
         x="a:Q", x2="b:Q",
         y=alt.Y("d:Q", title="share of tokens per unit of log r (log scale)", scale=alt.Scale(type="log", domainMin=floor),
                 axis=alt.Axis(format="~g")),
@@ -97,7 +104,7 @@ def ratio_chart(ratio: dict) -> dict:
     one = alt.Chart(alt.Data(values=[{"x": 0}])).mark_rule(color="currentColor", strokeWidth=1.5).encode(
         x="x:Q")
     one = one.encode(color=alt.value("#111"))
-    return finish(sized(alt.layer(band, hist, rule2, rule5, one)))
+    return finish(sized(alt.layer(band, hist, rule2, rule5, one)), bars=bars)
 
 
 # ---- |Δp| histogram ------------------------------------------------------------------------------
@@ -105,13 +112,13 @@ def ratio_chart(ratio: dict) -> dict:
 def abs_dp_chart(d: dict) -> dict:
     e, counts = d["edges"], d["counts"]
     bars = [{"a": sig(e[i], 4), "b": sig(e[i + 1], 4), "n": counts[i]} for i in range(len(counts)) if counts[i]]
-    chart = alt.Chart(alt.Data(values=bars)).mark_rect(color=BLUE).encode(
+    chart = alt.Chart(alt.Data(name="bars")).mark_rect(color=BLUE).encode(
         x=alt.X("a:Q", scale=alt.Scale(type="log", domain=[e[0], e[-1]], nice=False),
                 axis=alt.Axis(format="~e", title="|Δp| = |p_train − p_rollout| (log scale)", grid=False, tickCount=9)),
         x2="b:Q", y=alt.Y("n:Q", title="tokens"),
         tooltip=[alt.Tooltip("a:Q", title="|Δp| from", format=".2e"), alt.Tooltip("b:Q", title="to", format=".2e"),
                  alt.Tooltip("n:Q", title="tokens")])
-    return finish(sized(chart))
+    return finish(sized(chart), bars=bars)
 
 
 # ---- rollout vs trainer log-prob density --------------------------------------------------------
@@ -122,7 +129,7 @@ def density_chart(d: dict, corr: float | None) -> dict:
     w = (hi - lo) / (len(e) - 1)
     cells = [{"i": i, "j": j, "n": n} for i, j, n in d["cells"]]
     xs = alt.Scale(domain=[lo, hi], nice=False, zero=False)
-    rects = alt.Chart(alt.Data(values=cells)).transform_calculate(
+    rects = alt.Chart(alt.Data(name="cells")).transform_calculate(
         x0=f"{lo!r} + datum.i * {w!r}", x1=f"{lo!r} + (datum.i + 1) * {w!r}",
         y0=f"{lo!r} + datum.j * {w!r}", y1=f"{lo!r} + (datum.j + 1) * {w!r}",
     ).mark_rect().encode(
@@ -134,7 +141,8 @@ def density_chart(d: dict, corr: float | None) -> dict:
     line = alt.Chart(alt.Data(values=[{"x": lo, "y": lo}, {"x": hi, "y": hi}])).mark_line(
         color=RED, strokeDash=[4, 3], strokeWidth=1).encode(x="x:Q", y="y:Q")
     title = f"Pearson r = {corr:.6f}" if corr is not None else ""
-    return finish(sized(alt.layer(rects, line), 300).properties(title=alt.Title(title, fontSize=12, fontWeight="normal", anchor="start")))
+    return finish(sized(alt.layer(rects, line), 300).properties(title=alt.Title(title, fontSize=12, fontWeight="normal", anchor="start")),
+                  cells=cells)
 
 
 # ---- |δ| by bucket -------------------------------------------------------------------------------
@@ -146,7 +154,7 @@ def bucket_chart(rows: list[dict], x_title: str, mark: str = "bar") -> dict:
             for k, r in enumerate(rows)]
     order = [r["bucket"] for r in rows]
     x = alt.X("bucket:N", sort=order, title=x_title, axis=alt.Axis(labelAngle=-30))
-    base = alt.Chart(alt.Data(values=data))
+    base = alt.Chart(alt.Data(name="buckets"))
     tooltip = [alt.Tooltip("bucket:N"), alt.Tooltip("m:Q", title="mean |δ|", format=".3g"), alt.Tooltip("se:Q", title="± s.e.", format=".2g"),
                alt.Tooltip("tokens:Q"), alt.Tooltip("share:Q", title="share of tokens", format=".1%"),
                alt.Tooltip("dshare:Q", title="share of Σ|δ|", format=".1%")]
@@ -155,18 +163,18 @@ def bucket_chart(rows: list[dict], x_title: str, mark: str = "bar") -> dict:
     else:
         main = base.mark_line(point=True, color=BLUE).encode(x=x, y=alt.Y("m:Q", title="mean |δ| (nats)"), tooltip=tooltip)
     err = base.mark_rule(color="#555").encode(x=x, y="lo:Q", y2="hi:Q")
-    return finish(sized(alt.layer(main, err)))
+    return finish(sized(alt.layer(main, err)), buckets=data)
 
 
 # ---- sequence log-ratio vs length -----------------------------------------------------------------
 
 def seq_chart(d: dict) -> dict:
     pts = [{"L": L, "s": sig(s), "i": i} for L, s, i in zip(d["length"], d["seq_log_ratio"], d["sequence"]) if s is not None]
-    points = alt.Chart(alt.Data(values=pts)).mark_circle(size=14, opacity=0.6, color=BLUE).encode(
+    points = alt.Chart(alt.Data(name="sequences")).mark_circle(size=14, opacity=0.6, color=BLUE).encode(
         x=alt.X("L:Q", title="response length (tokens)"), y=alt.Y("s:Q", title="Σδ (nats)"),
         tooltip=[alt.Tooltip("i:Q", title="row"), alt.Tooltip("L:Q", title="tokens"), alt.Tooltip("s:Q", title="Σδ", format=".3g")])
     zero = alt.Chart(alt.Data(values=[{"y": 0}])).mark_rule(color="#888").encode(y="y:Q")
-    return finish(sized(alt.layer(points, zero)))
+    return finish(sized(alt.layer(points, zero)), sequences=pts)
 
 
 # ---- index: trend over steps ---------------------------------------------------------------------
@@ -186,7 +194,7 @@ def trend_charts(trend: dict) -> list[dict]:
         scale = alt.Scale(type="log") if m["log_axis"] else alt.Scale(zero=False)
         x = alt.X("step:Q", title="training step", axis=alt.Axis(format="d", tickMinStep=1))
         # run ids are safe path segments (build.safe_run_id): the link is computed in the page, not stored per point
-        base = alt.Chart(alt.Data(values=pts)).transform_calculate(href="datum.run + '/index.html'").encode(
+        base = alt.Chart(alt.Data(name="steps")).transform_calculate(href="datum.run + '/index.html'").encode(
             x=x, y=alt.Y("v:Q", title=m["name"], scale=scale))
         line = base.mark_line(color=BLUE, strokeWidth=1 if dense else 1.5)
         dots = base.mark_circle(color=BLUE, size=10 if dense else 28, opacity=0.35 if dense else 0.9, cursor="pointer").encode(
@@ -196,7 +204,7 @@ def trend_charts(trend: dict) -> list[dict]:
         if cps:
             layers.append(alt.Chart(alt.Data(values=cps)).mark_rule(color=RED, strokeDash=[4, 3]).encode(x="step:Q"))
         out.append({"id": f"trend-{m['key']}", "title": m["name"], "log_axis": m["log_axis"],
-                    "spec": finish(sized(alt.layer(*layers), height=120))})
+                    "spec": finish(sized(alt.layer(*layers), height=120), steps=pts)})
     return out
 
 
