@@ -141,12 +141,11 @@ def _by_probability(report) -> str:
 
 
 def _topk(report) -> str:
-    """The whole-distribution numbers (both sides' top-k), or one line saying why there are none."""
+    """The whole-distribution numbers (both sides' top-k); nothing when the batch has none (the HTML page and
+    summary.json say why: a PR comment need not repeat it for every framework dump)."""
     v = topk_view(report)
-    if v is None:
+    if v is None or not v["available"]:
         return ""
-    if not v["available"]:
-        return f"## Whole distribution (top-k)\n\nNot available: {esc(v['reason'], None, own=True)}. To get it: {esc(v['how_to_get'], None, own=True)}."
     rows = [[esc(c["name"]), esc(c["value"]), f"{LEVEL.get(c['level'], '➖')} {esc(c['reading'], None, own=True)}"] for c in v["cards"]]
     rows += [["KL k3 (sampled tokens)", esc(v["k3"]), "the same quantity from one token per position"],
              ["KL lower bound", esc(v["lower"]), "exact: merging tokens never raises a KL"],
