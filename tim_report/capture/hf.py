@@ -5,7 +5,8 @@ that (a) the LM head can be kept in fp32 (`lm_head_fp32`), and (b) scoring never
 full-vocabulary logits for the whole batch. Scoring is `score.token_logprobs`, the routine
 `tim_report.score_logprobs` uses too: hidden states of the scored positions are projected in row
 chunks sized to `logit_chunk_mb`, each chunk cast to fp32, divided by the temperature and
-log-softmaxed in fp32, then reduced to the sampled token's log-prob.
+log-softmaxed in fp32, then reduced to the sampled token's log-prob (and with `topk` to the K most likely
+tokens of the same chunk).
 """
 
 from __future__ import annotations
