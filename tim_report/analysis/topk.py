@@ -117,7 +117,7 @@ def _chunk(ids_a, lp_a, ids_b, lp_b) -> dict[str, np.ndarray]:
     ok = ~(np.isnan(lp_a) & pres_a).any(axis=1) & ~(np.isnan(lp_b) & pres_b).any(axis=1) & pres_a[:, 0] & pres_b[:, 0]
     eq = (ids_a[:, :, None] == ids_b[:, None, :]) & pres_a[:, :, None] & pres_b[:, None, :]  # [n, ka, kb]
     a_in_b, b_in_a = eq.any(axis=2), eq.any(axis=1)
-    q_of_a = (eq * q[:, None, :]).sum(axis=2)  # Q's probability of each A entry found in B
+    q_of_a = np.where(a_in_b, np.take_along_axis(q, eq.argmax(axis=2), axis=1), 0.0)  # Q's probability of A's entries in B
     # shared top-k and the lumped rest: the lower bound and the total-variation bracket
     p_shared, q_shared = np.where(a_in_b, p, 0.0), np.where(a_in_b, q_of_a, 0.0)
     p_o = np.maximum(1.0 - p_shared.sum(axis=1), 0.0)
