@@ -58,3 +58,9 @@ def test_vllm_bf16_vs_hf_fp32_is_bf16_noise(tmp_path):
     # shadow = the trainer (hf) in bf16: the precision part β carries most of the gap
     beta = np.abs(b.trainer_logp - b.shadow_logp)
     assert 0.5 < beta.mean() / d.mean() < 1.5
+    # top-k (on by default, K = 20): vLLM's sampler logprobs=20 on the rollout side, hf's chunked top-k on the trainer's
+    assert b.rollout_topk_ids.shape == b.trainer_topk_ids.shape == (b.n_tokens, 20)
+    hit = b.rollout_topk_ids == b.token_ids[:, None]  # the sampled token's processed log-prob, where it ranks in the top 20
+    np.testing.assert_allclose(b.rollout_topk_logp[hit], b.rollout_logp[hit.any(axis=1)], atol=1e-5)
+    top = report.topk
+    assert top["available"] and top["top1_differ"] < 0.1 and 0 < top["kl_union"] < 1e-2

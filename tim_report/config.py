@@ -48,6 +48,13 @@ THREAD_MIN_TOKENS = 1_000_000
 # 4 GB; a file declaring more is refused before anything large is read (a memory bomb is bounded too).
 MAX_TOKENS = 50_000_000
 
+# `capture --top-k-logprobs`: how many of each side's most likely tokens a capture records per position.
+# 20 is vLLM's default `max_logprobs` (the most an engine returns without raising its limit) and the
+# number OpenAI's chat API allows; TOPK_MAX bounds what capture asks for and what a reader accepts
+# ([T, k] arrays up to --max-tokens × TOPK_MAX elements).
+TOPK_LOGPROBS_DEFAULT = 20
+TOPK_MAX = 64
+
 # ---- the analysis ------------------------------------------------------------------------------------
 
 PPO_EPS_LOW = 0.2  # PPO clip range [1 − ε_low, 1 + ε_high]: 0.2 / 0.28 is DAPO's clip-higher default
@@ -134,6 +141,19 @@ NEMO_GEN_KL_ACCEPTABLE = 1e-3  # NeMo-RL docs: gen_kl_error around 1e-3 is an ac
 LMSYS_DENSE_BF16_KL = (1e-5, 1e-3)
 LMSYS_MOE_BF16_KL = (1e-3, 1e-1)
 TOP1PCT_UNIFORM, TOP1PCT_CONCENTRATED = 0.01, 0.05  # share of Σw in the top 1% of weights: uniform, concentrated
+
+# ---- the whole distribution (top-k log-probs of both sides, analysis/topk.py) ------------------------------
+
+# Share of positions whose most likely token differs between the two sides (llama.cpp's "Same top p"
+# turned around). Precision noise flips only near-ties: hf bf16 sampling vs hf fp32 scoring on tiny-qwen2
+# (32 sequences, 1,498 positions, a flat random model, so many near-ties) measures 1.7% ± 0.4%
+# (docs/capture.md). Up to TOPK_TOP1_DIFFER_WARN we read it as noise; above TOPK_TOP1_DIFFER_BAD one
+# position in ten ranks a different token first, which no precision we measured comes near.
+TOPK_TOP1_DIFFER_WARN = 0.05
+TOPK_TOP1_DIFFER_BAD = 0.1
+# The KL on the union of the two top-k sets is pinned down only where the two sets hold the mass: when the
+# token-mean mass outside the shared top-k exceeds this, the report says the estimate is loose (raise K).
+TOPK_UNRESOLVED_WARN = 0.05
 
 # ---- change points ----------------------------------------------------------------------------------------
 

@@ -11,7 +11,8 @@ import math
 from typing import Any
 
 from .config import (HEALTH, PUBLISHED_BF16_KL, SAFETY_BOUND, TOKEN_MULT_PROB_ERROR_SUSPICIOUS, TOP1PCT_CONCENTRATED,
-                     TOP1PCT_UNIFORM, VERL_ALERTS, VETO, DiagnosisThresholds, Thresholds)
+                     TOP1PCT_UNIFORM, TOPK_LOGPROBS_DEFAULT, TOPK_TOP1_DIFFER_BAD, TOPK_TOP1_DIFFER_WARN,
+                     TOPK_UNRESOLVED_WARN, VERL_ALERTS, VETO, DiagnosisThresholds, Thresholds)
 
 CONVENTIONS = (
     "δ_t = trainer_logp − rollout_logp (nats); r_t = exp(δ_t) = p_train / p_rollout. "
@@ -65,7 +66,12 @@ READINGS: dict[str, list[tuple[float, str, str]]] = {
                      (math.inf, "bad", "PPO clips many tokens because of the mismatch alone")],
     "veto_token_fraction": [(1e-12, "ok", "no token would veto its sequence"),
                             (math.inf, "bad", "some sequences would be rejected by verl's veto")],
+    "top1_differ": [(1e-12, "ok", "both sides always rank the same token first"),
+                    (TOPK_TOP1_DIFFER_WARN, "ok", "only near-ties flip, as precision noise does"),
+                    (TOPK_TOP1_DIFFER_BAD, "warn", "the most likely token moves more often than precision noise moves it"),
+                    (math.inf, "bad", "the two sides often disagree on the most likely token")],
 }
+READINGS["kl_union"] = READINGS["kl_k3"]  # the same quantity (mean KL per position), from the distributions
 
 # Each entry: key (as in summary.json metrics where one exists), name, plain, formula, verl (name and
 # differences, or None), and optionally higher_is_better; readings come from READINGS.
@@ -225,6 +231,38 @@ GLOSSARY: list[dict[str, Any]] = [
                     f"[{_TH.icepop_low:g}, {_TH.icepop_high:g}]; Geo-RS exp(mean δ) ∉ [{_TH.geo_low:g}, {_TH.geo_high:g}]; "
                     f"veto r < {sci(VETO)}"),
         "verl": "rollout_is=token, rollout_rs=geometric, rollout_token_veto_threshold; TRL sequence_mask; OpenRLHF IcePop",
+    },
+    {
+        "key": "top1_differ", "name": "top-1 differs",
+        "plain": f"Share of positions where the two sides' most likely next token is not the same (llama.cpp's \"Same top p\" "
+                 f"turned around). Needs both sides' top-k log-probs (capture records {TOPK_LOGPROBS_DEFAULT} by default). "
+                 f"Up to {TOPK_TOP1_DIFFER_WARN:.0%} is near-ties flipping under precision noise; above "
+                 f"{TOPK_TOP1_DIFFER_BAD:.0%} the two sides rank tokens differently.",
+        "formula": "token-mean [argmax_x p_rollout(x) ≠ argmax_x p_train(x)]", "verl": None,
+    },
+    {
+        "key": "kl_union", "name": "KL on the top-k union",
+        "plain": "KL(rollout ‖ trainer) of the whole next-token distributions, averaged over positions: the quantity KL k3 "
+                 "estimates from one sampled token per position, computed instead from both sides' top-k lists, so far less noisy. "
+                 "A token in one list but not the other gets that side's k-th probability at most (and no more than its "
+                 "leftover mass shared out); the mass outside both lists is one 'other' bucket.",
+        "formula": "mean_t Σ_{x ∈ A∪B∪{other}} p̂_t(x) log(p̂_t(x) / q̂_t(x)); p̂ = min(p_(k), m_P / |B∖A|) off A, m_P = 1 − Σ_A p",
+        "verl": None,
+    },
+    {
+        "key": "kl_lower", "name": "KL lower bound (shared top-k)",
+        "plain": "The same KL with only the tokens in both top-k lists kept apart and everything else lumped into one bucket: "
+                 "merging outcomes never raises a KL, so the true KL is at least this.",
+        "formula": "mean_t Σ_{x ∈ A∩B} p log(p/q) + p_o log(p_o/q_o), p_o = 1 − Σ_{A∩B} p, q_o = 1 − Σ_{A∩B} q",
+        "verl": None,
+    },
+    {
+        "key": "hidden_tv", "name": "what truncation can hide",
+        "plain": "Total variation between the two distributions is known to within this: the tokens outside the shared top-k "
+                 f"can add at most min(p_o, q_o). When the mass outside the shared top-k averages more than {TOPK_UNRESOLVED_WARN:g}, "
+                 "the report calls the top-k estimates loose (capture with a larger --top-k-logprobs).",
+        "formula": "½Σ_{A∩B}|p − q| + ½|p_o − q_o| ≤ TV ≤ ½Σ_{A∩B}|p − q| + ½(p_o + q_o); hidden = mean_t min(p_o, q_o)",
+        "verl": None,
     },
     {
         "key": "se", "name": "± (standard error)",

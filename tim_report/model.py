@@ -59,6 +59,12 @@ class StepBatch:
     turn: np.ndarray | None = None  # [T] int32, turn of each token in its sequence (k-th trained span and what follows it); multi-turn only
     weight_version: np.ndarray | None = None  # [N] str, policy version(s) that generated the sequence; several joined by ","
     env: np.ndarray | None = None  # [N] str, environment name
+    # The k most likely tokens at each position and their log-probs, per side ([T, k], best first; capture
+    # --top-k-logprobs). The rollout's are the sampler's distribution (processed, like rollout_logp).
+    rollout_topk_ids: np.ndarray | None = None  # [T, k] int32
+    rollout_topk_logp: np.ndarray | None = None  # [T, k] float32
+    trainer_topk_ids: np.ndarray | None = None  # [T, k] int32
+    trainer_topk_logp: np.ndarray | None = None  # [T, k] float32
     meta: dict[str, Any] = field(default_factory=dict)  # step, framework, layout, alignment, exclusions, routed_experts, ...
     notes: list[str] = field(default_factory=list)  # how the loader read the file (alignment, inferred masks)
     problems: dict[str, int] = field(default_factory=dict)  # what the reader had to drop or repair, counted (see INPUT_PROBLEMS)
@@ -117,6 +123,7 @@ class Report:
     data_problems: dict
     distributions: dict
     diagnosis: dict | None = None
+    topk: dict | None = None  # the two sides' top-k distributions compared (analysis/topk.py); absent with a reason
     samples: list = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
 

@@ -19,6 +19,7 @@ from .distributions import distributions
 from .metrics import summary_metrics
 from .samples import sample_rows
 from .tokens import valid_tokens
+from .topk import topk_analysis
 from .verl_metrics import verl_metrics
 
 __all__ = ["DiagnosisThresholds", "Thresholds", "analyze"]
@@ -63,6 +64,7 @@ def _side_families(batch: StepBatch, tok, th: Thresholds) -> dict:
         "what_if": what_if(tok, th),
         "distributions": distributions(tok, th),
         "samples": sample_rows(batch, tok, th),
+        "topk": topk_analysis(batch, tok),
     }
 
 

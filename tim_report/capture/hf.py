@@ -5,7 +5,8 @@ that (a) the LM head can be kept in fp32 (`lm_head_fp32`), and (b) scoring never
 full-vocabulary logits for the whole batch. Scoring is `score.token_logprobs`, the routine
 `tim_report.score_logprobs` uses too: hidden states of the scored positions are projected in row
 chunks sized to `logit_chunk_mb`, each chunk cast to fp32, divided by the temperature and
-log-softmaxed in fp32, then reduced to the sampled token's log-prob.
+log-softmaxed in fp32, then reduced to the sampled token's log-prob (and with `topk` to the K most likely
+tokens of the same chunk).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch.nn.functional as F
 
 from ..errors import BadInput
 from .score import chunk_rows, plain_head, processed_logprobs, token_logprobs
+from .spec import TopK
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -80,13 +82,14 @@ class HFEngine:
 
     @torch.inference_mode()
     def score(self, prompts: list[list[int]], completions: list[list[int]], temperature: float = 1.0,
-              top_k: int = 0, top_p: float = 1.0, progress=None) -> list[np.ndarray]:
+              top_k: int = 0, top_p: float = 1.0, progress=None, topk: int = 0) -> list:
         """log p(completion token | prompt, earlier completion tokens) for every completion token.
 
-        Sequences are packed into right-padded micro-batches of at most `max_batch_tokens` tokens; the
+        With `topk` K > 0 each sequence's entry is (log-probs, TopK): the K most likely tokens at each
+        position and their log-probs, from the same chunked fp32 log-softmax. Sequences are packed into right-padded micro-batches of at most `max_batch_tokens` tokens; the
         head runs only on scored positions, `logit_chunk_rows` rows at a time.
         """
-        out: list[np.ndarray | None] = [None] * len(prompts)
+        out: list = [None] * len(prompts)
         order = sorted(range(len(prompts)), key=lambda i: -(len(prompts[i]) + len(completions[i])))
         batches, cur, cur_len = [], [], 0
         for i in order:
@@ -114,11 +117,15 @@ class HFEngine:
                 targets.append(torch.tensor(completions[i]))
             lp = token_logprobs(self.base, self.head, ids.to(self.device), am.to(self.device),
                                 torch.cat(rows).to(self.device), torch.cat(cols).to(self.device),
-                                torch.cat(targets).to(self.device), self.logit_chunk_rows, temperature, top_k, top_p)
+                                torch.cat(targets).to(self.device), self.logit_chunk_rows, temperature, top_k, top_p,
+                                topk_logprobs=topk)
+            lp, top = (lp[0], lp[1:]) if isinstance(lp, tuple) else (lp, None)
             pos = 0
             for i in mb:
                 c = len(completions[i])
                 out[i] = lp[pos : pos + c].numpy()
+                if top is not None:
+                    out[i] = (out[i], TopK(top[0][pos : pos + c].numpy(), top[1][pos : pos + c].numpy()))
                 pos += c
             if progress is not None:
                 progress(len(mb))
@@ -128,18 +135,19 @@ class HFEngine:
 
     @torch.inference_mode()
     def generate(self, prompts: list[list[int]], seeds: list[int], temperature: float, top_k: int, top_p: float,
-                 max_new_tokens: int, progress=None) -> list[tuple[list[int], np.ndarray]]:
-        """Sample completions with one seeded torch.Generator per sequence; returns (token ids, processed log-probs)."""
-        results: list[tuple[list[int], np.ndarray]] = []
+                 max_new_tokens: int, progress=None, topk: int = 0) -> list[tuple]:
+        """Sample completions with one seeded torch.Generator per sequence; returns (token ids, processed log-probs),
+        and with `topk` K > 0 a third element: the K most likely tokens of the sampling distribution (TopK)."""
+        results: list[tuple] = []
         for start in range(0, len(prompts), self.gen_batch):
             chunk = prompts[start : start + self.gen_batch]
             results += self._generate_batch(chunk, seeds[start : start + len(chunk)], temperature, top_k, top_p,
-                                            max_new_tokens)
+                                            max_new_tokens, topk)
             if progress is not None:
                 progress(len(chunk))
         return results
 
-    def _generate_batch(self, prompts, seeds, temperature, top_k, top_p, max_new_tokens):
+    def _generate_batch(self, prompts, seeds, temperature, top_k, top_p, max_new_tokens, topk=0):
         b, width = len(prompts), max(len(p) for p in prompts)
         ids = torch.full((b, width), self.pad_id, dtype=torch.long)
         am = torch.zeros((b, width), dtype=torch.long)
@@ -154,10 +162,13 @@ class HFEngine:
         pos = pos[:, -1:]
         toks: list[list[int]] = [[] for _ in range(b)]
         lps: list[list[float]] = [[] for _ in range(b)]
+        k = min(topk, self.vocab)
+        tops: list[list[tuple]] = [[] for _ in range(b)]
         done = [False] * b
         for _ in range(max_new_tokens):
             logp = processed_logprobs(self.head(h), temperature, top_k, top_p).cpu()
             probs = logp.exp()
+            top = torch.topk(logp, k, dim=-1) if k else None
             nxt = torch.empty(b, dtype=torch.long)
             for i in range(b):
                 nxt[i] = torch.multinomial(probs[i], 1, generator=gens[i])[0] if not done[i] else self.pad_id
@@ -165,6 +176,8 @@ class HFEngine:
                     t = int(nxt[i])
                     toks[i].append(t)
                     lps[i].append(float(logp[i, t]))
+                    if top is not None:
+                        tops[i].append((top.indices[i], top.values[i]))
                     done[i] = t in self.eos
             if all(done):
                 break
@@ -173,4 +186,14 @@ class HFEngine:
             out = self.base(input_ids=nxt[:, None].to(self.device), attention_mask=am, position_ids=pos,
                             past_key_values=past, use_cache=True)
             past, h = out.past_key_values, out.last_hidden_state[:, -1]
-        return [(t, np.asarray(lp, dtype=np.float64)) for t, lp in zip(toks, lps)]
+        if not k:
+            return [(t, np.asarray(lp, dtype=np.float64)) for t, lp in zip(toks, lps)]
+        return [(t, np.asarray(lp, dtype=np.float64), _stack(tp, k)) for t, lp, tp in zip(toks, lps, tops)]
+
+
+def _stack(rows: list[tuple], k: int) -> TopK:
+    """Per-step (ids, log-probs) rows of one sequence → TopK [n, k]."""
+    if not rows:
+        return TopK.empty(k)
+    return TopK(torch.stack([r[0] for r in rows]).to(torch.int32).numpy(),
+                torch.stack([r[1] for r in rows]).float().numpy())

@@ -9,7 +9,9 @@ nothing written. Then:
 2. the first rollout spec samples the completions and returns the processed log-probs it sampled with;
 3. every other (engine, dtype, lm-head) needed is loaded once, one at a time, and scores the same tokens:
    further rollout specs (processed log-probs: temperature + top-k/top-p), trainer specs (temperature
-   only, as a trainer does), and with `shadow` the trainer's engine in each rollout's dtype;
+   only, as a trainer does), and with `shadow` the trainer's engine in each rollout's dtype; with
+   `top_k_logprobs` K > 0 the sampler and every rollout and trainer scorer also record the K most likely
+   tokens at each position (the shadow pass does not);
 4. one StepBatch per (rollout, trainer) pair.
 """
 
@@ -23,6 +25,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..config import TOPK_LOGPROBS_DEFAULT, TOPK_MAX
 from ..model import StepBatch
 from ..errors import BadInput
 from .prompts import read_prompts, render_prompts
@@ -48,6 +51,7 @@ class CaptureOptions:
     max_prompts: int | None = None
     kv_cache_gib: int = 1  # vLLM CPU KV cache (VLLM_CPU_KVCACHE_SPACE)
     logit_chunk_mb: int = 256  # hf scoring: full-vocabulary fp32 logits held at once
+    top_k_logprobs: int = TOPK_LOGPROBS_DEFAULT  # both sides' K most likely tokens per position; 0: off
 
     def pairs(self) -> list[tuple[EngineSpec, EngineSpec]]:
         return [(r, t) for r in self.rollouts for t in self.trainers]
@@ -88,6 +92,8 @@ def check_options(opts: CaptureOptions) -> None:
     opts.sampling.check()
     if not opts.rollouts or not opts.trainers:
         raise BadInput("--rollout/--trainer", "need at least one of each")
+    if not 0 <= opts.top_k_logprobs <= TOPK_MAX:
+        raise BadInput("--top-k-logprobs", f"{opts.top_k_logprobs} must be between 0 (off) and {TOPK_MAX}")
     if opts.max_prompts is not None and opts.max_prompts < 1:
         raise BadInput("--max-prompts", "must be ≥ 1")
     s = opts.sampling
@@ -142,7 +148,8 @@ def _open(key: EngineKey, opts: CaptureOptions, device: str, max_model_len: int)
     if key.engine == "vllm":
         from .vllm_engine import VLLMEngine
 
-        return VLLMEngine(opts.model, key.dtype, opts.seed, max_model_len, kv_cache_gib=opts.kv_cache_gib)
+        return VLLMEngine(opts.model, key.dtype, opts.seed, max_model_len, kv_cache_gib=opts.kv_cache_gib,
+                          topk=opts.top_k_logprobs)
     from .hf import HFEngine
 
     return HFEngine(opts.model, key.dtype, device=device, lm_head_fp32=key.lm_head_fp32,
@@ -243,6 +250,7 @@ class _Scores:
     rollout: dict[EngineSpec, list[np.ndarray]] = field(default_factory=dict)
     trainer: dict[EngineSpec, list[np.ndarray]] = field(default_factory=dict)
     shadow: dict[tuple[EngineSpec, str], list[np.ndarray]] = field(default_factory=dict)  # (trainer spec, rollout dtype)
+    topk: dict[tuple[str, EngineSpec], list] = field(default_factory=dict)  # ("rollout" | "trainer", spec) → TopK per sequence
     versions: dict[str, str] = field(default_factory=dict)
 
 
@@ -258,16 +266,23 @@ def _run(jobs: dict[EngineKey, list[Job]], opts: CaptureOptions, prep: _Prepared
             for kind, spec, _rollout in todo:
                 if kind == "generate":
                     with progress(f"generating ({spec})", n_seq) as advance:
-                        gen = engine.generate(seq_ids, prep.seeds, s.temperature, s.top_k, s.top_p, s.max_new_tokens, advance)
+                        gen = engine.generate(seq_ids, prep.seeds, s.temperature, s.top_k, s.top_p, s.max_new_tokens, advance,
+                                              topk=opts.top_k_logprobs)
                     out.completions = [g[0] for g in gen]
                     out.rollout[spec] = [g[1] for g in gen]
+                    if opts.top_k_logprobs:
+                        out.topk[("rollout", spec)] = [g[2] for g in gen]
                     continue
                 label = {"rollout": f"scoring rollout ({spec})", "trainer": f"scoring trainer ({spec})",
                          "shadow": f"shadow ({spec.engine} in {key.dtype})"}[kind]
                 processed = kind == "rollout"  # a rollout engine's log-probs are after top-k / top-p; a trainer's are not
+                topk = opts.top_k_logprobs if kind != "shadow" else 0
                 with progress(label, n_seq) as advance:
                     lp = engine.score(seq_ids, out.completions, s.temperature, s.top_k if processed else 0,
-                                      s.top_p if processed else 1.0, advance)
+                                      s.top_p if processed else 1.0, advance, topk=topk)
+                if topk:
+                    out.topk[(kind, spec)] = [x[1] for x in lp]
+                    lp = [x[0] for x in lp]
                 if kind == "rollout":
                     out.rollout[spec] = lp
                 elif kind == "trainer":
@@ -291,6 +306,7 @@ def _base_meta(opts: CaptureOptions, prep: _Prepared) -> dict:
         "chat_template": prep.templated,
         "prompts": {"file": Path(opts.prompts).name, "count": len(prep.prompt_ids), "n_samples": opts.sampling.n_samples},
         "sampled_by": str(opts.rollouts[0]),
+        "top_k_logprobs": opts.top_k_logprobs,
     }
     try:
         from importlib.metadata import version
@@ -337,10 +353,23 @@ def _assemble(opts: CaptureOptions, prep: _Prepared, scores: _Scores,
                 shadow = np.concatenate(scores.shadow[(t, r.dtype)]) if len(completions) else np.zeros(0)
                 meta["shadow"] = {"engine": ENGINE_NAMES[t.engine], "dtype": r.dtype,
                                   "lm_head_fp32": _lm_head(opts, "trainer")}
+        topk = _topk_arrays(scores, r, t)
         out[(r, t)] = StepBatch(
             rollout_logp=np.concatenate(scores.rollout[r]),
             trainer_logp=np.concatenate(scores.trainer[t]),
             offsets=offsets, mask=np.ones(len(token_ids), bool), token_ids=token_ids,
             token_text=list(token_text), prompt_ids=prompt_arrays, prompt_text=prompt_text, group=group,
-            shadow_logp=shadow, meta=meta)
+            shadow_logp=shadow, meta=meta, **topk)
+    return out
+
+
+def _topk_arrays(scores: _Scores, r: EngineSpec, t: EngineSpec) -> dict[str, np.ndarray]:
+    """The pair's [T, k] top-k arrays (StepBatch fields), when both sides recorded them."""
+    sides = {"rollout": scores.topk.get(("rollout", r)), "trainer": scores.topk.get(("trainer", t))}
+    if any(v is None for v in sides.values()):
+        return {}
+    out = {}
+    for side, rows in sides.items():
+        out[f"{side}_topk_ids"] = np.concatenate([x.ids for x in rows]).astype(np.int32)
+        out[f"{side}_topk_logp"] = np.concatenate([x.logp for x in rows]).astype(np.float32)
     return out

@@ -2,8 +2,8 @@
 
 `token_logprobs` runs the decoder (`model.base_model`) once and applies the output projection
 itself, only on the scored positions and `chunk_rows` rows at a time, each chunk cast to fp32,
-divided by the temperature and log-softmaxed in fp32, then reduced to the target token's log-prob.
-So scoring never holds full-vocabulary logits for the whole batch, and an engine's LM head can be
+divided by the temperature and log-softmaxed in fp32, then reduced to the target token's log-prob
+(and, when asked, to its top-k ids and log-probs by torch.topk on the same chunk). So scoring never holds full-vocabulary logits for the whole batch, and an engine's LM head can be
 kept in fp32. `HFEngine.score` (capture) and `score_logprobs` (kernel tests) both call it, so a
 test scores exactly the way a captured batch was scored.
 """
@@ -47,20 +47,30 @@ def chunk_rows(vocab: int, logit_chunk_mb: int) -> int:
 
 def token_logprobs(base, head, input_ids: torch.Tensor, attention_mask: torch.Tensor, rows: torch.Tensor,
                    cols: torch.Tensor, targets: torch.Tensor, rows_per_chunk: int, temperature: float = 1.0,
-                   top_k: int = 0, top_p: float = 1.0, position_ids: torch.Tensor | None = None) -> torch.Tensor:
+                   top_k: int = 0, top_p: float = 1.0, position_ids: torch.Tensor | None = None,
+                   topk_logprobs: int = 0):
     """log p(targets[i] | input_ids[rows[i], :cols[i] + 1]) as a float64 CPU tensor.
 
-    One decoder pass over the batch; the head runs on the selected hidden states only, chunk by chunk."""
+    One decoder pass over the batch; the head runs on the selected hidden states only, chunk by chunk.
+    With `topk_logprobs` K > 0 it returns (log-probs, top-K ids [n, K] int32, top-K log-probs [n, K] float32):
+    torch.topk on each fp32 log-softmax chunk, so the whole distribution is summarised in the same pass."""
     kw = {} if position_ids is None else {"position_ids": position_ids}
     hidden = base(input_ids=input_ids, attention_mask=attention_mask, **kw).last_hidden_state
     sel = hidden[rows, cols]
     del hidden
-    out = torch.empty(sel.shape[0], dtype=torch.float64)
-    for s in range(0, sel.shape[0], rows_per_chunk):
+    n = sel.shape[0]
+    out = torch.empty(n, dtype=torch.float64)
+    k = min(int(topk_logprobs), int(head.weight.shape[0])) if topk_logprobs > 0 else 0
+    top_ids = torch.empty((n, k), dtype=torch.int32)
+    top_lp = torch.empty((n, k), dtype=torch.float32)
+    for s in range(0, n, rows_per_chunk):
         e = s + rows_per_chunk
         logp = processed_logprobs(head(sel[s:e]), temperature, top_k, top_p)
         out[s:e] = logp.gather(-1, targets[s:e, None])[:, 0].double().cpu()
-    return out
+        if k:
+            values, ids = torch.topk(logp, k, dim=-1)  # sorted, best first
+            top_ids[s:e], top_lp[s:e] = ids.to(torch.int32).cpu(), values.cpu()
+    return (out, top_ids, top_lp) if k else out
 
 
 def plain_head(model) -> bool:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import NamedTuple
+
+import numpy as np
 
 from ..errors import BadInput
 
@@ -76,3 +79,14 @@ class Sampling:
         d["logprobs"] = "processed"  # rollout log-probs are those the sampler used: after temperature, top-k, top-p
         d["truncated"] = self.truncates
         return d
+
+
+class TopK(NamedTuple):
+    """The k most likely tokens at each scored position of one sequence, best first."""
+
+    ids: np.ndarray  # [n, k] int32
+    logp: np.ndarray  # [n, k] float32
+
+    @staticmethod
+    def empty(k: int) -> "TopK":
+        return TopK(np.zeros((0, k), np.int32), np.zeros((0, k), np.float32))

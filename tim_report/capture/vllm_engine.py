@@ -20,7 +20,7 @@ import os
 import numpy as np
 
 from ..errors import BadInput
-from .spec import VLLM_INSTALL_HINT
+from .spec import VLLM_INSTALL_HINT, TopK
 
 VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp8": "bfloat16"}
 REQUEST_CHUNK = 64  # sequences per llm.generate call: granularity of the progress bar
@@ -73,7 +73,7 @@ def _on_gpu() -> bool:
 
 class VLLMEngine:
     def __init__(self, model_path: str, dtype: str, seed: int, max_model_len: int, kv_cache_gib: int = 1,
-                 max_num_seqs: int = 16):
+                 max_num_seqs: int = 16, topk: int = 0):
         gpu = _on_gpu()
         if not gpu:
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(kv_cache_gib)))
@@ -95,7 +95,7 @@ class VLLMEngine:
         kwargs = dict(model=model_path, tokenizer=model_path, dtype=VLLM_DTYPES[dtype], seed=seed,
                       max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                       max_num_batched_tokens=max(2048, max_model_len), logprobs_mode="processed_logprobs",
-                      max_logprobs=1, enable_prefix_caching=False, enforce_eager=not gpu)
+                      max_logprobs=max(1, int(topk)), enable_prefix_caching=False, enforce_eager=not gpu)
         if dtype == "fp8":
             kwargs["quantization"] = "fp8"
         if gpu:
@@ -115,33 +115,37 @@ class VLLMEngine:
         gc.collect()
 
     def generate(self, prompts: list[list[int]], seeds: list[int], temperature: float, top_k: int, top_p: float,
-                 max_new_tokens: int, progress=None) -> list[tuple[list[int], np.ndarray]]:
+                 max_new_tokens: int, progress=None, topk: int = 0) -> list[tuple]:
+        """(token ids, processed log-probs) per sequence; with `topk` K > 0 also the sampler's K most likely tokens
+        (SamplingParams logprobs=K, processed like the sampled token's) as a third element."""
         from vllm import SamplingParams
 
         results = []
         for start in range(0, len(prompts), REQUEST_CHUNK):
             chunk = prompts[start : start + REQUEST_CHUNK]
             params = [SamplingParams(n=1, seed=int(s), temperature=temperature, top_p=top_p, top_k=top_k,
-                                     max_tokens=max_new_tokens, logprobs=0)
+                                     max_tokens=max_new_tokens, logprobs=int(topk))
                       for s in seeds[start : start + len(chunk)]]
             outs = self.llm.generate([{"prompt_token_ids": p} for p in chunk], params, use_tqdm=False)
             for out in outs:
                 comp = out.outputs[0]
                 ids = [int(t) for t in comp.token_ids]
                 lps = [step[t].logprob for t, step in zip(ids, comp.logprobs)]
-                results.append((ids, np.asarray(lps, dtype=np.float64)))
+                row = (ids, np.asarray(lps, dtype=np.float64))
+                results.append(row + (topk_rows(comp.logprobs, topk),) if topk else row)
             if progress is not None:
                 progress(len(chunk))
         return results
 
     def score(self, prompts: list[list[int]], completions: list[list[int]], temperature: float = 1.0,
-              top_k: int = 0, top_p: float = 1.0, progress=None) -> list[np.ndarray]:
-        """Raw log-probs of the completion tokens via prompt_logprobs (temperature 1, no truncation only)."""
+              top_k: int = 0, top_p: float = 1.0, progress=None, topk: int = 0) -> list:
+        """Raw log-probs of the completion tokens via prompt_logprobs (temperature 1, no truncation only); with
+        `topk` K > 0 each entry is (log-probs, TopK) from prompt_logprobs=K."""
         from vllm import SamplingParams
 
         if temperature != 1.0 or top_k > 0 or top_p < 1.0:
             raise BadInput("vllm", "vLLM scores given tokens only at temperature 1 without top-p / top-k")
-        params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0, seed=0)
+        params = SamplingParams(max_tokens=1, prompt_logprobs=int(topk), temperature=1.0, seed=0)
         results = []
         for start in range(0, len(prompts), REQUEST_CHUNK):
             ps, cs = prompts[start : start + REQUEST_CHUNK], completions[start : start + REQUEST_CHUNK]
@@ -149,7 +153,20 @@ class VLLMEngine:
             for p, c, out in zip(ps, cs, outs):
                 plp = out.prompt_logprobs  # [None, {tok: Logprob}, ...] one per prompt position
                 full = p + c
-                results.append(np.asarray([plp[j][full[j]].logprob for j in range(len(p), len(full))], dtype=np.float64))
+                lp = np.asarray([plp[j][full[j]].logprob for j in range(len(p), len(full))], dtype=np.float64)
+                results.append((lp, topk_rows(plp[len(p):], topk)) if topk else lp)
             if progress is not None:
                 progress(len(ps))
         return results
+
+
+def topk_rows(steps, k: int) -> TopK:
+    """vLLM's per-position {token id: Logprob} dicts → TopK [n, k]: the k best ranks (the sampled or given token is
+    added to a dict when it ranks below k, so a dict may hold k + 1); a short dict is padded with id −1, log-prob −inf."""
+    ids = np.full((len(steps), k), -1, np.int32)
+    lps = np.full((len(steps), k), -np.inf, np.float32)
+    for i, step in enumerate(steps):
+        best = sorted(step.items(), key=lambda kv: (kv[1].rank if kv[1].rank is not None else 1 << 30, -kv[1].logprob))[:k]
+        for j, (tok, lp) in enumerate(best):
+            ids[i, j], lps[i, j] = int(tok), lp.logprob
+    return TopK(ids, lps)

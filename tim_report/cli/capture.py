@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from ..config import TOPK_LOGPROBS_DEFAULT
 from ..errors import BadInput
 from .options import fail_cleanly
 from .progress import step_progress
@@ -41,11 +42,14 @@ from .text import safe
 @click.option("--device", default="auto", show_default=True, help="Device of the hf engine: auto, cpu, cuda[:N].")
 @click.option("--kv-cache-gib", type=click.IntRange(min=1), default=1, show_default=True,
               help="vLLM CPU KV cache size (VLLM_CPU_KVCACHE_SPACE), unless that variable is set.")
+@click.option("--top-k-logprobs", "top_k_logprobs", type=int, default=TOPK_LOGPROBS_DEFAULT, show_default=True, metavar="K",
+              help="Record both sides' K most likely tokens and log-probs at every position (whole-distribution "
+                   "KL and top-1 agreement in the report); 0 turns it off.")
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path),
               help="Output .npz (one pair) or folder (several pairs).")
 @fail_cleanly
 def capture_command(model, prompts, rollouts, trainers, matrix, shadow, n_samples, max_new_tokens, temperature, top_p,
-                    top_k, seed, lm_head_fp32, no_chat_template, max_prompts, device, kv_cache_gib, out):
+                    top_k, seed, lm_head_fp32, no_chat_template, max_prompts, device, kv_cache_gib, top_k_logprobs, out):
     """Generate with the rollout engine, re-score the same tokens with the trainer, save step batch(es)."""
     from ..capture import CaptureOptions, capture, pair_filename, parse_spec
     from ..capture.run import matrix_specs
@@ -61,7 +65,7 @@ def capture_command(model, prompts, rollouts, trainers, matrix, shadow, n_sample
                           sampling=Sampling(temperature=temperature, top_p=top_p, top_k=top_k,
                                             max_new_tokens=max_new_tokens, n_samples=n_samples),
                           seed=seed, shadow=shadow, lm_head_fp32=lm_head_fp32, chat_template=not no_chat_template,
-                          device=device, max_prompts=max_prompts, kv_cache_gib=kv_cache_gib)
+                          device=device, max_prompts=max_prompts, kv_cache_gib=kv_cache_gib, top_k_logprobs=top_k_logprobs)
     pairs = opts.pairs()
     single = len(pairs) == 1
     if single:

@@ -15,8 +15,10 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..config import TOPK_MAX
 from ..errors import BadInput
 from ..model import StepBatch
+from .canonical import TOPK_FIELDS
 from .files import RawFile
 from .roles import RoleChoice, key_list
 from .text import decoded
@@ -134,6 +136,38 @@ def _canonical_fields(p: Path, raw: RawFile, batch: StepBatch) -> None:
         if arr.shape != (shape,):
             raise BadInput(p, f"'{name}' has shape {list(arr.shape)}, expected [{shape}]")
         setattr(batch, name, arr.astype(dtype))
+    _topk_fields(p, raw, batch)
+
+
+def _topk_fields(p: Path, raw: RawFile, batch: StepBatch) -> None:
+    """Both sides' [T, k] top-k ids and log-probs: all four or none, each side's pair of the same shape."""
+    present = [n for n in TOPK_FIELDS if n in raw.values]
+    if not present:
+        return
+    if len(present) != len(TOPK_FIELDS):
+        missing = ", ".join(n for n in TOPK_FIELDS if n not in present)
+        raise BadInput(p, f"has {', '.join(present)} but not {missing}: top-k arrays come as all four or none")
+    for side in ("rollout", "trainer"):
+        names = (f"{side}_topk_ids", f"{side}_topk_logp")
+        shapes = [_declared(raw, n) for n in names]  # from the .npy headers: checked before anything is read
+        for name, (shape, dtype), kind in zip(names, shapes, ("iu", "f")):
+            if len(shape) != 2 or shape[0] != batch.n_tokens or not 1 <= shape[1] <= TOPK_MAX:
+                raise BadInput(p, f"'{name}' has shape {list(shape)}, expected [{batch.n_tokens}, k] with 1 ≤ k ≤ {TOPK_MAX}")
+            if dtype.kind not in kind:
+                raise BadInput(p, f"'{name}' holds {dtype}, expected {'integers' if kind == 'iu' else 'floats'}")
+        if shapes[0][0] != shapes[1][0]:
+            raise BadInput(p, f"'{names[0]}' has shape {list(shapes[0][0])} but '{names[1]}' {list(shapes[1][0])}: "
+                              "they must match")
+        setattr(batch, names[0], np.asarray(raw.values[names[0]]).astype(np.int32, copy=False))
+        setattr(batch, names[1], np.asarray(raw.values[names[1]]).astype(np.float32, copy=False))
+
+
+def _declared(raw: RawFile, key: str) -> tuple[tuple, np.dtype]:
+    """A value's shape and dtype; an archive read lazily answers from its header, unread."""
+    if hasattr(raw.values, "headers"):
+        return raw.values.headers[key]
+    arr = np.asarray(raw.values[key])
+    return arr.shape, arr.dtype
 
 
 def _layout_of(p: Path, value: Any, key: str | None, offsets: Any) -> str:

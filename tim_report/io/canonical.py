@@ -15,6 +15,9 @@ from ..model import StepBatch
 
 CANONICAL_FORMAT = "tim-report/step-batch"
 CANONICAL_VERSION = 1
+# The optional [T, k] arrays of both sides' k most likely tokens (StepBatch fields of the same names).
+TOPK_FIELDS = {"rollout_topk_ids": np.int32, "rollout_topk_logp": np.float32,
+               "trainer_topk_ids": np.int32, "trainer_topk_logp": np.float32}
 
 
 def save_batch(batch: StepBatch, path: str | Path) -> None:
@@ -41,6 +44,10 @@ def save_batch(batch: StepBatch, path: str | Path) -> None:
             arrays[name] = np.asarray(value, dtype=str) if name in ("group", "weight_version", "env") else np.asarray(value)
     if batch.turn is not None:
         arrays["turn"] = np.asarray(batch.turn, dtype=np.int32)
+    for name, dtype in TOPK_FIELDS.items():
+        value = getattr(batch, name)
+        if value is not None:
+            arrays[name] = np.asarray(value, dtype=dtype)
     header = {"format": CANONICAL_FORMAT, "version": CANONICAL_VERSION, "meta": batch.meta}
     arrays["meta"] = np.asarray(json.dumps(header, sort_keys=True, default=str))
     path = Path(path)

@@ -19,7 +19,7 @@ from . import charts as ch
 from .format import fixed, fmt, metric_value, pct, sig, visible
 from .vega import javascript_bundle
 from .views import (TOKEN_ROWS_OPEN, flat_metrics, groups_view, headline, kv_items, kv_tables, percentile_rows,
-                    samples_view, title_parts)
+                    samples_view, title_parts, topk_view)
 
 
 # The index table's numeric columns, explained on the index from the glossary (key, column heading).
@@ -99,6 +99,7 @@ def run_context(report, notes_md: str | None = None, timestamp: str | None = Non
         "groups": groups_view(report), "samples": samples_view(report), "metrics_table": flat_metrics(report),
         "percentiles": percentile_rows(report), "notes": render_notes(notes_md), "th": th,
         "hot_diff": HOT_DIFF, "token_rows_open": TOKEN_ROWS_OPEN, "diagnosis": report.diagnosis,
+        "topk": topk_view(report),
     }
 
 

@@ -20,7 +20,7 @@ from .. import glossary
 from ..config import HEALTH, HOT_DIFF, VETO, health
 from .format import fixed, fmt, metric_value, pct
 from .md import assemble, details, esc, href, run_path, table
-from .views import flat_metrics, groups_view, headline, kv_items, kv_tables, samples_view, title_parts
+from .views import flat_metrics, groups_view, headline, kv_items, kv_tables, samples_view, title_parts, topk_view
 
 TEXT_CHARS = 160  # model in the title, finding titles, evidence values
 TOKEN_CHARS = 32  # one token's text in a per-token table
@@ -145,6 +145,31 @@ def _by_probability(report) -> str:
                     rows, numeric=range(1, 8)))
 
 
+def _topk(report) -> str:
+    """The whole-distribution numbers (both sides' top-k); nothing when the batch has none (the HTML page and
+    summary.json say why: a PR comment need not repeat it for every framework dump)."""
+    v = topk_view(report)
+    if v is None or not v["available"]:
+        return ""
+    rows = [[esc(c["name"]), esc(c["value"]), f"{LEVEL.get(c['level'], '➖')} {esc(c['reading'], None, own=True)}"] for c in v["cards"]]
+    rows += [["KL k3 (sampled tokens)", esc(v["k3"]), "the same quantity from one token per position"],
+             ["KL lower bound", esc(v["lower"]), "exact: merging tokens never raises a KL"],
+             ["total variation", esc(f"{v['tv'][0]} … {v['tv'][1]}"), f"truncation can hide at most {esc(v['hidden'])}"],
+             ["mass outside top-k", esc(f"rollout {v['outside'][0]} · trainer {v['outside'][1]}"),
+              f"outside the shared top-k: {esc(v['unresolved'])}"]]
+    head = (f"## Whole distribution (top-k)\n\nBoth sides' {fmt(v['k'].get('rollout'))} / {fmt(v['k'].get('trainer'))} most likely "
+            f"tokens at {fmt(v['tokens'])} positions.")
+    if v["loose"]:
+        head += f"\n\n⚠️ The top-k lists leave {esc(v['unresolved'])} of the mass unresolved: the KL estimate is loose (raise --top-k-logprobs)."
+    cols = [esc(c) for c in v["columns"]]
+    tables = [table(["p_rollout", "tokens"] + cols, [[esc(x) for x in r] for r in v["by_probability"]], numeric=range(1, 7))]
+    pos = details("By position in the response", table(["position", "tokens"] + cols, [[esc(x) for x in r] for r in v["by_position"]],
+                                                       numeric=range(1, 7)))
+    return "\n\n".join([head, table(["metric", "value", "reading"], rows, numeric=[1]),
+                          "By the sampled token's rollout probability (a KL far above k3 in a row: the distribution moved where "
+                          "the samples did not look):", *tables, pos])
+
+
 def _groups(report) -> str:
     g = groups_view(report)
     if not g["rows"]:
@@ -248,7 +273,8 @@ def render_run_md(report, base_url: str | None = None) -> str:
     title = f"# {esc(t['model'], TEXT_CHARS)}: {esc(t['rollout'])} → {esc(t['trainer'])}\n\n" + " · ".join(sub)
     core = [title] + [line for line in (_versions_line(report),) if line] + [_verdict(report), _summary(report)]
     sections = [("findings", _findings(report)), ("routing and what-if", _routing(report)),
-                ("|δ| by probability", _by_probability(report)), ("groups", _groups(report)),
+                ("|δ| by probability", _by_probability(report)), ("whole distribution", _topk(report)),
+                ("groups", _groups(report)),
                 ("samples", _samples(report, html)), ("all numbers", _all_numbers(report)),
                 ("about the batch", _about(report)), ("glossary", _glossary())]
     return assemble(core, [(name, s) for name, s in sections if s], html)

@@ -156,3 +156,32 @@ def kv_tables(d: Any) -> list[tuple[str, list[str], list[list[str]]]]:
             cols = list(v[0])
             out.append((k, cols, [[fmt(x.get(c)) for c in cols] for x in v]))
     return out
+
+
+def topk_view(report) -> dict | None:
+    """The whole-distribution section: two cards, the bounds line and the two bucket tables; None without a topk section."""
+    t = report.topk
+    if not t:
+        return None
+    if not t.get("available"):
+        return {"available": False, "reason": t.get("reason"), "how_to_get": t.get("how_to_get")}
+    cards = []
+    for key, value in (("top1_differ", pct(t.get("top1_differ")) + " ± " + pct(t.get("top1_differ_se"))),
+                       ("kl_union", with_se(t, "kl_union"))):
+        level, text = glossary.reading(key, t.get(key))
+        cards.append({"key": key, "name": glossary.BY_KEY[key]["name"], "value": value, "level": level, "reading": text})
+
+    def rows(name: str) -> list[list[str]]:
+        return [[b["bucket"], fmt(b["tokens"]), pct(b["top1_differ"]), fmt(b["kl_union_mean"]), pct(b["kl_union_share"]),
+                 fmt(b["k3_mean"]), pct(b["k3_share"])] for b in t.get(name) or []]
+
+    outside = t.get("mass_outside_topk") or {}
+    return {
+        "available": True, "cards": cards, "k": t.get("k") or {}, "tokens": t.get("tokens"),
+        "differ_count": t.get("top1_differ_count"), "k3": with_se(t, "kl_k3_sampled"), "lower": with_se(t, "kl_lower"),
+        "tv": (fmt(t.get("tv_lower")), fmt(t.get("tv_upper"))), "hidden": fmt(t.get("hidden_tv")),
+        "outside": (pct(outside.get("rollout")), pct(outside.get("trainer"))), "unresolved": pct(t.get("unresolved_mass")),
+        "loose": bool(t.get("loose")), "without": t.get("tokens_without_topk") or 0,
+        "columns": ["top-1 differs", "mean KL (top-k)", "share of ΣKL", "mean k3 (sampled)", "share of Σk3"],
+        "by_probability": rows("by_probability"), "by_position": rows("by_position"),
+    }

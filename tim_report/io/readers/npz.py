@@ -16,6 +16,8 @@ from typing import Any, Iterator
 import numpy as np
 
 from ...errors import BadInput
+from ...config import TOPK_MAX
+from ..canonical import TOPK_FIELDS
 from ..limits import current, too_large
 from ..text import first_line
 
@@ -53,7 +55,11 @@ def _header(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo, allow_pickle
         raise BadInput(path, OBJECT_ARRAYS)
     count = int(np.prod(shape, dtype=np.float64))
     limits = current()
-    if count > limits.max_elements:
+    if key in TOPK_FIELDS and len(shape) == 2:  # [T, k]: k columns per token, k ≤ TOPK_MAX
+        if shape[1] > TOPK_MAX or shape[0] > limits.max_elements:
+            raise BadInput(path, f"'{key}' declares shape {list(shape)}: more than {TOPK_MAX} columns or "
+                                 f"{limits.max_elements:,} rows (from --max-tokens {limits.max_tokens:,})")
+    elif count > limits.max_elements:
         raise BadInput(path, too_large(f"'{key}'", count, limits))
     if not dtype.hasobject and count * dtype.itemsize > info.file_size:
         raise BadInput(path, f"'{key}' declares {count:,} elements but holds only {info.file_size:,} bytes: truncated or corrupt")
