@@ -199,6 +199,7 @@ TREND_METRICS = (
 )
 TREND_LOG_AXIS_SPAN = 10.0  # a panel gets a log axis when its positive values span this factor or more
 TREND_POINTS_MAX = 200  # above this many steps the trend draws lines and faint points (no overplotting)
+TREND_TABLE_MAX_STEPS = 50  # report.md's step table up to this many steps; longer runs: the HTML index and index.json
 
 # ---- the report -----------------------------------------------------------------------------------------
 

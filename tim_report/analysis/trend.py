@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from ..config import TREND_LOG_AXIS_SPAN, TREND_METRICS, TrendMetric
+from ..config import CHANGE_POINT_MIN_SIZE, TREND_LOG_AXIS_SPAN, TREND_METRICS, TrendMetric
 from .changepoints import change_points
 from .stats import finite
 
@@ -29,7 +29,7 @@ def trend(rows: list[dict]) -> dict | None:
                 "constant": _constant([t[m.key] for t in table])} for m in TREND_METRICS]
     cps = run_change_points(table, steps)
     return {"metrics": metrics, "rows": table, "steps": len(steps), "unstepped": len(rows) - len(stepped),
-            "change_points": cps, "change_steps": by_step(cps)}
+            "change_points": cps, "change_steps": by_step(cps), "min_steps_for_change": 2 * CHANGE_POINT_MIN_SIZE}
 
 
 def _constant(values: list[float | None]) -> float | None:

@@ -17,7 +17,7 @@ or from the index summary, and are only formatted here.
 from __future__ import annotations
 
 from .. import glossary
-from ..config import HEALTH, HOT_DIFF, VETO, health
+from ..config import HEALTH, HOT_DIFF, TREND_TABLE_MAX_STEPS, VETO, health
 from .format import fixed, fmt, metric_value, pct
 from .md import assemble, details, esc, href, run_path, table
 from .views import flat_metrics, groups_view, headline, kv_items, kv_tables, samples_view, title_parts, topk_view
@@ -343,9 +343,6 @@ def _precision_table(index: dict) -> str:
             + table(["rollout \\\\ trainer"] + [esc(d) for d in p["trainer_dtypes"]], rows))
 
 
-TREND_TABLE_MAX_STEPS = 50  # a longer run's table would crowd out the rest of a PR comment: index.json has every step
-
-
 def _trend_table(index: dict, base_url: str | None = None) -> str:
     tr = index.get("trend")
     if not tr:
@@ -355,6 +352,7 @@ def _trend_table(index: dict, base_url: str | None = None) -> str:
     changes = ("**Change points**\n\n" + "\n".join(
         f"- {'▲' if c['worse'] else '▼'} [step {esc(str(c['step']))}]({href(c['run'] + '/index.html', base_url)}): "
         f"{esc(c['sentence'])}" for c in cps) if cps else
+        f"Change points need at least {tr['min_steps_for_change']} steps." if tr["steps"] < tr["min_steps_for_change"] else
         "No change point: every metric keeps its level over the run.")
     metrics = tr["metrics"]
     if tr["steps"] > TREND_TABLE_MAX_STEPS:
