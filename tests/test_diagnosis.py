@@ -382,3 +382,16 @@ def test_an_moe_band_reads_a_kl_that_is_high_for_a_dense_model_as_noise():
 def test_fp8_band():
     d = diag(_kl_batch(0.01, {"rollout_dtype": "fp8"}))
     assert d["band"]["precision"] == "fp8" and "rollout_dtype=fp8" in d["band"]["why"]
+
+
+def test_the_onset_screen_bounds_every_pair_of_segments():
+    """position_onset skips its change-point search when no two segments of ≥ m points can differ by the ratio: the
+    screen's gap must never be smaller than the largest difference of two such segments' weighted means."""
+    from tim_report.analysis.localise import _widest_level_gap
+
+    for seed in range(20):
+        rng = np.random.default_rng(seed)
+        n, m = int(rng.integers(6, 30)), int(rng.integers(1, 4))
+        values, w = rng.normal(0, 1, n) + (np.arange(n) > n // 2) * rng.normal(0, 2), rng.integers(1, 50, n).astype(float)
+        means = [np.average(values[a:b], weights=w[a:b]) for a in range(n) for b in range(a + m, n + 1)]
+        assert _widest_level_gap(values, w, m) >= max(means) - min(means) - 1e-12

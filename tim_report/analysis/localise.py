@@ -122,8 +122,11 @@ def detect_position_onset(tok: Tokens, dt: DiagnosisThresholds, explained_by: st
     cuts = np.arange(0, positions.shape[0], width)
     w = np.add.reduceat(counts[positions], cuts)
     values = np.add.reduceat(sums[positions], cuts) / w
+    min_size = max(1, -(-dt.onset_min_positions // width))
+    if _widest_level_gap(values, w, min_size) < math.log(dt.onset_ratio):
+        return None  # no two segments can differ by the ratio: skip the search (and ruptures' 2-3 s import)
     best = None
-    for cp in change_points(values, w, min_size=max(1, -(-dt.onset_min_positions // width))):
+    for cp in change_points(values, w, min_size=min_size):
         rise = math.exp(cp.after - cp.before)
         if rise >= dt.onset_ratio and cp.z >= dt.z and (best is None or rise > best[1]):
             best = (cp, rise)
@@ -151,6 +154,19 @@ def detect_position_onset(tok: Tokens, dt: DiagnosisThresholds, explained_by: st
         "prefill vs decode kernels that differ beyond a chunk size, or a context the trainer truncated.",
         f"Look at what happens at position {onset} plus the prompt length: the engine's KV-cache dtype, chunked prefill "
         "size, sliding window and max model length, and the trainer's max sequence length / truncation.")
+
+
+def _widest_level_gap(values: np.ndarray, w: np.ndarray, m: int) -> float:
+    """The largest difference between the weighted means of two segments of at least `m` points, bounded above.
+
+    Any segment of ≥ m points splits into pieces of m to 2m − 1 points, and its mean is a convex combination of
+    theirs, so the means of those short windows bracket every segment's mean."""
+    cw, cs = np.concatenate([[0.0], np.cumsum(w)]), np.concatenate([[0.0], np.cumsum(values * w)])
+    hi, lo = -math.inf, math.inf
+    for length in range(m, min(2 * m - 1, values.shape[0]) + 1):
+        means = (cs[length:] - cs[:-length]) / (cw[length:] - cw[:-length])
+        hi, lo = max(hi, float(means.max())), min(lo, float(means.min()))
+    return hi - lo
 
 
 def _best_split(sums: np.ndarray, counts: np.ndarray, lo: int, hi: int) -> int:
