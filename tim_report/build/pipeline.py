@@ -37,6 +37,8 @@ class BuildOptions:
     base_url: str | None = None
     timestamp: str | None = None
     jobs: int = 1
+    executor: str = "local"  # "local" (in-process or --jobs processes) or "ray" (executors.EXECUTORS)
+    ray_address: str | None = None  # --ray-address: None starts a local Ray on demand
     format_hint: str | None = None
     max_tokens: int | None = None  # --max-tokens (None: config.MAX_TOKENS)
 
@@ -136,7 +138,8 @@ def build(paths: list[Path], out: Path, opts: BuildOptions, run_ids: list[str] |
     move the results into `out`."""
     check_target(out)  # before the analysis: refusing after minutes of work would waste them
     found, ids = expand(paths, run_ids, opts.format_hint)
-    reports = analyze_all(functools.partial(analyze_file, opts), found, ids, opts.jobs, progress)
+    reports = analyze_all(functools.partial(analyze_file, opts), found, ids, opts.jobs, progress, opts.executor,
+                          opts.ray_address)
     with staging(out) as folder:
         for report in reports:
             write_files(folder / report.run["id"], run_files(report, opts))
