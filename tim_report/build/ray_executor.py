@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+import threading
 import warnings
 from typing import Any, Callable
 
@@ -42,18 +44,28 @@ def analyze_on_ray(task: Callable[[Any, str], Report], inputs: list, ids: list[s
         cwd = os.getcwd()
         refs = [remote.remote(task, src, rid, cwd) for src, rid in zip(inputs, ids)]
         return _collect(ray, refs, inputs, progress)
+    except BaseException:  # a failure or Ctrl-C: on a cluster, stop what is queued or running for us
+        if not (started and address is None):  # a local Ray's shutdown ends its workers itself
+            _cancel(ray, refs)
+        raise
     finally:
-        for ref in refs:  # after a failure or Ctrl-C: nothing left running on the cluster
-            try:
-                ray.cancel(ref, force=True)
-            except Exception:  # already finished, or Ray is going away: nothing to cancel
-                pass
         if started:
             ray.shutdown()
 
 
+def _cancel(ray: Any, refs: list) -> None:
+    for ref in refs:  # not forced: a forced cancel of a finishing task can crash Ray's core worker
+        try:
+            ray.cancel(ref)
+        except Exception:  # already finished, or the connection is gone: nothing to cancel
+            pass
+
+
 def _init(ray: Any, address: str | None, num_cpus: int | None) -> None:
+    """ray.init, keeping this process's SIGTERM handler (Ray's would exit without unwinding the build)."""
     quiet = {"logging_level": logging.ERROR, "log_to_driver": False, "configure_logging": True}
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM) if main else None
     try:
         if address is None:
             os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # a local Ray reports nothing anywhere
@@ -64,6 +76,9 @@ def _init(ray: Any, address: str | None, num_cpus: int | None) -> None:
         where = address or "a local Ray"
         raise BadInput("--ray-address" if address else "--executor ray",
                        f"cannot start or reach {where}: {_first_line(exc)}") from None
+    finally:
+        if main and previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _run(task: Callable[[Any, str], Report], src: Any, rid: str, cwd: str) -> tuple[Report, list[tuple[type, str]]]:
