@@ -386,3 +386,34 @@ PUBLISHED_BANDS: dict[tuple[str, str], PublishedBand] = {(b.model_class, b.preci
                   "no published MoE fp8 band: the MoE bf16 band (LMSYS, Jan 2026), which is already wider than "
                   "the dense fp8 one"),
 )}
+
+# ---- `check --history`: the run's own band ----------------------------------------------------------------
+
+# A new step is held to the rolling median of the run's previous steps, read from the site's index.json.
+# The window is short enough to follow a run that drifts slowly (the run view's change points report
+# drifts; this gate catches a step that jumps) and long enough that a median of it ignores a few odd steps.
+HISTORY_WINDOW = 10
+# With fewer earlier steps than this the median is the noise of one or two batches: the gate says so in
+# one line and does not fail (a run's first steps are its noisiest: warm-up, changing lengths).
+HISTORY_MIN_STEPS = 5
+# Band = median + max(margin × median, floor) for the higher-is-worse metrics, and for ESS (lower is
+# worse) the same on its deficit 1 − ESS. A healthy run's step-to-step variation of these numbers is
+# tens of percent (a new sample of prompts each step); the faults the diagnosis knows multiply them
+# tenfold or more. Doubling within one step is therefore the default alarm.
+HISTORY_MARGIN = 1.0
+# The floor keeps a near-zero median (identical engines, fp32) from turning sampling noise into a failure:
+# a rise smaller than this is never a violation. KL: the bottom of the published bf16 band; |δ|: the fp16
+# noise band's mean |δ|; token fractions: one token in a thousand; ESS: a drop of 0.01.
+HISTORY_FLOOR = {
+    "kl_k3": PUBLISHED_BF16_KL[0],
+    "abs_delta_mean": NOISE_BANDS["fp16"].abs_delta_mean_max,
+    "abs_delta_median": NOISE_BANDS["fp16"].abs_delta_mean_max,
+    "outside_2x": 1e-3, "outside_5x": 1e-3, "phantom_clip": 1e-3, "veto_token_fraction": 1e-3,
+    "ess": 1e-2,
+}
+# Which way is worse, per headline metric of index.json's rows: "max" (higher is worse) or "min" (lower is worse).
+HISTORY_METRICS = {"kl_k3": "max", "ess": "min", "abs_delta_mean": "max", "abs_delta_median": "max",
+                   "outside_2x": "max", "outside_5x": "max", "phantom_clip": "max", "veto_token_fraction": "max"}
+# The most of index.json `check --history` reads: a row is under 1 kB, so 32 MiB holds some 30,000 steps;
+# a larger (or endless) file is refused rather than read into memory.
+HISTORY_MAX_BYTES = 32 * 1024 * 1024

@@ -22,12 +22,14 @@ class Limit:
 
 @dataclass(frozen=True)
 class Violation:
-    kind: str  # "limit" or the finding severity
+    kind: str  # "limit", "history" (the run's own band, analysis/history.py) or the finding severity
     id: str  # metric or finding id
-    message: str
+    message: str  # a limit's or band's message starts with the metric's name
 
     def line(self, source: str) -> str:
-        return f"{source}: {self.kind} {self.id}: {self.message}" if self.kind != "limit" else f"{source}: limit {self.message}"
+        if self.kind in ("limit", "history"):
+            return f"{source}: {self.kind} {self.message}"
+        return f"{source}: {self.kind} {self.id}: {self.message}"
 
 
 @dataclass

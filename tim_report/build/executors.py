@@ -1,4 +1,5 @@
-"""Where each batch's analysis runs: in this process, or in `--jobs N` worker processes.
+"""Where each batch's analysis runs: in this process, in `--jobs N` worker processes, or as Ray tasks
+(`--executor ray`, ray_executor.py).
 
 Every executor runs the same function on the same inputs and returns Reports in input order, so the
 output is byte-identical whichever runs it. Workers die with their parent (a `kill -9` of the build
@@ -8,13 +9,14 @@ error, not a traceback.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
 import threading
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ..errors import BadInput
 from ..model import Report
@@ -22,13 +24,36 @@ from ..model import Report
 Progress = Callable[[int, int], None]
 
 
+EXECUTORS = ("local", "ray")
+
+
+@contextlib.contextmanager
+def session(executor: str, jobs: int = 1, ray_address: str | None = None) -> Iterator[None]:
+    """What an executor keeps for a whole build: a local Ray, started once for all the chunks of a run."""
+    if executor != "ray":
+        yield
+        return
+    from .ray_executor import ray_session
+
+    with ray_session(ray_address, jobs if jobs > 1 else None):
+        yield
+
+
 def analyze_all(task: Callable[[Any, str], Report], inputs: list, ids: list[str], jobs: int = 1,
-                progress: Progress | None = None) -> list[Report]:
-    """`task(input, run_id)` for every input (a Source), serially or in `jobs` processes; results in input order.
+                progress: Progress | None = None, executor: str = "local", ray_address: str | None = None) -> list[Report]:
+    """`task(input, run_id)` for every input (a Source), serially, in `jobs` processes or as Ray tasks; results
+    in input order.
 
     The first bad input raises its BadInput (the pending analyses are cancelled), so nothing is written.
-    `progress(done, total)` is called after each input.
+    `progress(done, total)` is called after each input. With `executor="ray"`, `ray_address` None starts a
+    local Ray of `jobs` CPUs (all of them when `jobs` is 1) for this call only.
     """
+    if executor == "ray":
+        from .ray_executor import analyze_on_ray
+
+        return analyze_on_ray(task, inputs, ids, ray_address, jobs if jobs > 1 else None, progress)
+    if executor != "local":
+        raise BadInput("--executor", f"unknown executor '{executor}' (one of {', '.join(EXECUTORS)})")
     total = len(inputs)
     if jobs <= 1 or total <= 1:
         reports = []

@@ -22,7 +22,7 @@ from ..io import Source, load, sources
 from ..io.output import MARKER, check_target, move_into, staging, write_files
 from ..model import Comparison, Report, dumps
 from .cache import CACHE_FILE, cache_entry, cached_row, options_fingerprint, step_key
-from .executors import Progress, analyze_all
+from .executors import Progress, analyze_all, session
 
 FORMATS = ("html", "md", "json")
 
@@ -39,6 +39,8 @@ class BuildOptions:
     base_url: str | None = None
     timestamp: str | None = None
     jobs: int = 1
+    executor: str = "local"  # "local" (in-process or --jobs processes) or "ray" (executors.EXECUTORS)
+    ray_address: str | None = None  # --ray-address: None starts a local Ray on demand
     format_hint: str | None = None
     max_tokens: int | None = None  # --max-tokens (None: config.MAX_TOKENS)
 
@@ -54,6 +56,8 @@ class BuildResult:
     reused: int
     seconds: float
 
+
+RAY_CHUNK = 256  # steps in flight at once on Ray: enough to keep a cluster busy, a few hundred MB of Reports
 
 # Names a run folder cannot take: the site's own files beside the run folders.
 RESERVED = {"index.html", "report.md", "index.json", MARKER}
@@ -167,13 +171,15 @@ def build(paths: list[Path], out: Path, opts: BuildOptions, run_ids: list[str] |
     rows: list[dict | None] = [cached_row(out, rid, k, opts.formats) for rid, k in zip(ids, keys)]
     todo = [i for i, r in enumerate(rows) if r is None]
     task = functools.partial(analyze_file, opts)
-    with staging(out) as folder:
+    with staging(out) as folder, session(opts.executor if todo else "local", opts.jobs, opts.ray_address):
         # in chunks, so that at most a chunk of Reports (their samples, their pages) is in memory at once
-        chunk = max(32, 8 * opts.jobs)
+        chunk = max(RAY_CHUNK if opts.executor == "ray" else 32, 8 * opts.jobs)
         for lo in range(0, len(todo), chunk):
             part = todo[lo:lo + chunk]
             done = functools.partial(_offset, progress, lo, len(todo)) if progress else None
-            for i, report in zip(part, analyze_all(task, [found[i] for i in part], [ids[i] for i in part], opts.jobs, done)):
+            reports = analyze_all(task, [found[i] for i in part], [ids[i] for i in part], opts.jobs, done, opts.executor,
+                                  opts.ray_address)
+            for i, report in zip(part, reports):
                 rows[i] = run_row(report)
                 write_files(folder / ids[i], {**run_files(report, opts), CACHE_FILE: cache_entry(keys[i], rows[i])})
         index = index_from_rows(rows)

@@ -7,9 +7,9 @@ from pathlib import Path
 import click
 
 from ..errors import BadInput
-from .options import (fail_cleanly, format_hint_option, input_files, key_option, max_tokens_option, meta_option,
-                      output_path, parse_keys, parse_meta, pickle_option, ppo_eps_option, timestamp_now,
-                      timestamp_option, tokenizer_option)
+from .options import (executor_option, fail_cleanly, format_hint_option, input_files, key_option, max_tokens_option,
+                      meta_option, output_path, parse_keys, parse_meta, pickle_option, ppo_eps_option, ray_address_option,
+                      timestamp_now, timestamp_option, tokenizer_option)
 from .progress import build_progress
 from .text import safe, summary_line
 
@@ -37,10 +37,13 @@ CHANGE_LINES_MAX = 10
               help="Write only these formats (repeatable; default all three): html pages, report.md files, summary/samples JSON.")
 @click.option("--base-url", metavar="URL", help="Make the markdown's links absolute under URL (e.g. the GitHub Pages site), for a PR comment.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Analyse this many batches at once, in separate processes (same output as --jobs 1).")
+              help="Analyse this many batches at once, in separate processes (same output as --jobs 1); with "
+                   "--executor ray and no --ray-address, the CPUs of the local Ray.")
+@executor_option
+@ray_address_option
 @fail_cleanly
 def build_command(files, out, run_ids, keys, meta, format_hint, max_tokens, allow_pickle, tokenizer, ppo_eps, notes, timestamp, formats,
-                  base_url, jobs):
+                  base_url, jobs, executor, ray_address):
     """Analyse step batches and write the report site into OUTPUT.
 
     FILES are step batch files, one step's folder (prime-rl step_S/), or run folders (prime-rl token_exports/,
@@ -51,11 +54,13 @@ def build_command(files, out, run_ids, keys, meta, format_hint, max_tokens, allo
     from ..io import meta_overrides
 
     out = output_path(out)
+    if ray_address is not None and executor != "ray":
+        raise BadInput("--ray-address", "applies to --executor ray only")
     opts = BuildOptions(keys=parse_keys(keys), meta=meta_overrides(parse_meta(meta)), allow_pickle=allow_pickle, tokenizer=tokenizer,
                         thresholds=Thresholds(ppo_eps_low=ppo_eps[0], ppo_eps_high=ppo_eps[1]),
                         formats=tuple(f for f in FORMATS if f in formats) if formats else FORMATS,
                         base_url=base_url or None, jobs=jobs, timestamp=timestamp_now() if timestamp else None,
-                        format_hint=format_hint, max_tokens=max_tokens)
+                        format_hint=format_hint, max_tokens=max_tokens, executor=executor, ray_address=ray_address)
     if notes is not None:
         try:
             opts.notes_md = notes.read_text(encoding="utf-8")

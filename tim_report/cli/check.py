@@ -5,9 +5,11 @@ violation, 2 on bad input. One line per violated limit or finding:
 
     FILE: limit ess = 0.21 < 0.3 (--min-ess)
     FILE: error shift: Off-by-one: trainer log-probs match the rollout's at position t+1
+    FILE: history kl_k3 = 0.0123 > 0.00456, above the run's band (median 0.00228 of steps 3-12; margin 1×, floor 0.0004)
     FILE: ok (numerical_noise; KL k3 4.1e-04, ESS 0.9987)
 
-Default limits are verl's documented rollout-correction alerts (config.VERL_ALERTS).
+Default limits are verl's documented rollout-correction alerts (config.VERL_ALERTS). `--history SITE`
+adds the run's own band: the rolling median of its previous steps in SITE/index.json (analysis/history.py).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from pathlib import Path
 import click
 
 from ..analysis.runs import run_row
-from ..config import SEVERITIES, VERL_ALERTS
+from ..config import HISTORY_MARGIN, HISTORY_METRICS, HISTORY_WINDOW, SEVERITIES, VERL_ALERTS
 from ..errors import BadInput
 from .options import (fail_cleanly, format_hint_option, key_option, max_tokens_option, meta_option, parse_keys,
                       parse_meta, parse_pairs, pickle_option, ppo_eps_option)
@@ -44,6 +46,15 @@ from .text import excluded_note, safe
               help="Fail on diagnosis findings of this severity or worse.")
 @click.option("--set", "overrides", multiple=True, metavar="NAME=VALUE",
               help="Override a diagnosis threshold (see docs/diagnosis.md), e.g. --set shift_ratio=0.3.")
+@click.option("--history", type=click.Path(path_type=Path), metavar="SITE",
+              help="Also fail when a metric leaves the run's own band: the rolling median of the previous steps in "
+                   "SITE/index.json (a site `tim-report build` wrote), plus a margin (docs/diagnosis.md).")
+@click.option("--history-window", type=click.IntRange(min=1), default=HISTORY_WINDOW, show_default=True, metavar="W",
+              help="The band's median is over the last W steps before the checked step.")
+@click.option("--history-margin", type=click.FloatRange(min=0), default=HISTORY_MARGIN, show_default=True, metavar="REL",
+              help="The band reaches REL × the median past it (for ESS: REL × its deficit 1 − ESS).")
+@click.option("--history-floor", "history_floors", multiple=True, metavar="METRIC=VALUE",
+              help="The least the band reaches past the median, per metric (defaults in config.HISTORY_FLOOR).")
 @ppo_eps_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per file instead of lines.")
 @key_option
@@ -53,12 +64,16 @@ from .text import excluded_note, safe
 @pickle_option
 @fail_cleanly
 def check_command(files, max_kl, max_kl_k3, min_ess, min_ess_seq, max_chi2_token, max_outside_5x, max_phantom_clip,
-                  no_limits, fail_on, overrides, ppo_eps, as_json, keys, meta, format_hint, max_tokens, allow_pickle):
+                  no_limits, fail_on, overrides, history, history_window, history_margin, history_floors, ppo_eps, as_json,
+                  keys, meta, format_hint, max_tokens, allow_pickle):
     """Exit 1 when a batch breaks a limit or has a diagnosis finding (CI gate); 0 when clean; 2 on bad input."""
     from ..analysis import analyze
     from ..analysis.gate import default_limits, evaluate
     from ..config import DiagnosisThresholds, Thresholds
+    from ..analysis.history import check_history
+    from ..analysis.runs import run_row
     from ..io import load, meta_overrides
+    from ..io.history import read_history
 
     key_map = parse_keys(keys)
     meta_map = meta_overrides(parse_meta(meta))
@@ -72,20 +87,31 @@ def check_command(files, max_kl, max_kl_k3, min_ess, min_ess_seq, max_chi2_token
     th = Thresholds(ppo_eps_low=ppo_eps[0], ppo_eps_high=ppo_eps[1])
     limits = [] if no_limits else default_limits(max_kl, max_kl_k3, min_ess, max_chi2_token, max_outside_5x,
                                                    max_phantom_clip, min_ess_seq)
+    rows = read_history(history) if history is not None else None  # bad history: exit 2 before any analysis
+    floors = _floors(history_floors)
     failed = False
     for path in files:
         batch = load(path, keys=key_map, allow_pickle=allow_pickle, meta=meta_map, format_hint=format_hint,
                      max_tokens=max_tokens)
         report = analyze(batch, th, diagnosis_thresholds=dth)
         res = evaluate(report, limits, fail_on)
+        hres = None
+        if rows is not None:
+            hres = check_history(run_row(report), rows, history_window, history_margin, floors)
+            res.violations += hres.violations
+            if hres.note is None:
+                res.summary += f"; within the run's band ({hres.basis})"
         failed |= not res.ok
         if as_json:
             click.echo(json.dumps({"file": str(path), "ok": res.ok, "regime": res.regime,
                                    "violations": [v.__dict__ for v in res.violations],
                                    "excluded_tokens": report.data_problems["excluded_tokens"],
-                                   "input_problems": report.data_problems["input"]}, sort_keys=True))
+                                   "input_problems": report.data_problems["input"],
+                                   **({"history": {"basis": hres.basis, "note": hres.note}} if hres else {})}, sort_keys=True))
             continue
         name = safe(str(path))
+        if hres is not None and hres.note:
+            click.echo(f"{name}: {safe(hres.note)}")
         for v in res.violations:
             click.echo(v.line(name))
         if report.routing.get("blocked_by_bug"):
@@ -95,3 +121,18 @@ def check_command(files, max_kl, max_kl_k3, min_ess, min_ess_seq, max_chi2_token
         elif excluded_note(run_row(report)):
             click.echo(f"{name}: note:{excluded_note(run_row(report)).lstrip(';')}")
     sys.exit(1 if failed else 0)
+
+
+def _floors(values: tuple[str, ...]) -> dict[str, float]:
+    """--history-floor METRIC=VALUE pairs: a headline metric and a number ≥ 0."""
+    out = {}
+    for name, value in parse_pairs(values, "--history-floor", "METRIC=VALUE").items():
+        if name not in HISTORY_METRICS:
+            raise BadInput("--history-floor", f"unknown metric '{name}' (one of {', '.join(HISTORY_METRICS)})")
+        try:
+            out[name] = float(value)
+        except ValueError:
+            raise BadInput("--history-floor", f"'{value}' is not a number") from None
+        if not out[name] >= 0 or out[name] == float("inf"):
+            raise BadInput("--history-floor", f"'{value}' must be a finite number ≥ 0")
+    return out

@@ -102,3 +102,11 @@ max_tokens_option = click.option("--max-tokens", type=click.IntRange(min=1), def
                                  help=f"Refuse a batch of more than N token positions, before reading it (default {MAX_TOKENS:,}: "
                                       "about 4 GB of analysis memory).")
 timestamp_option = click.option("--timestamp", is_flag=True, help="Stamp the build time into the pages (off: same input, same bytes).")
+executor_option = click.option(
+    "--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+    help="Where each step is analysed: here (and in --jobs processes), or as Ray tasks (pip install -e \".[ray]\"; "
+         "same output; docs/scale.md).")
+ray_address_option = click.option(
+    "--ray-address", metavar="ADDRESS", default=None,
+    help="With --executor ray: the cluster to join (auto, or ray://HOST:10001); default a local Ray started for this "
+         "build. Input paths must be valid on the worker nodes.")

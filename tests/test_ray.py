@@ -1,0 +1,135 @@
+"""`build --executor ray`: the same site, byte for byte, as a local build; a task's BadInput or a dead
+worker is one line, exit 2; Ray stops with the build and leaves no process behind; a missing Ray is one
+line naming the install. The Ray tests start a local Ray of two CPUs (some 10-20 s each): marked slow."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from helpers import analyze_or_die, skip_or_fail
+from tim_report.cli import main
+from tim_report.io import save_batch
+from tim_report.testing import make_batch
+
+TESTS = Path(__file__).resolve().parent
+
+
+def cli(*args):
+    return CliRunner().invoke(main, [*map(str, args)])
+
+
+def need_ray():
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        skip_or_fail('ray is not installed (pip install -e ".[ray]")')
+
+
+def run_folder(folder: Path, n: int = 6) -> Path:
+    folder.mkdir(parents=True)
+    for s in range(1, n + 1):
+        b = make_batch(n_seqs=12, mean_len=40, noise=0.01 * s, seed=s)
+        save_batch(b, folder / f"step_{s}.npz")
+    return folder
+
+
+def files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def children() -> set[int]:
+    """Live (not zombie) processes whose parent is this one: what a local Ray would leave behind."""
+    out = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == os.getpid() and fields[0] != "Z":
+            out.add(int(stat.parent.name))
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_ray_build_is_byte_identical_and_leaves_nothing_running(tmp_path):
+    need_ray()
+    import ray
+
+    run = run_folder(tmp_path / "run")
+    before = children()
+    local = cli("build", run, "-o", tmp_path / "local", "--jobs", "1")
+    assert local.exit_code == 0, local.output
+    res = cli("build", run, "-o", tmp_path / "ray", "--executor", "ray", "--jobs", "2")
+    assert res.exit_code == 0, res.output
+    assert res.stdout.replace("ray/", "local/") == local.stdout  # the summary lines, and no Ray noise on stdout
+    assert files(tmp_path / "ray") == files(tmp_path / "local")
+    assert len(files(tmp_path / "local")) > 6 * 3  # every step's page, report and summary, and the index
+    assert not ray.is_initialized() and children() <= before  # the local Ray was shut down with the build
+
+
+@pytest.fixture(scope="module")
+def shared_ray():
+    """One local Ray for the failure tests (a build uses a Ray its caller started, and leaves it running);
+    tests/ on the workers' path, so a task can be helpers.analyze_or_die."""
+    need_ray()
+    import ray
+
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS), old) if p)
+    try:
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+        yield ray
+    finally:
+        ray.shutdown()
+        if old is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old
+
+
+@pytest.mark.slow
+def test_bad_input_in_a_ray_task_is_one_line_exit_2(tmp_path, shared_ray):
+    run = run_folder(tmp_path / "run", 3)
+    (run / "step_2.npz").write_bytes(b"not a zip file")
+    out = tmp_path / "site"
+    res = cli("build", run, "-o", out, "--executor", "ray")
+    assert res.exit_code == 2, res.output
+    assert res.stderr.strip().splitlines() == [
+        f"tim-report: error: {run / 'step_2.npz'}: not an .npz archive (numpy writes a zip of .npy files; this is not a zip)"]
+    assert not out.exists() and not list(tmp_path.glob(".tim-report-*"))
+    assert shared_ray.is_initialized()  # the caller's Ray is the caller's to stop
+
+
+@pytest.mark.slow
+def test_a_ray_worker_that_dies_is_one_line(tmp_path, shared_ray, monkeypatch):
+    import tim_report.build.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "analyze_file", analyze_or_die)
+    folder = run_folder(tmp_path / "in", 2)
+    (folder / "step_2.npz").rename(folder / "die.npz")
+    res = cli("build", folder / "step_1.npz", folder / "die.npz", "-o", tmp_path / "site", "--executor", "ray")
+    assert res.exit_code == 2, res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"tim-report: error: {folder / 'die.npz'}: the Ray task analysing it failed")
+    assert not (tmp_path / "site").exists()
+
+
+def test_missing_ray_names_the_install(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` raises ImportError
+    run = run_folder(tmp_path / "run", 1)
+    res = cli("build", run, "-o", tmp_path / "site", "--executor", "ray")
+    assert res.exit_code == 2
+    assert res.stderr.strip().splitlines() == [
+        'tim-report: error: --executor ray: Ray is not installed: pip install -e ".[ray]" (or pip install "ray>=2.40")']
+    assert not (tmp_path / "site").exists()
+
+
+def test_ray_address_needs_the_ray_executor(tmp_path):
+    res = cli("build", run_folder(tmp_path / "run", 1), "-o", tmp_path / "site", "--ray-address", "auto")
+    assert res.exit_code == 2 and "--ray-address: applies to --executor ray only" in res.stderr
