@@ -350,6 +350,30 @@ def test_inspect_names_framework_layout_roles_and_exclusions():
     assert "framework: slime" in text and "excluded from the metrics" in text and "log_probs" in text
 
 
+@pytest.mark.parametrize("fixture,name,step", [
+    ("slime/train_data/1.pt", "baz.pt", 1),  # the train dump's rollout_id, its path renamed away
+    ("skyrl/dumped_data/global_step_2_training_input.pkl", "baz.pkl", None),  # metadata's global_step is None here
+    ("prime-rl/token_exports/step_2/rank_0.jsonl", "baz.jsonl", 2),  # the records' step
+    ("verl/dataproto_step_3.pkl", "baz.pkl", 3),  # meta_info's global_steps
+    ("slime/train_data/1.pt", "step_7.pt", 7),  # path and file disagree: the path's, as the run id step_7 says
+])
+def test_inspect_and_build_give_the_same_step(tmp_path, fake_verl, fixture, name, step):
+    """`inspect` says the step `build` puts in the index (one rule: io.discover.settle_step)."""
+    path = tmp_path / name
+    shutil.copy(DATA / fixture, path)
+    res = run("inspect", path, "--allow-pickle", "--json")
+    assert res.exit_code == 0, res.output
+    info = json.loads(res.stdout)
+    assert info["step"] == step and info["meta"].get("step") == step
+    assert run("build", path, "--allow-pickle", "--format", "json", "-o", tmp_path / "site").exit_code == 0
+    rows = json.loads((tmp_path / "site" / "index.json").read_text())["runs"]
+    assert [r["step"] for r in rows] == [step]
+    text = run("inspect", path, "--allow-pickle").stdout
+    assert f"step {step}" in text.splitlines()[0]
+    if name == "step_7.pt":
+        assert any("the path says step 7, the file says 1" in n for n in info["notes"])
+
+
 def test_format_hint_overrides_detection():
     rank = DATA / "prime-rl" / "token_exports" / "step_1" / "rank_0.jsonl"
     assert read(rank, format_hint="dict").meta["framework"] == "dict"
