@@ -240,6 +240,27 @@ def test_miles_without_allow_pickle_names_the_flag_and_the_risk(tmp_path):
     assert "arbitrary code" in res.stderr and not (tmp_path / "site").exists()
 
 
+def test_each_file_unpickled_is_named_once_per_command(tmp_path):
+    """Every command that unpickles the four miles rank files names each exactly once, whether it reads them once
+    or twice (the same input given twice), serially or in --jobs workers; a rebuild that reuses the cached step
+    unpickles nothing and names nothing."""
+    ranks = sorted((DATA / "miles" / "train_data").glob("0_*.pt"))
+    rank0 = ranks[0]
+
+    def named(res) -> list[str]:
+        assert res.exit_code == 0, res.output
+        lines = [line for line in res.stderr.splitlines() if "unpickling in full" in line]
+        assert all(line.startswith("tim-report: warning: ") for line in lines)
+        return sorted(line.split(": ")[2] for line in lines)
+
+    want = sorted(str(f) for f in ranks)
+    assert named(run("inspect", rank0, "--allow-pickle")) == want
+    assert named(run("check", rank0, rank0, "--allow-pickle")) == want
+    assert named(run("build", rank0, rank0, "--allow-pickle", "--format", "json", "-o", tmp_path / "a")) == want
+    assert named(run("build", rank0, rank0, "--allow-pickle", "--format", "json", "--jobs", "2", "-o", tmp_path / "b")) == want
+    assert named(run("build", rank0, rank0, "--allow-pickle", "--format", "json", "-o", tmp_path / "a")) == []
+
+
 # ---- SkyRL -----------------------------------------------------------------------------------------
 
 class _Captured(dict):
