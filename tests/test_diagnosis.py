@@ -49,7 +49,7 @@ def test_finding_schema_on_a_fault():
     d = diag(with_trainer(b, np.roll(b.trainer_logp, -1)))
     assert d["findings"]
     for f in d["findings"]:
-        assert set(f) == {"id", "severity", "title", "evidence", "likely_cause", "what_to_check"}
+        assert set(f) == {"id", "severity", "title", "problem", "evidence", "likely_cause", "what_to_check"}
         assert f["id"] in FINDING_IDS and f["severity"] in SEVERITIES
         assert all(isinstance(v, (int, float)) or v is None for v in f["evidence"].values())
 

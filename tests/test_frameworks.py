@@ -240,6 +240,27 @@ def test_miles_without_allow_pickle_names_the_flag_and_the_risk(tmp_path):
     assert "arbitrary code" in res.stderr and not (tmp_path / "site").exists()
 
 
+def test_each_file_unpickled_is_named_once_per_command(tmp_path):
+    """Every command that unpickles the four miles rank files names each exactly once, whether it reads them once
+    or twice (the same input given twice), serially or in --jobs workers; a rebuild that reuses the cached step
+    unpickles nothing and names nothing."""
+    ranks = sorted((DATA / "miles" / "train_data").glob("0_*.pt"))
+    rank0 = ranks[0]
+
+    def named(res) -> list[str]:
+        assert res.exit_code == 0, res.output
+        lines = [line for line in res.stderr.splitlines() if "unpickling in full" in line]
+        assert all(line.startswith("tim-report: warning: ") for line in lines)
+        return sorted(line.split(": ")[2] for line in lines)
+
+    want = sorted(str(f) for f in ranks)
+    assert named(run("inspect", rank0, "--allow-pickle")) == want
+    assert named(run("check", rank0, rank0, "--allow-pickle")) == want
+    assert named(run("build", rank0, rank0, "--allow-pickle", "--format", "json", "-o", tmp_path / "a")) == want
+    assert named(run("build", rank0, rank0, "--allow-pickle", "--format", "json", "--jobs", "2", "-o", tmp_path / "b")) == want
+    assert named(run("build", rank0, rank0, "--allow-pickle", "--format", "json", "-o", tmp_path / "a")) == []
+
+
 # ---- SkyRL -----------------------------------------------------------------------------------------
 
 class _Captured(dict):
@@ -348,6 +369,30 @@ def test_inspect_names_framework_layout_roles_and_exclusions():
     assert res.exit_code == 0 and "2 steps" in res.stdout
     text = run("inspect", DATA / "slime" / "train_data" / "1.pt").stdout
     assert "framework: slime" in text and "excluded from the metrics" in text and "log_probs" in text
+
+
+@pytest.mark.parametrize("fixture,name,step", [
+    ("slime/train_data/1.pt", "baz.pt", 1),  # the train dump's rollout_id, its path renamed away
+    ("skyrl/dumped_data/global_step_2_training_input.pkl", "baz.pkl", None),  # metadata's global_step is None here
+    ("prime-rl/token_exports/step_2/rank_0.jsonl", "baz.jsonl", 2),  # the records' step
+    ("verl/dataproto_step_3.pkl", "baz.pkl", 3),  # meta_info's global_steps
+    ("slime/train_data/1.pt", "step_7.pt", 7),  # path and file disagree: the path's, as the run id step_7 says
+])
+def test_inspect_and_build_give_the_same_step(tmp_path, fake_verl, fixture, name, step):
+    """`inspect` says the step `build` puts in the index (one rule: io.discover.settle_step)."""
+    path = tmp_path / name
+    shutil.copy(DATA / fixture, path)
+    res = run("inspect", path, "--allow-pickle", "--json")
+    assert res.exit_code == 0, res.output
+    info = json.loads(res.stdout)
+    assert info["step"] == step and info["meta"].get("step") == step
+    assert run("build", path, "--allow-pickle", "--format", "json", "-o", tmp_path / "site").exit_code == 0
+    rows = json.loads((tmp_path / "site" / "index.json").read_text())["runs"]
+    assert [r["step"] for r in rows] == [step]
+    text = run("inspect", path, "--allow-pickle").stdout
+    assert f"step {step}" in text.splitlines()[0]
+    if name == "step_7.pt":
+        assert any("the path says step 7, the file says 1" in n for n in info["notes"])
 
 
 def test_format_hint_overrides_detection():

@@ -102,16 +102,41 @@ def test_the_element_limit_follows_max_tokens(tmp_path):
 
 
 def test_members_no_role_uses_are_never_read(tmp_path):
-    """An unused member whose data is cut short does not matter: only the members the roles take are read."""
-    d = to_padded(make_batch(n_seqs=4, mean_len=10), dtype=np.float64)
+    """Members no role takes neither veto the file nor get read: one declaring 5·10⁹ elements, one whose body
+    is cut short, one whose header is garbage, one with a bad CRC, and a real routed_experts array larger than
+    --max-tokens allows. Any of them read would be a BadInput; the batch loads with the numbers of the
+    same batch saved alone."""
+    batch = make_batch(n_seqs=4, mean_len=10)
+    d = to_padded(batch, dtype=np.float64)
+    plain = tmp_path / "plain.npz"
+    np.savez(plain, **d)
+    routed = np.zeros((*d["rollout_log_probs"].shape, 48, 8), dtype=np.int16)  # [seqs, len, layers, top-k]
     buf = io.BytesIO()
-    np.savez(buf, **d)
-    with zipfile.ZipFile(buf) as zin, zipfile.ZipFile(tmp_path / "extra.npz", "w") as zout:
+    np.save(buf, routed)
+    good = npy_header((10,)) + np.arange(10, dtype="<f8").tobytes()
+    with zipfile.ZipFile(plain) as zin, zipfile.ZipFile(tmp_path / "extra.npz", "w") as zout:
         for info in zin.infolist():
             zout.writestr(info, zin.read(info))
-        zout.writestr("routed_experts.npy", npy_header((10,)) + bytes(80))
-        zout.writestr("garbage.npy", npy_header((10,)) + b"\x00" * 80)
-    assert load(tmp_path / "extra.npz").n_tokens > 0
+        zout.writestr("routed_experts.npy", buf.getvalue(), zipfile.ZIP_DEFLATED)
+        zout.writestr("junk.npy", npy_header((5_000_000_000,)) + bytes(80))
+        zout.writestr("cut_short.npy", npy_header((1000,)) + bytes(24))
+        zout.writestr("bad_header.npy", b"\x93NUMPY\x01\x00\xff\x7fnot a header")
+        zout.writestr("bad_crc.npy", good)
+    data = bytearray((tmp_path / "extra.npz").read_bytes())
+    at = data.rindex(good[-16:])  # the last member's body, stored: flip a byte of its data, not of its header
+    data[at] ^= 0xFF
+    (tmp_path / "extra.npz").write_bytes(bytes(data))
+    limit = batch.n_tokens * 2  # the token arrays fit; routed_experts holds ~384 elements per position
+    assert routed.size > 4 * limit
+    for name in ("junk", "cut_short", "bad_header", "bad_crc", "routed_experts"):  # each one, if read, is refused
+        with pytest.raises(BadInput, match=name if name != "routed_experts" else "--max-tokens"):
+            load(tmp_path / "extra.npz", keys={"rollout": name} if name != "bad_crc" else {"trainer": name},
+                 max_tokens=limit)
+    got, want = load(tmp_path / "extra.npz", max_tokens=limit), load(plain)
+    assert got.n_tokens == want.n_tokens == batch.n_tokens
+    np.testing.assert_array_equal(got.rollout_logp, want.rollout_logp)
+    np.testing.assert_array_equal(got.trainer_logp, want.trainer_logp)
+    assert run("check", tmp_path / "extra.npz", "--max-tokens", limit).exit_code in (0, 1)
 
 
 # ---- not what they say they are -----------------------------------------------------------------------------

@@ -161,14 +161,17 @@ def test_every_chart_is_valid_vega_lite():
 
 
 def test_every_sentence_states_the_thresholds_config_holds():
-    """One home for every number: with config's ESS bands, veto and hot-diff changed (in a fresh interpreter, before
-    anything reads them), the glossary, the run page and report.md state the new values."""
+    """One home for every number: with config's ESS bands, veto, hot-diff and the readings' bands (median |δ|,
+    outside 2x / 5x, phantom clipping) changed (in a fresh interpreter, before anything reads them), the glossary,
+    the run page and report.md state the new values."""
     import subprocess
     import sys
 
     code = """
 import json, tim_report.config as c
 c.HEALTH = c.HealthBands(green=0.987, amber=0.931); c.VETO = 3.3e-5; c.HOT_DIFF = 0.77
+c.MEDIAN_ABS_DELTA_NOISE = 0.0234; c.MEDIAN_ABS_DELTA_LARGE = 0.61; c.OUTSIDE_2X_FEW = 0.0023
+c.OUTSIDE_5X_FEW = 0.00037; c.PHANTOM_CLIP_MANY = 0.17
 from tim_report.glossary import GLOSSARY
 from tim_report.analysis import analyze
 from tim_report.testing import make_batch
@@ -177,13 +180,19 @@ from tim_report.render.html import render_run
 r = analyze(make_batch(n_seqs=20, seed=1), run_id="x")
 texts = {"glossary": json.dumps(GLOSSARY, ensure_ascii=False), "md": render_run_md(r), "html": render_run(r)}
 print(json.dumps({k: [v in t for v in ("0.987", "0.931", "3.3e-5", "0.77")] for k, t in texts.items()}))
+sentences = " ".join(text for e in GLOSSARY for _, _, text in e.get("readings", []))
+print(json.dumps([v in sentences for v in ("0.0234 nats", "0.61 nats", "0.23%", "0.037%", "17%")]
+                 + ["below 0.0234 nats" in texts[k] for k in ("md", "html")]))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     import json
 
-    found = json.loads(out.strip().splitlines()[-1])
+    found, readings = (json.loads(line) for line in out.strip().splitlines()[-2:])
     assert found["glossary"][:3] == [True, True, True]
     assert all(found["md"]) and all(found["html"]), found
+    # the sentences beside the headline numbers state the bands they apply; this batch's median |δ| is noise,
+    # and its reading on the page and in report.md states the noise band's edge
+    assert all(readings), readings
 
 
 def test_the_shipped_vega_bundle_is_what_vl_convert_builds():

@@ -62,6 +62,55 @@ def test_a_users_folder_inside_the_site_is_never_deleted(tmp_path, npz):
     assert (site / "docs" / "thesis.txt").read_text() == "four years of work"
 
 
+def test_a_users_file_inside_a_run_folder_is_never_deleted(tmp_path, npz):
+    """A changed option makes the run folder stale (not reused from the cache), so the build must replace it."""
+    site = tmp_path / "site"
+    assert run("build", npz("docs.npz"), "-o", site).exit_code == 0
+    (site / "docs" / "thesis.txt").write_text("four years of work")
+    before = tree(site)
+    one_line_exit_2(run("build", npz("docs.npz"), "-o", site, "--ppo-eps", "0.1", "0.2"),
+                    "site/docs/thesis.txt", "is not a file tim-report writes", "move it out")
+    assert tree(site) == before
+    assert not list(tmp_path.glob(".tim-report-*"))
+
+
+def test_move_into_refuses_a_run_folder_holding_anything_else_before_moving_anything(tmp_path):
+    from tim_report.io.output import MARKER, RUN_FILES, move_into
+
+    out, staged = tmp_path / "site", tmp_path / "staged"
+    for folder in (out / "r", staged / "r"):
+        folder.mkdir(parents=True)
+        for name in RUN_FILES:
+            (folder / name).write_text(f"{folder.parent.name} {name}")
+    (staged / "index.html").write_text("new index")
+    (out / "index.html").write_text("old index")
+    (out / MARKER).write_text('{"tool": "tim-report", "written": ["index.html", "r"]}')
+    (out / "r" / "sub").mkdir()
+    (out / "r" / "sub" / "data.csv").write_text("mine")
+    before = tree(out)
+    with pytest.raises(BadInput, match="sub: is not a file tim-report writes"):
+        move_into(staged, out)
+    assert tree(out) == before
+    (out / "r" / "sub" / "data.csv").unlink()
+    (out / "r" / "sub").rmdir()
+    move_into(staged, out)  # only its own files left: replaced
+    assert (out / "r" / "index.html").read_text() == "staged index.html" and (out / "index.html").read_text() == "new index"
+
+
+def test_a_file_added_after_the_check_is_put_back_not_deleted(tmp_path):
+    from tim_report.io.output import _replace
+
+    target, new, scratch = tmp_path / "site" / "r", tmp_path / "new", tmp_path / "scratch"
+    for d in (target, new, scratch):
+        d.mkdir(parents=True)
+    (target / "report.md").write_text("old")
+    (target / "late.txt").write_text("mine")
+    (new / "report.md").write_text("new")
+    with pytest.raises(BadInput, match="late.txt"):
+        _replace(new, target, scratch)
+    assert tree(target) == {"report.md": b"old", "late.txt": b"mine"}
+
+
 def test_a_foreign_non_empty_folder_is_refused_before_any_work(tmp_path, npz):
     home = tmp_path / "project"
     home.mkdir()

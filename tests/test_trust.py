@@ -19,6 +19,8 @@ from tim_report.render.charts import ratio_chart, run_charts
 from tim_report.render.markdown import render_run_md
 from tim_report.testing import make_batch, to_padded
 
+from helpers import ROOT
+
 
 def run(*args):
     return CliRunner().invoke(main, [str(a) for a in args])
@@ -138,6 +140,39 @@ def test_no_correction_is_advised_on_a_detected_bug(shifted, tmp_path):
     assert "fix the bug first" in (tmp_path / "site" / "index.html").read_text()
 
 
+# Every finding the detectors can raise as an error (analysis/detectors.py), and the finite verbs their
+# page titles use: the "no correction fixes …" sentence must take a noun phrase, never a title.
+ERROR_FINDINGS = {"shift", "dummy_zero", "processed_logprobs", "temperature", "one_side_broken"}
+FINITE_VERBS = {"is", "are", "was", "match", "matches", "have", "has", "do", "does", "grows", "explains", "carry",
+                "carries", "declares"}
+
+
+def _error_findings() -> list[dict]:
+    """The error findings of every injected fault (tests/data/faults) and of a decorrelated batch (the
+    one_side_broken variant that fires on correlation alone)."""
+    from tim_report.io import load
+
+    reports = [analyze(load(p)) for p in sorted((ROOT / "tests" / "data" / "faults").glob("*.npz"))]
+    b = make_batch(n_seqs=64, mean_len=48, noise=0.01)
+    reports.append(analyze(replace(b, trainer_logp=np.random.default_rng(0).permutation(b.rollout_logp))))
+    return [f for r in reports for f in r.diagnosis["findings"] if f["severity"] == "error"]
+
+
+def test_the_no_correction_sentence_reads_well_for_every_error_finding():
+    from tim_report.analysis.corrections import blocked_by_bug
+
+    found = _error_findings()
+    assert {f["id"] for f in found} == ERROR_FINDINGS
+    assert any(f["id"] == "one_side_broken" and f["title"].startswith("Log-prob correlation") for f in found)
+    head = "Do not train on this batch: no importance-sampling correction fixes "
+    for f in found:
+        message = blocked_by_bug({"findings": [f]})["message"]
+        assert message.startswith(head) and f["title"][1:] not in message, message
+        phrase = message[len(head):message.index(". Fix the bug first; ")]
+        outside = re.sub(r"\([^)]*\)", "", phrase)
+        assert phrase[0].islower() and not set(re.findall(r"[a-z]+", outside)) & FINITE_VERBS, message
+
+
 # ---- nothing excluded silently --------------------------------------------------------------------------------
 
 
@@ -249,8 +284,6 @@ def test_vllm_install_with_foreign_torchvision_is_named(monkeypatch, tmp_path):
     monkeypatch.setattr(ve, "vllm_available", lambda: True)
     monkeypatch.setattr(md, "version", lambda name: {"torch": "2.13.0+cpu", "torchvision": "0.28.0"}.get(name) or real(name)
                         if name not in ("torchaudio", "torchcodec") else (_ for _ in ()).throw(md.PackageNotFoundError(name)))
-    from helpers import ROOT
-
     res = run("capture", "--model", ROOT / "models" / "tiny-qwen2", "--prompts", ROOT / "examples" / "prompts.jsonl",
               "--rollout", "vllm:bf16", "-o", tmp_path / "b.npz")
     assert res.exit_code == 2, res.output

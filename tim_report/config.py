@@ -207,6 +207,26 @@ HOT_DIFF = 0.5  # sample-table rows with |diff| above this many nats are marked 
 # GitHub rejects comments over 65,536 characters; 60,000 leaves room for a bot's own header and footer.
 MARKDOWN_MAX_CHARS = 60_000
 
+# ---- readings beside the headline numbers (glossary.READINGS) ------------------------------------------
+# Calibrated on the fixtures the diagnosis is tested on: bf16 and fp16 against fp32 on models/tiny-qwen2
+# (tests/data/faults, examples/) and the injected faults beside them (scripts/diagnosis_matrix.py).
+# median |δ|: bf16 / fp16 noise measures 1.1e-3 to 1.02e-2 nats; the noise band ends at about twice the
+# largest. Above 0.5 nats (a 1.65× probability on the typical token, 50× the largest noise) every fixture
+# is a bug that changes what is scored: off-by-one ≥ 1.95, perturbed or re-initialised weights ≥ 5.3, a
+# rollout at T = 1.5 0.73; one-sided top-p / top-k and milder temperatures (0.10-0.45) read "elevated".
+MEDIAN_NOISE_MEASURED = (1.1e-3, 1.02e-2)
+MEDIAN_ABS_DELTA_NOISE = 0.02
+MEDIAN_ABS_DELTA_LARGE = 0.5
+# Tokens with r outside [1/2, 2] / [1/5, 5]: noise puts none there on any fixture; every fault that puts
+# any does so on ≥ 1.2e-3 of tokens past 2× (top-k 50 in bf16) and ≥ 2.4e-3 past 5× (rollout at T = 0.8).
+# "A few" ends at one token in a thousand past 2×, and at one in ten thousand past 5× (each such token is
+# a larger error: ln 5 / ln 2 = 2.3× further from r = 1).
+OUTSIDE_2X_FEW = 1e-3
+OUTSIDE_5X_FEW = 1e-4
+# Phantom clipping (PPO clips on the mismatch alone) reads "many" from the share at which the routing sends
+# a group to train_with_correction, so the reading and the routing never disagree.
+PHANTOM_CLIP_MANY = Thresholds.route_clip_fraction
+
 # ---- the diagnosis -------------------------------------------------------------------------------------
 
 REGIMES = ("identical", "numerical_noise", "elevated", "systematic")

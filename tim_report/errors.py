@@ -1,4 +1,5 @@
-"""The one exception type that means "the user's input is wrong" (exit code 2)."""
+"""The one exception type that means "the user's input is wrong" (exit code 2), and the warning that a file was
+unpickled in full."""
 
 from __future__ import annotations
 
@@ -16,3 +17,8 @@ class BadInput(Exception):
     def __reduce__(self):
         """Picklable, so a BadInput raised in a `--jobs` worker process reaches the parent intact."""
         return (type(self), (self.source, self.problem))
+
+
+class UnpicklingWarning(UserWarning):
+    """A file was unpickled in full because --allow-pickle was given: raised each time one is, so that the
+    CLI names every file a command unpickles (once per file), whatever Python's own warning registry holds."""

@@ -10,14 +10,20 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .config import (HEALTH, PUBLISHED_BF16_KL, SAFETY_BOUND, TOKEN_MULT_PROB_ERROR_SUSPICIOUS, TOP1PCT_CONCENTRATED,
-                     TOP1PCT_UNIFORM, TOPK_LOGPROBS_DEFAULT, TOPK_TOP1_DIFFER_BAD, TOPK_TOP1_DIFFER_WARN,
-                     TOPK_UNRESOLVED_WARN, VERL_ALERTS, VETO, DiagnosisThresholds, Thresholds)
+from .config import (HEALTH, MEDIAN_ABS_DELTA_LARGE, MEDIAN_ABS_DELTA_NOISE, MEDIAN_NOISE_MEASURED, OUTSIDE_2X_FEW,
+                     OUTSIDE_5X_FEW, PHANTOM_CLIP_MANY, PUBLISHED_BF16_KL, SAFETY_BOUND, TOKEN_MULT_PROB_ERROR_SUSPICIOUS,
+                     TOP1PCT_CONCENTRATED, TOP1PCT_UNIFORM, TOPK_LOGPROBS_DEFAULT, TOPK_TOP1_DIFFER_BAD,
+                     TOPK_TOP1_DIFFER_WARN, TOPK_UNRESOLVED_WARN, VERL_ALERTS, VETO, DiagnosisThresholds, Thresholds)
 
 CONVENTIONS = (
     "δ_t = trainer_logp − rollout_logp (nats); r_t = exp(δ_t) = p_train / p_rollout. "
     "Token-mean: over all masked, valid tokens of the batch. Seq-mean: mean over sequences of per-sequence values."
 )
+
+
+def _pct(x: float) -> str:
+    """A share of tokens as a percentage with the digits it needs: 0.1%, 0.01%, 10%."""
+    return f"{x * 100:.2g}%"
 
 
 def sci(x: float) -> str:
@@ -31,6 +37,7 @@ def sci(x: float) -> str:
 _KL_LO, _KL_HI = (sci(x) for x in PUBLISHED_BF16_KL)
 _TH = Thresholds()
 _DT = DiagnosisThresholds()
+_MED_NOISE, _MED_LARGE = sci(MEDIAN_ABS_DELTA_NOISE), sci(MEDIAN_ABS_DELTA_LARGE)
 HEALTH_LEGEND = f"green ≥ {HEALTH.green:g}, amber {HEALTH.amber:g}–{HEALTH.green:g}, red < {HEALTH.amber:g}"
 
 # (bound, level, text): the first band whose bound the value is below wins; `higher_is_better`
@@ -38,9 +45,10 @@ HEALTH_LEGEND = f"green ≥ {HEALTH.green:g}, amber {HEALTH.amber:g}–{HEALTH.g
 
 READINGS: dict[str, list[tuple[float, str, str]]] = {
     "abs_delta_median": [(1e-9, "ok", "identical: both sides produce the same numbers"),
-                         (0.02, "ok", "the size of bf16/fp16 numerical noise"),
-                         (0.5, "warn", "elevated: more than precision noise alone usually gives"),
-                         (math.inf, "bad", "large: the two sides are probably not scoring the same model or context")],
+                         (MEDIAN_ABS_DELTA_NOISE, "ok", f"the size of bf16/fp16 numerical noise (below {_MED_NOISE} nats)"),
+                         (MEDIAN_ABS_DELTA_LARGE, "warn", f"elevated: above {_MED_NOISE} nats, more than precision noise gives"),
+                         (math.inf, "bad", f"large (above {_MED_LARGE} nats): a bug, not precision; the two sides do not "
+                                           "score the same model, context or distribution")],
     "corr_logp": [(_DT.systematic_corr_max, "bad", "weak: the two sides do not score the same model or context"),
                   (_DT.noise_corr_min, "warn", "more scatter around y = x than numerical noise gives"),
                   (math.inf, "ok", "tight: the points sit on y = x")],
@@ -56,14 +64,17 @@ READINGS: dict[str, list[tuple[float, str, str]]] = {
             (HEALTH.green, "warn", "amber: a correction loses a few percent of the batch"),
             (math.inf, "ok", "green: almost every token counts fully")],
     "outside_2x": [(1e-12, "ok", "no token would be touched by a 2x band"),
-                   (1e-3, "warn", "a few tokens would be clipped by a 2x band"),
-                   (math.inf, "bad", "many tokens fall outside the 2x band")],
+                   (OUTSIDE_2X_FEW, "warn", f"a few tokens (under {_pct(OUTSIDE_2X_FEW)}) would be clipped by a 2x band"),
+                   (math.inf, "bad", f"many tokens ({_pct(OUTSIDE_2X_FEW)} or more) fall outside the 2x band, where "
+                                     "precision noise puts none")],
     "outside_5x": [(1e-12, "ok", "no token outside the 5x band"),
-                   (1e-4, "warn", "a handful of tokens outside the 5x band"),
-                   (math.inf, "bad", "many tokens outside the 5x band: look for a bug")],
+                   (OUTSIDE_5X_FEW, "warn", f"a handful of tokens (under {_pct(OUTSIDE_5X_FEW)}) outside the 5x band"),
+                   (math.inf, "bad", f"many tokens ({_pct(OUTSIDE_5X_FEW)} or more) outside the 5x band: look for a bug")],
     "phantom_clip": [(1e-12, "ok", "PPO clips nothing because of the mismatch"),
-                     (0.01, "warn", "PPO clips some tokens because of the mismatch alone"),
-                     (math.inf, "bad", "PPO clips many tokens because of the mismatch alone")],
+                     (PHANTOM_CLIP_MANY, "warn", f"PPO clips some tokens because of the mismatch alone (under "
+                                                 f"{_pct(PHANTOM_CLIP_MANY)}, where the routing asks for a correction)"),
+                     (math.inf, "bad", f"PPO clips many tokens because of the mismatch alone ({_pct(PHANTOM_CLIP_MANY)} "
+                                       "or more: the routing asks for a correction)")],
     "veto_token_fraction": [(1e-12, "ok", "no token would veto its sequence"),
                             (math.inf, "bad", "some sequences would be rejected by verl's veto")],
     "top1_differ": [(1e-12, "ok", "both sides always rank the same token first"),
@@ -88,7 +99,9 @@ GLOSSARY: list[dict[str, Any]] = [
     },
     {
         "key": "abs_delta_median", "name": "median |δ|",
-        "plain": "The typical size of the disagreement on one token, in nats. bf16 engine drift is usually around 1e-3 to 1e-2.",
+        "plain": ("The typical size of the disagreement on one token, in nats. bf16 and fp16 against fp32 measure "
+                  f"{sci(MEDIAN_NOISE_MEASURED[0])} to {sci(MEDIAN_NOISE_MEASURED[1])} nats on our fixtures; numerical "
+                  f"noise stays below {_MED_NOISE}."),
         "formula": "median_t |δ_t|", "verl": None,
     },
     {

@@ -42,9 +42,8 @@ def blocked_by_bug(diagnosis: dict) -> dict | None:
     if not errors:
         return None
     return {"findings": [f["id"] for f in errors],
-            "message": f"Do not train on this batch: no importance-sampling correction fixes {errors[0]['title'][0].lower()}"
-                       f"{errors[0]['title'][1:]}. Fix the bug first; the routes below only show what a correction "
-                       "would do with these ratios."}
+            "message": f"Do not train on this batch: no importance-sampling correction fixes {errors[0]['problem']}. "
+                       "Fix the bug first; the routes below only show what a correction would do with these ratios."}
 
 
 def what_if(tok: Tokens, th: Thresholds) -> list[dict]:

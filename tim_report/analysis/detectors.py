@@ -18,8 +18,11 @@ from .stats import cluster_mean_se, exp_or_inf, pearson, run_starts
 from .tokens import Tokens
 
 
-def finding(id_: str, severity: str, title: str, evidence: dict, likely_cause: str, what_to_check: str) -> dict:
-    return {"id": id_, "severity": severity, "title": title,
+def finding(id_: str, severity: str, title: str, evidence: dict, likely_cause: str, what_to_check: str, *,
+            problem: str) -> dict:
+    """`title` is a sentence for the page; `problem` a noun phrase naming the same fault, for sentences built
+    around it ("no correction fixes {problem}")."""
+    return {"id": id_, "severity": severity, "title": title, "problem": problem,
             "evidence": {k: (float(v) if isinstance(v, (float, np.floating)) else int(v) if isinstance(v, (int, np.integer, bool, np.bool_)) else v)
                          for k, v in evidence.items()},
             "likely_cause": likely_cause, "what_to_check": what_to_check}
@@ -105,7 +108,8 @@ def detect_shift(tok: Tokens, dt: DiagnosisThresholds) -> dict | None:
         "slice too many or too few (logits[:, :-1] vs labels[:, 1:]), or one side follows a shifted convention "
         "(OpenRLHF drops the first position, AReaL rolls by −1) and the loader assumed the other.",
         "Check the logits/labels slicing in the trainer's log-prob computation and the alignment the loader "
-        "assumed (`tim-report inspect FILE`); override the keys or fix the export so both arrays index the same token.")
+        "assumed (`tim-report inspect FILE`); override the keys or fix the export so both arrays index the same token.",
+        problem=f"an off-by-one between the two sides (the trainer's log-probs line up with the rollout's at t{offset})")
 
 
 def declared_processing(meta: dict) -> str | None:
@@ -150,7 +154,8 @@ def detect_processed(tok: Tokens, dt: DiagnosisThresholds, corr: float | None,
             "while the trainer scores the full distribution, so δ = log(kept mass) ≤ 0 by construction: expected, "
             "not a pipeline bug.",
             "Nothing to fix in this capture. In training, the same setup biases importance ratios: use raw "
-            "log-probs on the rollout side or apply the same truncation in the trainer.")
+            "log-probs on the rollout side or apply the same truncation in the trainer.",
+            problem=f"rollout log-probs renormalised by the truncated sampling the batch declares ({declared})")
     return finding(
         "processed_logprobs", "error", "Rollout log-probs are renormalised (top-p / top-k): rollout ≥ trainer on "
         f"{share:.1%} of tokens", evidence,
@@ -158,7 +163,8 @@ def detect_processed(tok: Tokens, dt: DiagnosisThresholds, corr: float | None,
         "renormalised over the kept tokens (e.g. vLLM `logprobs_mode='processed_logprobs'`), while the trainer scores "
         "the full distribution: δ = log(kept mass) ≤ 0, and 0 exactly where only one token was kept.",
         "Return raw log-probs from the engine (vLLM `logprobs_mode='raw_logprobs'` / `'raw_logits'` with matching "
-        "temperature), or apply the same truncation in the trainer; exp(min δ) shows the smallest kept mass (≈ top_p).")
+        "temperature), or apply the same truncation in the trainer; exp(min δ) shows the smallest kept mass (≈ top_p).",
+        problem=f"rollout log-probs renormalised by top-p / top-k (rollout ≥ trainer on {share:.1%} of tokens)")
 
 
 def detect_temperature(tok: Tokens, dt: DiagnosisThresholds, corr: float | None,
@@ -194,7 +200,8 @@ def detect_temperature(tok: Tokens, dt: DiagnosisThresholds, corr: float | None,
         "log p_T = log p / T − log Z_T, so δ = (T−1)·rollout_logp + per-position constant.",
         "Make both sides use the same temperature: divide the trainer's logits by the rollout temperature "
         "(verl/TRL do this), and check whether the engine returns log-probs before or after temperature "
-        "(vLLM `logprobs_mode` raw vs processed).")
+        "(vLLM `logprobs_mode` raw vs processed).",
+        problem=f"a temperature applied on one side only (T_rollout / T_trainer ≈ {ratio:.2f} or further from 1)")
 
 
 def detect_dummy_zero(tok: Tokens, dt: DiagnosisThresholds) -> tuple[dict | None, np.ndarray]:
@@ -222,7 +229,8 @@ def detect_dummy_zero(tok: Tokens, dt: DiagnosisThresholds) -> tuple[dict | None
         "log-prob of 0.0 but are inside the loss mask, so the trainer's real log-prob is compared with p = 1.",
         "Mask tool and environment tokens out of the loss (`response_mask` / `loss_mask`), and check the padding "
         "value of the rollout log-prob array; if every rollout log-prob is 0, the engine returned processed "
-        "log-probs of greedy decoding.") , hit
+        "log-probs of greedy decoding.",
+        problem=f"placeholder rollout log-probs of exactly 0.0 on {n} masked-in tokens"), hit
 
 
 def detect_one_side_broken(tok: Tokens, dt: DiagnosisThresholds, corr: float | None, keep: np.ndarray,
@@ -260,7 +268,10 @@ def detect_one_side_broken(tok: Tokens, dt: DiagnosisThresholds, corr: float | N
         "checkpoint, weight sync not applied, LoRA not merged, quantisation), a different prompt / chat template, "
         "truncated context, or a different tokenizer.",
         "Compare weight checksums / the step of both sides, the exact prompt token ids each side saw, the "
-        "tokenizer and chat template, and any quantisation; re-score a few sequences with both sides by hand.")
+        "tokenizer and chat template, and any quantisation; re-score a few sequences with both sides by hand.",
+        problem=(f"the {higher} side scoring another model or context (its perplexity {ratio:.2g}× the other's)"
+                 if ratio >= dt.ppl_ratio_warn else
+                 f"the two sides scoring different models or contexts (log-prob correlation only {corr:.2f})"))
 
 
 def detect_low_prob_tail(tok: Tokens, dt: DiagnosisThresholds) -> dict | None:
@@ -284,7 +295,8 @@ def detect_low_prob_tail(tok: Tokens, dt: DiagnosisThresholds) -> dict | None:
         "Low-probability tokens sit where small logit errors change log p most (the softmax tail); precision "
         "noise concentrates there, and so do the tokens that importance-sampling corrections clip.",
         "Expected for numerical noise. If the mismatch matters, look at the probability-bucket table; an fp32 LM "
-        "head / fp16 rollout narrows the tail most.")
+        "head / fp16 rollout narrows the tail most.",
+        problem=f"a mismatch concentrated on tokens with p < {dt.tail_p:g} ({k3_share:.0%} of the KL)")
 
 
 def detect_drift(tok: Tokens, dt: DiagnosisThresholds, bias: float, bias_se: float,
@@ -315,4 +327,5 @@ def detect_drift(tok: Tokens, dt: DiagnosisThresholds, bias: float, bias_se: flo
         "RoPE precision issue, or, when the bias is tiny, just the KL of the noise summed over long sequences.",
         "Look at the by-position table: growing |δ| with position points at KV-cache dtype / RoPE / long-context "
         "kernels; a flat but signed δ points at a one-sided transformation. Prefer token-level or geometric "
-        "corrections over sequence-product ratios for long sequences.")
+        "corrections over sequence-product ratios for long sequences.",
+        problem=f"a mismatch that accumulates with length (|Σδ| ∝ length^{b:.2f})")

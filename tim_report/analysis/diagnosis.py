@@ -4,8 +4,8 @@
 
     {"regime": "identical" | "numerical_noise" | "elevated" | "systematic",
      "verdict": one plain sentence, "evidence": {name: number}, "what_to_check": text,
-     "findings": [{"id", "severity": "info" | "warn" | "error", "title", "evidence", "likely_cause",
-                   "what_to_check"}],
+     "findings": [{"id", "severity": "info" | "warn" | "error", "title", "problem" (a noun phrase),
+                   "evidence", "likely_cause", "what_to_check"}],
      "precision_gap": {...} or {"available": false, "reason", "how_to_get"},
      "band": the published noise band the batch is read against (model class, precision) and why,
      "thresholds": the DiagnosisThresholds used (noise ceilings from the band unless overridden)}
@@ -185,4 +185,5 @@ def _gap_finding(gap: dict) -> dict:
         "β = trainer − shadow compares the trainer's own weights in two precisions, so it is pure numerical "
         "precision; clipping on β alone (precision-only clipping) throws away gradient although the policy has not moved.",
         "If β dominates and clips a material share, align precision (fp16 both sides, fp32 LM head, same "
-        "attention kernels) rather than hunting a bug; if α dominates, the difference is engine / weights / context.")
+        "attention kernels) rather than hunting a bug; if α dominates, the difference is engine / weights / context.",
+        problem="the precision gap β between the trainer's weights in two precisions")

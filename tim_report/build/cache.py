@@ -16,9 +16,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-CACHE_FILE = ".tim-report-cache.json"
+from ..io.output import CACHE_FILE, FILES_BY_FORMAT
+
 MAX_CACHE_BYTES = 1 << 20  # a row is about 1 KB; anything bigger is not one of ours
-FILES_BY_FORMAT = {"html": ("index.html",), "md": ("report.md",), "json": ("summary.json", "samples.json")}
 PACKAGE = Path(__file__).resolve().parent.parent
 
 

@@ -4,7 +4,8 @@
 Every executor runs the same function on the same inputs and returns Reports in input order, so the
 output is byte-identical whichever runs it. Workers die with their parent (a `kill -9` of the build
 leaves no worker blocked behind it), and a worker that dies (killed, out of memory) is one line of
-error, not a traceback.
+error, not a traceback. A worker's warnings (a file unpickled in full) are said by the parent, in input
+order, so `--jobs` prints what a serial build prints.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import os
 import signal
 import sys
 import threading
+import warnings
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Callable, Iterator
@@ -64,7 +66,7 @@ def analyze_all(task: Callable[[Any, str], Report], inputs: list, ids: list[str]
         return reports
     pool = ProcessPoolExecutor(max_workers=min(jobs, total), initializer=_die_with_parent, initargs=(os.getpid(),))
     try:
-        futures = [pool.submit(task, p, rid) for p, rid in zip(inputs, ids)]
+        futures = [pool.submit(_warnings_kept, task, p, rid) for p, rid in zip(inputs, ids)]
         _wait(futures, total, progress)
         pool.shutdown(wait=True)
     except BaseException:  # an error, Ctrl-C or SIGTERM: stop the workers now rather than wait for them
@@ -94,7 +96,20 @@ def _results(futures: list[Future], inputs: list) -> list[Report]:
             raise BadInput(getattr(p, "origin", p), "a worker process died while analysing it (killed, or out of memory); nothing was written")
         if exc is not None:
             raise exc
-    return [f.result() for f in futures]
+    reports = []
+    for f in futures:
+        report, said = f.result()
+        for message, category in said:
+            warnings.warn(message, category)
+        reports.append(report)
+    return reports
+
+
+def _warnings_kept(task: Callable[[Any, str], Report], src: Any, run_id: str) -> tuple[Report, list]:
+    """Run in a worker: the task, and the warnings it raised (message, category) for the parent to say."""
+    with warnings.catch_warnings(record=True) as caught:
+        report = task(src, run_id)
+    return report, [(str(w.message), w.category) for w in caught]
 
 
 def _stop(pool: ProcessPoolExecutor) -> None:

@@ -19,7 +19,7 @@ from ..analysis.runs import index_from_rows, run_row
 from ..config import Thresholds
 from ..errors import BadInput
 from ..io import Source, load, sources
-from ..io.output import MARKER, check_target, move_into, staging, write_files
+from ..io.output import MARKER, check_replaceable, check_target, move_into, staging, write_files
 from ..model import Comparison, Report, dumps
 from .cache import CACHE_FILE, cache_entry, cached_row, options_fingerprint, step_key
 from .executors import Progress, analyze_all, session
@@ -170,6 +170,7 @@ def build(paths: list[Path], out: Path, opts: BuildOptions, run_ids: list[str] |
     keys = [step_key(s.paths, f"{s.framework}\0{s.origin}", rid, fingerprint) for s, rid in zip(found, ids)]
     rows: list[dict | None] = [cached_row(out, rid, k, opts.formats) for rid, k in zip(ids, keys)]
     todo = [i for i, r in enumerate(rows) if r is None]
+    check_replaceable(out, [ids[i] for i in todo])  # a user's file in a run folder: refused before the work, too
     task = functools.partial(analyze_file, opts)
     with staging(out) as folder, session(opts.executor if todo else "local", opts.jobs, opts.ray_address):
         # in chunks, so that at most a chunk of Reports (their samples, their pages) is in memory at once

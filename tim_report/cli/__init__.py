@@ -11,14 +11,14 @@ from .capture import capture_command
 from .check import check_command
 from .compare import compare_command
 from .inspect import inspect_command
-from .options import show_warning
+from .options import start_warnings
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="tim-report")
 def main() -> None:
     """tim-report: how far your rollout engine and your trainer disagree, and why."""
-    warnings.showwarning = show_warning
+    start_warnings()
     # numpy's floating-point warnings (overflow in exp of a broken batch, ...) are not the user's to act on,
     # and a second stderr line would break the one-line promise; what the data holds is in the report.
     warnings.filterwarnings("ignore", category=RuntimeWarning)

@@ -8,12 +8,13 @@ from __future__ import annotations
 import functools
 import signal
 import sys
+import warnings
 from pathlib import Path
 
 import click
 
 from ..config import MAX_TOKENS, PPO_EPS_HIGH, PPO_EPS_LOW
-from ..errors import BadInput
+from ..errors import BadInput, UnpicklingWarning
 from .text import safe
 
 
@@ -44,9 +45,24 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
+_SAID: set[str] = set()  # the warning lines this command has printed
+
+
+def start_warnings() -> None:
+    """A command's warnings: one line each, no source location, each distinct line once per command. Every
+    UnpicklingWarning reaches show_warning (Python's registry would drop a repeat depending on what ran before),
+    so a command names each file it unpickles exactly once, in `build`, `inspect`, `check` and `compare` alike."""
+    _SAID.clear()
+    warnings.showwarning = show_warning
+    warnings.filterwarnings("always", category=UnpicklingWarning)
+
+
 def show_warning(message, category, filename, lineno, file=None, line=None):
-    """warnings.showwarning for the CLI: one line, no source location."""
-    click.echo(f"tim-report: warning: {safe(message)}", err=True)
+    """warnings.showwarning for the CLI: one line, no source location, never the same line twice."""
+    text = f"tim-report: warning: {safe(message)}"
+    if text not in _SAID:
+        _SAID.add(text)
+        click.echo(text, err=True)
 
 
 def parse_pairs(values: tuple[str, ...], option: str, what: str) -> dict[str, str]:

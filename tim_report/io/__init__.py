@@ -23,7 +23,7 @@ from ..model import META_KEYS, StepBatch
 from .assemble import build_batch
 from .canonical import save_batch
 from .detect import FRAMEWORKS
-from .discover import Source, sources
+from .discover import Source, settle_step, sources
 from .files import RawFile, raw_file, read_file
 from .limits import limited
 from .roles import ROLE_ALIASES, USER_ROLES, choose_roles
@@ -52,7 +52,10 @@ def load(src: str | Path | Source, *, keys: dict[str, str] | None = None, allow_
 
 
 def _finish(batch: StepBatch, src: Source, max_tokens: int | None) -> None:
-    """What every reader's batch gets: its file named, its size checked, its strings valid UTF-8."""
+    """What every reader's batch gets: its step settled, its file named, its size checked, its strings valid UTF-8."""
+    step = settle_step(src, batch.meta.pop("step", None), batch.notes)
+    if step is not None:
+        batch.meta["step"] = step
     limit = max_tokens or MAX_TOKENS
     if batch.n_tokens > limit:
         raise BadInput(src.origin, f"holds {batch.n_tokens:,} tokens, more than --max-tokens {limit:,}")
@@ -102,6 +105,7 @@ def describe(src: str | Path | Source, *, keys: dict[str, str] | None = None, al
     fields, _ = clean_strings(fields)
     return {
         **_source_info(src),
+        "step": batch.meta.get("step"),  # the step `build` uses (settle_step), not only the path's
         "file": str(src.origin),
         "framework": batch.meta.get("framework"),
         "keys": fields,
@@ -159,8 +163,6 @@ def _read_dict(src: Source, keys: dict[str, str] | None, allow_pickle: bool) -> 
     batch = build_batch(raw, roles)
     if src.framework == "verl":
         verl.annotate(batch, raw.values)
-    if batch.meta.get("step") is None and src.step is not None:
-        batch.meta["step"] = src.step
     fields = [_field(k, raw.values, roles) for k in sorted(raw.values)]
     return batch, fields, {r: {"key": c.key, "reason": c.reason} for r, c in roles.items()}
 

@@ -42,6 +42,17 @@ class Source:
     kind: str = "file"  # how it was found, said by `inspect`
 
 
+def settle_step(src: Source, own: object, notes: list[str]) -> object:
+    """The one rule for a batch's step, for every format (`load` and `inspect` both come here): the path's step
+    (step_S/, train_data_stepN, {rollout_id}.pt, global_step_N: what the run id and the index order use) when
+    the path names one, else the step the file itself records (`own`); a note when the two disagree."""
+    if src.step is None:
+        return own
+    if own is not None and own != src.step:
+        notes.append(f"the path says step {src.step}, the file says {own}: the path's step is used")
+    return src.step
+
+
 def sources(path: str | Path, format_hint: str | None = None) -> list[Source]:
     """Every batch under `path`, sorted by step (BadInput when there is none or the folder mixes frameworks)."""
     path = Path(path)

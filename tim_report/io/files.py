@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -17,7 +16,6 @@ from .readers.npz import NpzMembers, read_npz
 from .readers.pt import read_pt
 
 READERS = {".pt": read_pt, ".pth": read_pt, ".npz": read_npz, ".jsonl": read_jsonl}
-_STEP_RE = re.compile(r"(?:global[_-]?)?step[_-]?(\d+)", re.IGNORECASE)
 
 
 @dataclass
@@ -88,10 +86,6 @@ def _extract_meta(path: Path, values: dict[str, Any]) -> dict[str, Any]:
                 meta["__canonical__"] = True
                 raw = raw.get("meta", {})
             meta.update({str(k): v for k, v in raw.items() if _jsonable(v)})
-    if "step" not in meta:
-        m = _STEP_RE.search(path.stem)
-        if m:
-            meta["step"] = int(m.group(1))
     return meta
 
 

@@ -5,7 +5,8 @@ there. A build renders everything into a staging folder beside the site (same fi
 moves each entry into place with renames, so a reader never sees a half-written run: the old entry is
 renamed aside, the new one renamed in, the old one deleted. An existing entry that the marker does not
 list (a user's `docs/`), a symlink, or a non-empty folder without a marker is refused before anything
-moves. A failed write (full disk, read-only folder) or SIGTERM / SIGINT removes the staging folder;
+moves. A run folder is replaced only while it holds nothing but the files a run folder gets
+(`RUN_FILES`): a user's file inside one is refused by name, before anything moves. A failed write (full disk, read-only folder) or SIGTERM / SIGINT removes the staging folder;
 one left behind by `kill -9` is removed by the next build beside it.
 """
 
@@ -26,6 +27,11 @@ from ..errors import BadInput
 MARKER = ".tim-report.json"
 STAGING_PREFIX = ".tim-report-"
 SPACE_MARGIN = 16 << 20  # bytes kept free beyond what a write needs
+# What a run folder holds, and nothing else: the files of each --format, and the per-step cache
+# (build/cache.py reads these names from here: io never imports build).
+CACHE_FILE = ".tim-report-cache.json"
+FILES_BY_FORMAT = {"html": ("index.html",), "md": ("report.md",), "json": ("summary.json", "samples.json")}
+RUN_FILES = frozenset(name for names in FILES_BY_FORMAT.values() for name in names) | {CACHE_FILE}
 
 
 def check_target(out: Path) -> None:
@@ -84,14 +90,7 @@ def write_files(folder: Path, files: dict[str, str]) -> None:
 def move_into(staging_dir: Path, out: Path) -> None:
     """Move each staged entry into `out`: only over entries tim-report wrote, each by an atomic rename."""
     names = sorted(p.name for p in staging_dir.iterdir())
-    mine = owned(out)
-    for name in names:
-        target = out / name
-        if target.is_symlink():
-            raise BadInput(target, "is a symbolic link; refusing to replace it")
-        if target.exists() and name not in mine:
-            raise BadInput(target, "exists and was not written by tim-report; refusing to replace it "
-                                   "(choose another output folder or --run-id)")
+    mine = check_replaceable(out, names)
     try:
         out.mkdir(parents=True, exist_ok=True)
         with _signals_held():  # a Ctrl-C or SIGTERM between two renames waits until the move is done
@@ -102,11 +101,42 @@ def move_into(staging_dir: Path, out: Path) -> None:
         raise BadInput(exc.filename or out, f"cannot move the output into place ({exc.strerror or exc})") from None
 
 
+def check_replaceable(out: Path, names: list[str]) -> set[str]:
+    """Refuse, before anything moves, to replace an entry of `out` tim-report did not write: one the marker does
+    not list, a symlink, or a folder holding anything a run folder never gets. Returns the marker's names."""
+    mine = owned(out)
+    for name in names:
+        target = out / name
+        if target.is_symlink():
+            raise BadInput(target, "is a symbolic link; refusing to replace it")
+        if target.exists() and name not in mine:
+            raise BadInput(target, "exists and was not written by tim-report; refusing to replace it "
+                                   "(choose another output folder or --run-id)")
+        if target.is_dir():
+            _refuse_foreign(target)
+    return mine
+
+
+def _refuse_foreign(folder: Path) -> None:
+    """A run folder tim-report wrote holds only RUN_FILES, as plain files; anything else is someone's."""
+    for entry in sorted(folder.iterdir()):
+        if entry.name not in RUN_FILES or entry.is_symlink() or not entry.is_file():
+            raise BadInput(entry, f"is not a file tim-report writes, so {folder} is not replaced; move it out of "
+                                  f"{folder.name}/ and build again, or choose another output folder or --run-id")
+
+
 def _replace(new: Path, target: Path, scratch: Path) -> None:
-    """Put `new` at `target`; the old entry is renamed aside first and deleted last."""
+    """Put `new` at `target`; the old entry is renamed aside first and deleted last. A folder that gained a
+    foreign file since the check is put back rather than deleted."""
     old = scratch / f".old-{target.name}"
     if target.exists():
         os.rename(target, old)
+        if old.is_dir():
+            try:
+                _refuse_foreign(old)
+            except BadInput:
+                os.rename(old, target)
+                raise
     try:
         os.rename(new, target)
     except OSError as exc:

@@ -44,7 +44,7 @@ def read(src, allow_pickle: bool = False):
     framework = "miles" if any("cp_size" in d for _, d in dumps) else "slime"
     meta = {"framework": framework, "layout": f"response only, per-rank columns (cp_size {cp_size}, {qkv})",
             "alignment": ALIGNMENT + ("; context-parallel zigzag slices put back in place" if cp_size > 1 else ""),
-            "step": src.step, "ranks": len(dumps),
+            "ranks": len(dumps),
             "keys": {"rollout": "rollout_log_probs", "trainer": "log_probs", "mask": "loss_masks", "tokens": "tokens",
                      "advantage": "advantages", "reward": "rewards", "weight_version": "weight_versions"}}
     if any(_has(d, "rollout_routed_experts") for _, d in dumps):

@@ -47,7 +47,6 @@ def read(src, allow_pickle: bool = False):
     if any(s.prompt_text is not None for s in seqs):
         notes.append("'content' (the text of every message) is shown as each sample's prompt text")
     meta = {"framework": "nemo-rl", "layout": "whole sequence, right-padded (one sample per line)", "alignment": ALIGNMENT,
-            "step": src.step,
             "keys": {"rollout": "generation_logprobs", "trainer": "prev_logprobs", "mask": "token_loss_mask",
                      "tokens": "token_ids", "advantage": "advantages", "reward": "rewards", "prompt_text": "content"}}
     batch = assemble_seqs(src.origin, seqs, meta, ex, notes)

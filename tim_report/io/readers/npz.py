@@ -1,15 +1,17 @@
 """`.npz`: np.load(allow_pickle=False) unless the user allows pickles; members read only when used.
 
-An `.npz` is a zip of `.npy` files. Every member's header (shape, dtype) is read first and checked
-against the member's own size and the run's limits (io/limits.py), so a header that declares 40 GB,
-or a member that inflates to tens of GB, is refused before numpy allocates anything; a member no role
-uses is never read at all.
+An `.npz` is a zip of `.npy` files. Every member's header (shape, dtype) is read first, for `inspect`
+and the role choice; a member is checked against its own stored size and the run's limits
+(io/limits.py) when it is about to be read, so a header that declares 40 GB, or a member that inflates
+to tens of GB, is refused before numpy allocates anything. A member no role uses is never read nor
+judged: a huge `routed_experts` or a damaged extra member does not make a valid batch unreadable.
 """
 
 from __future__ import annotations
 
 import zipfile
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -31,45 +33,40 @@ def read_npz(path: Path, allow_pickle: bool) -> "NpzMembers":
             raise BadInput(path, "not an .npz archive (numpy writes a zip of .npy files; this is not a zip)")
     try:
         with zipfile.ZipFile(path) as zf:
-            headers = {info.filename[:-4]: _header(path, zf, info, allow_pickle)
-                       for info in zf.infolist() if info.filename.endswith(".npy")}
-    except (zipfile.BadZipFile, OSError, EOFError) as exc:
+            headers = {info.filename[:-4]: _header(zf, info) for info in zf.infolist() if info.filename.endswith(".npy")}
+    except (zipfile.BadZipFile, OSError, EOFError) as exc:  # the archive's own directory, not one member
         raise BadInput(path, f"not a readable .npz archive: truncated or corrupt ({first_line(exc)})") from exc
     if not headers:
         raise BadInput(path, "holds no arrays (an .npz is a zip of .npy files)")
     return NpzMembers(path, headers, allow_pickle)
 
 
-def _header(path: Path, zf: zipfile.ZipFile, info: zipfile.ZipInfo, allow_pickle: bool) -> tuple[tuple, np.dtype]:
-    """A member's declared shape and dtype, checked: no object arrays without --allow-pickle, no more data
-    declared than the member holds, nothing above the limits."""
-    key = info.filename[:-4]
+@dataclass(frozen=True)
+class Header:
+    """What a member declares, read without its data; `error` when even that cannot be read."""
+
+    shape: tuple = ()
+    dtype: np.dtype | None = None
+    stored: int = 0  # the member's uncompressed size in the zip directory
+    error: str | None = None
+
+
+def _header(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> Header:
+    """A member's declared shape and dtype; a damaged one is remembered, and refused only if it is read."""
     try:
         with zf.open(info) as fh:
             version = np.lib.format.read_magic(fh)
             read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
             shape, _, dtype = read(fh)
-    except Exception as exc:  # noqa: BLE001 - a damaged member header is a bad file, whatever numpy raises
-        raise BadInput(path, f"member '{key}' is not a readable .npy array ({first_line(exc)})") from exc
-    if dtype.hasobject and not allow_pickle:
-        raise BadInput(path, OBJECT_ARRAYS)
-    count = int(np.prod(shape, dtype=np.float64))
-    limits = current()
-    if key in TOPK_FIELDS and len(shape) == 2:  # [T, k]: k columns per token, k ≤ TOPK_MAX
-        if shape[1] > TOPK_MAX or shape[0] > limits.max_elements:
-            raise BadInput(path, f"'{key}' declares shape {list(shape)}: more than {TOPK_MAX} columns or "
-                                 f"{limits.max_elements:,} rows (from --max-tokens {limits.max_tokens:,})")
-    elif count > limits.max_elements:
-        raise BadInput(path, too_large(f"'{key}'", count, limits))
-    if not dtype.hasobject and count * dtype.itemsize > info.file_size:
-        raise BadInput(path, f"'{key}' declares {count:,} elements but holds only {info.file_size:,} bytes: truncated or corrupt")
-    return tuple(shape), dtype
+    except Exception as exc:  # noqa: BLE001 - a damaged member header is a bad member, whatever numpy raises
+        return Header(stored=info.file_size, error=first_line(exc))
+    return Header(tuple(shape), dtype, info.file_size)
 
 
 class NpzMembers(Mapping):
-    """The archive's arrays by name, each read (and cached) on first use."""
+    """The archive's arrays by name, each checked, read (and cached) on first use."""
 
-    def __init__(self, path: Path, headers: dict[str, tuple[tuple, np.dtype]], allow_pickle: bool):
+    def __init__(self, path: Path, headers: dict[str, Header], allow_pickle: bool):
         self.path, self.headers, self.allow_pickle = path, headers, allow_pickle
         self._cache: dict[str, np.ndarray] = {}
 
@@ -77,6 +74,7 @@ class NpzMembers(Mapping):
         if key not in self.headers:
             raise KeyError(key)
         if key not in self._cache:
+            self._check(key)
             try:
                 with np.load(self.path, allow_pickle=self.allow_pickle) as npz:
                     self._cache[key] = npz[key]
@@ -84,12 +82,34 @@ class NpzMembers(Mapping):
                 raise BadInput(self.path, f"member '{key}' cannot be read: truncated or corrupt ({first_line(exc)})") from exc
         return self._cache[key]
 
+    def _check(self, key: str) -> None:
+        """Before reading a member: no object arrays without --allow-pickle, no more data declared than the
+        member holds, nothing above the limits."""
+        h = self.headers[key]
+        if h.error is not None:
+            raise BadInput(self.path, f"member '{key}' is not a readable .npy array ({h.error})")
+        if h.dtype.hasobject and not self.allow_pickle:
+            raise BadInput(self.path, OBJECT_ARRAYS)
+        count = int(np.prod(h.shape, dtype=np.float64))
+        limits = current()
+        if key in TOPK_FIELDS and len(h.shape) == 2:  # [T, k]: k columns per token, k ≤ TOPK_MAX
+            if h.shape[1] > TOPK_MAX or h.shape[0] > limits.max_elements:
+                raise BadInput(self.path, f"'{key}' declares shape {list(h.shape)}: more than {TOPK_MAX} columns or "
+                                          f"{limits.max_elements:,} rows (from --max-tokens {limits.max_tokens:,})")
+        elif count > limits.max_elements:
+            raise BadInput(self.path, too_large(f"'{key}'", count, limits))
+        if not h.dtype.hasobject and count * h.dtype.itemsize > h.stored:
+            raise BadInput(self.path, f"'{key}' declares {count:,} elements but holds only {h.stored:,} bytes: "
+                                      "truncated or corrupt")
+
     def __contains__(self, key: object) -> bool:  # from the headers: asking is not reading
         return key in self.headers
 
     def prefetch(self, keys: list[str]) -> None:
         """Read these members side by side (zlib releases the GIL; each read opens its own handle)."""
         todo = [k for k in dict.fromkeys(keys) if k in self.headers and k not in self._cache]
+        for k in todo:  # here, not in the pool: its threads do not see the limits' context variable
+            self._check(k)
         if len(todo) > 1:
             from concurrent.futures import ThreadPoolExecutor
 
@@ -113,5 +133,5 @@ class NpzMembers(Mapping):
 
     def describe(self, key: str) -> tuple[list[int], str]:
         """Shape and dtype from the header, without reading the data (for `inspect`)."""
-        shape, dtype = self.headers[key]
-        return list(shape), str(dtype)
+        h = self.headers[key]
+        return (list(h.shape), str(h.dtype)) if h.error is None else ([], "unreadable .npy header")

@@ -44,7 +44,7 @@ def read(src, allow_pickle: bool = False):
             "keys": {"rollout": "inference_logprobs", "trainer": "trainer_logprobs", "mask": "loss_mask",
                      "tokens": "token_ids", "advantage": "advantages", "env": "env_name"},
             "ranks": ", ".join(str(r) for r in sorted({r for r in ranks if r is not None})) or None}
-    meta["step"] = _step(src, steps, notes)
+    meta["step"] = _recorded_step(steps, notes)
     batch = assemble_seqs(src.origin, seqs, meta, ex, notes)
     return batch, [{"key": k, "type": t} for k, t in sorted(fields.items())]
 
@@ -95,11 +95,9 @@ def _sample(cols: dict, a: int, b: int, env, ex: Exclusions) -> Seq | None:
                env=env if isinstance(env, str) else None)
 
 
-def _step(src, steps: set[int], notes: list[str]) -> int | None:
+def _recorded_step(steps: set[int], notes: list[str]) -> int | None:
+    """The step the records name (the path's, when it has one, wins: io.discover.settle_step)."""
     if len(steps) > 1:
         notes.append(f"the records name several steps ({', '.join(map(str, sorted(steps)))}); the step folder's is used")
-    if src.step is not None:
-        if steps and src.step not in steps:
-            notes.append(f"the folder says step {src.step}, the records say {', '.join(map(str, sorted(steps)))}")
-        return src.step
-    return next(iter(steps)) if len(steps) == 1 else None
+        return None
+    return next(iter(steps), None)

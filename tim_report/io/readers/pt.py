@@ -13,7 +13,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from ...errors import BadInput
+from ...errors import BadInput, UnpicklingWarning
 from ..limits import current, too_large
 from ..text import first_line
 
@@ -90,7 +90,8 @@ def torch_load(path: Path, allow_pickle: bool, refusal: str = NEEDS_PICKLE) -> A
 
 def warn_unpickling(path: Path) -> None:
     """Said once the file is unpickled (a failure says only its one error line)."""
-    warnings.warn(f"{path}: unpickling in full (it can run code from the file) because --allow-pickle was given", stacklevel=3)
+    warnings.warn(f"{path}: unpickling in full (it can run code from the file) because --allow-pickle was given",
+                  UnpicklingWarning, stacklevel=3)
 
 
 def unpickling_failed(path: Path, exc: BaseException) -> BadInput:

@@ -46,7 +46,7 @@ def read(src, allow_pickle: bool = False):
     how = _alignment(path, _arr(values, "response_mask")[rows])
     seqs = [_row(values, metadata, b, ex) for b in rows]
     meta = {"framework": "skyrl", "layout": f"response tensors [B, R], {how}", "alignment": ALIGNMENT.format(how=how),
-            "step": src.step if src.step is not None else metadata.get("global_step"),
+            "step": metadata.get("global_step"),
             "keys": {"rollout": "rollout_logprobs", "trainer": "action_log_probs", "mask": "loss_mask",
                      "tokens": "sequences", "advantage": "advantages", "reward": "rewards", "group": "metadata.uids"}}
     if _arr(values, "rollout_expert_indices") is not None:

@@ -39,7 +39,7 @@ def read(src, allow_pickle: bool = False):
     ex = Exclusions()
     seqs = [sample_seq(train_path, i, s, _joined(train_path, i, s, rollout, src.paths), ex) for i, s in enumerate(samples)]
     meta = {"framework": "slime", "layout": "response only (per-sample lists)", "alignment": ALIGNMENT,
-            "step": src.step if src.step is not None else dump.get("rollout_id"), "rollout_id": dump.get("rollout_id"),
+            "step": dump.get("rollout_id"), "rollout_id": dump.get("rollout_id"),
             "keys": {"rollout": "rollout_log_probs", "trainer": "log_probs", "mask": "loss_masks", "tokens": "tokens",
                      "advantage": "advantages", "reward": "rewards"}}
     if rollout is not None:
