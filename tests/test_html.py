@@ -89,6 +89,9 @@ def test_deterministic(tmp_path):
     two = build_site(tmp_path / "2", batches)
     files = sorted(p.relative_to(one) for p in one.rglob("*") if p.is_file())
     assert files == sorted(p.relative_to(two) for p in two.rglob("*") if p.is_file())
+    # the cache key hashes the input's path (the page names it), which differs here; test_run_view compares a
+    # cached build with a fresh one of the same inputs byte for byte
+    files = [f for f in files if f.name != ".tim-report-cache.json"]
     for f in files:
         a = (one / f).read_bytes().replace(str(tmp_path / "1").encode(), b"TMP")
         b = (two / f).read_bytes().replace(str(tmp_path / "2").encode(), b"TMP")

@@ -37,8 +37,10 @@ def gaussian_batch(sigma: float = 0.01, n: int = 400_000, seed: int = 0) -> Step
 
 
 def bars_of(spec: dict) -> list[dict]:
-    layer = next(l for l in spec["layer"] if l["data"]["values"] and "d" in l["data"]["values"][0])  # the histogram layer
-    data = layer["data"]["values"]
+    """The histogram layer's bars: the named dataset it draws (charts keep their bulky data in `datasets`)."""
+    layer = next(l for l in spec["layer"] if l["data"].get("name") in spec.get("datasets", {}))
+    data = spec["datasets"][layer["data"]["name"]]
+    assert data and "d" in data[0]
     return sorted(data, key=lambda b: b["a"])
 
 

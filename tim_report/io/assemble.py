@@ -165,7 +165,10 @@ def _topk_fields(p: Path, raw: RawFile, batch: StepBatch) -> None:
 def _declared(raw: RawFile, key: str) -> tuple[tuple, np.dtype]:
     """A value's shape and dtype; an archive read lazily answers from its header, unread."""
     if hasattr(raw.values, "headers"):
-        return raw.values.headers[key]
+        h = raw.values.headers[key]
+        if h.error is not None:
+            raise BadInput(raw.path, f"member '{key}' is not a readable .npy array ({h.error})")
+        return h.shape, h.dtype
     arr = np.asarray(raw.values[key])
     return arr.shape, arr.dtype
 
