@@ -271,3 +271,20 @@ def test_chi2_is_never_negative_and_is_one_over_ess_minus_one():
     assert 0 <= r.metrics["chi2_token"] == pytest.approx(1 / r.metrics["ess"] - 1, rel=1e-9)
     assert 0 <= r.metrics["chi2_seq"] == pytest.approx(1 / r.metrics["ess_seq"] - 1, rel=1e-6)
     assert r.metrics["chi2_token_se"] > 0
+
+
+def test_numbers_do_not_depend_on_how_many_blas_threads_run():
+    """A Ray worker runs with one BLAS thread, a local build with all of them: the same batch must give the same
+    bits (OpenBLAS splits a long dot product by thread, which changes the last bits of its sum)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from tim_report.analysis import analyze; from tim_report.model import dumps; "
+            "from tim_report.testing import make_batch; "
+            "print(dumps(analyze(make_batch(n_seqs=1000, mean_len=400, seed=3)).summary_dict()))")
+    outs = []
+    for threads in ("1", "2"):
+        env = {**os.environ, "OPENBLAS_NUM_THREADS": threads, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
+        outs.append(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout)
+    assert outs[0] == outs[1]

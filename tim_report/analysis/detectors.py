@@ -14,7 +14,7 @@ import numpy as np
 
 from ..config import DETECTOR_MAX_TOKENS, DiagnosisThresholds
 from .breakdowns import length_growth
-from .stats import cluster_mean_se, exp_or_inf, pearson, run_starts
+from .stats import cluster_mean_se, dot, exp_or_inf, pearson, run_starts
 from .tokens import Tokens
 
 
@@ -36,11 +36,11 @@ def _slope(x: np.ndarray, y: np.ndarray, seq: np.ndarray) -> tuple[float, float,
     """
     n = x.shape[0]
     mx, my = float(x.mean()), float(y.mean())
-    sxx = float(np.dot(x, x)) - n * mx * mx
+    sxx = dot(x, x) - n * mx * mx
     if sxx <= 0:
         return 0.0, float("inf"), 0.0
-    sxy = float(np.dot(x, y)) - n * mx * my
-    syy = float(np.dot(y, y)) - n * my * my
+    sxy = dot(x, y) - n * mx * my
+    syy = dot(y, y) - n * my * my
     b = sxy / sxx
     # per sequence: Σ xc·e = Σ xc·yc − b·Σ xc², from sums of x, y, xy, x² and the count
     starts = run_starts(seq)
@@ -55,7 +55,7 @@ def _slope(x: np.ndarray, y: np.ndarray, seq: np.ndarray) -> tuple[float, float,
     cxx = sxx_g - 2 * mx * sx + cnt * mx * mx
     sums = cxy - b * cxx
     g = starts.shape[0]
-    var = float(np.dot(sums, sums)) * (g / (g - 1) if g > 1 else 1.0) / sxx ** 2
+    var = dot(sums, sums) * (g / (g - 1) if g > 1 else 1.0) / sxx ** 2
     r2 = 1.0 - (syy - b * sxy) / syy if syy > 0 else 0.0
     return b, math.sqrt(max(var, 0.0)), r2
 

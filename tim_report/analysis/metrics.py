@@ -14,7 +14,7 @@ import math
 import numpy as np
 
 from ..config import PERCENTILES, SAFETY_BOUND, Thresholds
-from .stats import kish_ess, mean_se, pearson, percentile_ladder, spearman, top_share
+from .stats import dot, kish_ess, mean_se, pearson, percentile_ladder, spearman, top_share
 from .tokens import Tokens
 
 
@@ -78,7 +78,7 @@ def _weights(tok: Tokens, th: Thresholds, seq_log_r: np.ndarray, m: dict) -> Non
 def _chi2(w: np.ndarray, mean_se_of) -> tuple[float, float]:
     """mean(w²)/mean(w)² − 1 and its standard error, linearised: the SE of the mean of
     w²/b² − 2a·w/b³ (a = mean w², b = mean w), with the same (cluster-robust or plain) estimator."""
-    a, b = float(np.dot(w, w) / w.shape[0]), float(w.mean())
+    a, b = dot(w, w) / w.shape[0], float(w.mean())
     chi2 = max(a / (b * b) - 1.0, 0.0)
     influence = np.square(w)
     influence *= 1.0 / (b * b)

@@ -14,6 +14,13 @@ import numpy as np
 from ..config import PERCENTILES, SPEARMAN_MAX_TOKENS
 
 
+def dot(a: np.ndarray, b: np.ndarray) -> float:
+    """Σ a·b without BLAS: OpenBLAS splits a long dot product over as many threads as it has, and the partial
+    sums' order changes the last bits, so a build in a Ray worker (one BLAS thread) would differ from a local one.
+    numpy's own einsum loop gives the same bits wherever it runs, at about BLAS's single-thread speed."""
+    return float(np.einsum("i,i->", a, b))
+
+
 def finite(x: Any) -> float | None:
     """x as a float when it is a finite number (not a bool), else None."""
     if x is None or isinstance(x, (bool, np.bool_)) or not isinstance(x, (int, float, np.integer, np.floating)):
@@ -48,7 +55,7 @@ def cluster_mean_se(values: np.ndarray, seq: np.ndarray, starts: np.ndarray | No
     if g < 2:
         return mean, float(values.std(ddof=1) / math.sqrt(n))
     resid = np.add.reduceat(values, starts) - mean * np.diff(np.append(starts, n))
-    return mean, math.sqrt(float(np.dot(resid, resid)) * g / (g - 1)) / n
+    return mean, math.sqrt(dot(resid, resid) * g / (g - 1)) / n
 
 
 def mean_se(values: np.ndarray) -> tuple[float, float]:
@@ -61,7 +68,7 @@ def kish_ess(log_w: np.ndarray) -> float:
     """(Σw)² / (N·Σw²) in log space, so sequence weights exp(Σδ) never overflow."""
     w = log_w - float(log_w.max())
     np.exp(w, out=w)
-    return float(w.sum() ** 2 / (log_w.shape[0] * np.dot(w, w)))
+    return float(w.sum() ** 2 / (log_w.shape[0] * dot(w, w)))
 
 
 def top_share(log_w: np.ndarray, fraction: float = 0.01) -> float:
@@ -88,9 +95,9 @@ def pearson(a: np.ndarray, b: np.ndarray, chunk: int = 1 << 20) -> float | None:
     for lo in range(0, n, chunk):
         da = a[lo:lo + chunk] - ma
         db = b[lo:lo + chunk] - mb
-        saa += float(np.dot(da, da))
-        sbb += float(np.dot(db, db))
-        sab += float(np.dot(da, db))
+        saa += dot(da, da)
+        sbb += dot(db, db)
+        sab += dot(da, db)
     norm = math.sqrt(saa) * math.sqrt(sbb)
     if norm == 0:
         return None
