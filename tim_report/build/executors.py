@@ -1,7 +1,7 @@
 """Where each batch's analysis runs: in this process, in `--jobs N` worker processes, or as Ray tasks
 (`--executor ray`, ray_executor.py).
 
-Every executor runs the same function on the same inputs and returns Reports in input order, so the
+Every executor runs the same function on the same inputs and returns its results in input order, so the
 output is byte-identical whichever runs it. Workers die with their parent (a `kill -9` of the build
 leaves no worker blocked behind it), and a worker that dies (killed, out of memory) is one line of
 error, not a traceback. A worker's warnings (a file unpickled in full) are said by the parent, in input
@@ -18,10 +18,11 @@ import threading
 import warnings
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 from ..errors import BadInput
-from ..model import Report
+
+R = TypeVar("R")  # what a task returns: one step's index row and rendered files
 
 Progress = Callable[[int, int], None]
 
@@ -41,8 +42,8 @@ def session(executor: str, jobs: int = 1, ray_address: str | None = None) -> Ite
         yield
 
 
-def analyze_all(task: Callable[[Any, str], Report], inputs: list, ids: list[str], jobs: int = 1,
-                progress: Progress | None = None, executor: str = "local", ray_address: str | None = None) -> list[Report]:
+def analyze_all(task: Callable[[Any, str], R], inputs: list, ids: list[str], jobs: int = 1,
+                progress: Progress | None = None, executor: str = "local", ray_address: str | None = None) -> list[R]:
     """`task(input, run_id)` for every input (a Source), serially, in `jobs` processes or as Ray tasks; results
     in input order.
 
@@ -85,7 +86,7 @@ def _wait(futures: list[Future], total: int, progress: Progress | None) -> None:
             progress(n, total)
 
 
-def _results(futures: list[Future], inputs: list) -> list[Report]:
+def _results(futures: list[Future], inputs: list) -> list[R]:
     # Inputs start in order, so every input before a cancelled one ran: the first failure in input
     # order is the one a serial build would have stopped at.
     for f, p in zip(futures, inputs):
@@ -105,7 +106,7 @@ def _results(futures: list[Future], inputs: list) -> list[Report]:
     return reports
 
 
-def _warnings_kept(task: Callable[[Any, str], Report], src: Any, run_id: str) -> tuple[Report, list]:
+def _warnings_kept(task: Callable[[Any, str], R], src: Any, run_id: str) -> tuple[R, list]:
     """Run in a worker: the task, and the warnings it raised (message, category) for the parent to say."""
     with warnings.catch_warnings(record=True) as caught:
         report = task(src, run_id)

@@ -115,6 +115,14 @@ def analyze_file(opts: BuildOptions, src: Source, run_id: str) -> Report:
     return analyze(batch, opts.thresholds, run_id=run_id)
 
 
+def analyze_and_render(analyse, opts: BuildOptions, src: Source, run_id: str) -> tuple[dict, dict[str, str]]:
+    """One step's whole work, wherever it runs (this process, a --jobs worker, a Ray task): its analysis, its
+    index row and its rendered files, so rendering is spread over the workers too. `analyse` is passed rather
+    than looked up so that a worker runs the same function as the caller."""
+    report = analyse(opts, src, run_id)
+    return run_row(report), run_files(report, opts)
+
+
 def run_files(report: Report, opts: BuildOptions) -> dict[str, str]:
     """A run folder's files, rendered: the formats asked for, their renderers imported only then."""
     files = {}
@@ -171,18 +179,18 @@ def build(paths: list[Path], out: Path, opts: BuildOptions, run_ids: list[str] |
     rows: list[dict | None] = [cached_row(out, rid, k, opts.formats) for rid, k in zip(ids, keys)]
     todo = [i for i, r in enumerate(rows) if r is None]
     check_replaceable(out, [ids[i] for i in todo])  # a user's file in a run folder: refused before the work, too
-    task = functools.partial(analyze_file, opts)
+    task = functools.partial(analyze_and_render, analyze_file, opts)
     with staging(out) as folder, session(opts.executor if todo else "local", opts.jobs, opts.ray_address):
         # in chunks, so that at most a chunk of Reports (their samples, their pages) is in memory at once
         chunk = max(RAY_CHUNK if opts.executor == "ray" else 32, 8 * opts.jobs)
         for lo in range(0, len(todo), chunk):
             part = todo[lo:lo + chunk]
             done = functools.partial(_offset, progress, lo, len(todo)) if progress else None
-            reports = analyze_all(task, [found[i] for i in part], [ids[i] for i in part], opts.jobs, done, opts.executor,
-                                  opts.ray_address)
-            for i, report in zip(part, reports):
-                rows[i] = run_row(report)
-                write_files(folder / ids[i], {**run_files(report, opts), CACHE_FILE: cache_entry(keys[i], rows[i])})
+            steps = analyze_all(task, [found[i] for i in part], [ids[i] for i in part], opts.jobs, done, opts.executor,
+                                opts.ray_address)
+            for i, (row, files) in zip(part, steps):
+                rows[i] = row
+                write_files(folder / ids[i], {**files, CACHE_FILE: cache_entry(keys[i], row)})
         index = index_from_rows(rows)
         write_files(folder, index_files(index, opts))
         move_into(folder, out)

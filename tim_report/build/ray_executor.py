@@ -1,7 +1,7 @@
 """`--executor ray`: each batch's analysis as a Ray task, on a local Ray or a cluster (docs/scale.md).
 
 A task gets the Source (paths, not bytes: it reads the files where they live, so the paths must be
-valid on the worker nodes) and returns the Report, a few hundred kB at most. Results come back in
+valid on the worker nodes) and returns that step's index row and rendered files (1-2 MB: the page, report.md, the JSON). Results come back in
 input order, through the same pickling as `--jobs`, so the output is byte-identical to a local build.
 Ray is an optional extra, imported only here and only when asked; a local Ray started here is shut
 down before the build goes on, whatever happens.
@@ -15,10 +15,11 @@ import os
 import signal
 import threading
 import warnings
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 from ..errors import BadInput
-from ..model import Report
+
+R = TypeVar("R")  # what a task returns: one step's index row and rendered files
 
 INSTALL_HINT = 'Ray is not installed: pip install -e ".[ray]" (or pip install "ray>=2.40")'
 # A task whose worker or node is lost runs once more (a preempted node); an out-of-memory kill would only repeat.
@@ -48,9 +49,9 @@ def _import_ray() -> Any:
     return ray
 
 
-def analyze_on_ray(task: Callable[[Any, str], Report], inputs: list, ids: list[str], address: str | None = None,
-                   num_cpus: int | None = None, progress: Callable[[int, int], None] | None = None) -> list[Report]:
-    """`task(input, run_id)` for every input as Ray tasks; Reports in input order.
+def analyze_on_ray(task: Callable[[Any, str], R], inputs: list, ids: list[str], address: str | None = None,
+                   num_cpus: int | None = None, progress: Callable[[int, int], None] | None = None) -> list[R]:
+    """`task(input, run_id)` for every input as Ray tasks; results in input order.
 
     `address` None starts a local Ray with `num_cpus` CPUs (None: all) and stops it afterwards; "auto" or
     "ray://host:10001" joins a running cluster. A Ray already initialised by the caller is used as it is.
@@ -102,7 +103,7 @@ def _init(ray: Any, address: str | None, num_cpus: int | None) -> None:
             signal.signal(signal.SIGTERM, previous)
 
 
-def _run(task: Callable[[Any, str], Report], src: Any, rid: str, cwd: str) -> tuple[Report, list[tuple[type, str]]]:
+def _run(task: Callable[[Any, str], R], src: Any, rid: str, cwd: str) -> tuple[R, list[tuple[type, str]]]:
     """On a worker: run the task from the build's working folder (relative paths mean the same thing there),
     with its warnings collected to be shown by the build rather than lost in a worker's log."""
     if os.getcwd() != cwd:
@@ -118,7 +119,7 @@ def _run(task: Callable[[Any, str], Report], src: Any, rid: str, cwd: str) -> tu
     return report, [(w.category, str(w.message)) for w in caught]
 
 
-def _collect(ray: Any, refs: list, inputs: list, progress: Callable[[int, int], None] | None) -> list[Report]:
+def _collect(ray: Any, refs: list, inputs: list, progress: Callable[[int, int], None] | None) -> list[R]:
     """Wait for every task, reporting progress; the first failure (in the order they finish) stops the build."""
     from ray.exceptions import RayError, RayTaskError
 
