@@ -181,7 +181,7 @@ def build(paths: list[Path], out: Path, opts: BuildOptions, run_ids: list[str] |
     check_replaceable(out, [ids[i] for i in todo])  # a user's file in a run folder: refused before the work, too
     task = functools.partial(analyze_and_render, analyze_file, opts)
     with staging(out) as folder, session(opts.executor if todo else "local", opts.jobs, opts.ray_address):
-        # in chunks, so that at most a chunk of Reports (their samples, their pages) is in memory at once
+        # in chunks, so that at most a chunk of steps' rendered files is in memory at once
         chunk = max(RAY_CHUNK if opts.executor == "ray" else 32, 8 * opts.jobs)
         for lo in range(0, len(todo), chunk):
             part = todo[lo:lo + chunk]
