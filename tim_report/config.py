@@ -177,6 +177,7 @@ class TrendMetric:
     scale: str  # "ratio": searched in logs, a change reads "N× higher" (|δ|, KL span decades); "difference": "a → b"
     min_ratio: float  # a change of level counts when the levels differ by this factor (from 0 counts) ...
     min_diff: float  # ... and by this much in absolute terms
+    unit: str  # how its values are written: "nats", "kl", "ess" (4 decimals), "share" (of tokens, in %), "count"
 
 
 # Floors on the size of a change, on top of the change-point test (which asks that a shift stand out of
@@ -187,16 +188,17 @@ class TrendMetric:
 # clipping) or one in 100k tokens (veto); ESS by 0.005 (a tenth of the amber band's width); and data
 # problems by one token per step, since a healthy run has none.
 TREND_METRICS = (
-    TrendMetric("abs_delta_mean", "mean |δ|", "up", "ratio", 1.5, 0.0),
-    TrendMetric("abs_delta_median", "median |δ|", "up", "ratio", 1.5, 0.0),
-    TrendMetric("kl_k3", "KL k3", "up", "ratio", 2.0, 0.0),
-    TrendMetric("ess", "ESS", "down", "difference", 1.0, 0.005),
-    TrendMetric("outside_2x", "outside 2x", "up", "difference", 1.5, 1e-3),
-    TrendMetric("outside_5x", "outside 5x", "up", "difference", 1.5, 1e-3),
-    TrendMetric("phantom_clip", "phantom clip", "up", "difference", 1.5, 1e-3),
-    TrendMetric("veto_token_fraction", "veto", "up", "difference", 1.5, 1e-5),
-    TrendMetric("data_problems", "data problems", "up", "difference", 1.5, 1.0),
+    TrendMetric("abs_delta_mean", "mean |δ|", "up", "ratio", 1.5, 0.0, "nats"),
+    TrendMetric("abs_delta_median", "median |δ|", "up", "ratio", 1.5, 0.0, "nats"),
+    TrendMetric("kl_k3", "KL k3", "up", "ratio", 2.0, 0.0, "kl"),
+    TrendMetric("ess", "ESS", "down", "difference", 1.0, 0.005, "ess"),
+    TrendMetric("outside_2x", "outside 2x", "up", "difference", 1.5, 1e-3, "share"),
+    TrendMetric("outside_5x", "outside 5x", "up", "difference", 1.5, 1e-3, "share"),
+    TrendMetric("phantom_clip", "phantom clip", "up", "difference", 1.5, 1e-3, "share"),
+    TrendMetric("veto_token_fraction", "veto", "up", "difference", 1.5, 1e-5, "share"),
+    TrendMetric("data_problems", "data problems", "up", "difference", 1.5, 1.0, "count"),
 )
+TREND_BY_KEY = {m.key: m for m in TREND_METRICS}
 TREND_LOG_AXIS_SPAN = 10.0  # a panel gets a log axis when its positive values span this factor or more
 TREND_POINTS_MAX = 200  # above this many steps the trend draws lines and faint points (no overplotting)
 TREND_TABLE_MAX_STEPS = 50  # report.md's step table up to this many steps; longer runs: the HTML index and index.json
@@ -431,9 +433,9 @@ HISTORY_FLOOR = {
     "outside_2x": 1e-3, "outside_5x": 1e-3, "phantom_clip": 1e-3, "veto_token_fraction": 1e-3,
     "ess": 1e-2,
 }
-# Which way is worse, per headline metric of index.json's rows: "max" (higher is worse) or "min" (lower is worse).
-HISTORY_METRICS = {"kl_k3": "max", "ess": "min", "abs_delta_mean": "max", "abs_delta_median": "max",
-                   "outside_2x": "max", "outside_5x": "max", "phantom_clip": "max", "veto_token_fraction": "max"}
+# The metrics the band holds (those with a floor) and which way is worse, from the run view's own list:
+# "max" (higher is worse) or "min" (lower is worse).
+HISTORY_METRICS = {m.key: "max" if m.worse == "up" else "min" for m in TREND_METRICS if m.key in HISTORY_FLOOR}
 # The most of index.json `check --history` reads: a row is under 1 kB, so 32 MiB holds some 30,000 steps;
 # a larger (or endless) file is refused rather than read into memory.
 HISTORY_MAX_BYTES = 32 * 1024 * 1024

@@ -151,10 +151,11 @@ def _step(s) -> str:
 
 
 def _num(x: float, m: TrendMetric) -> str:
-    if m.key == "data_problems":
+    """A level in a sentence, by the metric's unit (as the tables write it)."""
+    if m.unit == "count":
         return f"{x:.3g} per step"
-    if m.key == "ess":
+    if m.unit == "ess":
         return f"{x:.4f}"
-    if m.scale == "difference":
+    if m.unit == "share":
         return f"{100 * x:.3g}%"
     return f"{x:.3g}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..config import TREND_BY_KEY
 
 def fmt(x: Any, digits: int = 3) -> str:
     """A number for people: 3 significant digits, compact exponents (1.2e-4), — when missing."""
@@ -48,14 +49,13 @@ def fixed(x: Any, decimals: int = 4) -> str:
     return f"{x:.{decimals}f}"
 
 
-SHARES = ("outside_2x", "outside_5x", "phantom_clip", "veto_token_fraction")  # run-row keys that are shares of tokens
-
-
 def metric_value(key: str, x: Any) -> str:
-    """A headline number of the run view as the tables write it: ESS to 4 decimals, shares of tokens in %."""
-    if key == "ess":
+    """A headline number of the run view as the tables write it, by its unit (config.TREND_METRICS): ESS to 4
+    decimals, shares of tokens in %."""
+    unit = TREND_BY_KEY[key].unit if key in TREND_BY_KEY else None
+    if unit == "ess":
         return fixed(x, 4)
-    return pct(x) if key in SHARES else fmt(x)
+    return pct(x) if unit == "share" else fmt(x)
 
 
 def with_se(metrics: dict, key: str) -> str:
