@@ -11,7 +11,6 @@ from typing import Any
 from ..config import TREND_BY_KEY
 
 
-
 def fmt(x: Any, digits: int = 3) -> str:
     """A number for people: 3 significant digits, compact exponents (1.2e-4), — when missing."""
     if x is None:
