@@ -28,7 +28,7 @@ def scrub(text: str, tmp: Path) -> str:
     text = re.sub(r"(<script>\n).*?(\n</script>\n<script>\n\(function)", r"\1/* vega bundle */\2", text, flags=re.S)
     text = re.sub(r'content="tim-report [^"]*"', 'content="tim-report VERSION"', text)
     text = re.sub(r"Made by tim-report \S+?(?=[,.]\s)", "Made by tim-report VERSION", text)
-    text = re.sub(r"<style>\n.*?</style>", "<style>/* templates/style.css */</style>", text, flags=re.S)
+    text = re.sub(r"<style>\n.*?</style>", "<style>/* style.css */</style>", text, flags=re.S)
 
     def specs(m: re.Match) -> str:
         charts = json.loads(m.group(2))

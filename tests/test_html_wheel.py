@@ -26,7 +26,7 @@ from tim_report.io import save_batch
 from tim_report.testing import make_batch
 here = Path(tim_report.__file__).resolve().parent
 assert here.is_relative_to(Path(sys.prefix).resolve()), (here, sys.prefix)
-assert templates_dir() == here / "templates", templates_dir()
+assert templates_dir() == here / "render" / "templates", templates_dir()
 out = Path(sys.argv[1])
 save_batch(make_batch(8, 16), out / "w.npz")
 build([out / "w.npz"], out / "site", BuildOptions())

@@ -31,14 +31,10 @@ def tool_fingerprint() -> str:
         h = hashlib.sha256(version("tim-report").encode())
     except PackageNotFoundError:  # a bare checkout on the path: the code digest below still tells versions apart
         h = hashlib.sha256(b"checkout")
-    roots = [PACKAGE, PACKAGE.parent / "templates"]
-    for root in roots:
-        if not root.is_dir():
-            continue
-        for p in sorted(root.rglob("*")):
-            if p.is_file() and p.suffix in (".py", ".html", ".css", ".js") and "__pycache__" not in p.parts:
-                h.update(str(p.relative_to(root)).encode())
-                h.update(p.read_bytes())
+    for p in sorted(PACKAGE.rglob("*")):
+        if p.is_file() and p.suffix in (".py", ".html", ".css", ".js") and "__pycache__" not in p.parts:
+            h.update(str(p.relative_to(PACKAGE)).encode())
+            h.update(p.read_bytes())
     return h.hexdigest()
 
 

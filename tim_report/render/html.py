@@ -29,12 +29,8 @@ INDEX_COLUMNS = (("abs_delta_median", "median |δ|"), ("kl_k3", "KL k3"), ("ess"
 
 
 def templates_dir() -> Path:
-    """Installed: tim_report/templates (force-included in the wheel); from a checkout: the repo's templates/."""
-    pkg = Path(__file__).parent.parent
-    for cand in (pkg / "templates", pkg.parent / "templates"):
-        if (cand / "run.html").is_file():
-            return cand
-    raise FileNotFoundError(f"tim-report templates not found under {pkg}")
+    """The page templates, inside the package (installed or a checkout alike)."""
+    return Path(__file__).parent / "templates"
 
 
 def code_spans(text: str | None) -> Markup:
