@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 from markdown_it import MarkdownIt
 
-from tim_report.build import BuildOptions, build
-from tim_report.build import pipeline as _pipeline
+from tim_report.service.build import BuildOptions, build
+from tim_report.service import build as _pipeline
 from tim_report.io import save_batch
 from tim_report.model import StepBatch
+from tim_report.render import RenderOptions
 from tim_report.testing import make_batch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,8 +60,8 @@ def hostile_batch(n_seqs: int = 12, mean_len: int = 24, seed: int = 3, step: int
     return b
 
 
-def build_site(tmp: Path, batches: list[tuple[str, StepBatch]], **opts) -> Path:
-    """Save each batch as `<name>.npz` and build them into tmp/site."""
+def build_site(tmp: Path, batches: list[tuple[str, StepBatch]], **render) -> Path:
+    """Save each batch as `<name>.npz` and build them into tmp/site (`render`: RenderOptions' fields)."""
     paths = []
     for name, b in batches:
         p = tmp / "in" / f"{name}.npz"
@@ -68,7 +69,7 @@ def build_site(tmp: Path, batches: list[tuple[str, StepBatch]], **opts) -> Path:
         save_batch(b, p)
         paths.append(p)
     out = tmp / "site"
-    build(paths, out, BuildOptions(**opts))
+    build(paths, out, BuildOptions(render=RenderOptions(**render)))
     return out
 
 

@@ -50,7 +50,7 @@ def test_step_outside_the_band_fails_one_line_per_metric(run_site):
     lines = r.output.strip().splitlines()
     assert lines and all(line.startswith(f"{new}: history ") for line in lines)
     kl = next(line for line in lines if line.startswith(f"{new}: history kl_k3 = "))
-    assert f"above the run's band (median " in kl and f"of steps 1-{STEPS}; margin 1×, floor {HISTORY_FLOOR['kl_k3']:g})" in kl
+    assert "above the run's band (median " in kl and f"of steps 1-{STEPS}; margin 1×, floor {HISTORY_FLOOR['kl_k3']:g})" in kl
     value, bound = (float(x) for x in kl.split(" = ")[1].split(",")[0].split(" > "))
     assert value > bound
     # a looser margin takes KL back inside the band (phantom clipping's median is 0: only its floor counts)

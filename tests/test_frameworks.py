@@ -25,7 +25,7 @@ from click.testing import CliRunner
 from tim_report.analysis import analyze
 from tim_report.cli import main
 from tim_report.errors import BadInput
-from tim_report.io import describe, load, save_batch, sources
+from tim_report.io import LoadOptions, load, save_batch, sources
 
 from helpers import ROOT
 
@@ -61,7 +61,7 @@ def aligned(batch) -> None:
 def read(path, **kw):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return load(path, **kw)
+        return load(path, LoadOptions(**kw))
 
 
 def run(*args):

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from tim_report.cli import main
 from tim_report.errors import BadInput
-from tim_report.io import load, save_batch
+from tim_report.io import LoadOptions, load, save_batch
 from tim_report.testing import make_batch, to_padded
 
 MEMORY_LIMIT = 3 << 30  # bytes of address space for the subprocess: torch itself maps ~0.7 GB
@@ -130,9 +130,9 @@ def test_members_no_role_uses_are_never_read(tmp_path):
     assert routed.size > 4 * limit
     for name in ("junk", "cut_short", "bad_header", "bad_crc", "routed_experts"):  # each one, if read, is refused
         with pytest.raises(BadInput, match=name if name != "routed_experts" else "--max-tokens"):
-            load(tmp_path / "extra.npz", keys={"rollout": name} if name != "bad_crc" else {"trainer": name},
-                 max_tokens=limit)
-    got, want = load(tmp_path / "extra.npz", max_tokens=limit), load(plain)
+            load(tmp_path / "extra.npz", LoadOptions(keys={"rollout": name} if name != "bad_crc" else {"trainer": name},
+                                                     max_tokens=limit))
+    got, want = load(tmp_path / "extra.npz", LoadOptions(max_tokens=limit)), load(plain)
     assert got.n_tokens == want.n_tokens == batch.n_tokens
     np.testing.assert_array_equal(got.rollout_logp, want.rollout_logp)
     np.testing.assert_array_equal(got.trainer_logp, want.trainer_logp)

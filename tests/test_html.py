@@ -10,7 +10,7 @@ import pytest
 from tim_report.config import health
 from tim_report.glossary import BY_KEY, GLOSSARY, reading
 from tim_report.render.format import fmt, visible
-from tim_report.render.html import render_notes, templates_dir
+from tim_report.render.pages import render_notes, templates_dir
 from tim_report.render.views import HEADLINE
 from tim_report.testing import make_batch
 

@@ -20,8 +20,8 @@ pytestmark = pytest.mark.slow
 SCRIPT = r"""
 import sys, tim_report
 from pathlib import Path
-from tim_report.render.html import templates_dir
-from tim_report.build import BuildOptions, build
+from tim_report.render.pages import templates_dir
+from tim_report.service.build import BuildOptions, build
 from tim_report.io import save_batch
 from tim_report.testing import make_batch
 here = Path(tim_report.__file__).resolve().parent

@@ -11,7 +11,7 @@ import torch
 
 from tim_report.analysis import analyze
 from tim_report.errors import BadInput
-from tim_report.io import describe, load, save_batch
+from tim_report.io import LoadOptions, describe, load, save_batch
 from tim_report.testing import make_batch, to_padded
 
 
@@ -117,7 +117,7 @@ def test_key_override_picks_another_trainer(tmp_path, batch):
     d["log_probs"] = d["old_log_probs"] - 1.0
     np.savez(tmp_path / "k.npz", **d)
     assert load(tmp_path / "k.npz").meta["keys"]["trainer"] == "old_log_probs"
-    over = load(tmp_path / "k.npz", keys={"trainer": "log_probs"})
+    over = load(tmp_path / "k.npz", LoadOptions(keys={"trainer": "log_probs"}))
     assert over.meta["keys"]["trainer"] == "log_probs"
     assert analyze(over).metrics["bias"] < -0.9
 
@@ -146,7 +146,7 @@ def test_pickled_dataproto_needs_allow_pickle(tmp_path, batch):
     with pytest.raises(BadInput, match="--allow-pickle"):
         load(path)
     with pytest.warns(UserWarning, match="allow-pickle"):
-        loaded = load(path, allow_pickle=True)
+        loaded = load(path, LoadOptions(allow_pickle=True))
     same_metrics(loaded, batch)
     assert list(loaded.group) == list(batch.group)
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tim_report.build import BuildOptions, build, unique_ids
+from tim_report.service.build import BuildOptions, build, unique_ids
 from tim_report.cli import main
 from tim_report.errors import BadInput
 from tim_report.io import save_batch
@@ -75,7 +75,7 @@ def test_a_users_file_inside_a_run_folder_is_never_deleted(tmp_path, npz):
 
 
 def test_move_into_refuses_a_run_folder_holding_anything_else_before_moving_anything(tmp_path):
-    from tim_report.io.output import MARKER, RUN_FILES, move_into
+    from tim_report.site.publish import MARKER, RUN_FILES, move_into
 
     out, staged = tmp_path / "site", tmp_path / "staged"
     for folder in (out / "r", staged / "r"):
@@ -98,7 +98,7 @@ def test_move_into_refuses_a_run_folder_holding_anything_else_before_moving_anyt
 
 
 def test_a_file_added_after_the_check_is_put_back_not_deleted(tmp_path):
-    from tim_report.io.output import _replace
+    from tim_report.site.publish import _replace
 
     target, new, scratch = tmp_path / "site" / "r", tmp_path / "new", tmp_path / "scratch"
     for d in (target, new, scratch):
@@ -266,7 +266,7 @@ def test_run_id_index_html_is_one_line(npz, tmp_path):
 
 
 def test_a_worker_that_dies_is_one_line(tmp_path, npz, monkeypatch):
-    import tim_report.build.pipeline as pipeline
+    import tim_report.service.build as pipeline
 
     monkeypatch.setattr(pipeline, "analyze_file", analyze_or_die)
     with pytest.raises(BadInput, match="worker process died"):

@@ -112,7 +112,7 @@ def test_bad_input_in_a_ray_task_is_one_line_exit_2(tmp_path, shared_ray):
 
 @pytest.mark.slow
 def test_a_ray_worker_that_dies_is_one_line(tmp_path, shared_ray, monkeypatch):
-    import tim_report.build.pipeline as pipeline
+    import tim_report.service.build as pipeline
 
     monkeypatch.setattr(pipeline, "analyze_file", analyze_or_die)
     folder = run_folder(tmp_path / "in", 2)

@@ -16,7 +16,7 @@ from tim_report.cli import main
 from tim_report.config import TREND_METRICS, health
 from tim_report.io import save_batch
 from tim_report.model import Report
-from tim_report.build import BuildOptions, build
+from tim_report.service.build import BuildOptions, build
 from tim_report.testing import make_batch
 
 from helpers import check_gfm

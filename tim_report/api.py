@@ -4,8 +4,8 @@
     report.to_html(); report.to_markdown(); report.to_dict()     # and it displays itself in Jupyter
     tim_report.compare("before.pt", "after.pt").write("cmp/")
 
-This module sits beside the build pipeline, above every layer it joins; the renderers are imported
-only when a page is asked for.
+The same service calls as the command line (`tim_report.service`); renderers are imported only when a page is
+asked for.
 """
 
 from __future__ import annotations
@@ -24,15 +24,15 @@ class Report(model.Report, JupyterMixin):
 
     def to_html(self, notes_md: str | None = None) -> str:
         """The run page (the same `index.html` that `tim-report build` writes for this batch)."""
-        from .render.html import render_run
+        from .render import RenderOptions, renderer
 
-        return render_run(self, notes_md=notes_md)
+        return renderer("html").run(self, RenderOptions(notes_md=notes_md))["index.html"]
 
     def to_markdown(self, base_url: str | None = None) -> str:
         """The run's GitHub-flavoured markdown (`report.md`); `base_url` makes its links absolute."""
-        from .render.markdown import render_run_md
+        from .render import RenderOptions, renderer
 
-        return render_run_md(self, base_url=base_url)
+        return renderer("md").run(self, RenderOptions(base_url=base_url))["report.md"]
 
     def jupyter_title(self) -> str:
         return str(self.run.get("id") or "run")
@@ -43,17 +43,18 @@ class Comparison(model.Comparison, JupyterMixin):
     """A `model.Comparison` with `.to_html()`, `.to_markdown()`, `.write(folder)` and Jupyter display."""
 
     def to_html(self, timestamp: str | None = None) -> str:
-        from .render.compare_html import render_compare_html
+        from .render import RenderOptions, renderer
 
-        return render_compare_html(self.data, timestamp)
+        return renderer("html").compare(self.data, RenderOptions(timestamp=timestamp))["index.html"]
 
-    def to_markdown(self, html_url: str | None = None) -> str:
-        from .render.compare_md import render_compare_md
+    def to_markdown(self) -> str:
+        from .render import RenderOptions, renderer
 
-        return render_compare_md(self.data, html_url)
+        return renderer("md").compare(self.data, RenderOptions())["compare.md"]
 
     def write(self, out: str | Path) -> Path:
-        from .build import write_compare
+        """index.html, compare.md and compare.json into the folder `out` (as `tim-report compare -o` writes them)."""
+        from .service.compare import write_compare
 
         return write_compare(self, Path(out))
 
@@ -62,11 +63,12 @@ class Comparison(model.Comparison, JupyterMixin):
         return f"{labels.get('before')} → {labels.get('after')}"
 
 
-def load(path, **kwargs) -> model.StepBatch:
-    """Read a step batch file into a StepBatch (see tim_report.io.load)."""
-    from .io import load as _load
+def load(path, **options) -> model.StepBatch:
+    """Read a step batch file into a StepBatch; `options` are `io.LoadOptions`' fields (keys, meta, allow_pickle,
+    tokenizer, format_hint, max_tokens)."""
+    from .io import LoadOptions, load as _load
 
-    return _load(path, **kwargs)
+    return _load(path, LoadOptions(**options))
 
 
 def analyze(batch: model.StepBatch, thresholds: Thresholds | None = None, run_id: str | None = None,
@@ -79,18 +81,11 @@ def analyze(batch: model.StepBatch, thresholds: Thresholds | None = None, run_id
 
 
 def compare(before, after, labels: tuple[str, str] | None = None, thresholds: Thresholds | None = None,
-            **load_kwargs) -> Comparison:
-    """Compare two StepBatches or step batch files; labels default to the file stems."""
-    from .analysis.compare import compare_batches
+            **options) -> Comparison:
+    """Compare two StepBatches or step batch files (`options`: how to read files, as for `load`). Labels default to
+    the file stems ("before" / "after" for a StepBatch), told apart when they are the same."""
+    from .io import LoadOptions
+    from .service.compare import compare as _compare
 
-    sides, names = [], []
-    for i, x in enumerate((before, after)):
-        if isinstance(x, (str, Path)):
-            sides.append(load(x, **load_kwargs))
-            names.append(Path(x).stem)
-        else:
-            sides.append(x)
-            names.append(("before", "after")[i])
-    if labels is None:
-        labels = (names[0], names[1]) if names[0] != names[1] else ("before", "after")
-    return Comparison(compare_batches(sides[0], sides[1], labels=tuple(labels), thresholds=thresholds))
+    c = _compare(before, after, LoadOptions(**options), labels or (None, None), thresholds)
+    return Comparison(c.data)

@@ -159,6 +159,52 @@ class Comparison:
         return cls(d)
 
 
+# ---- the run index (index.json's rows; tim_report.site.index_json writes and reads them) ----------------------
+
+# One row per run: what the index, the run view, `check --history` and the cache read back without the Report.
+# Each field with the kind of value it holds, so a row read back from disk is checked before it is used.
+RUN_ROW: dict[str, str] = {
+    "id": "text", "model": "text?", "device": "text?",
+    "rollout_engine": "text", "rollout_dtype": "text", "trainer_engine": "text", "trainer_dtype": "text",
+    "step": "number?", "tokens": "number?", "sequences": "number?",
+    "ess": "number?", "kl_k3": "number?", "abs_delta_median": "number?", "abs_delta_mean": "number?",
+    "abs_delta_max": "number?", "outside_2x": "number?", "outside_5x": "number?", "phantom_clip": "number?",
+    "veto_token_fraction": "number?", "veto_seq_fraction": "number?", "seq_log_ratio_mean": "number?",
+    "routing": "counts", "routing_unit": "text", "regime": "text?", "verdict": "text?", "blocked_by_bug": "bool",
+    "excluded_tokens": "number", "input_problems": "number", "input_problem_kinds": "texts", "data_problems": "number",
+    "health": "text",
+}
+
+
+def row_problem(row: Any) -> str | None:
+    """What is wrong with a run row read back from disk (a field missing, extra or of the wrong kind), or None."""
+    if not isinstance(row, dict):
+        return "is not an object"
+    if set(row) != set(RUN_ROW):
+        return f"has fields {sorted(set(row) ^ set(RUN_ROW))[:5]} where a run row has not, or lacks them"
+    for name, kind in RUN_ROW.items():
+        if not _is_kind(row[name], kind.rstrip("?"), kind.endswith("?")):
+            return f"{name} is not {kind.rstrip('?')}"
+    return None
+
+
+def _is_kind(v: Any, kind: str, optional: bool) -> bool:
+    if v is None:
+        return optional
+    if kind == "number":
+        return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+    if kind == "text":
+        return isinstance(v, str)
+    if kind == "bool":
+        return isinstance(v, bool)
+    if kind == "texts":
+        return isinstance(v, list) and all(isinstance(x, str) for x in v)
+    if kind == "counts":
+        return isinstance(v, dict) and all(isinstance(k, str) and (x is None or _is_kind(x, "number", False))
+                                           for k, x in v.items())
+    return False
+
+
 def clean(obj: Any) -> Any:
     """NaN / inf become null so the JSON is valid everywhere (browsers, jq, GitHub)."""
     if isinstance(obj, float):

@@ -20,11 +20,9 @@ from pathlib import Path
 
 import click
 
-from ..analysis.runs import run_row
 from ..config import HISTORY_MARGIN, HISTORY_METRICS, HISTORY_WINDOW, SEVERITIES, VERL_ALERTS
 from ..errors import BadInput
-from .options import (fail_cleanly, format_hint_option, key_option, max_tokens_option, meta_option, parse_keys,
-                      parse_meta, parse_pairs, pickle_option, ppo_eps_option)
+from .options import fail_cleanly, load_options, parse_pairs, ppo_eps_option
 from .text import excluded_note, safe
 
 
@@ -57,26 +55,16 @@ from .text import excluded_note, safe
               help="The least the band reaches past the median, per metric (defaults in config.HISTORY_FLOOR).")
 @ppo_eps_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per file instead of lines.")
-@key_option
-@meta_option
-@format_hint_option
-@max_tokens_option
-@pickle_option
 @fail_cleanly
+@load_options
 def check_command(files, max_kl, max_kl_k3, min_ess, min_ess_seq, max_chi2_token, max_outside_5x, max_phantom_clip,
                   no_limits, fail_on, overrides, history, history_window, history_margin, history_floors, ppo_eps, as_json,
-                  keys, meta, format_hint, max_tokens, allow_pickle):
+                  load):
     """Exit 1 when a batch breaks a limit or has a diagnosis finding (CI gate); 0 when clean; 2 on bad input."""
-    from ..analysis import analyze
-    from ..analysis.gate import default_limits, evaluate
+    from ..analysis.gate import default_limits
     from ..config import DiagnosisThresholds, Thresholds
-    from ..analysis.history import check_history
-    from ..analysis.runs import run_row
-    from ..io import load, meta_overrides
-    from ..io.history import read_history
+    from ..service.check import CheckOptions, check
 
-    key_map = parse_keys(keys)
-    meta_map = meta_overrides(parse_meta(meta))
     values = parse_pairs(overrides, "--set", "NAME=VALUE")
     try:
         dth = DiagnosisThresholds().override(values) if values else None
@@ -87,20 +75,12 @@ def check_command(files, max_kl, max_kl_k3, min_ess, min_ess_seq, max_chi2_token
     th = Thresholds(ppo_eps_low=ppo_eps[0], ppo_eps_high=ppo_eps[1])
     limits = [] if no_limits else default_limits(max_kl, max_kl_k3, min_ess, max_chi2_token, max_outside_5x,
                                                    max_phantom_clip, min_ess_seq)
-    rows = read_history(history) if history is not None else None  # bad history: exit 2 before any analysis
-    floors = _floors(history_floors)
+    options = CheckOptions(limits=limits, fail_on=fail_on, thresholds=th, diagnosis=dth, history=history,
+                           history_window=history_window, history_margin=history_margin,
+                           history_floors=_floors(history_floors))
     failed = False
-    for path in files:
-        batch = load(path, keys=key_map, allow_pickle=allow_pickle, meta=meta_map, format_hint=format_hint,
-                     max_tokens=max_tokens)
-        report = analyze(batch, th, diagnosis_thresholds=dth)
-        res = evaluate(report, limits, fail_on)
-        hres = None
-        if rows is not None:
-            hres = check_history(run_row(report), rows, history_window, history_margin, floors)
-            res.violations += hres.violations
-            if hres.note is None:
-                res.summary += f"; within the run's band ({hres.basis})"
+    for checked in check(list(files), load, options):
+        path, report, res, hres = checked.path, checked.report, checked.result, checked.history
         failed |= not res.ok
         if as_json:
             click.echo(json.dumps({"file": str(path), "ok": res.ok, "regime": res.regime,
@@ -117,9 +97,9 @@ def check_command(files, max_kl, max_kl_k3, min_ess, min_ess_seq, max_chi2_token
         if report.routing.get("blocked_by_bug"):
             click.echo(f"{name}: {report.routing['blocked_by_bug']['message']}")
         if res.ok:
-            click.echo(f"{name}: ok ({res.summary}{excluded_note(run_row(report))})")
-        elif excluded_note(run_row(report)):
-            click.echo(f"{name}: note:{excluded_note(run_row(report)).lstrip(';')}")
+            click.echo(f"{name}: ok ({res.summary}{excluded_note(checked.row)})")
+        elif excluded_note(checked.row):
+            click.echo(f"{name}: note:{excluded_note(checked.row).lstrip(';')}")
     sys.exit(1 if failed else 0)
 
 

@@ -7,25 +7,21 @@ from pathlib import Path
 
 import click
 
-from .options import fail_cleanly, format_hint_option, key_option, max_tokens_option, parse_keys, pickle_option
+from .options import fail_cleanly, load_options
 from .text import safe
 
 
 @click.command("inspect")
 @click.argument("file", type=click.Path(path_type=Path))
-@key_option
-@format_hint_option
-@max_tokens_option
-@pickle_option
 @click.option("--json", "as_json", is_flag=True, help="Print the mapping as JSON.")
 @fail_cleanly
-def inspect_command(file, keys, format_hint, max_tokens, allow_pickle, as_json):
+@load_options
+def inspect_command(file, as_json, load):
     """Show the framework and layout of FILE (a file or a step folder), its keys, which were taken for which role
     and why, and what was excluded from the metrics and why. A run folder lists its steps."""
     from ..io import describe
 
-    info = describe(file, keys=parse_keys(keys), allow_pickle=allow_pickle, format_hint=format_hint,
-                    max_tokens=max_tokens)
+    info = describe(file, load)
     if as_json:
         click.echo(json.dumps(info, indent=1, default=str))  # JSON escapes every control character itself
         return

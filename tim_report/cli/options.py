@@ -94,6 +94,26 @@ def timestamp_now() -> str:
 
 
 input_files = click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+
+
+def load_options(fn):
+    """The six options that say how to read a batch (--key, --meta, --format-hint, --max-tokens, --allow-pickle,
+    --tokenizer), handed to the command as one `io.LoadOptions` named `load`. Put it under `fail_cleanly`, so a
+    malformed value is one line of error."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, keys, meta, format_hint, max_tokens, allow_pickle, tokenizer, **kwargs):
+        from ..io import LoadOptions, meta_overrides
+
+        load = LoadOptions(keys=parse_keys(keys), meta=meta_overrides(parse_meta(meta)), allow_pickle=allow_pickle,
+                           tokenizer=tokenizer, format_hint=format_hint, max_tokens=max_tokens)
+        return fn(*args, load=load, **kwargs)
+
+    for option in (tokenizer_option, pickle_option, max_tokens_option, format_hint_option, meta_option, key_option):
+        wrapper = option(wrapper)
+    return wrapper
+
+
 key_option = click.option("--key", "keys", multiple=True, metavar="ROLE=NAME",
                           help="Use key NAME for ROLE (rollout, trainer, mask, tokens, text, group, reward, advantage, shadow, prompt).")
 pickle_option = click.option("--allow-pickle", is_flag=True,

@@ -1,9 +1,10 @@
 """Everything about files: the readers of every input format, the canonical format, atomic output.
 
-    sources(path)    a file or folder → the batches in it (`Source`s), one per training step
-    load(src)        a Source or a path holding one batch → StepBatch (BadInput with a one-line reason otherwise)
-    describe(src)    what `tim-report inspect` prints: framework, layout, keys, the role mapping, exclusions and why
-    save_batch(b, p) the canonical `.npz`
+    sources(path)         a file or folder → the batches in it (`Source`s), one per training step
+    load(src, options)    a Source or a path holding one batch → StepBatch (BadInput with a one-line reason otherwise)
+    describe(src, options) what `tim-report inspect` prints: framework, layout, keys, the role mapping, exclusions and why
+    save_batch(b, p)      the canonical `.npz`
+    LoadOptions           how to read (keys, meta, pickling, tokenizer, format hint, size limit): one object for all
 
 Framework dumps (prime-rl, slime, miles, NeMo-RL, SkyRL, verl) are read by their own module in
 `readers/`; plain dicts of arrays go through `files.py` → `roles.py` → `assemble.py`. Nothing outside
@@ -26,28 +27,28 @@ from .detect import FRAMEWORKS
 from .discover import Source, settle_step, sources
 from .files import RawFile, raw_file, read_file
 from .limits import limited
+from .options import LoadOptions
 from .roles import ROLE_ALIASES, USER_ROLES, choose_roles
 from .text import clean_strings
 from .tokenizer import load_decoder
 
-__all__ = ["FRAMEWORKS", "ROLE_ALIASES", "USER_ROLES", "RawFile", "Source", "describe", "load", "meta_overrides",
-           "read_file", "save_batch", "sources"]
+__all__ = ["FRAMEWORKS", "ROLE_ALIASES", "USER_ROLES", "LoadOptions", "RawFile", "Source", "describe", "load",
+           "meta_overrides", "read_file", "save_batch", "sources"]
 
 
-def load(src: str | Path | Source, *, keys: dict[str, str] | None = None, allow_pickle: bool = False,
-         tokenizer: str | None = None, format_hint: str | None = None, meta: dict[str, str] | None = None,
-         max_tokens: int | None = None) -> StepBatch:
+def load(src: str | Path | Source, options: LoadOptions | None = None) -> StepBatch:
     """Read one batch (a Source, or a path that holds exactly one) into a StepBatch.
 
-    `meta` (from `--meta KEY=VALUE`) names what the file does not: it overrides the file's own meta.
-    `max_tokens` (`--max-tokens`) bounds what is read (io/limits.py)."""
-    src = _one(src, format_hint)
-    with limited(max_tokens):
-        batch, _, _ = _read(src, keys, allow_pickle)
-    _finish(batch, src, max_tokens)
-    if tokenizer:
-        batch.decoder = load_decoder(tokenizer)
-    batch.meta.update(meta_overrides(meta or {}))
+    `options.meta` (from `--meta KEY=VALUE`) names what the file does not: it overrides the file's own meta.
+    `options.max_tokens` (`--max-tokens`) bounds what is read (io/limits.py)."""
+    opts = options or LoadOptions()
+    src = _one(src, opts.format_hint)
+    with limited(opts.max_tokens):
+        batch, _, _ = _read(src, opts.keys, opts.allow_pickle)
+    _finish(batch, src, opts.max_tokens)
+    if opts.tokenizer:
+        batch.decoder = load_decoder(opts.tokenizer)
+    batch.meta.update(meta_overrides(opts.meta))
     return batch
 
 
@@ -91,17 +92,17 @@ def meta_overrides(pairs: dict[str, str]) -> dict:
     return out
 
 
-def describe(src: str | Path | Source, *, keys: dict[str, str] | None = None, allow_pickle: bool = False,
-             format_hint: str | None = None, max_tokens: int | None = None) -> dict[str, Any]:
+def describe(src: str | Path | Source, options: LoadOptions | None = None) -> dict[str, Any]:
     """What `tim-report inspect` prints; for a folder of several steps, the list of steps found."""
+    opts = options or LoadOptions()
     if not isinstance(src, Source):
-        found = sources(src, format_hint)
+        found = sources(src, opts.format_hint)
         if len(found) > 1:
             return {"file": str(src), "sources": [_source_info(s) for s in found]}
         src = found[0]
-    with limited(max_tokens):
-        batch, fields, roles = _read(src, keys, allow_pickle)
-    _finish(batch, src, max_tokens)
+    with limited(opts.max_tokens):
+        batch, fields, roles = _read(src, opts.keys, opts.allow_pickle)
+    _finish(batch, src, opts.max_tokens)
     fields, _ = clean_strings(fields)
     return {
         **_source_info(src),

@@ -12,7 +12,7 @@ import altair as alt
 from . import charts as ch
 from .compare_views import HTML_MARK, metric_rows, seq_rows, signed, token_rows
 from .format import fmt, sig
-from .html import environment, page_context
+from .pages import environment, page_context
 
 BEFORE_COLOUR = "#8c8c8c"
 AFTER_COLOUR = ch.BLUE

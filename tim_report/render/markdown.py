@@ -381,3 +381,19 @@ def render_index_md(index: dict, base_url: str | None = None) -> str:
     sections = [("engine pairs", _pairs_table(index) if len(runs) > 1 else ""), ("precision matrix", _precision_table(index)),
                 ("trend over steps", _trend_table(index, base_url)), ("columns", esc(columns, None, own=True))]
     return assemble(core, [(n, s) for n, s in sections if s], html)
+
+
+class MarkdownRenderer:
+    def run(self, report, options) -> dict[str, str]:
+        return {"report.md": render_run_md(report, base_url=options.base_url)}
+
+    def index(self, index: dict, options) -> dict[str, str]:
+        return {"report.md": render_index_md(index, base_url=options.base_url)}
+
+    def compare(self, comparison: dict, options) -> dict[str, str]:
+        from .compare_md import render_compare_md
+
+        return {"compare.md": render_compare_md(comparison, "index.html")}
+
+
+RENDERER = MarkdownRenderer()

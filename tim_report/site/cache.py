@@ -16,7 +16,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..io.output import CACHE_FILE, FILES_BY_FORMAT
+from ..model import dumps, row_problem
+from .layout import CACHE_FILE, run_files
 
 MAX_CACHE_BYTES = 1 << 20  # a row is about 1 KB; anything bigger is not one of ours
 PACKAGE = Path(__file__).resolve().parent.parent
@@ -60,7 +61,7 @@ def cached_row(out: Path, run_id: str, key: str, formats: tuple[str, ...]) -> di
     folder = out / run_id
     if folder.is_symlink() or not folder.is_dir():
         return None
-    if any(not (folder / name).is_file() for f in formats for name in FILES_BY_FORMAT[f]):
+    if any(not (folder / name).is_file() for name in run_files(formats)):
         return None
     try:
         path = folder / CACHE_FILE
@@ -70,22 +71,10 @@ def cached_row(out: Path, run_id: str, key: str, formats: tuple[str, ...]) -> di
     except (OSError, ValueError):
         return None
     row = data.get("row") if isinstance(data, dict) else None
-    if data.get("key") != key or not isinstance(row, dict) or row.get("id") != run_id or set(row) != _row_keys():
-        return None
-    step = row["step"]
-    if step is not None and (isinstance(step, bool) or not isinstance(step, (int, float))):
+    if data.get("key") != key or row_problem(row) is not None or row["id"] != run_id:
         return None
     return row
 
 
-@functools.lru_cache(maxsize=1)
-def _row_keys() -> set[str]:
-    from ..analysis.runs import run_row
-
-    return set(run_row({}))
-
-
 def cache_entry(key: str, row: dict) -> str:
-    from ..model import dumps
-
     return dumps({"key": key, "row": row}, compact=True)

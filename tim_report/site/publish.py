@@ -23,15 +23,9 @@ from pathlib import Path
 from typing import Iterator
 
 from ..errors import BadInput
+from .layout import MARKER, RUN_FILES, STAGING_PREFIX
 
-MARKER = ".tim-report.json"
-STAGING_PREFIX = ".tim-report-"
 SPACE_MARGIN = 16 << 20  # bytes kept free beyond what a write needs
-# What a run folder holds, and nothing else: the files of each --format, and the per-step cache
-# (build/cache.py reads these names from here: io never imports build).
-CACHE_FILE = ".tim-report-cache.json"
-FILES_BY_FORMAT = {"html": ("index.html",), "md": ("report.md",), "json": ("summary.json", "samples.json")}
-RUN_FILES = frozenset(name for names in FILES_BY_FORMAT.values() for name in names) | {CACHE_FILE}
 
 
 def check_target(out: Path) -> None:

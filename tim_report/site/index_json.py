@@ -1,8 +1,13 @@
-"""A built site's index.json read back as the run's history, for `check --history`.
+"""index.json, the site's machine-readable index: its one schema, written and read back here.
 
-Only the "runs" rows are read (other top-level keys belong to the run view). The file is untrusted:
-its size is capped before it is parsed, and anything that is not rows of numbers is one line of
-BadInput naming the file.
+    {"tool": "tim-report", "schema_version": 1,
+     "runs": [run row, ...],              one per run folder (analysis.runs.run_row; docs/index-json.md)
+     "steps": N, "change_points": [...], "change_steps": [...]}   the run view (analysis.trend)
+
+Every build writes it, whatever the formats: the per-step cache, `check --history` and `watch` read it
+back. Read back, the file is untrusted: its size is capped before it is parsed, and anything that is not
+rows of numbers is one line of BadInput naming the file. A file without `schema_version` (tim-report
+before the schema was versioned) reads as version 1.
 """
 
 from __future__ import annotations
@@ -10,9 +15,25 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 from ..config import HISTORY_MAX_BYTES, HISTORY_METRICS
 from ..errors import BadInput
+from ..model import dumps
+from .layout import INDEX_JSON
+
+SCHEMA_VERSION = 1
+
+
+def document(index: dict) -> dict:
+    """index.json from the index summary (analysis.runs.index_from_rows)."""
+    tr = index["trend"] or {}
+    return {"tool": "tim-report", "schema_version": SCHEMA_VERSION, "runs": index["runs"], "steps": tr.get("steps", 0),
+            "change_points": tr.get("change_points", []), "change_steps": tr.get("change_steps", [])}
+
+
+def text(index: dict) -> str:
+    return dumps(document(index))
 
 
 def read_history(path: str | Path, max_bytes: int = HISTORY_MAX_BYTES) -> list[dict]:
@@ -20,7 +41,7 @@ def read_history(path: str | Path, max_bytes: int = HISTORY_MAX_BYTES) -> list[d
     path = Path(path)
     if not path.exists():
         raise BadInput(path, "no such folder (--history names a site built with `tim-report build`)")
-    index = path / "index.json" if path.is_dir() else path
+    index = path / INDEX_JSON if path.is_dir() else path
     if not index.is_file():
         raise BadInput(index, "no such file: build the run first (`tim-report build RUN -o SITE`, json format on)")
     try:
@@ -36,6 +57,9 @@ def read_history(path: str | Path, max_bytes: int = HISTORY_MAX_BYTES) -> list[d
         raise BadInput(index, f"is not valid JSON ({type(exc).__name__})") from None
     if not isinstance(doc, dict) or doc.get("tool") != "tim-report" or not isinstance(doc.get("runs"), list):
         raise BadInput(index, "is not a tim-report index.json (expected {\"tool\": \"tim-report\", \"runs\": [...]})")
+    version = doc.get("schema_version", 1)
+    if version != SCHEMA_VERSION:
+        raise BadInput(index, f"has schema_version {str(version)[:20]}; this tim-report reads {SCHEMA_VERSION} (rebuild the site)")
     return [_row(index, i, r) for i, r in enumerate(doc["runs"])]
 
 

@@ -1,8 +1,8 @@
-"""Build the output site: one folder per batch plus the index, written all or nothing.
+"""`build`: the output site, one folder per batch plus the index, written all or nothing.
 
-Everything is rendered into a staging folder beside the output and moved into place only when every
-input has succeeded, so a bad input never leaves a half-written site. Renderers are imported only for
-the formats asked for: a markdown-only build never loads Altair or Jinja2.
+load → analyze → render → write. Everything is rendered into a staging folder beside the output and moved
+into place only when every input has succeeded, so a bad input never leaves a half-written site. Renderers
+are imported only for the formats asked for: a markdown-only build never loads Altair or Jinja2.
 """
 
 from __future__ import annotations
@@ -16,33 +16,28 @@ from pathlib import Path
 
 from ..analysis import analyze
 from ..analysis.runs import index_from_rows, run_row
+from ..catalogue.formats import FORMATS
 from ..config import Thresholds
 from ..errors import BadInput
-from ..io import Source, load, sources
-from ..io.output import MARKER, check_replaceable, check_target, move_into, staging, write_files
-from ..model import Comparison, Report, dumps
-from .cache import CACHE_FILE, cache_entry, cached_row, options_fingerprint, step_key
+from ..io import LoadOptions, Source, load, sources
+from ..model import Report
+from ..render import RenderOptions, render
+from ..site import index_json
+from ..site.cache import cache_entry, cached_row, options_fingerprint, step_key
+from ..site.layout import CACHE_FILE, RESERVED
+from ..site.publish import check_replaceable, check_target, move_into, staging, write_files
 from .executors import Progress, analyze_all, session
-
-FORMATS = ("html", "md", "json")
 
 
 @dataclass
 class BuildOptions:
-    keys: dict[str, str] = field(default_factory=dict)
-    meta: dict[str, str] = field(default_factory=dict)  # --meta: names the files do not carry
-    allow_pickle: bool = False
-    tokenizer: str | None = None
+    load: LoadOptions = field(default_factory=LoadOptions)
     thresholds: Thresholds = field(default_factory=Thresholds)
-    formats: tuple[str, ...] = FORMATS
-    notes_md: str | None = None
-    base_url: str | None = None
-    timestamp: str | None = None
+    formats: tuple[str, ...] = tuple(FORMATS)
+    render: RenderOptions = field(default_factory=RenderOptions)
     jobs: int = 1
     executor: str = "local"  # "local" (in-process or --jobs processes) or "ray" (executors.EXECUTORS)
     ray_address: str | None = None  # --ray-address: None starts a local Ray on demand
-    format_hint: str | None = None
-    max_tokens: int | None = None  # --max-tokens (None: config.MAX_TOKENS)
 
 
 @dataclass
@@ -59,8 +54,6 @@ class BuildResult:
 
 RAY_CHUNK = 256  # steps in flight at once on Ray: enough to keep a cluster busy, a few hundred MB of Reports
 
-# Names a run folder cannot take: the site's own files beside the run folders.
-RESERVED = {"index.html", "report.md", "index.json", MARKER}
 MAX_RUN_ID = 100  # characters; file systems allow 255 bytes per name, and a run id is also a URL path segment
 
 
@@ -110,9 +103,7 @@ def expand(paths: list[Path], given: list[str] | None, format_hint: str | None =
 
 
 def analyze_file(opts: BuildOptions, src: Source, run_id: str) -> Report:
-    batch = load(src, keys=opts.keys, allow_pickle=opts.allow_pickle, tokenizer=opts.tokenizer, meta=opts.meta,
-                 max_tokens=opts.max_tokens)
-    return analyze(batch, opts.thresholds, run_id=run_id)
+    return analyze(load(src, opts.load), opts.thresholds, run_id=run_id)
 
 
 def analyze_and_render(analyse, opts: BuildOptions, src: Source, run_id: str) -> tuple[dict, dict[str, str]]:
@@ -120,50 +111,13 @@ def analyze_and_render(analyse, opts: BuildOptions, src: Source, run_id: str) ->
     index row and its rendered files, so rendering is spread over the workers too. `analyse` is passed rather
     than looked up so that a worker runs the same function as the caller."""
     report = analyse(opts, src, run_id)
-    return run_row(report), run_files(report, opts)
-
-
-def run_files(report: Report, opts: BuildOptions) -> dict[str, str]:
-    """A run folder's files, rendered: the formats asked for, their renderers imported only then."""
-    files = {}
-    if "json" in opts.formats:
-        files["summary.json"] = dumps(report.summary_dict())
-        files["samples.json"] = dumps(report.samples_dict(), compact=True)
-    if "html" in opts.formats:
-        from ..render.html import render_run
-
-        files["index.html"] = render_run(report, notes_md=opts.notes_md, timestamp=opts.timestamp)
-    if "md" in opts.formats:
-        from ..render.markdown import render_run_md
-
-        files["report.md"] = render_run_md(report, base_url=opts.base_url)
-    return files
-
-
-def index_files(index: dict, opts: BuildOptions) -> dict[str, str]:
-    """The site's own files from the index summary (analysis.runs.index_from_rows)."""
-    files = {}
-    if "json" in opts.formats:  # for scripts, dashboards and `check --history`: one row per run (run_row's keys)
-        tr = index["trend"] or {}
-        files["index.json"] = dumps({"tool": "tim-report", "runs": index["runs"], "steps": tr.get("steps", 0),
-                                     "change_points": tr.get("change_points", []), "change_steps": tr.get("change_steps", [])})
-    if "html" in opts.formats:
-        from ..render.html import render_index
-
-        files["index.html"] = render_index(index, timestamp=opts.timestamp, notes_md=opts.notes_md)
-    if "md" in opts.formats:
-        from ..render.markdown import render_index_md
-
-        files["report.md"] = render_index_md(index, base_url=opts.base_url)
-    return files
+    return run_row(report), render("run", report, opts.formats, opts.render)
 
 
 def cache_options(opts: BuildOptions) -> str:
     """Every option that changes what a run folder holds (not the timestamp, not how the work is spread)."""
-    return options_fingerprint({"keys": opts.keys, "meta": opts.meta, "allow_pickle": opts.allow_pickle,
-                                "tokenizer": opts.tokenizer, "thresholds": opts.thresholds.to_dict(),
-                                "formats": opts.formats, "notes": opts.notes_md, "base_url": opts.base_url,
-                                "format_hint": opts.format_hint, "max_tokens": opts.max_tokens})
+    return options_fingerprint({"load": opts.load.to_dict(), "thresholds": opts.thresholds.to_dict(),
+                                "formats": opts.formats, "notes": opts.render.notes_md, "base_url": opts.render.base_url})
 
 
 def build(paths: list[Path], out: Path, opts: BuildOptions, run_ids: list[str] | None = None,
@@ -173,7 +127,7 @@ def build(paths: list[Path], out: Path, opts: BuildOptions, run_ids: list[str] |
     and tool is reused as it is (build/cache.py); the index is rewritten from every step's row."""
     start = time.monotonic()
     check_target(out)  # before the analysis: refusing after minutes of work would waste them
-    found, ids = expand(paths, run_ids, opts.format_hint)
+    found, ids = expand(paths, run_ids, opts.load.format_hint)
     fingerprint = cache_options(opts)
     keys = [step_key(s.paths, f"{s.framework}\0{s.origin}", rid, fingerprint) for s, rid in zip(found, ids)]
     rows: list[dict | None] = [cached_row(out, rid, k, opts.formats) for rid, k in zip(ids, keys)]
@@ -192,7 +146,7 @@ def build(paths: list[Path], out: Path, opts: BuildOptions, run_ids: list[str] |
                 rows[i] = row
                 write_files(folder / ids[i], {**files, CACHE_FILE: cache_entry(keys[i], row)})
         index = index_from_rows(rows)
-        write_files(folder, index_files(index, opts))
+        write_files(folder, {**render("index", index, opts.formats, opts.render), index_json.INDEX_JSON: index_json.text(index)})
         move_into(folder, out)
     return BuildResult(rows, (index["trend"] or {}).get("change_steps", []), len(todo), len(found) - len(todo),
                        time.monotonic() - start)
@@ -201,15 +155,3 @@ def build(paths: list[Path], out: Path, opts: BuildOptions, run_ids: list[str] |
 def _offset(progress: Progress, offset: int, total: int, done: int, _chunk_total: int) -> None:
     progress(offset + done, total)
 
-
-def write_compare(comparison: Comparison, out: Path, timestamp: str | None = None) -> Path:
-    """index.html, compare.json and compare.md rendered into a staging folder beside `out`, then moved in."""
-    from ..render.compare_html import render_compare_html
-    from ..render.compare_md import render_compare_md
-
-    data = comparison.to_dict()
-    with staging(out) as folder:
-        write_files(folder, {"index.html": render_compare_html(data, timestamp), "compare.json": dumps(data),
-                             "compare.md": render_compare_md(data, "index.html")})
-        move_into(folder, out)
-    return out

@@ -1,0 +1,75 @@
+"""What every HTML page shares: the Jinja2 environment over the package's templates, the notes, the page frame.
+
+Used by the run page and the index (html.py) and by the comparison (compare_html.py).
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from jinja2 import Environment, FileSystemLoader
+from markupsafe import Markup, escape
+
+from .. import glossary
+from ..config import HEALTH, health
+from .format import fixed, fmt, metric_value, pct, visible
+from .vega import javascript_bundle
+from .views import kv_items, kv_tables
+
+
+def templates_dir() -> Path:
+    """The page templates, inside the package (installed or a checkout alike)."""
+    return Path(__file__).parent / "templates"
+
+
+def code_spans(text: str | None) -> Markup:
+    """Text tim-report wrote (verdicts, advice) with its `backtick spans` as <code>; everything else escaped."""
+    if text is None:
+        return Markup("")
+    parts = str(text).split("`")
+    if len(parts) % 2 == 0:  # an unbalanced backtick: show it as it is
+        return escape(str(text))
+    return Markup("").join(escape(p) if i % 2 == 0 else Markup("<code>%s</code>") % p for i, p in enumerate(parts))
+
+
+def render_notes(notes_md: str | None) -> Markup | None:
+    """The author's markdown narrative; raw HTML in it is escaped, unsafe link schemes are dropped, and images are
+    not rendered (a page promises to load nothing from the network; the Content-Security-Policy enforces it too)."""
+    if not notes_md:
+        return None
+    from markdown_it import MarkdownIt
+
+    md = (MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
+          .enable("table").enable("strikethrough").disable("image"))
+    return Markup(md.render(notes_md))
+
+
+# ---- environment and pages ------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=4)
+def environment(path: str | None = None) -> Environment:
+    env = Environment(loader=FileSystemLoader(path or str(templates_dir())), autoescape=True,
+                      trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    env.policies["json.dumps_kwargs"] = {"sort_keys": True, "separators": (",", ":"), "ensure_ascii": False}
+    env.filters.update(fmt=fmt, pct=pct, fixed=fixed, visible=visible, code=code_spans)
+    env.globals.update(metric_value=metric_value)
+    env.globals.update(glossary=glossary.GLOSSARY, glossary_by_key=glossary.BY_KEY, conventions=glossary.CONVENTIONS,
+                       health=health, health_bands=HEALTH, health_legend=glossary.HEALTH_LEGEND, kv_items=kv_items,
+                       kv_tables=kv_tables)
+    return env
+
+
+def tool_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("tim-report")
+    except Exception:  # pragma: no cover - running from a bare checkout
+        return "dev"
+
+
+def page_context(charts: list[dict], timestamp: str | None) -> dict:
+    """What every page's base template needs: the charts, their specs, the Vega bundle (only with charts), the footer."""
+    return {"charts": charts, "chart_specs": [{"id": c["id"], "spec": c["spec"]} for c in charts],
+            "vega_js": Markup(javascript_bundle()) if charts else None, "timestamp": timestamp, "version": tool_version()}

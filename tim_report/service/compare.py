@@ -1,0 +1,44 @@
+"""`compare`: two batches on the same tokens, before and after, and the comparison folder written all or nothing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..analysis.compare import compare_batches
+from ..catalogue.formats import FORMATS
+from ..config import Thresholds
+from ..io import LoadOptions, load
+from ..model import Comparison, StepBatch
+from ..render import RenderOptions, render
+from ..site.publish import move_into, staging, write_files
+
+
+def labels_for(names: tuple[str, str]) -> tuple[str, str]:
+    """The page's names for the two sides: their own (file stems), told apart when they are the same."""
+    before, after = names
+    return (f"{before} (before)", f"{after} (after)") if before == after else (before, after)
+
+
+def compare(before: str | Path | StepBatch, after: str | Path | StepBatch, load_options: LoadOptions | None = None,
+            labels: tuple[str | None, str | None] = (None, None), thresholds: Thresholds | None = None) -> Comparison:
+    """Two batches (files or StepBatches) compared. A label not given is the file's stem ("before" / "after" for a
+    StepBatch); two equal names are told apart by " (before)" / " (after)"."""
+    sides, names = [], []
+    for side, x, given in zip(("before", "after"), (before, after), labels):
+        if isinstance(x, StepBatch):
+            sides.append(x)
+            names.append(given or side)
+        else:
+            sides.append(load(x, load_options))
+            names.append(given or Path(x).stem)
+    return Comparison(compare_batches(sides[0], sides[1], labels=labels_for((names[0], names[1])), thresholds=thresholds))
+
+
+def write_compare(comparison: Comparison, out: Path, formats: tuple[str, ...] = tuple(FORMATS),
+                  options: RenderOptions | None = None) -> Path:
+    """The comparison's files (index.html, compare.md, compare.json) rendered into a staging folder beside `out`,
+    then moved in."""
+    with staging(out) as folder:
+        write_files(folder, render("compare", comparison.to_dict(), formats, options))
+        move_into(folder, out)
+    return out
