@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from tim_report.analysis import analyze
-from tim_report.config import FINDING_IDS, REGIMES
+from tim_report.catalogue.findings import FINDINGS, REGIMES
 from tim_report.io import load
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,7 +48,7 @@ def markdown(rows: list[dict], details: bool = True) -> str:
         counts = [sum(1 for r in rows if r["expected_regime"] == exp and r["regime"] == got) for got in REGIMES]
         if sum(counts):
             out.append(f"| {exp} | " + " | ".join(str(c) for c in counts) + " |")
-    ids = [i for i in FINDING_IDS]
+    ids = [i for i in tuple(FINDINGS)]
     out += ["", "Findings (rows: fixture; cells: severity of each finding that fired; ✔ = expected and fired, "
             "✘ = expected and missing):", "",
             "| fixture | tokens | expected regime | diagnosed | " + " | ".join(f"`{i}`" for i in ids) + " |",

@@ -35,4 +35,4 @@ def trl_npz(tmp_path, batch):
 
 def pytest_addoption(parser):
     parser.addoption("--update-gold", action="store_true", default=False,
-                     help="Rewrite the gold files in tests/gold/html/ from the current output.")
+                     help="Rewrite the gold files in tests/gold/ from the current output.")

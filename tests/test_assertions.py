@@ -153,7 +153,7 @@ def test_size_beyond_the_band_alone_fails_with_its_numbers():
     ref = logprobs()
     msg = failure(ref, with_noise(ref, 1e-3), precision="fp32")
     assert "elevated (beyond fp32 noise)" in msg
-    assert "nats > 1e-05 ✗" in msg and "fp32 band:" in msg
+    assert "nats > 1e-5 ✗" in msg and "fp32 band:" in msg
     assert len(msg.splitlines()) <= 8
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from helpers import HOSTILE, build_site, hostile_batch, skip_or_fail
-from tim_report.config import TREND_METRICS
+from tim_report.catalogue.metrics import TREND, metric
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -94,7 +94,7 @@ def test_hostile_text_shows_literally_and_runs_nothing(browser, site):
 def test_index_draws_and_links(browser, site):
     page, seen, n = open_page(browser, site / "index.html")
     rows = json.loads((site / "index.json").read_text(encoding="utf-8"))["runs"]
-    moving = [m for m in TREND_METRICS if len({r[m.key] for r in rows}) > 1]
+    moving = [m for m in map(metric, TREND) if len({r[m.key] for r in rows}) > 1]
     assert n == len(moving) >= 4  # trend over the two numbered steps: a panel per headline metric that moves
     assert seen["errors"] == [] and seen["dialogs"] == []
     assert seen["requests"] == [(site / "index.html").as_uri()]

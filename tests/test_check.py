@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from tim_report.analysis import analyze
-from tim_report.analysis.gate import default_limits, evaluate
+from tim_report.analysis.gate import evaluate, limits
 from tim_report.cli import main
 from tim_report.io import save_batch
 from tim_report.testing import make_batch
@@ -118,11 +118,11 @@ def test_json_output(clean, shifted):
 
 
 def test_default_limits_are_verls_alerts():
-    lim = {(l.metric, l.op): l.bound for l in default_limits()}
+    lim = {(l.metric, l.op): l.bound for l in limits()}
     assert lim == {("kl_k1", "max"): 0.1, ("kl_k3", "max"): 0.1, ("ess", "min"): 0.3, ("chi2_token", "max"): 1.0}
 
 
 def test_evaluate_api():
     rep = analyze(make_batch(n_seqs=8, mean_len=32))
-    res = evaluate(rep, default_limits(), "error")
+    res = evaluate(rep, limits(), "error")
     assert res.ok and res.regime == "numerical_noise"

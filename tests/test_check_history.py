@@ -10,7 +10,8 @@ from click.testing import CliRunner
 
 from tim_report.analysis.history import band, check_history, window_rows
 from tim_report.cli import main
-from tim_report.config import HISTORY_FLOOR, HISTORY_MAX_BYTES, HISTORY_METRICS, HISTORY_MIN_STEPS
+from tim_report.catalogue.metrics import HISTORY, metric
+from tim_report.config import HISTORY_MAX_BYTES, HISTORY_MIN_STEPS
 from tim_report.io import save_batch
 from tim_report.testing import make_batch
 
@@ -50,7 +51,7 @@ def test_step_outside_the_band_fails_one_line_per_metric(run_site):
     lines = r.output.strip().splitlines()
     assert lines and all(line.startswith(f"{new}: history ") for line in lines)
     kl = next(line for line in lines if line.startswith(f"{new}: history kl_k3 = "))
-    assert "above the run's band (median " in kl and f"of steps 1-{STEPS}; margin 1×, floor {HISTORY_FLOOR['kl_k3']:g})" in kl
+    assert "above the run's band (median " in kl and f"of steps 1-{STEPS}; margin 1×, floor {metric('kl_k3').history_floor:g})" in kl
     value, bound = (float(x) for x in kl.split(" = ")[1].split(",")[0].split(" > "))
     assert value > bound
     # a looser margin takes KL back inside the band (phantom clipping's median is 0: only its floor counts)
@@ -61,7 +62,7 @@ def test_step_outside_the_band_fails_one_line_per_metric(run_site):
 def test_window_and_floor_options(run_site):
     r = cli("check", run_site / "step_9.npz", "--history", run_site / "site", "--history-window", "5")
     assert r.exit_code == 1 and f"of steps {STEPS - 4}-{STEPS};" in r.output
-    floors = [f"--history-floor={m}=1" for m in HISTORY_METRICS]
+    floors = [f"--history-floor={m}=1" for m in HISTORY]
     r = cli("check", run_site / "step_9.npz", "--history", run_site / "site", *floors)
     assert r.exit_code == 0, r.output
     r = cli("check", run_site / "step_9.npz", "--history", run_site / "site/index.json", "--json")
@@ -129,9 +130,9 @@ def test_window_is_the_steps_before_the_new_one():
 
 
 def test_band_directions():
-    assert band([0.01, 0.02, 0.03], "max", 1.0, 1e-4) == (0.02, 0.04)
-    assert band([0.0, 0.0, 0.0], "max", 1.0, 1e-3) == (0.0, 1e-3)  # the floor, not a zero-width band
-    med, low = band([0.9, 0.8, 0.7], "min", 0.5, 0.01)  # ESS: the margin applies to the deficit 1 − ESS
+    assert band([0.01, 0.02, 0.03], "up", 1.0, 1e-4) == (0.02, 0.04)
+    assert band([0.0, 0.0, 0.0], "up", 1.0, 1e-3) == (0.0, 1e-3)  # the floor, not a zero-width band
+    med, low = band([0.9, 0.8, 0.7], "down", 0.5, 0.01)  # ESS: the margin applies to the deficit 1 − ESS
     assert med == 0.8 and low == pytest.approx(0.7)
     rows = [{"id": str(s), "step": s, "ess": 0.99, "kl_k3": None} for s in range(6)]
     res = check_history({"step": 6, "ess": 0.95, "kl_k3": 5.0}, rows)

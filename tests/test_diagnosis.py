@@ -15,7 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tim_report.analysis import analyze
-from tim_report.config import FINDING_IDS, REGIMES, SEVERITIES, DiagnosisThresholds
+from tim_report.catalogue.findings import FINDINGS, REGIMES
+from tim_report.config import SEVERITIES, DiagnosisThresholds
 from tim_report.model import StepBatch
 from tim_report.model import dumps
 from tim_report.testing import make_batch
@@ -50,7 +51,7 @@ def test_finding_schema_on_a_fault():
     assert d["findings"]
     for f in d["findings"]:
         assert set(f) == {"id", "severity", "title", "problem", "evidence", "likely_cause", "what_to_check"}
-        assert f["id"] in FINDING_IDS and f["severity"] in SEVERITIES
+        assert f["id"] in FINDINGS and f["severity"] in SEVERITIES
         assert all(isinstance(v, (int, float)) or v is None for v in f["evidence"].values())
 
 

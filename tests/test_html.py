@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from tim_report.config import health
-from tim_report.glossary import BY_KEY, GLOSSARY, reading
-from tim_report.render.format import fmt, visible
+from tim_report.catalogue.metrics import BY_KEY, HEADLINE, glossary
+from tim_report.catalogue.numbers import fmt
+from tim_report.render.format import visible
 from tim_report.render.pages import render_notes, templates_dir
-from tim_report.render.views import HEADLINE
 from tim_report.testing import make_batch
 
 from helpers import build_site, hostile_batch
@@ -106,12 +106,12 @@ def test_large_batch_page_is_small(tmp_path):
 
 
 def test_glossary_and_helpers():
-    assert all({"key", "name", "plain", "formula", "verl"} <= set(e) for e in GLOSSARY)
-    assert len({e["key"] for e in GLOSSARY}) == len(GLOSSARY)
+    assert all(e.plain and e.formula for e in glossary())
+    assert len({e.key for e in glossary()}) == len(glossary())
     assert all(k in BY_KEY for k in HEADLINE)
     assert health(0.995) == "green" and health(0.97) == "amber" and health(0.5) == "red" and health(None) == "unknown"
-    assert reading("ess", 0.2)[0] == "bad" and reading("ess", 0.999)[0] == "ok"
-    assert reading("kl_k3", 5e-3)[0] == "ok" and reading("kl_k3", 0.5)[0] == "bad"
+    assert BY_KEY["ess"].reading(0.2)[0] == "bad" and BY_KEY["ess"].reading(0.999)[0] == "ok"
+    assert BY_KEY["kl_k3"].reading(5e-3)[0] == "ok" and BY_KEY["kl_k3"].reading(0.5)[0] == "bad"
     assert visible(" a\nb\tc\r") == "␣a↵b⇥c␍" and visible("") == "∅" and visible("\x00") == "␀"
     assert fmt(None) == "—" and fmt(0.0) == "0" and fmt(1.5e-7) == "1.5e-7" and fmt(0.99994) == "0.99994"
     assert (templates_dir() / "run.html").is_file()
@@ -175,15 +175,15 @@ import json, tim_report.config as c
 c.HEALTH = c.HealthBands(green=0.987, amber=0.931); c.VETO = 3.3e-5; c.HOT_DIFF = 0.77
 c.MEDIAN_ABS_DELTA_NOISE = 0.0234; c.MEDIAN_ABS_DELTA_LARGE = 0.61; c.OUTSIDE_2X_FEW = 0.0023
 c.OUTSIDE_5X_FEW = 0.00037; c.PHANTOM_CLIP_MANY = 0.17
-from tim_report.glossary import GLOSSARY
+from tim_report.catalogue.metrics import glossary
 from tim_report.analysis import analyze
 from tim_report.testing import make_batch
 from tim_report.render.markdown import render_run_md
 from tim_report.render.html import render_run
 r = analyze(make_batch(n_seqs=20, seed=1), run_id="x")
-texts = {"glossary": json.dumps(GLOSSARY, ensure_ascii=False), "md": render_run_md(r), "html": render_run(r)}
+texts = {"glossary": json.dumps([vars(e) for e in glossary()], ensure_ascii=False, default=str), "md": render_run_md(r), "html": render_run(r)}
 print(json.dumps({k: [v in t for v in ("0.987", "0.931", "3.3e-5", "0.77")] for k, t in texts.items()}))
-sentences = " ".join(text for e in GLOSSARY for _, _, text in e.get("readings", []))
+sentences = " ".join(band.text for e in glossary() for band in e.readings)
 print(json.dumps([v in sentences for v in ("0.0234 nats", "0.61 nats", "0.23%", "0.037%", "17%")]
                  + ["below 0.0234 nats" in texts[k] for k in ("md", "html")]))
 """

@@ -38,7 +38,7 @@ def test_files_and_sections(site):
     assert run.startswith("# ")
     heads = re.findall(r"^## (.*)$", run, flags=re.M)
     assert heads[0].startswith("Verdict") and heads[1] == "Summary" and "Findings" in heads  # the verdict opens it
-    assert "<summary>Glossary</summary>" in run and "**KL (k3)**" in run  # glossary from glossary.py, collapsed
+    assert "<summary>Glossary</summary>" in run and "**KL k3**" in run  # the glossary from the catalogue, collapsed
     assert "[HTML report](index.html)" in run
     assert "## Runs" in index and "## Engine pairs" in index and "## Over training steps" in index
     assert "## Precision matrix" not in index  # one dtype pair only

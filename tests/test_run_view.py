@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from helpers import check_gfm
 from tim_report.analysis.runs import index_from_rows, run_row
 from tim_report.cli import main
-from tim_report.config import TREND_METRICS
+from tim_report.catalogue.metrics import TREND, metric
 from tim_report.testing import write_prime_rl_run
 
 RISE_AT = 19
@@ -168,5 +168,5 @@ def test_a_long_run_keeps_report_md_short_and_the_index_small():
     assert "step-by-step table is on the HTML index and in `index.json` (1000 steps)" in md
     html = render_index(ix)
     assert len(html.encode()) < 2_000_000  # the target for 1,000 steps
-    flat = [m.name for m in TREND_METRICS if m.key in ("outside_2x", "veto_token_fraction")]
+    flat = [metric(k).name for k in TREND if k in ("outside_2x", "veto_token_fraction")]
     assert all(f"{name} 0%" in html for name in flat)  # flat metrics said in words, not drawn

@@ -13,7 +13,8 @@ from click.testing import CliRunner
 from tim_report.analysis.runs import engine_pairs, index_summary, precision_matrix, run_row
 from tim_report.analysis.trend import trend
 from tim_report.cli import main
-from tim_report.config import TREND_METRICS, health
+from tim_report.catalogue.metrics import TREND, metric
+from tim_report.config import health
 from tim_report.io import save_batch
 from tim_report.model import Report
 from tim_report.service.build import BuildOptions, build
@@ -152,10 +153,10 @@ def test_index_pages_show_the_aggregates(site):
     assert 'id="engine-pairs"' in html and 'id="precision"' in html and 'id="chart-trend-kl_k3"' in html
     assert 'title="global_step_10, step_20, step_25">3<' in html and cells[4] in html
     flat = [m for m in ix["trend"]["metrics"] if m["constant"] is not None]  # said in a sentence, not drawn
-    assert html.count('class="vega"') == len(TREND_METRICS) - len(flat)  # one panel per headline metric that moves
+    assert html.count('class="vega"') == len(TREND) - len(flat)  # one panel per headline metric that moves
     assert all(f"{m['name']} 0" in html for m in flat)
     specs = re.search(r'<script type="application/json" id="tim-specs">(.*?)</script>', html, re.S).group(1)
-    assert all(m.name in specs for m in TREND_METRICS if m.key not in {f["key"] for f in flat})
+    assert all(m.name in specs for m in map(metric, TREND) if m.key not in {f["key"] for f in flat})
 
 
 def test_jobs_output_is_identical(tmp_path):

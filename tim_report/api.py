@@ -66,7 +66,8 @@ class Comparison(model.Comparison, JupyterMixin):
 def load(path, **options) -> model.StepBatch:
     """Read a step batch file into a StepBatch; `options` are `io.LoadOptions`' fields (keys, meta, allow_pickle,
     tokenizer, format_hint, max_tokens)."""
-    from .io import LoadOptions, load as _load
+    from .io import LoadOptions
+    from .io import load as _load
 
     return _load(path, LoadOptions(**options))
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .analysis import analyze
+from .catalogue.numbers import fixed, fmt, pct, plain
 from .config import NOISE_BANDS, POSITIVE_LOGP_TOLERANCE, DiagnosisThresholds, NoiseBand
 from .model import Report, StepBatch
 
@@ -208,11 +209,11 @@ def _own_findings(inp: _Inputs, numbers: dict, band: NoiseBand, by_position: dic
     if ad - 2 * numbers["abs_delta_mean_se"] > band.abs_delta_mean_max or kl - 2 * numbers["kl_k3_se"] > band.kl_k3_max:
         out.append({"id": "beyond_band", "severity": "error",
                     "title": f"The difference is larger than {band.name} rounding produces",
-                    "reading": f"mean |δ| {ad:.3g} nats and KL k3 {kl:.3g} against the {band.name} band of "
-                               f"{band.abs_delta_mean_max:g} and {band.kl_k3_max:g} (with two standard errors of slack)"})
+                    "reading": f"mean |δ| {fmt(ad)} nats and KL k3 {fmt(kl)} against the {band.name} band of "
+                               f"{plain(band.abs_delta_mean_max)} and {plain(band.kl_k3_max)} (with two standard errors of slack)"})
     if by_position and by_position.get("last_only_median", 0.0) > LAST_POSITION_FACTOR * band.abs_delta_mean_max:
         out.append({"id": "last_position", "severity": "error",
-                    "title": f"The last position of each sequence disagrees (median |δ| {by_position['last_only_median']:.3g} "
+                    "title": f"The last position of each sequence disagrees (median |δ| {fmt(by_position['last_only_median'])} "
                              f"nats) while the others are within the {band.name} band",
                     "reading": POSITION_READING["last_position"]})
     return out
@@ -230,7 +231,7 @@ def _numbers(report: Report, inp: _Inputs) -> dict:
 
 
 def _g(x) -> str:
-    return "n/a" if x is None else f"{x:.3g}"
+    return "n/a" if x is None else f"{fmt(x)}"
 
 
 def _key_evidence(f: dict) -> str:
@@ -239,15 +240,15 @@ def _key_evidence(f: dict) -> str:
     pick = {
         "shift": lambda: f"mean |δ| {_g(e['mean_abs_diff_same_position'])} at the same position, "
                          f"{_g(e['mean_abs_diff_shifted'])} one position over",
-        "temperature": lambda: f"slope of δ on the candidate's log-prob {e['slope']:.3f} ± {e['slope_se']:.3f} "
+        "temperature": lambda: f"slope of δ on the candidate's log-prob {fixed(e['slope'], 3)} ± {fixed(e['slope_se'], 3)} "
                                f"over {e['tokens']} tokens",
-        "processed_logprobs": lambda: f"candidate ≥ reference on {e['negative_delta_share']:.1%} of tokens, "
+        "processed_logprobs": lambda: f"candidate ≥ reference on {pct(e['negative_delta_share'])} of tokens, "
                                       f"mean δ {_g(e['mean_delta'])}",
         "dummy_zero": lambda: f"{e['tokens']} tokens in {e['sequences']} sequences, reference mean log-prob "
                               f"{_g(e['mean_trainer_logp'])} there",
         "one_side_broken": lambda: f"perplexity candidate {_g(e['ppl_rollout'])} vs reference {_g(e['ppl_trainer'])}, "
                                    f"log-prob correlation {_g(e['corr_logp'])}",
-        "drift_with_length": lambda: f"|Σδ| ∝ length^{e['exponent']:.2f} ± {e['exponent_se']:.2f}, "
+        "drift_with_length": lambda: f"|Σδ| ∝ length^{fixed(e['exponent'], 2)} ± {fixed(e['exponent_se'], 2)}, "
                                      f"bias {_g(e['bias_per_token'])} nats/token",
     }.get(f["id"])
     return pick() if pick else ""
@@ -273,10 +274,10 @@ def _headline(result: MatchResult) -> str:
 def _decided_by(n: dict, band: NoiseBand) -> str:
     def vs(x: float, se: float, lim: float, unit: str = "") -> str:
         if x <= lim:
-            return f"{_g(x)}{unit} ≤ {lim:g}"
-        return f"{_g(x)}{unit} > {lim:g} " + ("✗" if x - 2 * se > lim else f"(within 2 SE, ± {_g(2 * se)})")
+            return f"{_g(x)}{unit} ≤ {plain(lim)}"
+        return f"{_g(x)}{unit} > {plain(lim)} " + ("✗" if x - 2 * se > lim else f"(within 2 SE, ± {_g(2 * se)})")
 
-    corr = "n/a" if n["corr_logp"] is None else f"{n['corr_logp']:.6f}"
+    corr = "n/a" if n["corr_logp"] is None else f"{fixed(n['corr_logp'], 6)}"
     return (f"  Decided by: mean |δ| {vs(n['abs_delta_mean'], n['abs_delta_mean_se'], band.abs_delta_mean_max, ' nats')}, "
             f"KL k3 {vs(n['kl_k3'], n['kl_k3_se'], band.kl_k3_max)} ({band.name} band, 2 SE of slack), log-prob "
             f"correlation {corr}; {n['tokens']} tokens in {n['sequences']} sequences; δ = reference − candidate.")

@@ -87,6 +87,7 @@ class Thresholds:
 
     @property
     def ppo_clip(self) -> tuple[float, float]:
+        """The PPO clip range [1 − ε_low, 1 + ε_high]."""
         return 1 - self.ppo_eps_low, 1 + self.ppo_eps_high
 
 
@@ -135,7 +136,6 @@ PUBLISHED_BF16_KL = (4e-4, 1e-2)
 # at a precision problem.
 VERL_PROBS_DIFF_NORMAL, VERL_PROBS_DIFF_PROBLEM = 0.005, 0.01
 TOKEN_MULT_PROB_ERROR_SUSPICIOUS = 1.05  # NeMo-RL: token_mult_prob_error above this is worth investigating
-NEMO_GEN_KL_ACCEPTABLE = 1e-3  # NeMo-RL docs: gen_kl_error around 1e-3 is an acceptable generation/training mismatch
 # Dense bf16 K3 KL about 1e-5 to 1e-3 and MoE bf16 about 1e-3 to 1e-1 (LMSYS blog on training-inference mismatch,
 # Jan 2026): MoE routing amplifies rounding (a small change in a hidden state flips which experts are selected).
 LMSYS_DENSE_BF16_KL = (1e-5, 1e-3)
@@ -165,40 +165,8 @@ CHANGE_POINT_PENALTY = 2.0
 CHANGE_POINT_MIN_SIZE = 3  # points in the shortest segment: a single odd step is an outlier, not a level
 
 # ---- the run view (design §7): the trend of each headline metric over steps ------------------------------
+# Which metrics the run view follows, and their floors on a change of level: tim_report.catalogue.metrics.
 
-
-@dataclass(frozen=True)
-class TrendMetric:
-    """A headline metric followed over a run's steps, and what counts as a change of its level."""
-
-    key: str  # the key of analysis.runs.run_row (and of summary.json's metrics)
-    name: str
-    worse: str  # "up": higher is worse; "down": lower is worse (ESS)
-    scale: str  # "ratio": searched in logs, a change reads "N× higher" (|δ|, KL span decades); "difference": "a → b"
-    min_ratio: float  # a change of level counts when the levels differ by this factor (from 0 counts) ...
-    min_diff: float  # ... and by this much in absolute terms
-    unit: str  # how its values are written: "nats", "kl", "ess" (4 decimals), "share" (of tokens, in %), "count"
-
-
-# Floors on the size of a change, on top of the change-point test (which asks that a shift stand out of
-# the series' own step-to-step noise, a noise that is hard to estimate on a series that sits at exactly 0
-# for a while): bf16 runs wander by 10-30% in |δ| from step to step with the batch's content, so a level
-# change under 1.5× (|δ|, and the shares of tokens) or 2× (KL, which goes roughly as |δ|²) is not worth a
-# sentence; a share of tokens must also move by a tenth of a percentage point (outside 2x / 5x, phantom
-# clipping) or one in 100k tokens (veto); ESS by 0.005 (a tenth of the amber band's width); and data
-# problems by one token per step, since a healthy run has none.
-TREND_METRICS = (
-    TrendMetric("abs_delta_mean", "mean |δ|", "up", "ratio", 1.5, 0.0, "nats"),
-    TrendMetric("abs_delta_median", "median |δ|", "up", "ratio", 1.5, 0.0, "nats"),
-    TrendMetric("kl_k3", "KL k3", "up", "ratio", 2.0, 0.0, "kl"),
-    TrendMetric("ess", "ESS", "down", "difference", 1.0, 0.005, "ess"),
-    TrendMetric("outside_2x", "outside 2x", "up", "difference", 1.5, 1e-3, "share"),
-    TrendMetric("outside_5x", "outside 5x", "up", "difference", 1.5, 1e-3, "share"),
-    TrendMetric("phantom_clip", "phantom clip", "up", "difference", 1.5, 1e-3, "share"),
-    TrendMetric("veto_token_fraction", "veto", "up", "difference", 1.5, 1e-5, "share"),
-    TrendMetric("data_problems", "data problems", "up", "difference", 1.5, 1.0, "count"),
-)
-TREND_BY_KEY = {m.key: m for m in TREND_METRICS}
 TREND_LOG_AXIS_SPAN = 10.0  # a panel gets a log axis when its positive values span this factor or more
 TREND_POINTS_MAX = 200  # above this many steps the trend draws lines and faint points (no overplotting)
 TREND_TABLE_MAX_STEPS = 50  # report.md's step table up to this many steps; longer runs: the HTML index and index.json
@@ -209,7 +177,7 @@ HOT_DIFF = 0.5  # sample-table rows with |diff| above this many nats are marked 
 # GitHub rejects comments over 65,536 characters; 60,000 leaves room for a bot's own header and footer.
 MARKDOWN_MAX_CHARS = 60_000
 
-# ---- readings beside the headline numbers (glossary.READINGS) ------------------------------------------
+# ---- readings beside the headline numbers (catalogue.metrics: each metric's reading bands) ------------------
 # Calibrated on the fixtures the diagnosis is tested on: bf16 and fp16 against fp32 on models/tiny-qwen2
 # (tests/data/faults, examples/) and the injected faults beside them (scripts/diagnosis_matrix.py).
 # median |δ|: bf16 / fp16 noise measures 1.1e-3 to 1.02e-2 nats; the noise band ends at about twice the
@@ -231,11 +199,7 @@ PHANTOM_CLIP_MANY = Thresholds.route_clip_fraction
 
 # ---- the diagnosis -------------------------------------------------------------------------------------
 
-REGIMES = ("identical", "numerical_noise", "elevated", "systematic")
 SEVERITIES = ("info", "warn", "error")  # in rising order: `check --fail-on` and the findings' sort use it
-FINDING_IDS = ("shift", "temperature", "processed_logprobs", "dummy_zero", "one_side_broken", "first_token",
-               "turn_boundary", "position_onset", "mixed_policy_versions", "low_prob_tail", "drift_with_length",
-               "precision_gap")
 
 
 @dataclass(frozen=True)
@@ -423,19 +387,7 @@ HISTORY_MIN_STEPS = 5
 # tens of percent (a new sample of prompts each step); the faults the diagnosis knows multiply them
 # tenfold or more. Doubling within one step is therefore the default alarm.
 HISTORY_MARGIN = 1.0
-# The floor keeps a near-zero median (identical engines, fp32) from turning sampling noise into a failure:
-# a rise smaller than this is never a violation. KL: the bottom of the published bf16 band; |δ|: the fp16
-# noise band's mean |δ|; token fractions: one token in a thousand; ESS: a drop of 0.01.
-HISTORY_FLOOR = {
-    "kl_k3": PUBLISHED_BF16_KL[0],
-    "abs_delta_mean": NOISE_BANDS["fp16"].abs_delta_mean_max,
-    "abs_delta_median": NOISE_BANDS["fp16"].abs_delta_mean_max,
-    "outside_2x": 1e-3, "outside_5x": 1e-3, "phantom_clip": 1e-3, "veto_token_fraction": 1e-3,
-    "ess": 1e-2,
-}
-# The metrics the band holds (those with a floor) and which way is worse, from the run view's own list:
-# "max" (higher is worse) or "min" (lower is worse).
-HISTORY_METRICS = {m.key: "max" if m.worse == "up" else "min" for m in TREND_METRICS if m.key in HISTORY_FLOOR}
+# Each metric's floor (the least a band reaches past the median) is in its catalogue entry (catalogue.metrics).
 # The most of index.json `check --history` reads: a row is under 1 kB, so 32 MiB holds some 30,000 steps;
 # a larger (or endless) file is refused rather than read into memory.
 HISTORY_MAX_BYTES = 32 * 1024 * 1024

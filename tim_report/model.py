@@ -16,6 +16,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from .catalogue import metrics as catalogue
+
 SCHEMA_VERSION = 1
 
 # The meta keys a file may carry (or `--meta KEY=VALUE` may set) that the reports name things by.
@@ -161,28 +163,29 @@ class Comparison:
 
 # ---- the run index (index.json's rows; tim_report.site.index_json writes and reads them) ----------------------
 
-# One row per run: what the index, the run view, `check --history` and the cache read back without the Report.
-# Each field with the kind of value it holds, so a row read back from disk is checked before it is used.
-RUN_ROW: dict[str, str] = {
-    "id": "text", "model": "text?", "device": "text?",
-    "rollout_engine": "text", "rollout_dtype": "text", "trainer_engine": "text", "trainer_dtype": "text",
-    "step": "number?", "tokens": "number?", "sequences": "number?",
-    "ess": "number?", "kl_k3": "number?", "abs_delta_median": "number?", "abs_delta_mean": "number?",
-    "abs_delta_max": "number?", "outside_2x": "number?", "outside_5x": "number?", "phantom_clip": "number?",
-    "veto_token_fraction": "number?", "veto_seq_fraction": "number?", "seq_log_ratio_mean": "number?",
-    "routing": "counts", "routing_unit": "text", "regime": "text?", "verdict": "text?", "blocked_by_bug": "bool",
-    "excluded_tokens": "number", "input_problems": "number", "input_problem_kinds": "texts", "data_problems": "number",
-    "health": "text",
-}
+# One row per run: what the index, the run view, `check --history` and the cache read back without the Report
+# (analysis.runs.run_row makes it; its metrics are the catalogue's ROW view). Each field with the kind of value it
+# holds, so a row read back from disk is checked before it is used.
+_ROW_IDENTITY = {"id": "text", "model": "text?", "device": "text?", "rollout_engine": "text", "rollout_dtype": "text",
+                 "trainer_engine": "text", "trainer_dtype": "text", "step": "number?"}
+_ROW_VERDICT = {"routing": "counts", "routing_unit": "text", "regime": "text?", "verdict": "text?", "blocked_by_bug": "bool",
+                "excluded_tokens": "number", "input_problems": "number", "input_problem_kinds": "texts",
+                "data_problems": "number", "health": "text"}
+
+
+def run_row_fields() -> dict[str, str]:
+    """Every field of a run row and the kind of value it holds (text, number, bool, texts, counts; ? = or null)."""
+    return {**_ROW_IDENTITY, **{key: "number?" for key in catalogue.ROW}, **_ROW_VERDICT}
 
 
 def row_problem(row: Any) -> str | None:
     """What is wrong with a run row read back from disk (a field missing, extra or of the wrong kind), or None."""
     if not isinstance(row, dict):
         return "is not an object"
-    if set(row) != set(RUN_ROW):
-        return f"has fields {sorted(set(row) ^ set(RUN_ROW))[:5]} where a run row has not, or lacks them"
-    for name, kind in RUN_ROW.items():
+    fields = run_row_fields()
+    if set(row) != set(fields):
+        return f"has fields {sorted(set(row) ^ set(fields))[:5]} where a run row has not, or lacks them"
+    for name, kind in fields.items():
         if not _is_kind(row[name], kind.rstrip("?"), kind.endswith("?")):
             return f"{name} is not {kind.rstrip('?')}"
     return None

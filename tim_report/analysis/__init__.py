@@ -58,7 +58,7 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
 def _side_families(batch: StepBatch, tok, th: Thresholds) -> dict:
     """What does not need the summary metrics, one family after another."""
     return {
-        "by_group": bd.group_table(tok, batch.group, 1 - th.ppo_eps_low, 1 + th.ppo_eps_high, th.veto),
+        "by_group": bd.group_table(tok, batch.group, *th.ppo_clip, th.veto),
         "buckets": bd.bucket_tables(tok),
         "length_growth": bd.length_growth(tok),
         "what_if": what_if(tok, th),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
+from ..catalogue import findings
 from ..config import PUBLISHED_BANDS, DiagnosisThresholds, PublishedBand
 
 MOE_NAME = re.compile(r"moe|mixtral|deepseek-v[23]|(?<![a-z0-9])a\d+(\.\d+)?b(?![a-z0-9])")
@@ -62,15 +63,6 @@ def apply_band(dt: DiagnosisThresholds, band: PublishedBand) -> DiagnosisThresho
     return replace(dt, **changes) if changes else dt
 
 
-def _sci(x: float) -> str:
-    """2 significant digits, exponents as the literature writes them (3e-3, 1e-5, 0.01)."""
-    s = f"{x:.2g}"
-    if "e" in s:
-        mant, exp = s.split("e")
-        s = f"{mant}e{int(exp)}"
-    return s
-
-
 def band_summary(band: PublishedBand, why: str, kl: float, dt: DiagnosisThresholds) -> dict:
     """summary.json's diagnosis.band: which band, why, and one sentence placing this batch's KL in it."""
     lo, hi = band.kl_k3
@@ -79,10 +71,8 @@ def band_summary(band: PublishedBand, why: str, kl: float, dt: DiagnosisThreshol
     def where(b: PublishedBand) -> str:
         return "low" if kl < b.kl_k3[0] else "typical" if kl <= b.kl_k3[1] else "high"
 
-    sentence = f"KL k3 {_sci(kl)} is {where(band)} for {'an' if band.name[0] in 'AEIOM' else 'a'} {band.name} model ({_sci(lo)} to {_sci(hi)})"
-    if band is not dense and where(dense) != where(band):
-        sentence += f"; for a {dense.name} model it would be {where(dense)}"
+    other = (dense.name, where(dense)) if band is not dense and where(dense) != where(band) else None
     return {"name": band.name, "model_class": band.model_class, "precision": band.precision, "kl_k3": [lo, hi],
             "abs_delta_mean_max": band.abs_delta_mean_max, "noise_kl_max": dt.noise_kl_max,
             "noise_abs_delta_max": dt.noise_abs_delta_max, "why": why, "source": band.source,
-            "reading": sentence + "."}
+            "reading": findings.band_reading(kl, band.name, lo, hi, where(band), other)}

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from ..catalogue.numbers import plain
 from ..config import LENGTH_FIT_MAX_SAME_LENGTH, LENGTH_FIT_MIN_SPAN, PROB_EDGES
 from .histograms import CHUNK, ProbBuckets, position_edges
 from .tokens import Tokens
@@ -100,7 +101,7 @@ def _cannot_fit(length: np.ndarray) -> str | None:
     if length.shape[0] < 3:
         return "needs at least 3 sequences with a non-zero Σδ"
     if length.max() < LENGTH_FIT_MIN_SPAN * length.min():
-        return (f"the lengths span less than a factor of {LENGTH_FIT_MIN_SPAN:g} "
+        return (f"the lengths span less than a factor of {plain(LENGTH_FIT_MIN_SPAN)} "
                 f"({int(length.min())}–{int(length.max())} tokens), too little to see growth with length")
     values, counts = np.unique(length, return_counts=True)
     top = int(counts.max())

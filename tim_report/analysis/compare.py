@@ -10,8 +10,9 @@
                   tokens that got better / worse, the most improved / worsened tokens, per-sequence
                   change; otherwise {"available": False, "reason": ...}
 
-Direction rules (which way is better) live in METRICS below; "same" means the change is within the
-noise (2 combined standard errors, where the metric has them) or below 1% of the larger value.
+Which metrics, in which order, and which way is better: the catalogue (catalogue.metrics.COMPARE, each entry's
+ideal); "same" means the change is within the noise (2 combined standard errors, where the metric has them) or
+below 1% of the larger distance from the ideal.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from functools import cached_property
 
 import numpy as np
 
-from .. import glossary
+from ..catalogue import metrics as catalogue
+from ..catalogue.numbers import fmt, pct, plain
 from ..config import COMPARE_REL_TOL, COMPARE_SE_TOL, COMPARE_TOKEN_TOL, Thresholds
 from ..model import SCHEMA_VERSION, Report, StepBatch
 from .histograms import ratio_bins
@@ -33,52 +35,24 @@ TOP_TOKENS = 20  # most improved / most worsened tokens kept
 TOP_SEQS = 10  # most improved / most worsened sequences kept
 MAX_SEQ_POINTS = 2000  # per-sequence scatter points kept (evenly spaced rows)
 
-# key, which way is better: "lower" (smaller is better), "zero" (|value| closer to 0), "one" (closer to 1),
-# None (context only, no direction)
-METRICS: list[tuple[str, str | None]] = [
-    ("tokens", None), ("sequences", None),
-    ("abs_delta_median", "lower"), ("abs_delta_mean", "lower"), ("abs_delta_p90", "lower"), ("abs_delta_p99", "lower"),
-    ("abs_delta_max", "lower"), ("bias", "zero"),
-    ("kl_k1", "zero"), ("kl_k2", "lower"), ("kl_k3", "lower"), ("chi2_token", "zero"), ("chi2_seq", "zero"),
-    ("ess", "one"), ("ess_seq", "one"),
-    ("corr_logp", "one"), ("spearman_logp", "one"), ("corr_prob", "one"),
-    ("outside_2x", "lower"), ("outside_5x", "lower"), ("phantom_clip", "lower"),
-    ("veto_token_fraction", "lower"), ("veto_seq_fraction", "lower"),
-    ("token_mult_prob_error", "one"), ("top1pct_mass", "lower"),
-    ("abs_dp_mean", "lower"), ("abs_dp_max", "lower"),
-    ("log_ppl_diff", "zero"), ("seq_log_ratio_abs_max", "lower"),
-]
-BETTER_TEXT = {"lower": "lower is better", "zero": "closer to 0 is better", "one": "closer to 1 is better", None: "context"}
-EXTRA_NAMES = {"abs_delta_p90": "p90 |δ|", "veto_seq_fraction": "veto (sequences)", "abs_dp_mean": "mean |Δp|",
-               "abs_dp_max": "max |Δp|", "seq_log_ratio_abs_max": "max |Σδ| of a sequence", "tokens": "tokens",
-               "sequences": "sequences"}
 
-
-def _goodness(value: float, better: str) -> float:
-    """Distance from ideal: smaller is better."""
-    if better == "zero":
-        return abs(value)
-    if better == "one":
-        return abs(1.0 - value)
-    return value
-
-
-def metric_row(key: str, better: str | None, mb: dict, ma: dict) -> dict:
+def metric_row(metric: catalogue.Metric, mb: dict, ma: dict) -> dict:
+    """One metric before and after: the change, and whether it is better, worse or the same (within the noise: 2
+    combined standard errors where the metric has them, or 1% of the larger distance from the ideal value)."""
+    key = metric.key
     b, a = mb.get(key), ma.get(key)
-    entry = glossary.BY_KEY.get(key)
-    row = {"key": key, "name": entry["name"] if entry else EXTRA_NAMES.get(key, key), "before": b, "after": a,
-           "better": better, "better_text": BETTER_TEXT[better], "change": None, "relative_change": None,
-           "direction": "n/a", "tolerance": None}
+    row = {"key": key, "name": metric.name, "before": b, "after": a, "better": metric.better,
+           "better_text": metric.better_text, "change": None, "relative_change": None, "direction": "n/a", "tolerance": None}
     fb, fa = finite(b), finite(a)
     if fb is None or fa is None:
         return row
     row["change"] = fa - fb
     row["relative_change"] = (fa - fb) / abs(fb) if fb != 0 else (0.0 if fa == fb else None)
-    if better is None:
+    if metric.ideal is None:
         row["direction"] = "same" if fa == fb else "changed"
         return row
-    gb, ga = _goodness(fb, better), _goodness(fa, better)
-    tol = COMPARE_REL_TOL * max(abs(gb), abs(ga))
+    gb, ga = abs(fb - metric.ideal), abs(fa - metric.ideal)  # distance from the ideal: smaller is better
+    tol = COMPARE_REL_TOL * max(gb, ga)
     se_b, se_a = finite(mb.get(key + "_se")), finite(ma.get(key + "_se"))
     if se_b is not None and se_a is not None:
         tol = max(tol, COMPARE_SE_TOL * math.hypot(se_b, se_a))
@@ -140,14 +114,14 @@ def shared_abs_dp(rb: Report, ra: Report) -> dict | None:
 def same_tokens(before: StepBatch, after: StepBatch) -> tuple[bool, str]:
     """Whether the two batches are over the same tokens, and how that was decided (or why not)."""
     if before.n_seqs != after.n_seqs:
-        return False, f"different numbers of sequences ({before.n_seqs:,} vs {after.n_seqs:,})"
+        return False, f"different numbers of sequences ({fmt(before.n_seqs)} vs {fmt(after.n_seqs)})"
     if before.n_tokens != after.n_tokens or not np.array_equal(before.offsets, after.offsets):
-        return False, (f"different sequence lengths ({before.n_tokens:,} vs {after.n_tokens:,} tokens)"
+        return False, (f"different sequence lengths ({fmt(before.n_tokens)} vs {fmt(after.n_tokens)} tokens)"
                        if before.n_tokens != after.n_tokens else "same number of tokens but different sequence lengths")
     if before.token_ids is not None and after.token_ids is not None:
         diff = int(np.count_nonzero(np.asarray(before.token_ids) != np.asarray(after.token_ids)))
         if diff:
-            return False, f"token ids differ at {diff:,} of {before.n_tokens:,} positions (different samples)"
+            return False, f"token ids differ at {fmt(diff)} of {fmt(before.n_tokens)} positions (different samples)"
         return True, "same sequence lengths and token ids"
     return True, "same sequence lengths (token ids absent on at least one side, so only the shape was compared)"
 
@@ -210,7 +184,7 @@ def per_token_change(before: StepBatch, after: StepBatch, tb: Tokens, ta: Tokens
     notes = []
     only_one = int(np.count_nonzero(vb ^ va))
     if only_one:
-        notes.append(f"{only_one:,} tokens are valid (masked in, finite) on one side only and are left out of the per-token change.")
+        notes.append(f"{fmt(only_one)} tokens are valid (masked in, finite) on one side only and are left out of the per-token change.")
     if not (vb & va).any():
         return {"available": False, "reason": "No token is valid on both sides."}
     pair = _Paired(before, after, tb.subset(va[tb.index]), ta.subset(vb[ta.index]))
@@ -274,7 +248,7 @@ def compare_batches(before: StepBatch, after: StepBatch, before_report: Report |
     ra = after_report or analyze(after, th, run_id=labels[1])
     tb, _ = valid_tokens(before)
     ta, _ = valid_tokens(after)
-    rows = [metric_row(k, better, rb.metrics, ra.metrics) for k, better in METRICS
+    rows = [metric_row(catalogue.metric(k), rb.metrics, ra.metrics) for k in catalogue.COMPARE
             if k in rb.metrics or k in ra.metrics]
     directed = [r for r in rows if r["better"] is not None]
     tally = {d: sum(1 for r in directed if r["direction"] == d) for d in ("better", "worse", "same", "n/a")}
@@ -286,8 +260,8 @@ def compare_batches(before: StepBatch, after: StepBatch, before_report: Report |
         "metrics": rows,
         "tally": tally,
         "rules": {"relative_tolerance": COMPARE_REL_TOL, "se_tolerance": COMPARE_SE_TOL, "token_tolerance": COMPARE_TOKEN_TOL,
-                  "same": f"'same' when the change is within {COMPARE_SE_TOL:g} combined standard errors (where the metric has them) "
-                          f"or under {COMPARE_REL_TOL:.0%} of the larger value (distance from the ideal value)."},
+                  "same": f"'same' when the change is within {plain(COMPARE_SE_TOL)} combined standard errors (where the metric "
+                          f"has them) or under {pct(COMPARE_REL_TOL)} of the larger value (distance from the ideal value)."},
         "distributions": {"ratio": shared_ratio_histograms(tb, ta, th), "abs_dp": shared_abs_dp(rb, ra)},
         "per_token": per_token_change(before, after, tb, ta),
     }

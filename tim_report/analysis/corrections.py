@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 
+from ..catalogue import findings
+from ..catalogue.numbers import pct, plain
 from ..config import SAFETY_BOUND, Thresholds
 from .tokens import Tokens
 
@@ -22,13 +24,13 @@ def routing(groups: dict, th: Thresholds) -> dict:
     return {
         "unit": groups["unit"],
         "rules": {
-            "quarantine": f"any token with r < {th.veto:g} (veto)",
-            "train_with_correction": f"more than {th.route_clip_fraction:.0%} of tokens outside the PPO clip range "
-                                     f"[{1 - th.ppo_eps_low:g}, {1 + th.ppo_eps_high:g}]",
+            "quarantine": f"any token with r < {plain(th.veto)} (veto)",
+            "train_with_correction": f"more than {pct(th.route_clip_fraction)} of tokens outside the PPO clip range "
+                                     f"[{plain(th.ppo_clip[0])}, {plain(th.ppo_clip[1])}]",
             "train": "otherwise",
         },
         "thresholds": {"veto": th.veto, "clip_fraction": th.route_clip_fraction,
-                       "ppo_clip": [1 - th.ppo_eps_low, 1 + th.ppo_eps_high]},
+                       "ppo_clip": list(th.ppo_clip)},
         "counts": counts,
         "fractions": {r: counts[r] / total for r in ROUTES},
         "routes": route.tolist(),
@@ -41,9 +43,7 @@ def blocked_by_bug(diagnosis: dict) -> dict | None:
     errors = [f for f in diagnosis.get("findings", []) if f["severity"] == "error"]
     if not errors:
         return None
-    return {"findings": [f["id"] for f in errors],
-            "message": f"Do not train on this batch: no importance-sampling correction fixes {errors[0]['problem']}. "
-                       "Fix the bug first; the routes below only show what a correction would do with these ratios."}
+    return {"findings": [f["id"] for f in errors], "message": findings.blocked_message(errors[0]["problem"])}
 
 
 def what_if(tok: Tokens, th: Thresholds) -> list[dict]:
@@ -57,26 +57,26 @@ def what_if(tok: Tokens, th: Thresholds) -> list[dict]:
 
     rows = []
     hit = log_r > math.log(th.tis_token_cap)
-    rows.append(_row("token_tis", f"Token TIS, cap {th.tis_token_cap:g}", "token", "truncate",
-                     f"weights r > {th.tis_token_cap:g} are clipped to {th.tis_token_cap:g}", "verl rollout_is=token",
+    rows.append(_row("token_tis", f"Token TIS, cap {plain(th.tis_token_cap)}", "token", "truncate",
+                     f"weights r > {plain(th.tis_token_cap)} are clipped to {plain(th.tis_token_cap)}", "verl rollout_is=token",
                      float(hit.mean()), seq_fraction_from_tokens(hit)))
     seq_hit = (seq_sum > math.log(th.seq_mask_cap))[present]
-    rows.append(_row("seq_mask", f"Sequence mask, cap {th.seq_mask_cap:g}", "sequence", "mask",
-                     f"sequences whose product ratio Π r > {th.seq_mask_cap:g} are masked",
+    rows.append(_row("seq_mask", f"Sequence mask, cap {plain(th.seq_mask_cap)}", "sequence", "mask",
+                     f"sequences whose product ratio Π r > {plain(th.seq_mask_cap)} are masked",
                      "TRL vllm_importance_sampling_mode=sequence_mask", _token_share(tok, seq_hit, present),
                      float(seq_hit.mean())))
     hit = (log_r < math.log(th.icepop_low)) | (log_r > math.log(th.icepop_high))
-    rows.append(_row("icepop", f"IcePop [{th.icepop_low:g}, {th.icepop_high:g}]", "token", "mask",
-                     f"tokens with r outside [{th.icepop_low:g}, {th.icepop_high:g}] are masked", "OpenRLHF IcePop",
+    rows.append(_row("icepop", f"IcePop [{plain(th.icepop_low)}, {plain(th.icepop_high)}]", "token", "mask",
+                     f"tokens with r outside [{plain(th.icepop_low)}, {plain(th.icepop_high)}] are masked", "OpenRLHF IcePop",
                      float(hit.mean()), seq_fraction_from_tokens(hit)))
     geo = tok.seq_mean(tok.delta)
     seq_hit = (geo < math.log(th.geo_low)) | (geo > math.log(th.geo_high))
-    rows.append(_row("geo_rs", f"Geometric RS [{th.geo_low:g}, {th.geo_high:g}]", "sequence", "reject",
-                     f"sequences whose geometric-mean ratio exp(mean δ) is outside [{th.geo_low:g}, {th.geo_high:g}] are rejected",
+    rows.append(_row("geo_rs", f"Geometric RS [{plain(th.geo_low)}, {plain(th.geo_high)}]", "sequence", "reject",
+                     f"sequences whose geometric-mean ratio exp(mean δ) is outside [{plain(th.geo_low)}, {plain(th.geo_high)}] are rejected",
                      "verl rollout_rs=geometric (Geo-RS)", _token_share(tok, seq_hit, present), float(seq_hit.mean())))
     hit = tok.delta < math.log(th.veto)
-    rows.append(_row("veto", f"Veto, r < {th.veto:g}", "sequence", "reject",
-                     f"sequences holding any token with r < {th.veto:g} are rejected", "verl rollout_token_veto_threshold",
+    rows.append(_row("veto", f"Veto, r < {plain(th.veto)}", "sequence", "reject",
+                     f"sequences holding any token with r < {plain(th.veto)} are rejected", "verl rollout_token_veto_threshold",
                      _token_share(tok, np.bincount(tok.seq[hit], minlength=tok.n_seqs)[present] > 0, present),
                      seq_fraction_from_tokens(hit)))
     return rows

@@ -12,20 +12,12 @@ import math
 
 import numpy as np
 
+from ..catalogue import findings
+from ..catalogue.numbers import plain
 from ..config import DETECTOR_MAX_TOKENS, DiagnosisThresholds
 from .breakdowns import length_growth
 from .stats import cluster_mean_se, dot, exp_or_inf, pearson, run_starts
 from .tokens import Tokens
-
-
-def finding(id_: str, severity: str, title: str, evidence: dict, likely_cause: str, what_to_check: str, *,
-            problem: str) -> dict:
-    """`title` is a sentence for the page; `problem` a noun phrase naming the same fault, for sentences built
-    around it ("no correction fixes {problem}")."""
-    return {"id": id_, "severity": severity, "title": title, "problem": problem,
-            "evidence": {k: (float(v) if isinstance(v, (float, np.floating)) else int(v) if isinstance(v, (int, np.integer, bool, np.bool_)) else v)
-                         for k, v in evidence.items()},
-            "likely_cause": likely_cause, "what_to_check": what_to_check}
 
 
 def _slope(x: np.ndarray, y: np.ndarray, seq: np.ndarray) -> tuple[float, float, float]:
@@ -98,18 +90,10 @@ def detect_shift(tok: Tokens, dt: DiagnosisThresholds) -> dict | None:
     if best is None:
         return None
     name, m_same, m_shift, z, n = best
-    offset = "+1" if name == "next" else "−1"
-    return finding(
-        "shift", "error", f"Off-by-one: trainer log-probs match the rollout's at position t{offset}",
-        {"mean_abs_diff_same_position": m_same, "mean_abs_diff_shifted": m_shift,
-         "shift": 1 if name == "next" else -1, "ratio": m_shift / m_same if m_same > 0 else 0.0, "z": z,
-         "pairs": n, "every_nth_pair": step, "threshold_ratio": dt.shift_ratio},
-        f"trainer_logp[t] is the log-prob of the token at t{offset}: logits and labels are aligned with one "
-        "slice too many or too few (logits[:, :-1] vs labels[:, 1:]), or one side follows a shifted convention "
-        "(OpenRLHF drops the first position, AReaL rolls by −1) and the loader assumed the other.",
-        "Check the logits/labels slicing in the trainer's log-prob computation and the alignment the loader "
-        "assumed (`tim-report inspect FILE`); override the keys or fix the export so both arrays index the same token.",
-        problem=f"an off-by-one between the two sides (the trainer's log-probs line up with the rollout's at t{offset})")
+    return findings.make(
+        "shift", {"mean_abs_diff_same_position": m_same, "mean_abs_diff_shifted": m_shift,
+                  "shift": 1 if name == "next" else -1, "ratio": m_shift / m_same if m_same > 0 else 0.0, "z": z,
+                  "pairs": n, "every_nth_pair": step, "threshold_ratio": dt.shift_ratio}, dt)
 
 
 def declared_processing(meta: dict) -> str | None:
@@ -118,7 +102,7 @@ def declared_processing(meta: dict) -> str | None:
     s = meta.get("sampling") if isinstance(meta, dict) else None
     if not isinstance(s, dict) or s.get("logprobs") != "processed" or not s.get("truncated"):
         return None
-    parts = [f"{k}={s[k]:g}" for k in ("top_p", "top_k", "min_p") if isinstance(s.get(k), (int, float))
+    parts = [f"{k}={plain(s[k])}" for k in ("top_p", "top_k", "min_p") if isinstance(s.get(k), (int, float))
              and not (k == "top_p" and s[k] >= 1) and not (k in ("top_k", "min_p") and s[k] <= 0)]
     return ", ".join(parts) or "truncated sampling"
 
@@ -142,29 +126,10 @@ def detect_processed(tok: Tokens, dt: DiagnosisThresholds, corr: float | None,
         return None
     zeros_below = int(((tok.rollout == 0.0) & (tok.trainer < -1e-4)).sum())
     evidence = {"negative_delta_share": share, "tokens_compared": n, "mean_delta": mean, "mean_delta_se": se,
-         "rollout_exact_zero_trainer_below": zeros_below, "rollout_exact_zero_share": float(np.mean(tok.rollout == 0.0)),
-         "min_delta": float(tok.delta.min()), "implied_min_kept_mass": float(math.exp(tok.delta.min())),
-         "threshold_negative_share": dt.processed_negative_share, "declared_in_meta": declared is not None}
-    if declared is not None:
-        return finding(
-            "processed_logprobs", "info",
-            f"Rollout log-probs are renormalised by truncated sampling ({declared}), as the batch declares: "
-            f"rollout ≥ trainer on {share:.1%} of tokens", evidence,
-            "The batch's meta says the rollout log-probs are the sampler's processed ones (after top-k / top-p) "
-            "while the trainer scores the full distribution, so δ = log(kept mass) ≤ 0 by construction: expected, "
-            "not a pipeline bug.",
-            "Nothing to fix in this capture. In training, the same setup biases importance ratios: use raw "
-            "log-probs on the rollout side or apply the same truncation in the trainer.",
-            problem=f"rollout log-probs renormalised by the truncated sampling the batch declares ({declared})")
-    return finding(
-        "processed_logprobs", "error", "Rollout log-probs are renormalised (top-p / top-k): rollout ≥ trainer on "
-        f"{share:.1%} of tokens", evidence,
-        "The rollout engine returned log-probs of the distribution after top-p / top-k (and min-p) truncation, "
-        "renormalised over the kept tokens (e.g. vLLM `logprobs_mode='processed_logprobs'`), while the trainer scores "
-        "the full distribution: δ = log(kept mass) ≤ 0, and 0 exactly where only one token was kept.",
-        "Return raw log-probs from the engine (vLLM `logprobs_mode='raw_logprobs'` / `'raw_logits'` with matching "
-        "temperature), or apply the same truncation in the trainer; exp(min δ) shows the smallest kept mass (≈ top_p).",
-        problem=f"rollout log-probs renormalised by top-p / top-k (rollout ≥ trainer on {share:.1%} of tokens)")
+                "rollout_exact_zero_trainer_below": zeros_below, "rollout_exact_zero_share": float(np.mean(tok.rollout == 0.0)),
+                "min_delta": float(tok.delta.min()), "implied_min_kept_mass": float(math.exp(tok.delta.min())),
+                "threshold_negative_share": dt.processed_negative_share, "declared_in_meta": declared is not None}
+    return findings.make("processed_logprobs", evidence, dt, declared=declared)
 
 
 def detect_temperature(tok: Tokens, dt: DiagnosisThresholds, corr: float | None,
@@ -182,26 +147,10 @@ def detect_temperature(tok: Tokens, dt: DiagnosisThresholds, corr: float | None,
     if abs(slope) < dt.temperature_slope_min or not (se > 0 and abs(slope) / se >= dt.z):
         return None
     ratio = 1.0 + slope  # shrunk towards 1: the per-position log Z_T correlates with the log-prob (a lower bound on |T − 1|)
-    if ratio > 1:
-        how = (f"the rollout's log-probs are flatter, as if at temperature ≈ {ratio:.2f}× the trainer's or further from it "
-               f"(e.g. rollout sampled and scored at T={ratio:.2g} while the trainer used T=1, or the trainer "
-               f"divided logits by 1/{ratio:.2g})")
-    else:
-        how = (f"the rollout's log-probs are sharper, as if at temperature ≈ {ratio:.2f}× the trainer's or further from it "
-               f"(e.g. rollout sampled and scored at T={ratio:.2g} while the trainer scored at T=1, or the trainer "
-               f"divided logits by T={1 / ratio:.2g} and the rollout returned raw log-probs)")
-    return finding(
-        "temperature", "error",
-        f"Temperature on one side only: the rollout's log-probs are {'flatter' if ratio > 1 else 'sharper'} than the "
-        f"trainer's (T_rollout / T_trainer ≈ {ratio:.2f} or further from 1)",
-        {"slope": slope, "slope_se": se, "r2": r2, "temperature_ratio": ratio, "inverse_ratio": 1.0 / ratio if ratio else None,
-         "tokens": n, "tokens_fitted": int(idx.shape[0]), "threshold_slope": dt.temperature_slope_min},
-        "Sampling temperature is applied on one side only: " + how + ". Tempered log-probs satisfy "
-        "log p_T = log p / T − log Z_T, so δ = (T−1)·rollout_logp + per-position constant.",
-        "Make both sides use the same temperature: divide the trainer's logits by the rollout temperature "
-        "(verl/TRL do this), and check whether the engine returns log-probs before or after temperature "
-        "(vLLM `logprobs_mode` raw vs processed).",
-        problem=f"a temperature applied on one side only (T_rollout / T_trainer ≈ {ratio:.2f} or further from 1)")
+    return findings.make(
+        "temperature", {"slope": slope, "slope_se": se, "r2": r2, "temperature_ratio": ratio,
+                        "inverse_ratio": 1.0 / ratio if ratio else None, "tokens": n, "tokens_fitted": int(idx.shape[0]),
+                        "threshold_slope": dt.temperature_slope_min}, dt)
 
 
 def detect_dummy_zero(tok: Tokens, dt: DiagnosisThresholds) -> tuple[dict | None, np.ndarray]:
@@ -217,20 +166,12 @@ def detect_dummy_zero(tok: Tokens, dt: DiagnosisThresholds) -> tuple[dict | None
     in_runs[i[pair_hit] + 1] = True
     seqs = int(np.unique(tok.seq[hit]).shape[0])
     abs_d = np.abs(tok.delta)
-    severity = "error" if n >= dt.dummy_error_count else "warn"
-    return finding(
-        "dummy_zero", severity, f"{n} masked-in tokens have rollout log-prob exactly 0.0 (placeholder values)",
-        {"tokens": n, "token_share": n / tok.n, "sequences": seqs, "in_runs_share": float(in_runs[hit].mean()),
-         "mean_trainer_logp": float(tok.trainer[hit].mean()),
-         "abs_delta_share": float(abs_d[hit].sum() / abs_d.sum()) if abs_d.sum() > 0 else 0.0,
-         "rollout_exact_zero_tokens": int((tok.rollout == 0.0).sum()),
-         "threshold_trainer_logp": dt.dummy_trainer_logp_max},
-        "Tokens the engine did not sample (tool / environment output, padding, prompt) carry a placeholder "
-        "log-prob of 0.0 but are inside the loss mask, so the trainer's real log-prob is compared with p = 1.",
-        "Mask tool and environment tokens out of the loss (`response_mask` / `loss_mask`), and check the padding "
-        "value of the rollout log-prob array; if every rollout log-prob is 0, the engine returned processed "
-        "log-probs of greedy decoding.",
-        problem=f"placeholder rollout log-probs of exactly 0.0 on {n} masked-in tokens"), hit
+    return findings.make(
+        "dummy_zero", {"tokens": n, "token_share": n / tok.n, "sequences": seqs, "in_runs_share": float(in_runs[hit].mean()),
+                       "mean_trainer_logp": float(tok.trainer[hit].mean()),
+                       "abs_delta_share": float(abs_d[hit].sum() / abs_d.sum()) if abs_d.sum() > 0 else 0.0,
+                       "rollout_exact_zero_tokens": int((tok.rollout == 0.0).sum()),
+                       "threshold_trainer_logp": dt.dummy_trainer_logp_max}, dt), hit
 
 
 def detect_one_side_broken(tok: Tokens, dt: DiagnosisThresholds, corr: float | None, keep: np.ndarray,
@@ -251,27 +192,14 @@ def detect_one_side_broken(tok: Tokens, dt: DiagnosisThresholds, corr: float | N
     significant = d_se > 0 and abs(d_mean) / d_se >= dt.z
     if not ((ratio >= dt.ppl_ratio_warn and significant) or low_corr):
         return None
-    error = (ratio >= dt.ppl_ratio_error and significant) or low_corr
-    if explained and not error:
+    evidence = {"ppl_rollout": ppl_ro, "ppl_trainer": ppl_tr, "ppl_ratio": ratio, "mean_delta": d_mean,
+                "mean_delta_se": d_se, "corr_logp": corr, "tokens": int(keep.sum()),
+                "threshold_ppl_ratio_warn": dt.ppl_ratio_warn, "threshold_ppl_ratio_error": dt.ppl_ratio_error,
+                "threshold_corr": dt.systematic_corr_max}
+    found = findings.make("one_side_broken", evidence, dt, higher="trainer" if ppl_tr > ppl_ro else "rollout")
+    if explained and found["severity"] != "error":
         return None  # a temperature / processed-log-probs finding already explains a moderate gap
-    higher = "trainer" if ppl_tr > ppl_ro else "rollout"
-    return finding(
-        "one_side_broken", "error" if error else "warn",
-        (f"The {higher} side's perplexity is {ratio:.2g}× the other's on the same tokens"
-         + (f" (log-prob correlation {corr:.2f})" if low_corr else "")) if ratio >= dt.ppl_ratio_warn else
-        f"Log-prob correlation is only {corr:.2f}: the two sides do not score the same model or context",
-        {"ppl_rollout": ppl_ro, "ppl_trainer": ppl_tr, "ppl_ratio": ratio, "mean_delta": d_mean,
-         "mean_delta_se": d_se, "corr_logp": corr, "tokens": int(keep.sum()),
-         "threshold_ppl_ratio_warn": dt.ppl_ratio_warn, "threshold_ppl_ratio_error": dt.ppl_ratio_error,
-         "threshold_corr": dt.systematic_corr_max},
-        f"The {higher} side is not scoring the same model or context: different or stale weights (wrong "
-        "checkpoint, weight sync not applied, LoRA not merged, quantisation), a different prompt / chat template, "
-        "truncated context, or a different tokenizer.",
-        "Compare weight checksums / the step of both sides, the exact prompt token ids each side saw, the "
-        "tokenizer and chat template, and any quantisation; re-score a few sequences with both sides by hand.",
-        problem=(f"the {higher} side scoring another model or context (its perplexity {ratio:.2g}× the other's)"
-                 if ratio >= dt.ppl_ratio_warn else
-                 f"the two sides scoring different models or contexts (log-prob correlation only {corr:.2f})"))
+    return found
 
 
 def detect_low_prob_tail(tok: Tokens, dt: DiagnosisThresholds) -> dict | None:
@@ -287,16 +215,10 @@ def detect_low_prob_tail(tok: Tokens, dt: DiagnosisThresholds) -> dict | None:
     abs_share = float(abs_d[tail].sum() / abs_d.sum())
     if k3_share < dt.tail_k3_share or token_share > dt.tail_token_share_max:
         return None
-    return finding(
-        "low_prob_tail", "info",
-        f"Tokens with p < {dt.tail_p:g} are {token_share:.0%} of tokens and carry {k3_share:.0%} of the KL",
-        {"tail_p": dt.tail_p, "token_share": token_share, "k3_share": k3_share, "abs_delta_share": abs_share,
-         "abs_delta_mean_tail": float(abs_d[tail].mean()), "abs_delta_mean_rest": float(abs_d[~tail].mean()) if (~tail).any() else 0.0},
-        "Low-probability tokens sit where small logit errors change log p most (the softmax tail); precision "
-        "noise concentrates there, and so do the tokens that importance-sampling corrections clip.",
-        "Expected for numerical noise. If the mismatch matters, look at the probability-bucket table; an fp32 LM "
-        "head / fp16 rollout narrows the tail most.",
-        problem=f"a mismatch concentrated on tokens with p < {dt.tail_p:g} ({k3_share:.0%} of the KL)")
+    return findings.make(
+        "low_prob_tail", {"tail_p": dt.tail_p, "token_share": token_share, "k3_share": k3_share, "abs_delta_share": abs_share,
+                          "abs_delta_mean_tail": float(abs_d[tail].mean()),
+                          "abs_delta_mean_rest": float(abs_d[~tail].mean()) if (~tail).any() else 0.0}, dt)
 
 
 def detect_drift(tok: Tokens, dt: DiagnosisThresholds, bias: float, bias_se: float,
@@ -312,20 +234,10 @@ def detect_drift(tok: Tokens, dt: DiagnosisThresholds, bias: float, bias_se: flo
     z = (b - 0.5) / se
     if b < dt.drift_exponent_min or z < dt.drift_z:
         return None
-    material = abs(bias) >= dt.noise_kl_max and bias_se > 0 and abs(bias) / bias_se >= dt.z and not explained_by
     lengths = tok.counts[tok.present]
-    return finding(
-        "drift_with_length", "warn" if material else "info",
-        f"|Σδ| grows as length^{b:.2f} (a random walk would be length^0.5)",
-        {"exponent": b, "exponent_se": se, "z_vs_random_walk": z, "sequences": g["sequences_used"],
-         "bias_per_token": bias, "bias_se": bias_se, "expected_seq_log_ratio_at_p90_length":
-         bias * float(np.percentile(lengths, 90)), "threshold_exponent": dt.drift_exponent_min,
-         "threshold_bias": dt.noise_kl_max, "explained_by_other_finding": explained_by is not None},
-        (f"A consequence of the {explained_by} finding: its signed bias adds up along each sequence. " if explained_by
-         else "") + "The per-token mismatch has a consistent sign (or grows along the sequence), so sequence-level ratios "
-        "drift with length instead of averaging out: a temperature / processing difference, a KV-cache or "
-        "RoPE precision issue, or, when the bias is tiny, just the KL of the noise summed over long sequences.",
-        "Look at the by-position table: growing |δ| with position points at KV-cache dtype / RoPE / long-context "
-        "kernels; a flat but signed δ points at a one-sided transformation. Prefer token-level or geometric "
-        "corrections over sequence-product ratios for long sequences.",
-        problem=f"a mismatch that accumulates with length (|Σδ| ∝ length^{b:.2f})")
+    return findings.make(
+        "drift_with_length", {"exponent": b, "exponent_se": se, "z_vs_random_walk": z, "sequences": g["sequences_used"],
+                              "bias_per_token": bias, "bias_se": bias_se, "expected_seq_log_ratio_at_p90_length":
+                              bias * float(np.percentile(lengths, 90)), "threshold_exponent": dt.drift_exponent_min,
+                              "threshold_bias": dt.noise_kl_max, "explained_by_other_finding": explained_by is not None},
+        dt, explained_by=explained_by)

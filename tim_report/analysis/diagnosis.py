@@ -18,33 +18,31 @@ fault-injection tests produce (scripts/diagnosis_matrix.py).
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
+from ..catalogue import findings as words
 from ..config import PPO_EPS_HIGH, PPO_EPS_LOW, SEVERITIES, DiagnosisThresholds
 from ..model import StepBatch
-from .detectors import (declared_processing, detect_drift, detect_dummy_zero, detect_low_prob_tail,
-                        detect_one_side_broken, detect_processed, detect_shift, detect_temperature, finding)
 from .bands import apply_band, band_summary, choose_band
-from .localise import detect_first_token, detect_mixed_versions, detect_position_onset, detect_turn_boundary
+from .detectors import (
+    declared_processing,
+    detect_drift,
+    detect_dummy_zero,
+    detect_low_prob_tail,
+    detect_one_side_broken,
+    detect_processed,
+    detect_shift,
+    detect_temperature,
+)
+from .localise import (
+    detect_first_token,
+    detect_mixed_versions,
+    detect_position_onset,
+    detect_turn_boundary,
+)
 from .precision_gap import precision_gap
 from .stats import cluster_mean_se, exp_or_inf
 from .tokens import Tokens
-
-DEFAULT_CHECK = {
-    "identical": "Nothing to fix. If you expected a precision or engine difference, check that the two sides "
-                 "really ran different engines / dtypes (the batch may hold the same array twice).",
-    "numerical_noise": "Nothing is broken. If clipping or ESS still hurt, use an importance-sampling correction "
-                       "(see the what-if table) or narrow the precision gap (fp16 rollout and training, fp32 LM head){gap}.",
-    "elevated": "Beyond the noise published for bf16/fp16 engines, with no specific fault detected: compare engine "
-                "versions, attention backends, KV-cache dtype, fp32 LM head and quantisation{gap}; read the worst sequences.",
-    "systematic": "Check that both sides load the same weights (same step), see the same prompt tokens and chat "
-                  "template, and apply the same temperature and sampling processing.",
-}
-# How the advice above points at the precision gap: measure it, or read it when the batch has a shadow pass.
-GAP_HINT = {False: "; capture with `tim-report capture --shadow` to split precision from the rest",
-            True: "; the precision gap β (from this batch's shadow pass) splits precision from the rest"}
 
 
 def diagnose(batch: StepBatch, tok: Tokens, metrics: dict, thresholds: DiagnosisThresholds | None = None,
@@ -60,7 +58,7 @@ def diagnose(batch: StepBatch, tok: Tokens, metrics: dict, thresholds: Diagnosis
         findings = _run_detectors(batch, tok, metrics, dt)
         regime = _regime(findings, tok, metrics, dt)
     if gap.get("available"):
-        findings.append(_gap_finding(gap))
+        findings.append(_gap_finding(gap, dt))
     findings.sort(key=lambda f: -SEVERITIES.index(f["severity"]))  # stable: detector order within a severity
     verdict, what_to_check = _verdict(regime, findings, metrics, bool(gap.get("available")), band.name)
     return {
@@ -137,53 +135,16 @@ def _regime(findings: list[dict], tok: Tokens, metrics: dict, dt: DiagnosisThres
     return "numerical_noise"
 
 
-def _fmt(x) -> str:
-    """3 significant digits; a correlation just under 1 keeps the digits that say how far from 1 it is."""
-    if x is None or (isinstance(x, float) and not math.isfinite(x)):
-        return "n/a"
-    digits = 3 if not 0.99 < abs(x) < 1 else max(3, 2 - math.floor(math.log10(1 - abs(x))))
-    return f"{x:.{digits}g}"
-
-
 def _verdict(regime: str, findings: list[dict], metrics: dict, has_shadow: bool,
              band: str = "dense bf16") -> tuple[str, str]:
-    """One plain sentence naming the regime and the finding that leads it, and what to check."""
+    """The verdict sentence and what to check, led by the first non-info finding (or by declared processing, an
+    info finding that explains the whole mismatch)."""
     top = findings[0] if findings and findings[0]["severity"] != "info" else None
-    # an info finding that explains the whole mismatch (declared processing) still belongs in the verdict
     explains = next((f for f in findings if f["id"] == "processed_logprobs"), None) if top is None else None
-    nums = (f"KL k3 {_fmt(metrics['kl_k3'])}, mean |δ| {_fmt(metrics['abs_delta_mean'])} nats, "
-            f"log-prob correlation {_fmt(metrics.get('corr_logp'))}")
-
-    def lead(f: dict) -> str:
-        return f["title"][0].lower() + f["title"][1:]
-
-    if regime == "identical":
-        verdict = f"Identical: no token's log-prob differs beyond float rounding (max |δ| {_fmt(metrics['abs_delta_max'])})."
-    elif regime == "numerical_noise":
-        size = ("the size bf16/fp16 engine differences produce" if band == "dense bf16"
-                else f"within the noise published for {'an' if band[0] in 'AEIOM' else 'a'} {band} model")
-        verdict = f"Numerical noise: the mismatch is {size} ({nums})."
-    elif regime == "elevated":
-        verdict = (f"Elevated: beyond numerical noise but not clearly broken ({nums})" +
-                   (f"; {lead(top or explains)}." if top or explains else "."))
-    else:
-        verdict = (f"Systematic: {lead(top)}; {nums}." if top else
-                   f"Systematic: the two sides do not score the same model or context ({nums}).")
-    return verdict, (top or explains or {}).get("what_to_check") or DEFAULT_CHECK[regime].format(gap=GAP_HINT[has_shadow])
+    return words.verdict(regime, metrics, top or explains, band, has_shadow)
 
 
-def _gap_finding(gap: dict) -> dict:
-    share = gap["beta_share_sq"]
-    return finding(
-        "precision_gap", "info",
-        f"Precision alone (β) explains {share:.0%} of the log-ratio (Σβ²/(Σα²+Σβ²)); PPO clips "
-        f"{gap['clip_fraction_beta']:.2%} of tokens on β alone" if share is not None else "Precision gap (β) is zero",
-        {"beta_share_sq": share, "beta_share_abs": gap["beta_share_abs"], "beta_bias": gap["beta_bias"],
-         "beta_bias_se": gap["beta_bias_se"], "beta_abs_mean": gap["beta_abs_mean"],
-         "alpha_abs_mean": gap["alpha_abs_mean"], "clip_fraction_beta": gap["clip_fraction_beta"],
-         "clip_fraction_total": gap["clip_fraction_total"], "corr_beta_advantage": gap["corr_beta_advantage"]},
-        "β = trainer − shadow compares the trainer's own weights in two precisions, so it is pure numerical "
-        "precision; clipping on β alone (precision-only clipping) throws away gradient although the policy has not moved.",
-        "If β dominates and clips a material share, align precision (fp16 both sides, fp32 LM head, same "
-        "attention kernels) rather than hunting a bug; if α dominates, the difference is engine / weights / context.",
-        problem="the precision gap β between the trainer's weights in two precisions")
+def _gap_finding(gap: dict, dt: DiagnosisThresholds) -> dict:
+    return words.make("precision_gap", {k: gap[k] for k in (
+        "beta_share_sq", "beta_share_abs", "beta_bias", "beta_bias_se", "beta_abs_mean", "alpha_abs_mean", "clip_fraction_beta",
+        "clip_fraction_total", "corr_beta_advantage")}, dt)

@@ -1,13 +1,16 @@
 """`tim-report check`'s gate: a Report against limits and a severity, as violations (coverage.py's fail-under).
 
-Default limits are verl's documented rollout-correction alerts (config.VERL_ALERTS).
+Which metrics a limit can hold and their defaults (verl's documented rollout-correction alerts) are the catalogue's
+`gate` entries (catalogue.metrics.GATES).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..config import SEVERITIES, VERL_ALERTS
+from ..catalogue import metrics as catalogue
+from ..catalogue.numbers import fixed, fmt, plain
+from ..config import SEVERITIES
 from ..model import Report
 
 
@@ -43,17 +46,15 @@ class CheckResult:
         return not self.violations
 
 
-def default_limits(max_kl: float | None = VERL_ALERTS.max_kl, max_kl_k3: float | None = VERL_ALERTS.max_kl_k3,
-                   min_ess: float | None = VERL_ALERTS.min_ess, max_chi2_token: float | None = VERL_ALERTS.max_chi2_token,
-                   max_outside_5x: float | None = None, max_phantom_clip: float | None = None,
-                   min_ess_seq: float | None = None) -> list[Limit]:
-    """verl's alerts by default (|kl| > 0.1 on k1 and on k3, ESS < 0.3, chi2_token > 1); None = not checked."""
-    spec = [("kl_k1", "max", max_kl, "--max-kl", True), ("kl_k3", "max", max_kl_k3, "--max-kl-k3", False),
-            ("ess", "min", min_ess, "--min-ess", False), ("ess_seq", "min", min_ess_seq, "--min-ess-seq", False),
-            ("chi2_token", "max", max_chi2_token, "--max-chi2-token", False),
-            ("outside_5x", "max", max_outside_5x, "--max-outside-5x", False),
-            ("phantom_clip", "max", max_phantom_clip, "--max-phantom-clip", False)]
-    return [Limit(m, op, float(b), opt, ab) for m, op, b, opt, ab in spec if b is not None]
+def limits(bounds: dict[str, float | None] | None = None) -> list[Limit]:
+    """One limit per gated metric: `bounds` (metric key → bound, None = not checked) over the catalogue's defaults."""
+    out = []
+    for key in catalogue.GATES:
+        m = catalogue.metric(key)
+        bound = (bounds or {}).get(key, m.gate.default)
+        if bound is not None:
+            out.append(Limit(key, "min" if m.worse == "down" else "max", float(bound), m.gate.option, m.gate.absolute))
+    return out
 
 
 def evaluate(report: Report, limits: list[Limit], fail_on: str = "error") -> CheckResult:
@@ -69,14 +70,13 @@ def evaluate(report: Report, limits: list[Limit], fail_on: str = "error") -> Che
         v = abs(value) if lim.absolute else value
         name = f"|{lim.metric}|" if lim.absolute else lim.metric
         if lim.op == "max" and not v <= lim.bound:
-            res.violations.append(Violation("limit", lim.metric, f"{name} = {v:.4g} > {lim.bound:g} ({lim.option})"))
+            res.violations.append(Violation("limit", lim.metric, f"{name} = {fmt(v, 4)} > {plain(lim.bound)} ({lim.option})"))
         elif lim.op == "min" and not v >= lim.bound:
-            res.violations.append(Violation("limit", lim.metric, f"{name} = {v:.4g} < {lim.bound:g} ({lim.option})"))
+            res.violations.append(Violation("limit", lim.metric, f"{name} = {fmt(v, 4)} < {plain(lim.bound)} ({lim.option})"))
     if fail_on != "never":
         level = SEVERITIES.index(fail_on)
         for f in diag.get("findings", []):
             if SEVERITIES.index(f["severity"]) >= level:
                 res.violations.append(Violation(f["severity"], f["id"], f["title"]))
-    res.summary = (f"{res.regime}; KL k3 {m.get('kl_k3', float('nan')):.2e}, ESS {m.get('ess', float('nan')):.4f}, "
-                   f"{m.get('tokens')} tokens")
+    res.summary = f"{res.regime}; KL k3 {fmt(m.get('kl_k3'))}, ESS {fixed(m.get('ess'), 4)}, {fmt(m.get('tokens'))} tokens"
     return res

@@ -13,6 +13,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..catalogue.numbers import plain
 from ..config import PROB_EDGES
 
 RATIO_BINS = 80
@@ -99,7 +100,7 @@ class ProbBuckets:
 
     @staticmethod
     def label(b: int) -> str:
-        return f"{_fmt_p(PROB_EDGES[b])}–{_fmt_p(PROB_EDGES[b + 1])}"
+        return f"{plain(PROB_EDGES[b])}–{plain(PROB_EDGES[b + 1])}"
 
     def sums(self, weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Token count ("n") and the weighted sum of each named per-token value, per bucket."""
@@ -107,10 +108,6 @@ class ProbBuckets:
         out = {"n": np.bincount(self.codes, minlength=n)}
         out.update({k: np.bincount(self.codes, weights=v, minlength=n) for k, v in weights.items()})
         return out
-
-
-def _fmt_p(x: float) -> str:
-    return "0" if x == 0 else ("1" if x == 1 else f"{x:g}")
 
 
 def position_edges(max_pos: int) -> list[int]:

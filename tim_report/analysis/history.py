@@ -10,7 +10,9 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from ..config import HISTORY_FLOOR, HISTORY_MARGIN, HISTORY_METRICS, HISTORY_MIN_STEPS, HISTORY_WINDOW
+from ..catalogue import metrics as catalogue
+from ..catalogue.numbers import fmt, plain
+from ..config import HISTORY_MARGIN, HISTORY_MIN_STEPS, HISTORY_WINDOW
 from .gate import Violation
 
 
@@ -48,13 +50,14 @@ def _ranges(steps: list) -> str:
             out[-1][1] = s
         else:
             out.append([s, s])
-    return ", ".join(f"{a:g}" if a == b else f"{a:g}-{b:g}" for a, b in out)
+    return ", ".join(plain(a) if a == b else f"{plain(a)}-{plain(b)}" for a, b in out)
 
 
-def band(values: list[float], direction: str, margin: float, floor: float) -> tuple[float, float]:
-    """(median, bound): median + max(margin·median, floor) when higher is worse; for "min" the same on 1 − value."""
+def band(values: list[float], worse: str, margin: float, floor: float) -> tuple[float, float]:
+    """(median, bound): median + max(margin·median, floor) when up is worse; when down is worse (ESS), the same on
+    the deficit 1 − value."""
     med = statistics.median(values)
-    if direction == "max":
+    if worse == "up":
         return med, med + max(margin * abs(med), floor)
     return med, med - max(margin * abs(1.0 - med), floor)
 
@@ -65,23 +68,24 @@ def check_history(new: dict, rows: list[dict], window: int = HISTORY_WINDOW, mar
 
     A metric the new step lacks, or that fewer than `min_steps` rows of the window hold, is not checked.
     """
-    floors = {**HISTORY_FLOOR, **(floors or {})}
+    floors = {**{k: catalogue.metric(k).history_floor for k in catalogue.HISTORY}, **(floors or {})}
     win = window_rows(rows, new.get("step"), window)
     res = HistoryResult(win, describe(win))
     if len(win) < min_steps:
         res.note = (f"history: {len(win)} earlier step{'s' if len(win) != 1 else ''} ({res.basis}), fewer than "
                     f"{min_steps}: no band checked")
         return res
-    for metric, direction in HISTORY_METRICS.items():
+    for metric in catalogue.HISTORY:
+        worse = catalogue.metric(metric).worse
         value = new.get(metric)
         values = [r[metric] for r in win if r.get(metric) is not None]
         if value is None or len(values) < min_steps:
             continue
-        med, bound = band(values, direction, margin, floors[metric])
-        broken = value > bound if direction == "max" else value < bound
+        med, bound = band(values, worse, margin, floors[metric])
+        broken = value > bound if worse == "up" else value < bound
         if broken:
-            sign, word = (">", "above") if direction == "max" else ("<", "below")
+            sign, word = (">", "above") if worse == "up" else ("<", "below")
             res.violations.append(Violation("history", metric, (
-                f"{metric} = {value:.4g} {sign} {bound:.4g}, {word} the run's band (median {med:.4g} of {res.basis}; "
-                f"margin {margin:g}×, floor {floors[metric]:g})")))
+                f"{metric} = {fmt(value, 4)} {sign} {fmt(bound, 4)}, {word} the run's band (median {fmt(med, 4)} of "
+                f"{res.basis}; margin {plain(margin)}×, floor {plain(floors[metric])})")))
     return res

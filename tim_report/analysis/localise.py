@@ -18,12 +18,12 @@ import math
 
 import numpy as np
 
+from ..catalogue import findings
 from ..config import DETECTOR_MAX_TOKENS, ONSET_MAX_POINTS, DiagnosisThresholds
 from ..model import StepBatch
 from .changepoints import change_points
-from .detectors import _thin, finding
+from .detectors import _thin
 from .tokens import Tokens
-
 
 CHUNK = 1 << 20  # tokens per slice of the first-token pass
 
@@ -83,22 +83,12 @@ def detect_first_token(tok: Tokens, dt: DiagnosisThresholds) -> dict | None:
     share = first_sum / total if total > 0 else 0.0
     sample = _thin(np.flatnonzero(has[tok.seq]), DETECTOR_MAX_TOKENS)
     sample = sample[_flat_index(tok, sample) != tok.batch_offsets[tok.seq[sample]]]
-    return finding(
-        "first_token", "warn",
-        f"The first response token carries {share:.0%} of the mismatch: its |δ| is {ratio:.3g}× the rest's",
-        {"abs_delta_first_mean": float(first_abs.mean()), "abs_delta_first_median": float(np.median(first_abs)),
-         "abs_delta_rest_mean": rest_mean, "abs_delta_rest_median": float(np.median(np.abs(tok.delta[sample]))),
-         "ratio": ratio, "mean_delta_first": float(tok.delta[first_idx][has[tok.seq[first_idx]]].mean()),
-         "share_of_abs_delta": share, "rank_mean": float(u.mean()), "z": z, "sequences": int(has.sum()),
-         "every_nth_token": step, "threshold_ratio": dt.first_token_ratio},
-        "Something differs for the first generated token only: a temperature or logit processor applied to the "
-        "first step alone, a BOS token one side adds and the other does not, or a prompt/response boundary "
-        "tokenised differently (the chat template's generation prompt, a trailing space or newline merged into the "
-        "first response token).",
-        "Compare the last prompt tokens and the first response token id on both sides (`tim-report inspect`), "
-        "check that both sides add BOS the same way and that the first sampling step uses the same temperature.",
-        problem=f"a first response token that disagrees {ratio:.3g}× more than the rest (a BOS, template or "
-                "first-step sampling difference)")
+    return findings.make(
+        "first_token", {"abs_delta_first_mean": float(first_abs.mean()), "abs_delta_first_median": float(np.median(first_abs)),
+                        "abs_delta_rest_mean": rest_mean, "abs_delta_rest_median": float(np.median(np.abs(tok.delta[sample]))),
+                        "ratio": ratio, "mean_delta_first": float(tok.delta[first_idx][has[tok.seq[first_idx]]].mean()),
+                        "share_of_abs_delta": share, "rank_mean": float(u.mean()), "z": z, "sequences": int(has.sum()),
+                        "every_nth_token": step, "threshold_ratio": dt.first_token_ratio}, dt)
 
 
 def detect_position_onset(tok: Tokens, dt: DiagnosisThresholds, explained_by: str | None = None) -> dict | None:
@@ -141,22 +131,14 @@ def detect_position_onset(tok: Tokens, dt: DiagnosisThresholds, explained_by: st
         onset = int(positions[_best_split(sums[positions], counts[positions], lo, hi)])
     scanned = pos <= positions[-1]
     before, after = ad[scanned & (pos < onset)], ad[scanned & (pos >= onset)]
-    return finding(
-        "position_onset", "info" if explained_by else "warn",
-        f"The mismatch switches on at response position {onset}: mean |δ| {before.mean():.3g} → {after.mean():.3g} nats "
-        f"({rise:.3g}× in typical |δ|)" + (f", where the {explained_by} finding starts" if explained_by else ""),
+    return findings.make(
+        "position_onset",
         {"position": onset, "abs_delta_mean_before": float(before.mean()), "abs_delta_mean_after": float(after.mean()),
          "abs_delta_median_before": float(np.median(before)), "abs_delta_median_after": float(np.median(after)),
          "ratio": rise, "z": cp.z, "tokens_before": int(before.shape[0]), "tokens_after": int(after.shape[0]),
          "positions_scanned": int(positions.shape[0]), "min_tokens_per_position": dt.onset_min_tokens,
-         "every_nth_token": step,
-         "threshold_ratio": dt.onset_ratio, "explained_by_other_finding": explained_by is not None},
-        "A second error source switches on part-way through the response: a quantised (fp8) KV cache or a "
-        "sliding / chunked attention window that starts to matter at that length, a RoPE scaling or position limit, "
-        "prefill vs decode kernels that differ beyond a chunk size, or a context the trainer truncated.",
-        f"Look at what happens at position {onset} plus the prompt length: the engine's KV-cache dtype, chunked prefill "
-        "size, sliding window and max model length, and the trainer's max sequence length / truncation.",
-        problem=f"a mismatch that switches on at response position {onset} ({rise:.3g}× from there on)")
+         "every_nth_token": step, "threshold_ratio": dt.onset_ratio, "explained_by_other_finding": explained_by is not None},
+        dt, explained_by=explained_by)
 
 
 def _widest_level_gap(values: np.ndarray, w: np.ndarray, m: int) -> float:
@@ -212,21 +194,12 @@ def detect_turn_boundary(tok: Tokens, turn: np.ndarray | None, dt: DiagnosisThre
                  if (after & (offset == k)).any()]
     affected = [int(k) for k in np.unique(t[head])
                 if body_mean > 0 and ad[head & (t == k)].mean() >= dt.turn_ratio * body_mean]
-    return finding(
-        "turn_boundary", "warn",
-        f"The first tokens after each tool / environment span disagree: their |δ| is {ratio:.3g}× the rest's "
-        f"(turns {', '.join(map(str, affected)) or 'none alone'})",
+    return findings.make(
+        "turn_boundary",
         {"abs_delta_head_mean": float(ad[head].mean()), "abs_delta_rest_mean": body_mean, "ratio": ratio,
          "abs_delta_by_offset": by_offset, "turns_affected": affected, "turn_starts": int(runs.shape[0]),
          "head_tokens": dt.turn_head_tokens, "rank_mean": float(u.mean()), "z": z,
-         "abs_delta_turn0_mean": float(ad[t == 0].mean()) if (t == 0).any() else None,
-         "threshold_ratio": dt.turn_ratio},
-        "The two sides see a different context after a tool call: the chat template is not prefix-preserving "
-        "(re-rendering the history changes earlier turns, e.g. dropped reasoning or whitespace), or the tool / "
-        "environment response is tokenised differently by the engine (token-in) and the trainer (text re-tokenised).",
-        "Compare the token ids around a tool response on both sides; keep the rollout's token ids for the trainer "
-        "(token-in-token-out) instead of re-applying the chat template to the conversation text.",
-        problem=f"a different context after each tool call (the first tokens of a turn disagree {ratio:.3g}× more)")
+         "abs_delta_turn0_mean": float(ad[t == 0].mean()) if (t == 0).any() else None, "threshold_ratio": dt.turn_ratio}, dt)
 
 
 def _version_key(v: str):
@@ -254,15 +227,4 @@ def detect_mixed_versions(batch: StepBatch, tok: Tokens, dt: DiagnosisThresholds
         evidence.update(oldest=oldest, newest=newest, spread=spread, stale_sequence_share=float(stale.mean()),
                         abs_delta_mean_newest=float(ad[~on_stale].mean()) if (~on_stale).any() else None,
                         abs_delta_mean_stale=float(ad[on_stale].mean()) if on_stale.any() else None)
-    warn = spread is not None and spread >= dt.versions_spread_warn
-    apart = f", {spread} versions apart" if spread is not None else ""
-    return finding(
-        "mixed_policy_versions", "warn" if warn else "info",
-        f"This batch mixes {len(distinct)} policy weight versions ({evidence['values']}{apart}): part of its mismatch "
-        "is staleness (off-policy samples), not precision",
-        evidence,
-        "Asynchronous or partial rollouts: some sequences (or turns) were generated by older weights than the "
-        "trainer's, so r mixes the policy update with the precision difference.",
-        "Read the mismatch of the newest-version sequences alone for the precision part; bound the staleness "
-        "(max off-policy steps) or correct for it with importance sampling against the behaviour policy.",
-        problem=f"sequences from {len(distinct)} policy weight versions (staleness, not precision)")
+    return findings.make("mixed_policy_versions", evidence, dt)

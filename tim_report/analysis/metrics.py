@@ -14,7 +14,15 @@ import math
 import numpy as np
 
 from ..config import PERCENTILES, SAFETY_BOUND, Thresholds
-from .stats import dot, kish_ess, mean_se, pearson, percentile_ladder, spearman, top_share
+from .stats import (
+    dot,
+    kish_ess,
+    mean_se,
+    pearson,
+    percentile_ladder,
+    spearman,
+    top_share,
+)
 from .tokens import Tokens
 
 
@@ -36,7 +44,7 @@ def summary_metrics(tok: Tokens, th: Thresholds) -> dict:
     m["seq_log_ratio_abs_max"] = float(np.abs(seq_sum).max())
     m["percentiles"] = {"q": list(PERCENTILES), **ladder}
     m["thresholds"] = {
-        "ppo_clip": [1 - th.ppo_eps_low, 1 + th.ppo_eps_high],
+        "ppo_clip": list(th.ppo_clip),
         "band_2x": [1 / th.band_2x, th.band_2x],
         "band_5x": [1 / th.band_5x, th.band_5x],
         "veto": th.veto,
@@ -66,7 +74,8 @@ def _weights(tok: Tokens, th: Thresholds, seq_log_r: np.ndarray, m: dict) -> Non
     log_r = tok.log_r
     r = np.exp(log_r)
     m["chi2_token"], m["chi2_token_se"] = _chi2(r, tok.mean_se)
-    m["phantom_clip"] = float(np.count_nonzero((r < 1 - th.ppo_eps_low) | (r > 1 + th.ppo_eps_high)) / tok.n)
+    low, high = th.ppo_clip
+    m["phantom_clip"] = float(np.count_nonzero((r < low) | (r > high)) / tok.n)
     del r
     seq_w = np.exp(seq_log_r - float(seq_log_r.max()))  # scale-free: the normalised χ² does not see a common factor
     m["chi2_seq"], m["chi2_seq_se"] = _chi2(seq_w, mean_se)

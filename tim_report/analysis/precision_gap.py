@@ -18,7 +18,13 @@ import math
 
 import numpy as np
 
-from ..config import POSITIVE_LOGP_TOLERANCE, PPO_EPS_HIGH, PPO_EPS_LOW, PROB_EDGES, SAFETY_BOUND
+from ..config import (
+    POSITIVE_LOGP_TOLERANCE,
+    PPO_EPS_HIGH,
+    PPO_EPS_LOW,
+    PROB_EDGES,
+    SAFETY_BOUND,
+)
 from ..model import StepBatch
 from .histograms import ProbBuckets
 from .stats import cluster_mean_se, pearson

@@ -14,9 +14,11 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable
 
+from ..catalogue import metrics as catalogue
 from ..config import HEALTH_ORDER, health
 from .stats import finite
 from .trend import trend
+
 
 def _parts(r: Any) -> tuple[dict, dict, dict, dict, dict]:
     """(run, metrics, routing, diagnosis, data problems) of a Report or of its summary dict."""
@@ -40,6 +42,10 @@ def _label(x: Any) -> str:
     return str(x) if x not in (None, "") else "?"
 
 
+def _text(x: Any) -> str | None:
+    return str(x) if x not in (None, "") else None
+
+
 def _step(meta: dict) -> int | float | None:
     s = meta.get("step")
     if isinstance(s, bool) or not isinstance(s, (int, float)):
@@ -48,22 +54,18 @@ def _step(meta: dict) -> int | float | None:
 
 
 def run_row(report: Any) -> dict:
-    """One run's row of the index: identity, headline numbers, routing counts, verdict and colour."""
+    """One run's row of the index (model.run_row_fields): identity, the catalogue's row metrics, routing counts, verdict and
+    colour."""
     run, m, routing, diag, problems = _parts(report)
     meta = run.get("meta") or {}
     counts = routing.get("counts") or {}
     return {
         "id": str(run.get("id") or "run"),
-        "model": meta.get("model") or meta.get("model_name") or None,
+        "model": _text(meta.get("model") or meta.get("model_name")),
         "rollout_engine": _label(meta.get("rollout_engine")), "rollout_dtype": _label(meta.get("rollout_dtype")),
         "trainer_engine": _label(meta.get("trainer_engine")), "trainer_dtype": _label(meta.get("trainer_dtype")),
-        "device": meta.get("device") or None, "step": _step(meta),
-        "tokens": m.get("tokens"), "sequences": m.get("sequences"),
-        "ess": m.get("ess"), "kl_k3": m.get("kl_k3"), "abs_delta_median": m.get("abs_delta_median"),
-        "abs_delta_mean": m.get("abs_delta_mean"), "abs_delta_max": m.get("abs_delta_max"),
-        "outside_2x": m.get("outside_2x"), "outside_5x": m.get("outside_5x"), "phantom_clip": m.get("phantom_clip"),
-        "veto_token_fraction": m.get("veto_token_fraction"), "veto_seq_fraction": m.get("veto_seq_fraction"),
-        "seq_log_ratio_mean": m.get("seq_log_ratio_mean"),
+        "device": _text(meta.get("device")), "step": _step(meta),
+        **{key: m.get(key) if finite(m.get(key)) is not None else None for key in catalogue.ROW},
         "routing": {k: counts.get(k) for k in ("train", "train_with_correction", "quarantine")},
         "routing_unit": routing.get("unit") or "group",
         "regime": diag.get("regime"), "verdict": diag.get("verdict"),

@@ -26,8 +26,8 @@ from typing import Callable
 import numpy as np
 
 from ..config import TOPK_LOGPROBS_DEFAULT, TOPK_MAX
-from ..model import StepBatch
 from ..errors import BadInput
+from ..model import StepBatch
 from .prompts import read_prompts, render_prompts
 from .spec import ENGINE_NAMES, EngineSpec, Sampling
 from .vllm_engine import require_vllm

@@ -6,13 +6,22 @@ from pathlib import Path
 
 import click
 
-from ..errors import BadInput
 from ..catalogue.formats import FORMATS
-from .options import (executor_option, fail_cleanly, input_files, load_options, output_path, ppo_eps_option,
-                      ray_address_option, timestamp_now, timestamp_option)
+from ..catalogue.numbers import fixed
+from ..errors import BadInput
+from .options import (
+    executor_option,
+    fail_cleanly,
+    input_files,
+    load_options,
+    output_path,
+    ppo_eps_option,
+    ray_address_option,
+    timestamp_now,
+    timestamp_option,
+)
 from .progress import build_progress
 from .text import safe, summary_line
-
 
 RUN_LINES_MAX = 20  # a longer run prints its summary line only: the index lists every step
 CHANGE_LINES_MAX = 10
@@ -74,4 +83,4 @@ def build_command(files, out, run_ids, load, ppo_eps, notes, timestamp, formats,
         click.echo(f"... and {len(cps) - CHANGE_LINES_MAX} more change points (index.html, index.json)")
     n = len(result.rows)
     click.echo(f"{n} batch{'es' if n != 1 else ''}: {result.analysed} analysed, {result.reused} reused from the cache, "
-               f"in {result.seconds:.1f} s; wrote {safe(out)}/")
+               f"in {fixed(result.seconds, 1)} s; wrote {safe(out)}/")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from ..catalogue.numbers import fmt
 from ..config import TOPK_LOGPROBS_DEFAULT
 from ..errors import BadInput
 from .options import fail_cleanly
@@ -87,7 +88,7 @@ def capture_command(model, prompts, rollouts, trainers, matrix, shadow, n_sample
         save_batch(b, path)
         d = b.trainer_logp - b.rollout_logp
         line = (f"{safe(path)}: {b.n_seqs} sequences, {b.n_tokens} tokens, {b.meta['rollout_engine']} {b.meta['rollout_dtype']} vs "
-                f"{b.meta['trainer_engine']} {b.meta['trainer_dtype']}: mean |δ| {abs(d).mean():.3g} nats, max {abs(d).max():.3g}")
+                f"{b.meta['trainer_engine']} {b.meta['trainer_dtype']}: mean |δ| {fmt(abs(d).mean())} nats, max {fmt(abs(d).max())}")
         if b.shadow_logp is not None:
-            line += f", |β| mean {abs(b.trainer_logp - b.shadow_logp).mean():.3g}"
+            line += f", |β| mean {fmt(abs(b.trainer_logp - b.shadow_logp).mean())}"
         click.echo(line)

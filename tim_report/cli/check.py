@@ -8,37 +8,44 @@ violation, 2 on bad input. One line per violated limit or finding:
     FILE: history kl_k3 = 0.0123 > 0.00456, above the run's band (median 0.00228 of steps 3-12; margin 1×, floor 0.0004)
     FILE: ok (numerical_noise; KL k3 4.1e-04, ESS 0.9987)
 
-Default limits are verl's documented rollout-correction alerts (config.VERL_ALERTS). `--history SITE`
-adds the run's own band: the rolling median of its previous steps in SITE/index.json (analysis/history.py).
+The metric limits, their options and defaults (verl's documented rollout-correction alerts) come from the
+catalogue (catalogue.metrics, each gated entry's `gate`). `--history SITE` adds the run's own band: the rolling
+median of its previous steps in SITE/index.json (analysis/history.py).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
 
 import click
 
-from ..config import HISTORY_MARGIN, HISTORY_METRICS, HISTORY_WINDOW, SEVERITIES, VERL_ALERTS
+from ..catalogue import metrics as catalogue
+from ..config import HISTORY_MARGIN, HISTORY_WINDOW, SEVERITIES
 from ..errors import BadInput
 from .options import fail_cleanly, load_options, parse_pairs, ppo_eps_option
 from .text import excluded_note, safe
 
 
+def gate_options(fn):
+    """One option per metric the catalogue gates (--max-kl-k3, --min-ess, ...), handed to the command as `bounds`."""
+    gated = [catalogue.metric(k) for k in catalogue.GATES]
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        return fn(*args, bounds={m.key: kwargs.pop(m.key) for m in gated}, **kwargs)
+
+    for m in reversed(gated):
+        wrapper = click.option(m.gate.option, m.key, type=float, default=m.gate.default,
+                               show_default=m.gate.default is not None, help=m.gate.help)(wrapper)
+    return wrapper
+
+
 @click.command("check")
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--max-kl", type=float, default=VERL_ALERTS.max_kl, show_default=True,
-              help="Fail when |kl_k1| (verl rollout_corr/kl) exceeds this.")
-@click.option("--max-kl-k3", type=float, default=VERL_ALERTS.max_kl_k3, show_default=True, help="Fail when kl_k3 exceeds this.")
-@click.option("--min-ess", type=float, default=VERL_ALERTS.min_ess, show_default=True, help="Fail when token ESS is below this.")
-@click.option("--min-ess-seq", type=float, default=None, help="Fail when sequence ESS is below this (off by default).")
-@click.option("--max-chi2-token", type=float, default=VERL_ALERTS.max_chi2_token, show_default=True,
-              help="Fail when chi2_token exceeds this.")
-@click.option("--max-outside-5x", type=float, default=None,
-              help="Fail when the fraction of tokens with r outside [1/5, 5] exceeds this (off by default).")
-@click.option("--max-phantom-clip", type=float, default=None,
-              help="Fail when the fraction of tokens outside the PPO clip range exceeds this (off by default).")
+@gate_options
 @click.option("--no-limits", is_flag=True, help="Check findings only (drop every metric limit).")
 @click.option("--fail-on", type=click.Choice([*SEVERITIES, "never"]), default="error", show_default=True,
               help="Fail on diagnosis findings of this severity or worse.")
@@ -52,16 +59,16 @@ from .text import excluded_note, safe
 @click.option("--history-margin", type=click.FloatRange(min=0), default=HISTORY_MARGIN, show_default=True, metavar="REL",
               help="The band reaches REL × the median past it (for ESS: REL × its deficit 1 − ESS).")
 @click.option("--history-floor", "history_floors", multiple=True, metavar="METRIC=VALUE",
-              help="The least the band reaches past the median, per metric (defaults in config.HISTORY_FLOOR).")
+              help="The least the band reaches past the median, per metric (defaults: each metric's history floor in "
+                   "docs/diagnosis.md).")
 @ppo_eps_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per file instead of lines.")
 @fail_cleanly
 @load_options
-def check_command(files, max_kl, max_kl_k3, min_ess, min_ess_seq, max_chi2_token, max_outside_5x, max_phantom_clip,
-                  no_limits, fail_on, overrides, history, history_window, history_margin, history_floors, ppo_eps, as_json,
-                  load):
+def check_command(files, bounds, no_limits, fail_on, overrides, history, history_window, history_margin, history_floors,
+                  ppo_eps, as_json, load):
     """Exit 1 when a batch breaks a limit or has a diagnosis finding (CI gate); 0 when clean; 2 on bad input."""
-    from ..analysis.gate import default_limits
+    from ..analysis.gate import limits as gate_limits
     from ..config import DiagnosisThresholds, Thresholds
     from ..service.check import CheckOptions, check
 
@@ -73,8 +80,7 @@ def check_command(files, max_kl, max_kl_k3, min_ess, min_ess_seq, max_chi2_token
     except ValueError as exc:
         raise BadInput("--set", str(exc))
     th = Thresholds(ppo_eps_low=ppo_eps[0], ppo_eps_high=ppo_eps[1])
-    limits = [] if no_limits else default_limits(max_kl, max_kl_k3, min_ess, max_chi2_token, max_outside_5x,
-                                                   max_phantom_clip, min_ess_seq)
+    limits = [] if no_limits else gate_limits(bounds)
     options = CheckOptions(limits=limits, fail_on=fail_on, thresholds=th, diagnosis=dth, history=history,
                            history_window=history_window, history_margin=history_margin,
                            history_floors=_floors(history_floors))
@@ -107,8 +113,8 @@ def _floors(values: tuple[str, ...]) -> dict[str, float]:
     """--history-floor METRIC=VALUE pairs: a headline metric and a number ≥ 0."""
     out = {}
     for name, value in parse_pairs(values, "--history-floor", "METRIC=VALUE").items():
-        if name not in HISTORY_METRICS:
-            raise BadInput("--history-floor", f"unknown metric '{name}' (one of {', '.join(HISTORY_METRICS)})")
+        if name not in catalogue.HISTORY:
+            raise BadInput("--history-floor", f"unknown metric '{name}' (one of {', '.join(catalogue.HISTORY)})")
         try:
             out[name] = float(value)
         except ValueError:

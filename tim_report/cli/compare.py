@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from ..catalogue.numbers import fmt
 from .options import fail_cleanly, load_options, output_path, timestamp_now
 from .text import safe
 
@@ -38,7 +39,7 @@ def compare_command(before, after, out, label_before, label_after, timestamp, lo
     pt = data["per_token"]
     line = f"{lb} → {la}: {t['better']} metrics better, {t['worse']} worse, {t['same']} same"
     if pt.get("available"):
-        line += f"; tokens {pt['counts']['better']:,} better, {pt['counts']['worse']:,} worse"
+        line += f"; tokens {fmt(pt['counts']['better'])} better, {fmt(pt['counts']['worse'])} worse"
     else:
         line += "; per-token change skipped (different tokens)"
     click.echo(safe(line))

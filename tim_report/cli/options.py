@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from ..catalogue.numbers import fmt
 from ..config import MAX_TOKENS, PPO_EPS_HIGH, PPO_EPS_LOW
 from ..errors import BadInput, UnpicklingWarning
 from .text import safe
@@ -135,7 +136,7 @@ def parse_meta(values: tuple[str, ...]) -> dict[str, str]:
 
 
 max_tokens_option = click.option("--max-tokens", type=click.IntRange(min=1), default=None, metavar="N",
-                                 help=f"Refuse a batch of more than N token positions, before reading it (default {MAX_TOKENS:,}: "
+                                 help=f"Refuse a batch of more than N token positions, before reading it (default {fmt(MAX_TOKENS)}: "
                                       "about 4 GB of analysis memory).")
 timestamp_option = click.option("--timestamp", is_flag=True, help="Stamp the build time into the pages (off: same input, same bytes).")
 executor_option = click.option(

@@ -7,6 +7,7 @@ import sys
 
 import click
 
+
 @contextlib.contextmanager
 def build_progress(total: int):
     """A rich progress bar over the steps to analyse, when stderr is a terminal (a CI log gets the summary line only)."""
@@ -14,7 +15,13 @@ def build_progress(total: int):
         yield None
         return
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     with Progress(TextColumn("analysing steps"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=Console(stderr=True), transient=True) as bar:
@@ -26,7 +33,13 @@ def build_progress(total: int):
 def step_progress(label: str, total: int):
     """A rich progress bar for one capture step; without a terminal, one line when it is done."""
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=Console(stderr=True), transient=False, disable=not sys.stderr.isatty()) as bar:

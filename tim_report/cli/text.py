@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import re
 
+from ..catalogue.metrics import metric
+from ..catalogue.numbers import fmt
+
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff\ud800-\udfff]")
 
 
@@ -26,18 +29,16 @@ def excluded_note(row: dict) -> str:
     """'; 12 tokens excluded (NaN/inf/positive log-probs), 3 input values repaired (…)', or '' when nothing was."""
     parts = []
     if row.get("excluded_tokens"):
-        parts.append(f"{row['excluded_tokens']:,} tokens excluded (NaN, inf or positive log-probs)")
+        parts.append(f"{fmt(row['excluded_tokens'])} tokens excluded (NaN, inf or positive log-probs)")
     if row.get("input_problems"):
-        parts.append(f"{row['input_problems']:,} input values repaired ({', '.join(row.get('input_problem_kinds') or [])})")
+        parts.append(f"{fmt(row['input_problems'])} input values repaired ({', '.join(row.get('input_problem_kinds') or [])})")
     return "; " + ", ".join(parts) if parts else ""
 
 
 def summary_line(row: dict) -> str:
     """One run after a build (its index row): size, the headline numbers, and anything left out."""
-    def num(key: str, spec: str) -> str:
-        v = row.get(key)
-        return format(v, spec) if isinstance(v, (int, float)) else "n/a"
+    def num(key: str) -> str:
+        return metric(key).write(row.get(key)).replace("—", "n/a")
 
     return (f"{safe(row['id'])}: {row['tokens']} tokens, {row['sequences']} sequences, "
-            f"median |δ| {num('abs_delta_median', '.3g')} nats, KL k3 {num('kl_k3', '.3g')}, ESS {num('ess', '.4f')}"
-            f"{excluded_note(row)}")
+            f"median |δ| {num('abs_delta_median')} nats, KL k3 {num('kl_k3')}, ESS {num('ess')}{excluded_note(row)}")

@@ -18,8 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import BadInput
+from ..catalogue.numbers import fmt
 from ..config import MAX_TOKENS, MODEL_CLASSES
+from ..errors import BadInput
 from ..model import META_KEYS, StepBatch
 from .assemble import build_batch
 from .canonical import save_batch
@@ -59,7 +60,7 @@ def _finish(batch: StepBatch, src: Source, max_tokens: int | None) -> None:
         batch.meta["step"] = step
     limit = max_tokens or MAX_TOKENS
     if batch.n_tokens > limit:
-        raise BadInput(src.origin, f"holds {batch.n_tokens:,} tokens, more than --max-tokens {limit:,}")
+        raise BadInput(src.origin, f"holds {fmt(batch.n_tokens)} tokens, more than --max-tokens {fmt(limit)}")
     batch.meta["file"] = str(src.origin)
     repaired = 0
     for name in ("token_text", "prompt_text", "group", "weight_version", "env", "meta"):

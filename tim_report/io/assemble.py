@@ -21,8 +21,8 @@ from ..model import StepBatch
 from .canonical import TOPK_FIELDS
 from .files import RawFile
 from .roles import RoleChoice, key_list
-from .text import decoded
 from .sequences import Exclusions, count_placeholders
+from .text import decoded
 
 ALIGNMENT = ("same position: trainer_logp[t] and rollout_logp[t] score token t "
              "(no shift applied; OpenRLHF [1:] / AReaL roll(-1) layouts must be aligned before saving)")

@@ -13,6 +13,7 @@ import contextvars
 from dataclasses import dataclass
 from typing import Iterator
 
+from ..catalogue.numbers import fmt
 from ..config import MAX_TOKENS
 
 
@@ -54,5 +55,5 @@ def limited(max_tokens: int | None) -> Iterator[Limits]:
 
 
 def too_large(what: str, count: int, limits: Limits) -> str:
-    return (f"{what} declares {count:,} elements, more than this run reads ({limits.max_elements:,}, from --max-tokens "
-            f"{limits.max_tokens:,}); raise --max-tokens if the file is real")
+    return (f"{what} declares {fmt(count)} elements, more than this run reads ({fmt(limits.max_elements)}, from --max-tokens "
+            f"{fmt(limits.max_tokens)}); raise --max-tokens if the file is real")

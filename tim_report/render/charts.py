@@ -11,8 +11,13 @@ from typing import Any
 
 import altair as alt
 
-from ..config import TREND_POINTS_MAX, VERL_PROBS_DIFF_NORMAL, VERL_PROBS_DIFF_PROBLEM, DiagnosisThresholds
-from .format import fmt, sig
+from ..catalogue.numbers import fixed, fmt, plain, sig
+from ..config import (
+    TREND_POINTS_MAX,
+    VERL_PROBS_DIFF_NORMAL,
+    VERL_PROBS_DIFF_PROBLEM,
+    DiagnosisThresholds,
+)
 
 HEIGHT = 220
 ORANGE = "#e08a00"
@@ -140,7 +145,7 @@ def density_chart(d: dict, corr: float | None) -> dict:
                  alt.Tooltip("n:Q", title="tokens")])
     line = alt.Chart(alt.Data(values=[{"x": lo, "y": lo}, {"x": hi, "y": hi}])).mark_line(
         color=RED, strokeDash=[4, 3], strokeWidth=1).encode(x="x:Q", y="y:Q")
-    title = f"Pearson r = {corr:.6f}" if corr is not None else ""
+    title = f"Pearson r = {fixed(corr, 6)}" if corr is not None else ""
     return finish(sized(alt.layer(rects, line), 300).properties(title=alt.Title(title, fontSize=12, fontWeight="normal", anchor="start")),
                   cells=cells)
 
@@ -218,23 +223,23 @@ def run_charts(report) -> list[dict[str, Any]]:
                "(dashed red). The height is the share of tokens per unit of log r on a log scale, so a single token far out still "
                "shows; the axis is stretched near 1 so bf16-sized noise is visible.")
         if ratio.get("exact_one"):
-            cap += f" {ratio['exact_one']:,} tokens have r exactly 1."
+            cap += f" {fmt(ratio['exact_one'])} tokens have r exactly 1."
         out.append({"id": "ratio", "title": "Importance ratio r per token", "caption": cap, "spec": ratio_chart(ratio)})
     if dist.get("abs_dp") and dist["abs_dp"].get("counts"):
-        cap = (f"Mean |Δp| is {fmt(m.get('abs_dp_mean'))}; verl's FAQ calls a mean below {VERL_PROBS_DIFF_NORMAL:g} normal and "
-               f"above {VERL_PROBS_DIFF_PROBLEM:g} a precision problem. A bump near 1 means tokens one side finds likely and the "
+        cap = (f"Mean |Δp| is {fmt(m.get('abs_dp_mean'))}; verl's FAQ calls a mean below {plain(VERL_PROBS_DIFF_NORMAL)} normal and "
+               f"above {plain(VERL_PROBS_DIFF_PROBLEM)} a precision problem. A bump near 1 means tokens one side finds likely and the "
                "other does not.")
         if dist["abs_dp"].get("zero"):
-            cap += f" {dist['abs_dp']['zero']:,} tokens with |Δp| = 0 are not shown (log axis)."
+            cap += f" {fmt(dist['abs_dp']['zero'])} tokens with |Δp| = 0 are not shown (log axis)."
         out.append({"id": "abs_dp", "title": "Probability difference |Δp| per token", "caption": cap, "spec": abs_dp_chart(dist["abs_dp"])})
     if dist.get("logp_density") and dist["logp_density"].get("cells"):
         d = dist["logp_density"]
         dt = DiagnosisThresholds()
-        cap = (f"On numerical noise every cell sits on the dashed y = x line and the correlation stays above {dt.noise_corr_min:g} "
-               f"(the diagnosis's noise limit); below {dt.systematic_corr_max:g}, or a cloud off the line, the two sides score "
+        cap = (f"On numerical noise every cell sits on the dashed y = x line and the correlation stays above {plain(dt.noise_corr_min)} "
+               f"(the diagnosis's noise limit); below {plain(dt.systematic_corr_max)}, or a cloud off the line, the two sides score "
                "different things.")
         if d.get("clipped_below"):
-            cap += f" {d['clipped_below']:,} tokens below {d['edges'][0]:g} are drawn at the edge."
+            cap += f" {fmt(d['clipped_below'])} tokens below {plain(d['edges'][0])} are drawn at the edge."
         out.append({"id": "density", "title": "Rollout vs trainer log-prob", "caption": cap, "spec": density_chart(d, m.get("corr_logp"))})
     if bd.get("by_probability"):
         out.append({"id": "by_probability", "title": "|δ| by rollout probability",
@@ -250,11 +255,11 @@ def run_charts(report) -> list[dict[str, Any]]:
         cap = ("Noise is a random walk: points spread evenly around 0 and widen slowly with length; a fan that leans one way "
                "is systematic drift.")
         if g.get("exponent") is not None:
-            cap += (f" Fitted |Σδ| ∝ length^b: b = {g['exponent']:.2f} ± {g['exponent_se']:.2f} (0.5 for a random walk); the "
-                    f"diagnosis calls it drift at b ≥ {DiagnosisThresholds().drift_exponent_min:g} when b is also clearly above 0.5.")
+            cap += (f" Fitted |Σδ| ∝ length^b: b = {fixed(g['exponent'], 2)} ± {fixed(g['exponent_se'], 2)} (0.5 for a random walk); the "
+                    f"diagnosis calls it drift at b ≥ {plain(DiagnosisThresholds().drift_exponent_min)} when b is also clearly above 0.5.")
         elif g.get("reason"):
             cap += f" Growth with length is not fitted: {g['reason']}."
         if sl.get("shown", 0) < sl.get("total", 0):
-            cap += f" Showing {sl['shown']:,} of {sl['total']:,} sequences."
+            cap += f" Showing {fmt(sl['shown'])} of {fmt(sl['total'])} sequences."
         out.append({"id": "seq", "title": "Sequence log-ratio Σδ vs length", "caption": cap, "spec": seq_chart(sl)})
     return out

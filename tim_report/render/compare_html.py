@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import altair as alt
 
+from ..catalogue.numbers import fmt, sig
 from . import charts as ch
 from .compare_views import HTML_MARK, metric_rows, seq_rows, signed, token_rows
-from .format import fmt, sig
 from .pages import environment, page_context
 
 BEFORE_COLOUR = "#8c8c8c"

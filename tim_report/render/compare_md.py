@@ -9,9 +9,9 @@ anything else is cut.
 
 from __future__ import annotations
 
+from ..catalogue.numbers import fmt, pct
 from . import md
 from .compare_views import DIRECTION_MARK, metric_rows, signed, token_rows
-from .format import fmt, pct
 from .md import details, esc, table
 
 TOKEN_CHARS = 32

@@ -5,26 +5,26 @@ Shared by the compare page and compare.md; display only.
 
 from __future__ import annotations
 
-from .format import fixed, fmt, pct, visible
+from ..catalogue import metrics as catalogue
+from ..catalogue.numbers import fixed, fmt
+from .format import visible
 
-PERCENT_KEYS = {"outside_2x", "outside_5x", "phantom_clip", "veto_token_fraction", "veto_seq_fraction"}
-NEAR_ONE_KEYS = {"ess", "ess_seq", "corr_logp", "spearman_logp", "corr_prob"}
 DIRECTION_MARK = {"better": "🟢", "worse": "🔴", "same": "⚪", "changed": "•", "n/a": ""}  # markdown (GitHub has the emoji)
 HTML_MARK = {"better": "✓", "worse": "✖", "same": "○", "changed": "•", "n/a": ""}  # page: text symbols every font has
 
 
 def value(key: str, v) -> str:
-    if key in PERCENT_KEYS:
-        return pct(v)
-    if key in NEAR_ONE_KEYS and isinstance(v, float):
-        return fixed(v, 6) if key.startswith(("corr", "spearman")) else fixed(v, 4)
-    return fmt(v)
+    """A metric's value as the catalogue writes it (a key without an entry: a plain number)."""
+    entry = catalogue.BY_KEY.get(key)
+    return entry.write(v) if entry else fmt(v)
 
 
 def signed(key: str, x) -> str:
+    """A change of a metric's value, signed; a change of a share in percentage points."""
     if x is None:
         return "—"
-    s = value(key, abs(x)) if key not in PERCENT_KEYS else fmt(100.0 * abs(x), 3) + " pp"
+    entry = catalogue.BY_KEY.get(key)
+    s = fmt(100.0 * abs(x), 3) + " pp" if entry and entry.unit == "share" else value(key, abs(x))
     if x == 0:
         return "0"
     return ("+" if x > 0 else "−") + s

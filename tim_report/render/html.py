@@ -7,17 +7,20 @@ Entry points (`RENDERER`, the html format of `tim_report.render`):
 
 from __future__ import annotations
 
+from ..catalogue import metrics as catalogue
 from ..config import HOT_DIFF, TREND_LOG_AXIS_SPAN, health
 from . import charts as ch
 from .pages import environment, page_context, render_notes
-from .views import (TOKEN_ROWS_OPEN, flat_metrics, groups_view, headline, percentile_rows,
-                    samples_view, title_parts, topk_view)
-
-
-# The index table's numeric columns, explained on the index from the glossary (key, column heading).
-INDEX_COLUMNS = (("abs_delta_median", "median |δ|"), ("kl_k3", "KL k3"), ("ess", "ESS"), ("outside_2x", "outside 2x"),
-                 ("outside_5x", "outside 5x"), ("phantom_clip", "phantom clip"), ("veto_token_fraction", "veto"),
-                 ("routing", "routing"))
+from .views import (
+    TOKEN_ROWS_OPEN,
+    flat_metrics,
+    groups_view,
+    headline,
+    percentile_rows,
+    samples_view,
+    title_parts,
+    topk_view,
+)
 
 
 def run_context(report, notes_md: str | None = None, timestamp: str | None = None) -> dict:
@@ -42,7 +45,8 @@ def render_index(index: dict, timestamp: str | None = None, notes_md: str | None
     """site/index.html from the index summary (analysis.runs.index_summary)."""
     charts = ch.trend_charts(index["trend"]) if index.get("trend") else []
     return environment().get_template("index.html").render(rows=index["runs"], ix=index, notes=render_notes(notes_md),
-                                                           columns=INDEX_COLUMNS, log_span=TREND_LOG_AXIS_SPAN,
+                                                           columns=[catalogue.metric(k) for k in catalogue.INDEX],
+                                                           log_span=TREND_LOG_AXIS_SPAN,
                                                            **page_context(charts, timestamp))
 
 

@@ -16,11 +16,21 @@ or from the index summary, and are only formatted here.
 
 from __future__ import annotations
 
-from .. import glossary
-from ..config import HEALTH, HOT_DIFF, TREND_TABLE_MAX_STEPS, VETO, health
-from .format import fixed, fmt, metric_value, pct
+from ..catalogue import metrics as catalogue
+from ..catalogue.numbers import fixed, fmt, pct, plain
+from ..config import HEALTH, HOT_DIFF, TREND_TABLE_MAX_STEPS, health
 from .md import assemble, details, esc, href, run_path, table
-from .views import flat_metrics, groups_view, headline, kv_items, kv_tables, samples_view, title_parts, topk_view
+from .views import (
+    flat_metrics,
+    groups_view,
+    headline,
+    kv_items,
+    kv_tables,
+    samples_view,
+    summary_extra,
+    title_parts,
+    topk_view,
+)
 
 TEXT_CHARS = 160  # model in the title, finding titles, evidence values
 TOKEN_CHARS = 32  # one token's text in a per-token table
@@ -73,12 +83,10 @@ def _summary(report) -> str:
     m = report.metrics
     rows = [[f"{esc(h['name'])}", esc(h["value"]), f"{LEVEL.get(h['level'], '➖')} {esc(h['reading'], None, own=True)}"]
             for h in headline(report)]
-    extra = [["tokens / sequences", f"{fmt(m.get('tokens'))} / {fmt(m.get('sequences'))}", ""],
-             ["mean \\|δ\\| (nats)", esc(f"{fmt(m.get('abs_delta_mean'))} ± {fmt(m.get('abs_delta_mean_se'), 2)}"), ""],
-             ["max \\|δ\\| (nats)", fmt(m.get("abs_delta_max")), ""],
-             ["χ² token", fmt(m.get("chi2_token")), ""]]
+    extra = [["tokens / sequences", f"{fmt(m.get('tokens'))} / {fmt(m.get('sequences'))}", ""]]
+    extra += [[esc(x["name"]), esc(x["value"]), ""] for x in summary_extra(report)]
     return "## Summary\n\n" + _data_problems(report) + table(["metric", "value", "reading"], rows + extra, numeric=[1]) + \
-        f"\n\n{esc(glossary.CONVENTIONS, None, own=True)}"
+        f"\n\n{esc(catalogue.CONVENTIONS, None, own=True)}"
 
 
 def _data_problems(report) -> str:
@@ -190,7 +198,7 @@ def _samples(report, html: str) -> str:
     if not samples:
         return ""
     blocks = ["Marks: ▲/▼ r above 5 / below 1/5 (outside the 5x band); △/▽ outside the 2x band; "
-              f"● |diff| > {HOT_DIFF:g} nats; m outside the training mask; ✗ excluded as invalid. "
+              f"● |diff| > {plain(HOT_DIFF)} nats; m outside the training mask; ✗ excluded as invalid. "
               "Whitespace: ␣ space, ↵ newline, ⇥ tab, ∅ empty."]
     for s in samples:
         head = [f"**row {fmt(s['sequence'])}** ({esc(s.get('kind'))})"]
@@ -198,7 +206,7 @@ def _samples(report, html: str) -> str:
             head.append(f"group {esc(s['group'])}")
         head += [f"{fmt(s.get('tokens'))} tokens", f"mean \\|diff\\| {fmt(s.get('abs_delta_mean'))} nats", f"Σδ {fmt(s.get('seq_log_ratio'))}"]
         if s.get("hot"):
-            head.append(f"● {s['hot']} tokens with \\|diff\\| > {HOT_DIFF:g}")
+            head.append(f"● {s['hot']} tokens with \\|diff\\| > {plain(HOT_DIFF)}")
         if s.get("out5"):
             head.append(f"▲▼ {s['out5']} outside 5x")
         rows = [[str(x["pos"]), esc(x["flag"], None) if x["flag"] else "", esc(x["token"], TOKEN_CHARS), x["ro"], x["tr"], esc(x["diff"]), x["pr"], x["pt"], esc(x["r"])]
@@ -244,11 +252,11 @@ def _about(report) -> str:
 
 
 def _glossary() -> str:
-    lines = [f"{esc(glossary.CONVENTIONS, None, own=True)}", ""]
-    for e in glossary.GLOSSARY:
-        line = f"- **{esc(e['name'], None, own=True)}**: {esc(e['plain'], None, own=True)} Formula: {esc(e['formula'], None, own=True)}."
-        if e.get("verl"):
-            line += f" verl: {esc(e['verl'], None, own=True)}."
+    lines = [f"{esc(catalogue.CONVENTIONS, None, own=True)}", ""]
+    for e in catalogue.glossary():
+        line = f"- **{esc(e.name, None, own=True)}**: {esc(e.plain, None, own=True)} Formula: {esc(e.formula, None, own=True)}."
+        if e.verl:
+            line += f" verl: {esc(e.verl, None, own=True)}."
         lines.append(line)
     return details("Glossary", "\n".join(lines))
 
@@ -282,12 +290,9 @@ def render_run_md(report, base_url: str | None = None) -> str:
 
 # ---- the index ------------------------------------------------------------------------------------
 
-def _pair(ro_engine: str, ro_dtype: str, tr_engine: str, tr_dtype: str) -> str:
-    return f"{esc(ro_engine)} {esc(ro_dtype)} → {esc(tr_engine)} {esc(tr_dtype)}"
-
-
 def _runs_table(index: dict, base_url: str | None) -> str:
     runs = index["runs"]
+    columns = [catalogue.metric(k) for k in catalogue.INDEX]
     rows = []
     for r in runs[:INDEX_RUN_ROWS]:
         link = f"[{esc(r['id'])}]({href(run_path(r['id'], 'index.html'), base_url)})"
@@ -296,17 +301,17 @@ def _runs_table(index: dict, base_url: str | None) -> str:
         rows.append([
             _colour(r["health"]), f"{link} ({md})", esc(r["model"]), f"{esc(r['rollout_engine'])} → {esc(r['trainer_engine'])}",
             f"{esc(r['rollout_dtype'])} → {esc(r['trainer_dtype'])}", esc(r["device"]),
-            fmt(r["step"]) if r["step"] is not None else "—", fmt(r["tokens"]), fixed(r["ess"], 4), fmt(r["kl_k3"]),
-            fmt(r["abs_delta_median"]), pct(r["outside_5x"]), pct(r["veto_token_fraction"]),
+            fmt(r["step"]) if r["step"] is not None else "—", fmt(r["tokens"]),
+            *[esc(m.write(r[m.key])) for m in columns],
             "❌ fix the bug first" if r["blocked_by_bug"] else
             f"{fmt(rt.get('train'))} / {fmt(rt.get('train_with_correction'))} / {fmt(rt.get('quarantine'))}",
             f"{REGIME.get(r['regime'], '➖')} {esc((r['regime'] or '—').replace('_', ' '))}",
         ])
-    out = "## Runs\n\n" + table(["colour", "run", "model", "engines", "dtypes", "device", "step", "tokens", "ESS", "KL k3",
-                                  "median \\|δ\\|", "outside 5x", "veto", "routing (train / corr. / quar.)", "verdict"],
-                                 rows, numeric=range(6, 13))
+    out = "## Runs\n\n" + table(["colour", "run", "model", "engines", "dtypes", "device", "step", "tokens",
+                                  *[esc(m.name) for m in columns], "routing (train / corr. / quar.)", "verdict"],
+                                 rows, numeric=range(6, 8 + len(columns)))
     if len(runs) > INDEX_RUN_ROWS:
-        out += f"\n\nThe first {INDEX_RUN_ROWS} of {len(runs):,} runs; all are in index.html."
+        out += f"\n\nThe first {INDEX_RUN_ROWS} of {fmt(len(runs))} runs; all are in index.html."
     return out
 
 
@@ -358,7 +363,8 @@ def _trend_table(index: dict, base_url: str | None = None) -> str:
     if tr["steps"] > TREND_TABLE_MAX_STEPS:
         body = f"The step-by-step table is on the HTML index and in `index.json` ({tr['steps']} steps)."
     else:
-        rows = [[fmt(x["step"]), esc(x["run"])] + [metric_value(m["key"], x[m["key"]]) for m in metrics] for x in tr["rows"]]
+        rows = [[fmt(x["step"]), esc(x["run"])] + [esc(catalogue.metric(m["key"]).write(x[m["key"]])) for m in metrics]
+                for x in tr["rows"]]
         body = table(["step", "run"] + [esc(m["name"]) for m in metrics], rows, numeric=range(2, 2 + len(metrics)))
     return f"## Over training steps\n\n{tr['steps']} steps.{note}\n\n{changes}\n\n{body}"
 
@@ -371,15 +377,14 @@ def render_index_md(index: dict, base_url: str | None = None) -> str:
     hc = index["health_counts"]
     counts = " · ".join(f"{COLOUR[h]} {hc[h]} {h}" for h in ("green", "amber", "red", "unknown") if hc.get(h))
     title = (f"# Rollout vs trainer log-prob mismatch: {len(runs)} run{'s' if len(runs) != 1 else ''}\n\n"
-             f"{counts or 'no runs'} · health by token ESS: 🟢 ≥ {HEALTH.green:g}, 🟡 {HEALTH.amber:g}–{HEALTH.green:g}, "
-             f"🔴 < {HEALTH.amber:g} · {html}")
-    columns = ("Columns: median |δ| is the typical per-token log-prob gap in nats; KL k3 estimates KL(rollout ‖ trainer); "
-               "ESS is the token importance weights' effective sample size (1 is perfect); outside 5x is the share of tokens "
-               f"with r = p_train / p_rollout outside [1/5, 5]; veto is the share of tokens with r < {glossary.sci(VETO)}; routing counts "
-               "groups to train, train with an IS correction, or quarantine. Each run's report has a glossary.")
+             f"{counts or 'no runs'} · health by token ESS: 🟢 ≥ {plain(HEALTH.green)}, 🟡 {plain(HEALTH.amber)}–{plain(HEALTH.green)}, "
+             f"🔴 < {plain(HEALTH.amber)} · {html}")
+    columns = "\n".join(["The columns (each run's report has the whole glossary):", ""] + [
+        f"- **{esc(m.name, None, own=True)}**: {esc(m.plain, None, own=True)}"
+        for m in (catalogue.metric(k) for k in (*catalogue.INDEX, "routing"))])
     core = [title, _runs_table(index, base_url)]
     sections = [("engine pairs", _pairs_table(index) if len(runs) > 1 else ""), ("precision matrix", _precision_table(index)),
-                ("trend over steps", _trend_table(index, base_url)), ("columns", esc(columns, None, own=True))]
+                ("trend over steps", _trend_table(index, base_url)), ("columns", columns)]
     return assemble(core, [(n, s) for n, s in sections if s], html)
 
 

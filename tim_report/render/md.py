@@ -11,6 +11,7 @@ import re
 from typing import Any, Iterable
 from urllib.parse import quote
 
+from ..catalogue.numbers import fmt
 from ..config import MARKDOWN_MAX_CHARS
 from .format import visible
 
@@ -86,7 +87,7 @@ def assemble(core: list[str], sections: list[tuple[str, str]], html_link: str, l
     while True:
         blocks = core + [s for _, s in kept]
         if dropped:
-            blocks.append(f"> ✂️ Left out to stay under {limit:,} characters: {', '.join(dropped)}. "
+            blocks.append(f"> ✂️ Left out to stay under {fmt(limit)} characters: {', '.join(dropped)}. "
                           f"Everything is in the {html_link}.")
         text = "\n\n".join(blocks) + "\n"
         if width(text) <= limit or not kept:
@@ -94,7 +95,7 @@ def assemble(core: list[str], sections: list[tuple[str, str]], html_link: str, l
         name, _ = kept.pop()
         dropped.insert(0, name)
     if width(text) > limit:  # the core alone is too long: cut at a block boundary, never exceed
-        note = f"\n\n> ✂️ Cut at {limit:,} characters. Everything is in the {html_link}.\n"
+        note = f"\n\n> ✂️ Cut at {fmt(limit)} characters. Everything is in the {html_link}.\n"
         budget = limit - width(note)
         cut = text
         while width(cut) > budget:  # dropping k code points drops at least k UTF-16 units

@@ -11,9 +11,10 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader
 from markupsafe import Markup, escape
 
-from .. import glossary
+from ..catalogue import metrics as catalogue
+from ..catalogue.numbers import fixed, fmt, pct
 from ..config import HEALTH, health
-from .format import fixed, fmt, metric_value, pct, visible
+from .format import visible
 from .vega import javascript_bundle
 from .views import kv_items, kv_tables
 
@@ -53,9 +54,8 @@ def environment(path: str | None = None) -> Environment:
                       trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
     env.policies["json.dumps_kwargs"] = {"sort_keys": True, "separators": (",", ":"), "ensure_ascii": False}
     env.filters.update(fmt=fmt, pct=pct, fixed=fixed, visible=visible, code=code_spans)
-    env.globals.update(metric_value=metric_value)
-    env.globals.update(glossary=glossary.GLOSSARY, glossary_by_key=glossary.BY_KEY, conventions=glossary.CONVENTIONS,
-                       health=health, health_bands=HEALTH, health_legend=glossary.HEALTH_LEGEND, kv_items=kv_items,
+    env.globals.update(metric=catalogue.metric, glossary=catalogue.glossary, conventions=catalogue.CONVENTIONS,
+                       health=health, health_bands=HEALTH, health_legend=catalogue.HEALTH_LEGEND, kv_items=kv_items,
                        kv_tables=kv_tables)
     return env
 

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import glossary
+from ..catalogue import metrics as catalogue
+from ..catalogue.numbers import fixed, fmt, pct, with_se
 from ..config import HOT_DIFF
-from .format import fixed, fmt, pct, visible, with_se
+from .format import visible
 
 TOKEN_ROWS_OPEN = 50  # per-token rows shown before the rest are collapsed
 GROUP_ROWS = 50  # by-group rows shown (worst first)
 ROUTE_ORDER = {"quarantine": 0, "train_with_correction": 1, "train": 2}
-HEADLINE = ("abs_delta_median", "corr_logp", "kl_k3", "ess", "outside_2x", "outside_5x", "phantom_clip", "veto_token_fraction")
 
 
 def title_parts(report) -> dict:
@@ -31,29 +31,23 @@ def title_parts(report) -> dict:
     }
 
 
+def card(metric: catalogue.Metric, values: dict) -> dict:
+    """A headline card: the metric's name, its value as the catalogue writes it, and its reading."""
+    level, text = metric.reading(values.get(metric.key))
+    if metric.also and values.get(metric.also[0]):
+        companion = catalogue.metric(metric.also[0])
+        text += f" ({companion.write(values[metric.also[0]])} {metric.also[1]})"
+    return {"key": metric.key, "name": metric.name, "value": metric.card(values), "level": level, "reading": text}
+
+
 def headline(report) -> list[dict]:
-    m = report.metrics
-    out = []
-    for key in HEADLINE:
-        entry = glossary.BY_KEY[key]
-        v = m.get(key)
-        level, text = glossary.reading(key, v)
-        if key in ("outside_2x", "outside_5x", "phantom_clip"):
-            shown = pct(v)
-        elif key == "veto_token_fraction":
-            shown = pct(v)
-            if m.get("veto_seq_fraction"):
-                text += f" ({pct(m['veto_seq_fraction'])} of sequences)"
-        elif key == "abs_delta_median":
-            shown = fmt(v) + " nats"
-        elif key == "corr_logp":
-            shown = fixed(v, 6) if v is not None else "—"
-        elif key == "ess":
-            shown = fixed(v, 4) if v is not None else "—"
-        else:
-            shown = with_se(m, key)
-        out.append({"key": key, "name": entry["name"], "value": shown, "level": level, "reading": text})
-    return out
+    return [card(catalogue.metric(key), report.metrics) for key in catalogue.HEADLINE]
+
+
+def summary_extra(report) -> list[dict]:
+    """The numbers report.md's summary adds under the headline (catalogue.SUMMARY_EXTRA)."""
+    return [{"name": catalogue.metric(key).name, "value": catalogue.metric(key).card(report.metrics)}
+            for key in catalogue.SUMMARY_EXTRA]
 
 
 def token_rows(sample: dict, band5: tuple[float, float], band2: tuple[float, float]) -> list[dict]:
@@ -113,9 +107,8 @@ def flat_metrics(report) -> list[dict]:
         v = m[k]
         if isinstance(v, (dict, list)) or k.endswith("_se"):
             continue
-        base = k.removesuffix("_mean").removesuffix("_max").removesuffix("_median")
-        entry = glossary.BY_KEY.get(k) or glossary.BY_KEY.get(base)
-        out.append({"key": k, "value": with_se(m, k), "name": entry["name"] if entry and entry["key"] == k else ""})
+        entry = catalogue.BY_KEY.get(k)
+        out.append({"key": k, "value": with_se(m, k), "name": entry.name if entry else ""})
     return out
 
 
@@ -165,11 +158,8 @@ def topk_view(report) -> dict | None:
         return None
     if not t.get("available"):
         return {"available": False, "reason": t.get("reason"), "how_to_get": t.get("how_to_get")}
-    cards = []
-    for key, value in (("top1_differ", pct(t.get("top1_differ")) + " ± " + pct(t.get("top1_differ_se"))),
-                       ("kl_union", with_se(t, "kl_union"))):
-        level, text = glossary.reading(key, t.get(key))
-        cards.append({"key": key, "name": glossary.BY_KEY[key]["name"], "value": value, "level": level, "reading": text})
+    cards = [{**card(catalogue.metric("top1_differ"), t), "value": pct(t.get("top1_differ")) + " ± " + pct(t.get("top1_differ_se"))},
+             card(catalogue.metric("kl_union"), t)]
 
     def rows(name: str) -> list[list[str]]:
         return [[b["bucket"], fmt(b["tokens"]), pct(b["top1_differ"]), fmt(b["kl_union_mean"]), pct(b["kl_union_share"]),

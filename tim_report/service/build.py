@@ -25,7 +25,13 @@ from ..render import RenderOptions, render
 from ..site import index_json
 from ..site.cache import cache_entry, cached_row, options_fingerprint, step_key
 from ..site.layout import CACHE_FILE, RESERVED
-from ..site.publish import check_replaceable, check_target, move_into, staging, write_files
+from ..site.publish import (
+    check_replaceable,
+    check_target,
+    move_into,
+    staging,
+    write_files,
+)
 from .executors import Progress, analyze_all, session
 
 

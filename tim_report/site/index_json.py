@@ -15,9 +15,10 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
 
-from ..config import HISTORY_MAX_BYTES, HISTORY_METRICS
+from ..catalogue import metrics as catalogue
+from ..catalogue.numbers import fmt
+from ..config import HISTORY_MAX_BYTES
 from ..errors import BadInput
 from ..model import dumps
 from .layout import INDEX_JSON
@@ -50,7 +51,7 @@ def read_history(path: str | Path, max_bytes: int = HISTORY_MAX_BYTES) -> list[d
     except OSError as exc:
         raise BadInput(index, f"cannot read: {exc.strerror or exc}") from None
     if len(data) > max_bytes:
-        raise BadInput(index, f"is larger than {max_bytes:,} bytes, the most a history may be")
+        raise BadInput(index, f"is larger than {fmt(max_bytes)} bytes, the most a history may be")
     try:
         doc = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
@@ -69,7 +70,7 @@ def _row(index: Path, i: int, r: object) -> dict:
     rid = r.get("id")
     row = {"id": str(rid) if isinstance(rid, (str, int)) and not isinstance(rid, bool) else f"runs[{i}]",
            "step": _number(index, i, r, "step")}
-    for key in HISTORY_METRICS:
+    for key in catalogue.HISTORY:
         row[key] = _number(index, i, r, key)
     return row
 

@@ -14,6 +14,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from ...catalogue.numbers import fmt
 from ...errors import BadInput
 from ..limits import current
 from ..text import first_line
@@ -48,14 +49,14 @@ def read_records(path: Path) -> Iterator[tuple[int, dict]]:
                     break
                 n += 1
                 if len(raw) > limits.max_line_bytes:
-                    raise BadInput(path, f"line {n} is longer than {limits.max_line_bytes:,} bytes (from --max-tokens)")
+                    raise BadInput(path, f"line {n} is longer than {fmt(limits.max_line_bytes)} bytes (from --max-tokens)")
                 if not raw.strip():
                     continue
                 row = _parse(path, n, raw)
                 values += max((len(v) for v in row.values() if isinstance(v, list)), default=0)
                 if values > limits.max_elements:
-                    raise BadInput(path, f"holds more than {limits.max_elements:,} per-token values by line {n}, more than "
-                                         f"this run reads (from --max-tokens {limits.max_tokens:,})")
+                    raise BadInput(path, f"holds more than {fmt(limits.max_elements)} per-token values by line {n}, more than "
+                                         f"this run reads (from --max-tokens {fmt(limits.max_tokens)})")
                 seen += 1
                 yield n, row
     except OSError as exc:

@@ -16,7 +16,14 @@ from typing import Any
 import numpy as np
 
 from ...errors import BadInput
-from ..sequences import PROMPT_WHY, Exclusions, Seq, assemble_seqs, floats, split_at_first_trained
+from ..sequences import (
+    PROMPT_WHY,
+    Exclusions,
+    Seq,
+    assemble_seqs,
+    floats,
+    split_at_first_trained,
+)
 from .jsonl import read_records
 
 TOKEN_KEYS = ("token_ids", "token_loss_mask", "generation_logprobs", "prev_logprobs")

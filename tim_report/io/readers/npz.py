@@ -17,8 +17,9 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from ...errors import BadInput
+from ...catalogue.numbers import fmt
 from ...config import TOPK_MAX
+from ...errors import BadInput
 from ..canonical import TOPK_FIELDS
 from ..limits import current, too_large
 from ..text import first_line
@@ -95,11 +96,11 @@ class NpzMembers(Mapping):
         if key in TOPK_FIELDS and len(h.shape) == 2:  # [T, k]: k columns per token, k ≤ TOPK_MAX
             if h.shape[1] > TOPK_MAX or h.shape[0] > limits.max_elements:
                 raise BadInput(self.path, f"'{key}' declares shape {list(h.shape)}: more than {TOPK_MAX} columns or "
-                                          f"{limits.max_elements:,} rows (from --max-tokens {limits.max_tokens:,})")
+                                          f"{fmt(limits.max_elements)} rows (from --max-tokens {fmt(limits.max_tokens)})")
         elif count > limits.max_elements:
             raise BadInput(self.path, too_large(f"'{key}'", count, limits))
         if not h.dtype.hasobject and count * h.dtype.itemsize > h.stored:
-            raise BadInput(self.path, f"'{key}' declares {count:,} elements but holds only {h.stored:,} bytes: "
+            raise BadInput(self.path, f"'{key}' declares {fmt(count)} elements but holds only {fmt(h.stored)} bytes: "
                                       "truncated or corrupt")
 
     def __contains__(self, key: object) -> bool:  # from the headers: asking is not reading

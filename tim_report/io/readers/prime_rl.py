@@ -14,7 +14,14 @@ from pathlib import Path
 import numpy as np
 
 from ...errors import BadInput
-from ..sequences import PROMPT_WHY, Exclusions, Seq, assemble_seqs, floats, split_at_first_trained
+from ..sequences import (
+    PROMPT_WHY,
+    Exclusions,
+    Seq,
+    assemble_seqs,
+    floats,
+    split_at_first_trained,
+)
 from .jsonl import read_records
 
 TOKEN_KEYS = ("token_ids", "loss_mask", "inference_logprobs", "trainer_logprobs")

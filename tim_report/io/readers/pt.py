@@ -13,6 +13,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from ...catalogue.numbers import fmt
 from ...errors import BadInput, UnpicklingWarning
 from ..limits import current, too_large
 from ..text import first_line
@@ -45,11 +46,11 @@ def check_zip(path: Path) -> None:
         with zipfile.ZipFile(path) as zf:
             for info in zf.infolist():
                 if info.compress_type != zipfile.ZIP_STORED and info.file_size > (1 << 20):
-                    raise BadInput(path, f"record '{info.filename}' is compressed ({info.file_size:,} bytes inflated), "
+                    raise BadInput(path, f"record '{info.filename}' is compressed ({fmt(info.file_size)} bytes inflated), "
                                          "which torch.save never writes: not a PyTorch file")
                 if info.filename.endswith("data.pkl") and info.file_size > limits.max_pickle_bytes:
-                    raise BadInput(path, f"its pickle holds {info.file_size:,} bytes of Python objects, more than this run "
-                                         f"reads (from --max-tokens {limits.max_tokens:,})")
+                    raise BadInput(path, f"its pickle holds {fmt(info.file_size)} bytes of Python objects, more than this run "
+                                         f"reads (from --max-tokens {fmt(limits.max_tokens)})")
     except BadInput:
         raise
     except Exception as exc:  # noqa: BLE001 - BadZipFile, OSError, undecodable names, ...: a damaged file
@@ -134,7 +135,7 @@ def to_plain(obj: Any, path: Path) -> Any:
 def _tensor(t, path: Path, torch) -> Any:
     n = t.numel()
     if n and t.layout == torch.strided and n * t.element_size() > t.untyped_storage().nbytes():
-        raise BadInput(path, f"a tensor of shape {list(t.shape)} is drawn from a storage of {t.untyped_storage().nbytes():,} "
+        raise BadInput(path, f"a tensor of shape {list(t.shape)} is drawn from a storage of {fmt(t.untyped_storage().nbytes())} "
                              "bytes (overlapping strides): reading it would take more memory than the file holds")
     copy = t.is_floating_point() and t.dtype not in (torch.float32, torch.float64)
     limits = current()

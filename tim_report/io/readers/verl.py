@@ -19,7 +19,13 @@ import numpy as np
 from ...errors import BadInput
 from ..detect import is_zip
 from ..sequences import turn_index
-from .pt import to_plain, torch_load, unpickling_failed, unwrap_dataproto, warn_unpickling
+from .pt import (
+    to_plain,
+    torch_load,
+    unpickling_failed,
+    unwrap_dataproto,
+    warn_unpickling,
+)
 
 REFUSAL = ("a verl DataProto is a pickle, and unpickling can run arbitrary code from the file: re-run with "
            "--allow-pickle if you trust it")

@@ -1,0 +1,329 @@
+"""The finding catalogue: for each thing the diagnosis can find, its severity rule and its words.
+
+A detector (analysis/detectors.py, analysis/localise.py) measures and decides whether its fault is there; it
+hands its evidence (the numbers, as summary.json keeps them) and a few words of context to `make`, which
+returns the finding: id, severity, title (a sentence for the page), problem (a noun phrase, for sentences
+built around it: "no correction fixes {problem}"), likely cause and what to check. The regimes' verdicts,
+the default advice and the run view's change-point sentences are here too, so every sentence the analysis
+writes comes from this one module. docs/diagnosis.md explains each detector.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..config import SEVERITIES, DiagnosisThresholds
+from .numbers import fixed, fmt, pct
+
+Words = dict[str, Any]  # a finding's evidence and its context, by name
+Text = Callable[[Words], str]
+
+
+@dataclass(frozen=True)
+class Finding:
+    id: str
+    looks_for: str  # what the detector tests, in one line (docs, `tim-report` help)
+    severity: Callable[[Words, DiagnosisThresholds], str]
+    title: Text
+    problem: Text
+    cause: Text
+    check: Text
+
+
+def _always(level: str) -> Callable[[Words, DiagnosisThresholds], str]:
+    return lambda w, dt: level
+
+
+def _x(x: float, digits: int = 3) -> str:
+    return fmt(x, digits) + "×"
+
+
+def _broken_severity(w: Words, dt: DiagnosisThresholds) -> str:
+    """error when one side's perplexity is ≥ ppl_ratio_error× the other's (significantly) or the log-probs decorrelate."""
+    significant = w["mean_delta_se"] > 0 and abs(w["mean_delta"]) / w["mean_delta_se"] >= dt.z
+    low_corr = w["corr_logp"] is not None and w["corr_logp"] < dt.systematic_corr_max
+    return "error" if (w["ppl_ratio"] >= dt.ppl_ratio_error and significant) or low_corr else "warn"
+
+
+def _drift_severity(w: Words, dt: DiagnosisThresholds) -> str:
+    """warn only when the per-token bias is itself beyond noise and no other finding explains it, else info."""
+    bias, se = w["bias_per_token"], w["bias_se"]
+    material = abs(bias) >= dt.noise_kl_max and se > 0 and abs(bias) / se >= dt.z and not w["explained_by_other_finding"]
+    return "warn" if material else "info"
+
+
+def _broken_title(w: Words) -> str:
+    if w["ppl_ratio"] < w["threshold_ppl_ratio_warn"]:
+        return f"Log-prob correlation is only {fixed(w['corr_logp'], 2)}: the two sides do not score the same model or context"
+    low_corr = w["corr_logp"] is not None and w["corr_logp"] < w["threshold_corr"]
+    return (f"The {w['higher']} side's perplexity is {_x(w['ppl_ratio'])} the other's on the same tokens"
+            + (f" (log-prob correlation {fixed(w['corr_logp'], 2)})" if low_corr else ""))
+
+
+def _temperature_how(w: Words) -> str:
+    ratio = w["temperature_ratio"]
+    if ratio > 1:
+        return (f"the rollout's log-probs are flatter, as if at temperature ≈ {fixed(ratio, 2)}× the trainer's or further from it "
+                f"(e.g. rollout sampled and scored at T={fmt(ratio, 2)} while the trainer used T=1, or the trainer "
+                f"divided logits by 1/{fmt(ratio, 2)})")
+    return (f"the rollout's log-probs are sharper, as if at temperature ≈ {fixed(ratio, 2)}× the trainer's or further from it "
+            f"(e.g. rollout sampled and scored at T={fmt(ratio, 2)} while the trainer scored at T=1, or the trainer "
+            f"divided logits by T={fmt(1 / ratio, 2)} and the rollout returned raw log-probs)")
+
+
+def _offset(w: Words) -> str:
+    return "+1" if w["shift"] == 1 else "−1"
+
+
+FINDINGS: dict[str, Finding] = {f.id: f for f in (
+    Finding(
+        "shift", "trainer_logp[t] agrees better with rollout_logp[t±1] than with rollout_logp[t]", _always("error"),
+        lambda w: f"Off-by-one: trainer log-probs match the rollout's at position t{_offset(w)}",
+        lambda w: f"an off-by-one between the two sides (the trainer's log-probs line up with the rollout's at t{_offset(w)})",
+        lambda w: f"trainer_logp[t] is the log-prob of the token at t{_offset(w)}: logits and labels are aligned with one "
+                  "slice too many or too few (logits[:, :-1] vs labels[:, 1:]), or one side follows a shifted convention "
+                  "(OpenRLHF drops the first position, AReaL rolls by −1) and the loader assumed the other.",
+        lambda w: "Check the logits/labels slicing in the trainer's log-prob computation and the alignment the loader "
+                  "assumed (`tim-report inspect FILE`); override the keys or fix the export so both arrays index the same "
+                  "token."),
+    Finding(
+        "temperature", "δ regressed on rollout_logp has slope T_rollout/T_trainer − 1 instead of ≈ 0", _always("error"),
+        lambda w: (f"Temperature on one side only: the rollout's log-probs are "
+                   f"{'flatter' if w['temperature_ratio'] > 1 else 'sharper'} than the trainer's "
+                   f"(T_rollout / T_trainer ≈ {fixed(w['temperature_ratio'], 2)} or further from 1)"),
+        lambda w: f"a temperature applied on one side only (T_rollout / T_trainer ≈ {fixed(w['temperature_ratio'], 2)} or further from 1)",
+        lambda w: ("Sampling temperature is applied on one side only: " + _temperature_how(w) + ". Tempered log-probs "
+                   "satisfy log p_T = log p / T − log Z_T, so δ = (T−1)·rollout_logp + per-position constant."),
+        lambda w: "Make both sides use the same temperature: divide the trainer's logits by the rollout temperature "
+                  "(verl/TRL do this), and check whether the engine returns log-probs before or after temperature "
+                  "(vLLM `logprobs_mode` raw vs processed)."),
+    Finding(
+        "processed_logprobs", "rollout ≥ trainer on (nearly) every token: log-probs renormalised after top-p / top-k",
+        lambda w, dt: "info" if w["declared_in_meta"] else "error",
+        lambda w: (f"Rollout log-probs are renormalised by truncated sampling ({w['declared']}), as the batch declares: "
+                   f"rollout ≥ trainer on {pct(w['negative_delta_share'])} of tokens") if w["declared_in_meta"] else
+                  ("Rollout log-probs are renormalised (top-p / top-k): rollout ≥ trainer on "
+                   f"{pct(w['negative_delta_share'])} of tokens"),
+        lambda w: (f"rollout log-probs renormalised by the truncated sampling the batch declares ({w['declared']})"
+                   if w["declared_in_meta"] else
+                   f"rollout log-probs renormalised by top-p / top-k (rollout ≥ trainer on {pct(w['negative_delta_share'])} "
+                   "of tokens)"),
+        lambda w: ("The batch's meta says the rollout log-probs are the sampler's processed ones (after top-k / top-p) "
+                   "while the trainer scores the full distribution, so δ = log(kept mass) ≤ 0 by construction: expected, "
+                   "not a pipeline bug.") if w["declared_in_meta"] else
+                  ("The rollout engine returned log-probs of the distribution after top-p / top-k (and min-p) truncation, "
+                   "renormalised over the kept tokens (e.g. vLLM `logprobs_mode='processed_logprobs'`), while the trainer "
+                   "scores the full distribution: δ = log(kept mass) ≤ 0, and 0 exactly where only one token was kept."),
+        lambda w: ("Nothing to fix in this capture. In training, the same setup biases importance ratios: use raw "
+                   "log-probs on the rollout side or apply the same truncation in the trainer.") if w["declared_in_meta"] else
+                  ("Return raw log-probs from the engine (vLLM `logprobs_mode='raw_logprobs'` / `'raw_logits'` with matching "
+                   "temperature), or apply the same truncation in the trainer; exp(min δ) shows the smallest kept mass "
+                   "(≈ top_p).")),
+    Finding(
+        "dummy_zero", "rollout log-prob exactly 0.0 inside the mask where the trainer gives p < 1/2",
+        lambda w, dt: "error" if w["tokens"] >= dt.dummy_error_count else "warn",
+        lambda w: f"{fmt(w['tokens'])} masked-in tokens have rollout log-prob exactly 0.0 (placeholder values)",
+        lambda w: f"placeholder rollout log-probs of exactly 0.0 on {fmt(w['tokens'])} masked-in tokens",
+        lambda w: "Tokens the engine did not sample (tool / environment output, padding, prompt) carry a placeholder "
+                  "log-prob of 0.0 but are inside the loss mask, so the trainer's real log-prob is compared with p = 1.",
+        lambda w: "Mask tool and environment tokens out of the loss (`response_mask` / `loss_mask`), and check the padding "
+                  "value of the rollout log-prob array; if every rollout log-prob is 0, the engine returned processed "
+                  "log-probs of greedy decoding."),
+    Finding(
+        "one_side_broken", "one side's perplexity many times the other's on the same tokens, or decorrelated log-probs",
+        _broken_severity, _broken_title,
+        lambda w: (f"the {w['higher']} side scoring another model or context (its perplexity {_x(w['ppl_ratio'])} the "
+                   "other's)" if w["ppl_ratio"] >= w["threshold_ppl_ratio_warn"] else
+                   f"the two sides scoring different models or contexts (log-prob correlation only {fixed(w['corr_logp'], 2)})"),
+        lambda w: f"The {w['higher']} side is not scoring the same model or context: different or stale weights (wrong "
+                  "checkpoint, weight sync not applied, LoRA not merged, quantisation), a different prompt / chat template, "
+                  "truncated context, or a different tokenizer.",
+        lambda w: "Compare weight checksums / the step of both sides, the exact prompt token ids each side saw, the "
+                  "tokenizer and chat template, and any quantisation; re-score a few sequences with both sides by hand."),
+    Finding(
+        "first_token", "the first response token's |δ| far above the rest of its sequence's, in most sequences",
+        _always("warn"),
+        lambda w: (f"The first response token carries {pct(w['share_of_abs_delta'])} of the mismatch: its |δ| is "
+                   f"{_x(w['ratio'])} the rest's"),
+        lambda w: (f"a first response token that disagrees {_x(w['ratio'])} more than the rest (a BOS, template or "
+                   "first-step sampling difference)"),
+        lambda w: "Something differs for the first generated token only: a temperature or logit processor applied to the "
+                  "first step alone, a BOS token one side adds and the other does not, or a prompt/response boundary "
+                  "tokenised differently (the chat template's generation prompt, a trailing space or newline merged into "
+                  "the first response token).",
+        lambda w: "Compare the last prompt tokens and the first response token id on both sides (`tim-report inspect`), "
+                  "check that both sides add BOS the same way and that the first sampling step uses the same temperature."),
+    Finding(
+        "turn_boundary", "the first tokens after each tool / environment span disagree far more than the rest",
+        _always("warn"),
+        lambda w: (f"The first tokens after each tool / environment span disagree: their |δ| is {_x(w['ratio'])} the rest's "
+                   f"(turns {', '.join(map(str, w['turns_affected'])) or 'none alone'})"),
+        lambda w: f"a different context after each tool call (the first tokens of a turn disagree {_x(w['ratio'])} more)",
+        lambda w: "The two sides see a different context after a tool call: the chat template is not prefix-preserving "
+                  "(re-rendering the history changes earlier turns, e.g. dropped reasoning or whitespace), or the tool / "
+                  "environment response is tokenised differently by the engine (token-in) and the trainer (text "
+                  "re-tokenised).",
+        lambda w: "Compare the token ids around a tool response on both sides; keep the rollout's token ids for the trainer "
+                  "(token-in-token-out) instead of re-applying the chat template to the conversation text."),
+    Finding(
+        "position_onset", "the per-position mismatch level rises at one response position (PELT)",
+        lambda w, dt: "info" if w["explained_by_other_finding"] else "warn",
+        lambda w: (f"The mismatch switches on at response position {w['position']}: mean |δ| "
+                   f"{fmt(w['abs_delta_mean_before'])} → {fmt(w['abs_delta_mean_after'])} nats ({_x(w['ratio'])} in typical "
+                   f"|δ|)" + (f", where the {w['explained_by']} finding starts" if w.get("explained_by") else "")),
+        lambda w: f"a mismatch that switches on at response position {w['position']} ({_x(w['ratio'])} from there on)",
+        lambda w: "A second error source switches on part-way through the response: a quantised (fp8) KV cache or a "
+                  "sliding / chunked attention window that starts to matter at that length, a RoPE scaling or position "
+                  "limit, prefill vs decode kernels that differ beyond a chunk size, or a context the trainer truncated.",
+        lambda w: f"Look at what happens at position {w['position']} plus the prompt length: the engine's KV-cache dtype, "
+                  "chunked prefill size, sliding window and max model length, and the trainer's max sequence length / "
+                  "truncation."),
+    Finding(
+        "mixed_policy_versions", "sequences generated by several policy weight versions",
+        lambda w, dt: "warn" if w.get("spread") is not None and w["spread"] >= dt.versions_spread_warn else "info",
+        lambda w: (f"This batch mixes {w['versions']} policy weight versions ({w['values']}"
+                   + (f", {w['spread']} versions apart" if w.get("spread") is not None else "")
+                   + "): part of its mismatch is staleness (off-policy samples), not precision"),
+        lambda w: f"sequences from {w['versions']} policy weight versions (staleness, not precision)",
+        lambda w: "Asynchronous or partial rollouts: some sequences (or turns) were generated by older weights than the "
+                  "trainer's, so r mixes the policy update with the precision difference.",
+        lambda w: "Read the mismatch of the newest-version sequences alone for the precision part; bound the staleness "
+                  "(max off-policy steps) or correct for it with importance sampling against the behaviour policy."),
+    Finding(
+        "low_prob_tail", "tokens with low rollout probability carry most of the KL (context, not a fault)", _always("info"),
+        lambda w: (f"Tokens with p < {fmt(w['tail_p'], 6)} are {pct(w['token_share'])} of tokens and carry "
+                   f"{pct(w['k3_share'])} of the KL"),
+        lambda w: f"a mismatch concentrated on tokens with p < {fmt(w['tail_p'], 6)} ({pct(w['k3_share'])} of the KL)",
+        lambda w: "Low-probability tokens sit where small logit errors change log p most (the softmax tail); precision "
+                  "noise concentrates there, and so do the tokens that importance-sampling corrections clip.",
+        lambda w: "Expected for numerical noise. If the mismatch matters, look at the probability-bucket table; an fp32 LM "
+                  "head / fp16 rollout narrows the tail most."),
+    Finding(
+        "drift_with_length", "|Σδ| grows faster than √length: accumulation, not a random walk", _drift_severity,
+        lambda w: f"|Σδ| grows as length^{fixed(w['exponent'], 2)} (a random walk would be length^0.5)",
+        lambda w: f"a mismatch that accumulates with length (|Σδ| ∝ length^{fixed(w['exponent'], 2)})",
+        lambda w: (f"A consequence of the {w['explained_by']} finding: its signed bias adds up along each sequence. "
+                   if w.get("explained_by") else "")
+                  + "The per-token mismatch has a consistent sign (or grows along the sequence), so sequence-level ratios "
+                  "drift with length instead of averaging out: a temperature / processing difference, a KV-cache or "
+                  "RoPE precision issue, or, when the bias is tiny, just the KL of the noise summed over long sequences.",
+        lambda w: "Look at the by-position table: growing |δ| with position points at KV-cache dtype / RoPE / long-context "
+                  "kernels; a flat but signed δ points at a one-sided transformation. Prefer token-level or geometric "
+                  "corrections over sequence-product ratios for long sequences."),
+    Finding(
+        "precision_gap", "with a shadow pass: the share of the log-ratio precision alone (β) explains", _always("info"),
+        lambda w: (f"Precision alone (β) explains {pct(w['beta_share_sq'])} of the log-ratio (Σβ²/(Σα²+Σβ²)); PPO clips "
+                   f"{pct(w['clip_fraction_beta'])} of tokens on β alone") if w["beta_share_sq"] is not None else
+                  "Precision gap (β) is zero",
+        lambda w: "the precision gap β between the trainer's weights in two precisions",
+        lambda w: "β = trainer − shadow compares the trainer's own weights in two precisions, so it is pure numerical "
+                  "precision; clipping on β alone (precision-only clipping) throws away gradient although the policy has "
+                  "not moved.",
+        lambda w: "If β dominates and clips a material share, align precision (fp16 both sides, fp32 LM head, same "
+                  "attention kernels) rather than hunting a bug; if α dominates, the difference is engine / weights / context."),
+)}
+
+
+def make(id_: str, evidence: dict, dt: DiagnosisThresholds, **context: Any) -> dict:
+    """A finding as summary.json holds it: the detector's evidence (numbers made plain JSON) and the catalogue's words.
+
+    `context` are words the sentences need that are not evidence (the declared sampling, which finding explains
+    this one, which side is higher)."""
+    entry = FINDINGS[id_]
+    ev = {k: _plain(v) for k, v in evidence.items()}
+    w = {**ev, **context}
+    severity = entry.severity(w, dt)
+    assert severity in SEVERITIES, severity
+    return {"id": id_, "severity": severity, "title": entry.title(w), "problem": entry.problem(w), "evidence": ev,
+            "likely_cause": entry.cause(w), "what_to_check": entry.check(w)}
+
+
+def _plain(v: Any) -> Any:
+    """numpy scalars as Python numbers (the evidence is JSON)."""
+    if hasattr(v, "item") and not isinstance(v, (list, dict, str)):
+        v = v.item()
+    if isinstance(v, bool):
+        return int(v)
+    return v
+
+
+# ---- the verdict of a batch ----------------------------------------------------------------------------
+
+REGIMES = ("identical", "numerical_noise", "elevated", "systematic")
+
+DEFAULT_CHECK = {
+    "identical": "Nothing to fix. If you expected a precision or engine difference, check that the two sides "
+                 "really ran different engines / dtypes (the batch may hold the same array twice).",
+    "numerical_noise": "Nothing is broken. If clipping or ESS still hurt, use an importance-sampling correction "
+                       "(see the what-if table) or narrow the precision gap (fp16 rollout and training, fp32 LM head){gap}.",
+    "elevated": "Beyond the noise published for bf16/fp16 engines, with no specific fault detected: compare engine "
+                "versions, attention backends, KV-cache dtype, fp32 LM head and quantisation{gap}; read the worst sequences.",
+    "systematic": "Check that both sides load the same weights (same step), see the same prompt tokens and chat "
+                  "template, and apply the same temperature and sampling processing.",
+}
+# How the advice above points at the precision gap: measure it, or read it when the batch has a shadow pass.
+GAP_HINT = {False: "; capture with `tim-report capture --shadow` to split precision from the rest",
+            True: "; the precision gap β (from this batch's shadow pass) splits precision from the rest"}
+
+
+def _article(name: str) -> str:
+    return "an" if name[0] in "AEIOM" else "a"
+
+
+def verdict(regime: str, metrics: dict, lead: dict | None, band: str, has_shadow: bool) -> tuple[str, str]:
+    """(one plain sentence naming the regime and the finding that leads it, what to check)."""
+    nums = (f"KL k3 {fmt(metrics['kl_k3'], missing='n/a')}, mean |δ| {fmt(metrics['abs_delta_mean'], missing='n/a')} nats, "
+            f"log-prob correlation {fmt(metrics.get('corr_logp'), missing='n/a')}")
+    title = lead["title"][0].lower() + lead["title"][1:] if lead else None
+    if regime == "identical":
+        text = f"Identical: no token's log-prob differs beyond float rounding (max |δ| {fmt(metrics['abs_delta_max'])})."
+    elif regime == "numerical_noise":
+        size = ("the size bf16/fp16 engine differences produce" if band == "dense bf16"
+                else f"within the noise published for {_article(band)} {band} model")
+        text = f"Numerical noise: the mismatch is {size} ({nums})."
+    elif regime == "elevated":
+        text = f"Elevated: beyond numerical noise but not clearly broken ({nums})" + (f"; {title}." if title else ".")
+    else:
+        text = (f"Systematic: {title}; {nums}." if title else
+                f"Systematic: the two sides do not score the same model or context ({nums}).")
+    return text, (lead or {}).get("what_to_check") or DEFAULT_CHECK[regime].format(gap=GAP_HINT[has_shadow])
+
+
+def blocked_message(problem: str) -> str:
+    """Said first when an error finding makes the batch untrainable whatever the correction."""
+    return (f"Do not train on this batch: no importance-sampling correction fixes {problem}. "
+            "Fix the bug first; the routes below only show what a correction would do with these ratios.")
+
+
+def band_reading(kl: float, band: str, lo: float, hi: float, where: str, dense: tuple[str, str] | None) -> str:
+    """'KL k3 3e-3 is typical for an MoE bf16 model (1e-3 to 0.1); for a dense bf16 model it would be high.'"""
+    text = f"KL k3 {fmt(kl, 2)} is {where} for {_article(band)} {band} model ({fmt(lo, 2)} to {fmt(hi, 2)})"
+    if dense is not None:
+        text += f"; for a {dense[0]} model it would be {dense[1]}"
+    return text + "."
+
+
+# ---- the run view: change points ---------------------------------------------------------------------------
+
+CHANGE_ADVICE = {
+    True: "look for what changed at that step: a weight sync that stopped or failed, a prefix or KV-cache setting, an "
+          "engine, kernel or dtype change, a restart",
+    False: "something that landed at that step narrowed the gap (a fix, a restart, a cache flush); if nothing did, check "
+           "that both sides still score what they should",
+}
+
+
+def change_clause(name: str, before: str, after: str, up: bool, ratio: float | None) -> str:
+    """'KL k3 is 33.6× higher (0.000146 → 0.00491)': one metric's change of level."""
+    if ratio:
+        size = f"{_x(ratio)} higher" if up else f"{_x(1 / ratio)} lower"
+    else:
+        size = "higher" if up else "lower"
+    return f"{name} is {size} ({before} → {after})"
+
+
+def change_sentence(step: str, clauses: list[str], worse: bool) -> str:
+    joined = clauses[0] if len(clauses) == 1 else ", ".join(clauses[:-1]) + " and " + clauses[-1]
+    return f"From step {step}, {joined}: {CHANGE_ADVICE[worse]}."
+
