@@ -62,6 +62,7 @@ def child(kind: str, path: str, memory: bool) -> None:
     import tracemalloc
 
     import numpy  # noqa: F401 - import cost is not what we measure
+
     import tim_report.analysis  # noqa: F401
 
     fn = baseline if kind == "baseline" else ours

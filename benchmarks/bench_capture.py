@@ -51,7 +51,7 @@ def one(args) -> dict:
     prompts, comps = batch(args, eng.vocab)
     base_rss = rss_mb()
     if args.one == "score":
-        fn = lambda: eng.score(prompts, comps)  # noqa: E731
+        fn = lambda: eng.score(prompts, comps)
     else:
         ids = torch.tensor([p + c for p, c in zip(prompts, comps)])
         am = torch.ones_like(ids)

@@ -45,8 +45,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np
 import torch
 
-from tim_report.io import save_batch  # noqa: E402  (after the environment above)
-from tim_report.model import StepBatch  # noqa: E402
+from tim_report.io import save_batch
+from tim_report.model import StepBatch
 
 ROOT = Path(__file__).resolve().parents[1]
 

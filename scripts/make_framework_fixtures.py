@@ -282,11 +282,11 @@ def _skyrl_batch(rng, right_aligned: bool):
             left = total - len(prompt) - len(resp)
             seq = [0] * left + list(prompt) + list(resp)
             att = [0] * left + [1] * (len(prompt) + len(resp))
-            place = lambda v, fill=0.0: [fill] * pad + list(v)  # noqa: E731
+            place = lambda v, fill=0.0, pad=pad: [fill] * pad + list(v)
         else:  # prompt left-padded to P, response right-padded to R
             seq = [0] * (P - len(prompt)) + list(prompt) + list(resp) + [0] * pad
             att = [0] * (P - len(prompt)) + [1] * (len(prompt) + len(resp)) + [0] * pad
-            place = lambda v, fill=0.0: list(v) + [fill] * pad  # noqa: E731
+            place = lambda v, fill=0.0, pad=pad: list(v) + [fill] * pad
         rows["sequences"].append(seq)
         rows["attention_mask"].append(att)
         rows["response_mask"].append(place([1] * len(resp), 0))
@@ -384,7 +384,7 @@ WRITERS = {"prime-rl": prime_rl, "nemo-rl": nemo_rl, "slime": slime, "miles": mi
 
 
 def write_all(out: Path) -> None:
-    for i, (name, writer) in enumerate(WRITERS.items()):
+    for i, writer in enumerate(WRITERS.values()):
         writer(out, np.random.default_rng(1000 + i))
 
 

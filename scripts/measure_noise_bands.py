@@ -26,12 +26,12 @@ from unittest import mock
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
+import torch
+import torch.nn.functional as F
 
-from tim_report import score_logprobs  # noqa: E402
-from tim_report.assertions import compare_logprobs  # noqa: E402
-from tim_report.config import NOISE_BANDS  # noqa: E402
+from tim_report import score_logprobs
+from tim_report.assertions import compare_logprobs
+from tim_report.config import NOISE_BANDS
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "kernel_test" / "test_tiny_qwen2_kernels.py"

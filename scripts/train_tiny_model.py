@@ -318,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"model: {n_params:,} parameters", flush=True)
 
     decay, no_decay = [], []
-    for name, p in model.named_parameters():
+    for p in model.parameters():
         (decay if p.dim() >= 2 else no_decay).append(p)
     opt = torch.optim.AdamW(
         [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],

@@ -155,7 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         max_logprobs=20,
         enable_prefix_caching=False,
     )
-    print(f"vllm {vllm.__version__}; LLM(**{llm_kwargs}) with VLLM_CPU_KVCACHE_SPACE={os.environ.get('VLLM_CPU_KVCACHE_SPACE')}", flush=True)
+    space = os.environ.get("VLLM_CPU_KVCACHE_SPACE")
+    print(f"vllm {vllm.__version__}; LLM(**{llm_kwargs}) with VLLM_CPU_KVCACHE_SPACE={space}", flush=True)
     t0 = time.perf_counter()
     llm = LLM(**llm_kwargs)
     timings["engine_start_s"] = time.perf_counter() - t0

@@ -13,11 +13,11 @@ import numpy as np
 import pytest
 from markdown_it import MarkdownIt
 
-from tim_report.service.build import BuildOptions, build
-from tim_report.service import build as _pipeline
 from tim_report.io import save_batch
 from tim_report.model import StepBatch
 from tim_report.render import RenderOptions
+from tim_report.service import build as _pipeline
+from tim_report.service.build import BuildOptions, build
 from tim_report.testing import make_batch
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from tim_report.io import save_batch
 import tim_report
+from tim_report.io import save_batch
 from tim_report.model import dumps
 from tim_report.testing import make_batch
 

@@ -16,11 +16,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import ROOT
 
 from tim_report.io import save_batch
 from tim_report.testing import make_batch
-
-from helpers import ROOT
 
 PKG = ROOT / "tim_report"
 # component → layer; a module may import components of strictly lower layers, and its own component.

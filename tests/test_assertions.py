@@ -14,6 +14,7 @@ import warnings
 
 import numpy as np
 import pytest
+from helpers import ROOT
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -21,8 +22,6 @@ import tim_report
 from tim_report.assertions import LogprobsMismatch, MatchResult, compare_logprobs, noise_band
 from tim_report.config import NOISE_BANDS, NoiseBand
 from tim_report.io import load
-
-from helpers import ROOT
 
 
 def logprobs(n_seqs: int = 8, length: int = 96, seed: int = 0) -> np.ndarray:

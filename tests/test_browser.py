@@ -12,8 +12,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-
 from helpers import HOSTILE, build_site, hostile_batch, skip_or_fail
+
 from tim_report.catalogue.metrics import TREND, metric
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]

@@ -9,16 +9,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from helpers import CI
 
 from tim_report.analysis import analyze
 from tim_report.capture import CaptureOptions, EngineSpec, capture, parse_spec
 from tim_report.capture.spec import Sampling
 from tim_report.cli import main
 from tim_report.errors import BadInput
-from tim_report.io import load
-from tim_report.io import save_batch
-
-from helpers import CI
+from tim_report.io import load, save_batch
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL = REPO / "models" / "tiny-qwen2"

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from helpers import skip_or_fail
 
 REPO = Path(__file__).resolve().parent.parent

@@ -118,7 +118,7 @@ def test_json_output(clean, shifted):
 
 
 def test_default_limits_are_verls_alerts():
-    lim = {(l.metric, l.op): l.bound for l in limits()}
+    lim = {(x.metric, x.op): x.bound for x in limits()}
     assert lim == {("kl_k1", "max"): 0.1, ("kl_k3", "max"): 0.1, ("ess", "min"): 0.3, ("chi2_token", "max"): 1.0}
 
 

@@ -9,8 +9,8 @@ import pytest
 from click.testing import CliRunner
 
 from tim_report.analysis.history import band, check_history, window_rows
-from tim_report.cli import main
 from tim_report.catalogue.metrics import HISTORY, metric
+from tim_report.cli import main
 from tim_report.config import HISTORY_MAX_BYTES, HISTORY_MIN_STEPS
 from tim_report.io import save_batch
 from tim_report.testing import make_batch

@@ -8,16 +8,16 @@ import json
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from helpers import check_gfm
 
 from tim_report.analysis.compare import compare_batches
-from tim_report.config import COMPARE_TOKEN_TOL as TOKEN_TOL
 from tim_report.cli import main
+from tim_report.config import COMPARE_TOKEN_TOL as TOKEN_TOL
 from tim_report.io import save_batch
 from tim_report.render.compare_md import render_compare_md
-from tim_report.render.md import MAX_CHARS as MD_LIMIT, width
+from tim_report.render.md import MAX_CHARS as MD_LIMIT
+from tim_report.render.md import width
 from tim_report.testing import make_batch
-
-from helpers import check_gfm
 
 EVIL = "<script>alert(1)</script>"
 WORDS = [EVIL, " the", "\n", "|pipe|", "**b**", "a&b", "`tick`", "x"]

@@ -17,8 +17,7 @@ from hypothesis import strategies as st
 from tim_report.analysis import analyze
 from tim_report.catalogue.findings import FINDINGS, REGIMES
 from tim_report.config import SEVERITIES, DiagnosisThresholds
-from tim_report.model import StepBatch
-from tim_report.model import dumps
+from tim_report.model import StepBatch, dumps
 from tim_report.testing import make_batch
 
 
@@ -207,7 +206,8 @@ def test_precision_gap_with_shadow():
     assert f["severity"] == "info"
     # configurable ε
     g2 = analyze(replace(b, trainer_logp=tr, shadow_logp=shadow),
-                 thresholds=__import__("tim_report.analysis", fromlist=["Thresholds"]).Thresholds(ppo_eps_low=0.5, ppo_eps_high=0.5)).diagnosis["precision_gap"]
+                 thresholds=__import__("tim_report.analysis", fromlist=["Thresholds"]).Thresholds(ppo_eps_low=0.5, ppo_eps_high=0.5)
+                 ).diagnosis["precision_gap"]
     assert g2["clip_fraction_beta"] < g["clip_fraction_beta"] and g2["eps"] == [0.5, 0.5]
 
 
@@ -236,8 +236,9 @@ def test_greedy_processed_logprobs_all_zero():
 
 
 def test_declared_processing_is_info_not_a_bug():
-    from tim_report.io import load
     from pathlib import Path
+
+    from tim_report.io import load
 
     b = load(Path(__file__).parent / "data" / "faults" / "top_p_0.9_bf16.npz")
     assert ids(diag(b), ("error",)) >= {"processed_logprobs"}

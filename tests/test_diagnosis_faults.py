@@ -15,8 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from helpers import ROOT, skip_or_fail
+
 from tim_report.analysis import analyze
 from tim_report.io import load
 

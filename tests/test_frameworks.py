@@ -21,13 +21,12 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from helpers import ROOT
 
 from tim_report.analysis import analyze
 from tim_report.cli import main
 from tim_report.errors import BadInput
 from tim_report.io import LoadOptions, load, save_batch, sources
-
-from helpers import ROOT
 
 DATA = ROOT / "tests" / "data" / "frameworks"
 _spec = importlib.util.spec_from_file_location("make_framework_fixtures", ROOT / "scripts" / "make_framework_fixtures.py")

@@ -16,11 +16,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import build_site
 
 from tim_report.api import compare
 from tim_report.testing import make_batch
-
-from helpers import build_site
 
 GOLD = Path(__file__).parent / "gold"
 

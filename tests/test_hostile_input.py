@@ -44,8 +44,8 @@ def one_line(res, *phrases: str) -> str:
 
 def bounded(args: list[str]) -> subprocess.CompletedProcess:
     """The CLI in a subprocess that may not map more than MEMORY_LIMIT bytes."""
-    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, ({0}, {0})); "
-            "from tim_report.cli import main; sys.exit(main(sys.argv[1:], prog_name='tim-report'))").format(MEMORY_LIMIT)
+    code = (f"import resource, sys; resource.setrlimit(resource.RLIMIT_AS, ({MEMORY_LIMIT}, {MEMORY_LIMIT})); "
+            "from tim_report.cli import main; sys.exit(main(sys.argv[1:], prog_name='tim-report'))")
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
 
 
@@ -199,7 +199,8 @@ def bad_text(tmp_path) -> Path:
 
 @pytest.mark.parametrize("command", ["build", "build-jobs", "inspect", "check", "compare"])
 def test_lone_surrogates_are_repaired_and_counted_everywhere(bad_text, tmp_path, command):
-    args = {"build": ["build", bad_text, "-o", tmp_path / "s"], "build-jobs": ["build", bad_text, bad_text, "--jobs", "2", "-o", tmp_path / "s"],
+    args = {"build": ["build", bad_text, "-o", tmp_path / "s"],
+            "build-jobs": ["build", bad_text, bad_text, "--jobs", "2", "-o", tmp_path / "s"],
             "inspect": ["inspect", bad_text], "check": ["check", bad_text, "--no-limits"],
             "compare": ["compare", bad_text, bad_text, "-o", tmp_path / "c"]}[command]
     res = run(*args)

@@ -6,15 +6,15 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers import build_site, hostile_batch
 
-from tim_report.config import health
 from tim_report.catalogue.metrics import BY_KEY, HEADLINE, glossary
 from tim_report.catalogue.numbers import fmt
+from tim_report.config import health
 from tim_report.render.format import visible
 from tim_report.render.pages import render_notes, templates_dir
 from tim_report.testing import make_batch
 
-from helpers import build_site, hostile_batch
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
@@ -129,7 +129,7 @@ def test_renders_without_diagnosis_and_with_precision_gap():
     assert r.diagnosis["precision_gap"]["available"]
     assert "Precision gap β (trainer vs shadow pass)" in page and "beta_share_sq" in page
     assert "unknown model" not in page and "? → ?" in page  # the model is named; the engines are not known
-    r.diagnosis = None
+    r.diagnosis = {}
     page = render_run(r)
     assert "Verdict" not in page and 'id="headline"' in page
 
@@ -181,7 +181,8 @@ from tim_report.testing import make_batch
 from tim_report.render.markdown import render_run_md
 from tim_report.render.html import render_run
 r = analyze(make_batch(n_seqs=20, seed=1), run_id="x")
-texts = {"glossary": json.dumps([vars(e) for e in glossary()], ensure_ascii=False, default=str), "md": render_run_md(r), "html": render_run(r)}
+texts = {"glossary": json.dumps([vars(e) for e in glossary()], ensure_ascii=False, default=str), "md": render_run_md(r),
+         "html": render_run(r)}
 print(json.dumps({k: [v in t for v in ("0.987", "0.931", "3.3e-5", "0.77")] for k, t in texts.items()}))
 sentences = " ".join(band.text for e in glossary() for band in e.readings)
 print(json.dumps([v in sentences for v in ("0.0234 nats", "0.61 nats", "0.23%", "0.037%", "17%")]

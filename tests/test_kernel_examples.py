@@ -10,7 +10,6 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-
 from helpers import CI, ROOT
 
 EXAMPLE = ROOT / "examples" / "kernel_test" / "test_tiny_qwen2_kernels.py"
@@ -22,7 +21,8 @@ PASS = ["test_bf16_matches_fp32", "test_fp16_matches_fp32", "test_rmsnorm_bf16_a
 # bug → what its failure message must say (the finding, and the kernel reading that names the bug)
 FAIL = {
     "test_bug_rmsnorm_eps_outside_sqrt": ["at fp32 precision: elevated", "per-token computation (normalisation"],
-    "test_bug_rope_positions_shifted_by_one": ["how positions mix (rotary embedding", "first position, which attends only to itself, agrees"],
+    "test_bug_rope_positions_shifted_by_one": ["how positions mix (rotary embedding",
+                                               "first position, which attends only to itself, agrees"],
     "test_bug_fused_cross_entropy_drops_last_token": ["systematic", "[dummy_zero]", "only the last position of each sequence disagrees"],
     "test_bug_softmax_temperature_left_in": ["systematic", "[temperature]", "softmax temperature"],
 }

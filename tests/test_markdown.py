@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from helpers import GFM, build_site, check_gfm, hostile_batch, walk
 
 from tim_report.analysis import analyze
 from tim_report.cli import main
@@ -16,11 +17,6 @@ from tim_report.render import md as mdr
 from tim_report.render.markdown import render_index_md, render_run_md
 from tim_report.render.md import esc
 from tim_report.testing import make_batch
-
-from helpers import GFM, build_site, check_gfm, hostile_batch, walk
-
-def table_count(text: str) -> int:
-    return sum(1 for t in GFM.parse(text) if t.type == "table_open")
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +64,8 @@ def test_escape_keeps_cells_whole():
 def adversarial_batch():
     """Thousands of groups with names that try to break tables and open markup; 5,000-character tokens."""
     b = make_batch(n_seqs=3000, mean_len=6, noise=0.3, seed=2, group_size=1)
-    evil = ["|x|", "`tick`", "<script>alert(1)</script>", "a\nb", "| --- |", "<b style=\"c\" class=\"d\">", "![i](data:image/png;base64,AA)"]
+    evil = ["|x|", "`tick`", "<script>alert(1)</script>", "a\nb", "| --- |", "<b style=\"c\" class=\"d\">",
+            "![i](data:image/png;base64,AA)"]
     b.group = np.array([evil[i % len(evil)] + f"{i}" + "y" * 200 for i in range(b.n_seqs)], dtype=object).astype(str)
     b.token_text = [("<script>" + "w" * 5000 + "|`") if i % 3 == 0 else evil[i % len(evil)] for i in range(b.n_tokens)]
     b.meta = {**b.meta, "model": "m|" * 3000, "rollout_engine": "<script>e</script>", "device": "d\n|x"}

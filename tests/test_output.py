@@ -12,14 +12,13 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from helpers import analyze_or_die
 
-from tim_report.service.build import BuildOptions, build, unique_ids
 from tim_report.cli import main
 from tim_report.errors import BadInput
 from tim_report.io import save_batch
+from tim_report.service.build import BuildOptions, build, unique_ids
 from tim_report.testing import make_batch
-
-from helpers import analyze_or_die
 
 
 def run(*args):

@@ -13,10 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import ROOT
 
 from tim_report.pytest_plugin import file_name
-
-from helpers import ROOT
 
 SUITE = '''
 import numpy as np

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
 from helpers import analyze_or_die, skip_or_fail
+
 from tim_report.cli import main
 from tim_report.io import save_batch
 from tim_report.testing import make_batch

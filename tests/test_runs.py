@@ -9,18 +9,17 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from helpers import check_gfm
 
 from tim_report.analysis.runs import engine_pairs, index_summary, precision_matrix, run_row
 from tim_report.analysis.trend import trend
-from tim_report.cli import main
 from tim_report.catalogue.metrics import TREND, metric
+from tim_report.cli import main
 from tim_report.config import health
 from tim_report.io import save_batch
 from tim_report.model import Report
 from tim_report.service.build import BuildOptions, build
 from tim_report.testing import make_batch
-
-from helpers import check_gfm
 
 # (file name, rollout engine, rollout dtype, trainer engine, trainer dtype, noise, meta step)
 RUNS = [
@@ -82,9 +81,9 @@ def test_engine_pairs_match_hand_computed_means(site):
     vllm = [s[n]["metrics"] for n in ("global_step_10", "step_20", "step_25")]
     p = pairs[("vllm", "bf16", "fsdp", "fp32")]
     assert p["count"] == 3 and p["runs"] == ["global_step_10", "step_20", "step_25"]
-    for key, metric in (("mean_ess", "ess"), ("mean_clipped", "phantom_clip"), ("mean_seq_log_ratio", "seq_log_ratio_mean"),
-                        ("mean_abs_delta", "abs_delta_mean")):
-        assert p[key] == pytest.approx(sum(m[metric] for m in vllm) / 3, rel=1e-12), key
+    for key, name in (("mean_ess", "ess"), ("mean_clipped", "phantom_clip"), ("mean_seq_log_ratio", "seq_log_ratio_mean"),
+                      ("mean_abs_delta", "abs_delta_mean")):
+        assert p[key] == pytest.approx(sum(m[name] for m in vllm) / 3, rel=1e-12), key
     assert p["worst_abs_delta_max"] == max(m["abs_delta_max"] for m in vllm)
     assert p["tokens"] == sum(m["tokens"] for m in vllm)
     assert p["health"] == health(p["mean_ess"])

@@ -10,14 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from helpers import CI
 
 from tim_report.analysis import analyze
 from tim_report.cli import main
 from tim_report.config import TOPK_MAX
 from tim_report.io import load, save_batch
 from tim_report.model import StepBatch
-
-from helpers import CI
 
 REPO = Path(__file__).resolve().parent.parent
 MODEL = REPO / "models" / "tiny-qwen2"

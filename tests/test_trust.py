@@ -10,6 +10,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from helpers import ROOT
 
 from tim_report.analysis import analyze
 from tim_report.cli import main
@@ -18,8 +19,6 @@ from tim_report.model import StepBatch
 from tim_report.render.charts import ratio_chart, run_charts
 from tim_report.render.markdown import render_run_md
 from tim_report.testing import make_batch, to_padded
-
-from helpers import ROOT
 
 
 def run(*args):
@@ -38,7 +37,7 @@ def gaussian_batch(sigma: float = 0.01, n: int = 400_000, seed: int = 0) -> Step
 
 def bars_of(spec: dict) -> list[dict]:
     """The histogram layer's bars: the named dataset it draws (charts keep their bulky data in `datasets`)."""
-    layer = next(l for l in spec["layer"] if l["data"].get("name") in spec.get("datasets", {}))
+    layer = next(x for x in spec["layer"] if x["data"].get("name") in spec.get("datasets", {}))
     data = spec["datasets"][layer["data"]["name"]]
     assert data and "d" in data[0]
     return sorted(data, key=lambda b: b["a"])

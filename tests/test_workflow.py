@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import yaml
-
 from helpers import skip_or_fail
 
 HERE = Path(__file__).resolve().parent.parent / "examples" / "github"

@@ -57,7 +57,7 @@ POSITION_READING = {
 class LogprobsMismatch(AssertionError):
     """The candidate's log-probs differ from the reference's by more than the precision's numerical noise."""
 
-    def __init__(self, message: str, result: "MatchResult"):
+    def __init__(self, message: str, result: MatchResult):
         super().__init__(message)
         self.result = result
 

@@ -281,7 +281,7 @@ class DiagnosisThresholds:
         d.pop("set_by_caller")
         return d
 
-    def override(self, values: dict[str, str]) -> "DiagnosisThresholds":
+    def override(self, values: dict[str, str]) -> DiagnosisThresholds:
         """A copy with NAME=VALUE strings applied (types from the field defaults)."""
         known = {f.name: f for f in fields(self) if f.name != "set_by_caller"}
         changes = {}

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -124,7 +125,7 @@ class Report:
     verl: dict
     data_problems: dict
     distributions: dict
-    diagnosis: dict | None = None
+    diagnosis: dict = field(default_factory=dict)  # empty when the diagnosis did not run
     topk: dict | None = None  # the two sides' top-k distributions compared (analysis/topk.py); absent with a reason
     samples: list = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
@@ -142,7 +143,7 @@ class Report:
         return {**self.summary_dict(), "samples": self.samples}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Report":
+    def from_dict(cls, d: dict) -> Report:
         known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
         return cls(**known)
 
@@ -157,7 +158,7 @@ class Comparison:
         return self.data
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Comparison":
+    def from_dict(cls, d: dict) -> Comparison:
         return cls(d)
 
 

@@ -83,7 +83,7 @@ def write_prime_rl_run(out, steps: int = 30, n_seqs: int = 16, mean_len: int = 6
         for i in range(b.n_seqs):
             sl = b.tokens_of(i)
             n = sl.stop - sl.start
-            ids = [1] * prompt + b.token_ids[sl].tolist()
+            ids = [1] * prompt + np.asarray(b.token_ids)[sl].tolist()
             lines[i % ranks].append(json.dumps({
                 "schema_version": 1, "step": step, "rank": i % ranks, "export_sequence_idx": i,
                 "token_ids": ids, "position_ids": list(range(prompt + n)), "loss_mask": [False] * prompt + [True] * n,

@@ -20,10 +20,10 @@ from unittest import mock
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # the model is a local folder: never ask a hub
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import pytest
+import torch
 
-from tim_report import assert_logprobs_match, score_logprobs  # noqa: E402
+from tim_report import assert_logprobs_match, score_logprobs
 
 MODEL = Path(__file__).resolve().parents[2] / "models" / "tiny-qwen2"
 PROMPTS = ["import os\nimport sys\n\n\ndef main(argv):\n    ", "class Queue:\n    def __init__(self, maxsize=0):\n",

@@ -50,7 +50,7 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
         diagnosis=diagnosis,
         **families,
     )
-    report.routing["blocked_by_bug"] = blocked_by_bug(report.diagnosis)
+    report.routing["blocked_by_bug"] = blocked_by_bug(report.diagnosis or {})
     report.run["thresholds"] = th.to_dict()
     return report
 

@@ -56,7 +56,7 @@ def choose_band(meta: dict) -> tuple[PublishedBand, str]:
 def apply_band(dt: DiagnosisThresholds, band: PublishedBand) -> DiagnosisThresholds:
     """The band's noise ceilings, where the caller left the defaults (a value set on purpose wins)."""
     default = DiagnosisThresholds()
-    changes = {}
+    changes: dict = {}
     for name, value in (("noise_kl_max", band.kl_k3[1]), ("noise_abs_delta_max", band.abs_delta_mean_max)):
         if name not in dt.set_by_caller and getattr(dt, name) == getattr(default, name):
             changes[name] = value

@@ -72,7 +72,8 @@ def what_if(tok: Tokens, th: Thresholds) -> list[dict]:
     geo = tok.seq_mean(tok.delta)
     seq_hit = (geo < math.log(th.geo_low)) | (geo > math.log(th.geo_high))
     rows.append(_row("geo_rs", f"Geometric RS [{plain(th.geo_low)}, {plain(th.geo_high)}]", "sequence", "reject",
-                     f"sequences whose geometric-mean ratio exp(mean δ) is outside [{plain(th.geo_low)}, {plain(th.geo_high)}] are rejected",
+                     f"sequences whose geometric-mean ratio exp(mean δ) is outside [{plain(th.geo_low)}, {plain(th.geo_high)}] "
+                     "are rejected",
                      "verl rollout_rs=geometric (Geo-RS)", _token_share(tok, seq_hit, present), float(seq_hit.mean())))
     hit = tok.delta < math.log(th.veto)
     rows.append(_row("veto", f"Veto, r < {plain(th.veto)}", "sequence", "reject",

@@ -124,10 +124,11 @@ def _regime(findings: list[dict], tok: Tokens, metrics: dict, dt: DiagnosisThres
     ad, ad_se = metrics["abs_delta_mean"], metrics.get("abs_delta_mean_se") or 0.0
     ids = {f["id"] for f in findings}
     worst = max((SEVERITIES.index(f["severity"]) for f in findings), default=0)
-    corr_usable = corr is not None and tok.n >= dt.min_tokens  # a correlation of a handful of tokens says little
-    low_corr = corr_usable and corr < dt.systematic_corr_max and not ({"shift", "dummy_zero"} & ids)
+    # a correlation of a handful of tokens says little: then it is not read at all
+    usable = corr if corr is not None and tok.n >= dt.min_tokens else None
+    low_corr = usable is not None and usable < dt.systematic_corr_max and not ({"shift", "dummy_zero"} & ids)
     beyond_noise = ((kl - 2 * kl_se) > dt.noise_kl_max or (ad - 2 * ad_se) > dt.noise_abs_delta_max
-                    or (corr_usable and corr < dt.noise_corr_min))
+                    or (usable is not None and usable < dt.noise_corr_min))
     if worst == 2 or low_corr:
         return "systematic"
     if worst == 1 or beyond_noise:

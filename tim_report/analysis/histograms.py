@@ -8,8 +8,8 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -91,7 +91,7 @@ class ProbBuckets:
     codes: np.ndarray  # [T] bucket index
 
     @staticmethod
-    def of(rollout_logp: np.ndarray) -> "ProbBuckets":
+    def of(rollout_logp: np.ndarray) -> ProbBuckets:
         return ProbBuckets(np.searchsorted(np.log(np.asarray(PROB_EDGES[1:-1])), rollout_logp, side="right"))
 
     @staticmethod

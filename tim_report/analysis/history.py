@@ -68,7 +68,7 @@ def check_history(new: dict, rows: list[dict], window: int = HISTORY_WINDOW, mar
 
     A metric the new step lacks, or that fewer than `min_steps` rows of the window hold, is not checked.
     """
-    floors = {**{k: catalogue.metric(k).history_floor for k in catalogue.HISTORY}, **(floors or {})}
+    floors = {**{k: float(catalogue.metric(k).history_floor or 0.0) for k in catalogue.HISTORY}, **(floors or {})}
     win = window_rows(rows, new.get("step"), window)
     res = HistoryResult(win, describe(win))
     if len(win) < min_steps:
@@ -76,7 +76,7 @@ def check_history(new: dict, rows: list[dict], window: int = HISTORY_WINDOW, mar
                     f"{min_steps}: no band checked")
         return res
     for metric in catalogue.HISTORY:
-        worse = catalogue.metric(metric).worse
+        worse = str(catalogue.metric(metric).worse)
         value = new.get(metric)
         values = [r[metric] for r in win if r.get(metric) is not None]
         if value is None or len(values) < min_steps:

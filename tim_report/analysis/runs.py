@@ -12,7 +12,8 @@ Means skip runs where a metric is missing; a row with none gets None.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from ..catalogue import metrics as catalogue
 from ..config import HEALTH_ORDER, health
@@ -122,7 +123,7 @@ def precision_matrix(rows: list[dict]) -> dict | None:
     trainer = sorted({k[1] for k in cells})
     out_cells = []
     for ro in rollout:
-        line = []
+        line: list[dict | None] = []
         for tr in trainer:
             rs = cells.get((ro, tr))
             if not rs:

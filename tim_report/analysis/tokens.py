@@ -69,7 +69,7 @@ class Tokens:
         out[self.index] = True
         return out
 
-    def subset(self, keep: np.ndarray) -> "Tokens":
+    def subset(self, keep: np.ndarray) -> Tokens:
         """These tokens without those `keep` is False for (same sequences, same batch)."""
         if keep.all():
             return self

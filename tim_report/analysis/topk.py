@@ -48,8 +48,9 @@ def unavailable(reason: str) -> dict:
 
 def topk_analysis(batch: StepBatch, tok: Tokens) -> dict:
     """Top-1 agreement, union KL with its bounds, and where the disagreement sits; or why it cannot be said."""
-    arrays = [batch.rollout_topk_ids, batch.rollout_topk_logp, batch.trainer_topk_ids, batch.trainer_topk_logp]
-    if any(a is None for a in arrays):
+    given = [batch.rollout_topk_ids, batch.rollout_topk_logp, batch.trainer_topk_ids, batch.trainer_topk_logp]
+    arrays = [np.asarray(a) for a in given if a is not None]
+    if len(arrays) < 4:
         return unavailable("the batch has no top-k log-probs of both sides (only `tim-report capture` records them)")
     rows = tok.index
     per = _per_position(*(a[rows] for a in arrays))
@@ -61,7 +62,7 @@ def topk_analysis(batch: StepBatch, tok: Tokens) -> dict:
     k3 = part.k3()
     out: dict = {"available": True, "definition": DEFINITION, "tokens": int(ok.sum()),
                  "tokens_without_topk": int((~ok).sum()),
-                 "k": {"rollout": int(batch.rollout_topk_ids.shape[1]), "trainer": int(batch.trainer_topk_ids.shape[1])}}
+                 "k": {"rollout": int(arrays[0].shape[1]), "trainer": int(arrays[2].shape[1])}}
     differ = per["top1_differ"].astype(np.float64)
     out["top1_differ"], out["top1_differ_se"] = cluster_mean_se(differ, part.seq)
     out["top1_differ_count"] = int(per["top1_differ"].sum())

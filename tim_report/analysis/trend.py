@@ -74,6 +74,7 @@ def _per_step_means(table: list[dict], steps: list, key: str) -> np.ndarray:
 
 
 def _metric_change_points(values: np.ndarray, steps: list, m: Metric) -> list[dict]:
+    assert m.trend is not None, m.key  # the TREND view holds metrics with a trend rule (a catalogue test checks)
     ok = np.isfinite(values)
     in_logs = m.trend.scale == "ratio" and bool(ok.any()) and bool((values[ok] > 0).all())
     series = np.log(np.where(ok, values, 1.0)) if in_logs else values.copy()
@@ -111,6 +112,7 @@ def _shift(before: float, after: float) -> tuple[float, float]:
 def _big_enough(before: float, after: float, m: Metric) -> bool:
     """At least the metric's floors, both the ratio and the absolute difference."""
     ratio, diff = _shift(before, after)
+    assert m.trend is not None, m.key
     return diff > 0 and ratio >= m.trend.min_ratio and diff >= m.trend.min_diff
 
 

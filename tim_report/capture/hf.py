@@ -86,12 +86,15 @@ class HFEngine:
         """log p(completion token | prompt, earlier completion tokens) for every completion token.
 
         With `topk` K > 0 each sequence's entry is (log-probs, TopK): the K most likely tokens at each
-        position and their log-probs, from the same chunked fp32 log-softmax. Sequences are packed into right-padded micro-batches of at most `max_batch_tokens` tokens; the
+        position and their log-probs, from the same chunked fp32 log-softmax. Sequences are packed into right-padded
+        micro-batches of at most `max_batch_tokens` tokens; the
         head runs only on scored positions, `logit_chunk_rows` rows at a time.
         """
         out: list = [None] * len(prompts)
         order = sorted(range(len(prompts)), key=lambda i: -(len(prompts[i]) + len(completions[i])))
-        batches, cur, cur_len = [], [], 0
+        batches: list[list[int]] = []
+        cur: list[int] = []
+        cur_len = 0
         for i in order:
             n = len(prompts[i]) + len(completions[i])
             width = max(cur_len, n)
@@ -129,7 +132,7 @@ class HFEngine:
                 pos += c
             if progress is not None:
                 progress(len(mb))
-        return out  # type: ignore[return-value]
+        return out
 
     # ------------------------------------------------------------------ sampling (rollout side)
 

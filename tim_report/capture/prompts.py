@@ -75,7 +75,8 @@ def render_prompts(prompts: list[Prompt], tokenizer, chat_template: bool, source
     if not use_template and any(p.messages is not None for p in prompts):
         why = "--no-chat-template was given" if not chat_template else "the tokenizer has no chat template"
         raise BadInput(source, f'"messages" prompts need a chat template, but {why}')
-    ids_list, texts = [], []
+    ids_list: list[list[int]] = []
+    texts: list[str] = []
     for p in prompts:
         if use_template:
             text = tokenizer.apply_chat_template(p.as_messages(), tokenize=False, add_generation_prompt=True)

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any
 
 import numpy as np
 
@@ -183,7 +184,7 @@ def capture(opts: CaptureOptions, progress: ProgressFactory | None = None) -> di
 class _Prepared:
     """The prompts as token ids, one entry per sequence (`n_samples` copies each), with their seeds."""
 
-    tokenizer: object
+    tokenizer: Any  # a transformers tokenizer
     prompt_ids: list[list[int]]  # per prompt
     prompt_text: list[str]  # per prompt, as the model sees it
     templated: bool
@@ -365,8 +366,9 @@ def _assemble(opts: CaptureOptions, prep: _Prepared, scores: _Scores,
 
 def _topk_arrays(scores: _Scores, r: EngineSpec, t: EngineSpec) -> dict[str, np.ndarray]:
     """The pair's [T, k] top-k arrays (StepBatch fields), when both sides recorded them."""
-    sides = {"rollout": scores.topk.get(("rollout", r)), "trainer": scores.topk.get(("trainer", t))}
-    if any(v is None for v in sides.values()):
+    found = {"rollout": scores.topk.get(("rollout", r)), "trainer": scores.topk.get(("trainer", t))}
+    sides = {side: rows for side, rows in found.items() if rows is not None}
+    if len(sides) < 2:
         return {}
     out = {}
     for side, rows in sides.items():

@@ -3,7 +3,8 @@
 `token_logprobs` runs the decoder (`model.base_model`) once and applies the output projection
 itself, only on the scored positions and `chunk_rows` rows at a time, each chunk cast to fp32,
 divided by the temperature and log-softmaxed in fp32, then reduced to the target token's log-prob
-(and, when asked, to its top-k ids and log-probs by torch.topk on the same chunk). So scoring never holds full-vocabulary logits for the whole batch, and an engine's LM head can be
+(and, when asked, to its top-k ids and log-probs by torch.topk on the same chunk). So scoring never holds
+full-vocabulary logits for the whole batch, and an engine's LM head can be
 kept in fp32. `HFEngine.score` (capture) and `score_logprobs` (kernel tests) both call it, so a
 test scores exactly the way a captured batch was scored.
 """
@@ -79,9 +80,7 @@ def plain_head(model) -> bool:
     return not (getattr(cfg, "final_logit_softcapping", None) or getattr(cfg, "logit_scale", None))
 
 
-def _as_2d(x, name: str, device) -> torch.Tensor | None:
-    if x is None:
-        return None
+def _as_2d(x, name: str, device) -> torch.Tensor:
     t = torch.as_tensor(x)
     if t.ndim == 1:
         t = t[None]

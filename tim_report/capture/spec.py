@@ -29,7 +29,7 @@ class EngineSpec:
     def slug(self) -> str:
         return f"{self.engine}-{self.dtype}"
 
-    def with_dtype(self, dtype: str) -> "EngineSpec":
+    def with_dtype(self, dtype: str) -> EngineSpec:
         return EngineSpec(self.engine, dtype)
 
 
@@ -88,5 +88,5 @@ class TopK(NamedTuple):
     logp: np.ndarray  # [n, k] float32
 
     @staticmethod
-    def empty(k: int) -> "TopK":
+    def empty(k: int) -> TopK:
         return TopK(np.zeros((0, k), np.int32), np.zeros((0, k), np.float32))

@@ -86,7 +86,7 @@ class VLLMEngine:
         try:
             import vllm
             from vllm import LLM
-        except Exception as exc:  # noqa: BLE001 - a broken install fails in C extensions with any exception type
+        except Exception as exc:
             first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
             raise BadInput("vllm", f"cannot import vLLM ({first}); {VLLM_INSTALL_HINT}") from None
         self.version = vllm.__version__

@@ -10,8 +10,9 @@ writes comes from this one module. docs/diagnosis.md explains each detector.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ..config import SEVERITIES, DiagnosisThresholds
 from .numbers import fixed, fmt, pct
@@ -23,7 +24,6 @@ Text = Callable[[Words], str]
 @dataclass(frozen=True)
 class Finding:
     id: str
-    looks_for: str  # what the detector tests, in one line (docs, `tim-report` help)
     severity: Callable[[Words, DiagnosisThresholds], str]
     title: Text
     problem: Text
@@ -78,7 +78,7 @@ def _offset(w: Words) -> str:
 
 FINDINGS: dict[str, Finding] = {f.id: f for f in (
     Finding(
-        "shift", "trainer_logp[t] agrees better with rollout_logp[t±1] than with rollout_logp[t]", _always("error"),
+        "shift", _always("error"),
         lambda w: f"Off-by-one: trainer log-probs match the rollout's at position t{_offset(w)}",
         lambda w: f"an off-by-one between the two sides (the trainer's log-probs line up with the rollout's at t{_offset(w)})",
         lambda w: f"trainer_logp[t] is the log-prob of the token at t{_offset(w)}: logits and labels are aligned with one "
@@ -88,7 +88,7 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
                   "assumed (`tim-report inspect FILE`); override the keys or fix the export so both arrays index the same "
                   "token."),
     Finding(
-        "temperature", "δ regressed on rollout_logp has slope T_rollout/T_trainer − 1 instead of ≈ 0", _always("error"),
+        "temperature", _always("error"),
         lambda w: (f"Temperature on one side only: the rollout's log-probs are "
                    f"{'flatter' if w['temperature_ratio'] > 1 else 'sharper'} than the trainer's "
                    f"(T_rollout / T_trainer ≈ {fixed(w['temperature_ratio'], 2)} or further from 1)"),
@@ -99,8 +99,7 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
                   "(verl/TRL do this), and check whether the engine returns log-probs before or after temperature "
                   "(vLLM `logprobs_mode` raw vs processed)."),
     Finding(
-        "processed_logprobs", "rollout ≥ trainer on (nearly) every token: log-probs renormalised after top-p / top-k",
-        lambda w, dt: "info" if w["declared_in_meta"] else "error",
+        "processed_logprobs", lambda w, dt: "info" if w["declared_in_meta"] else "error",
         lambda w: (f"Rollout log-probs are renormalised by truncated sampling ({w['declared']}), as the batch declares: "
                    f"rollout ≥ trainer on {pct(w['negative_delta_share'])} of tokens") if w["declared_in_meta"] else
                   ("Rollout log-probs are renormalised (top-p / top-k): rollout ≥ trainer on "
@@ -121,8 +120,7 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
                    "temperature), or apply the same truncation in the trainer; exp(min δ) shows the smallest kept mass "
                    "(≈ top_p).")),
     Finding(
-        "dummy_zero", "rollout log-prob exactly 0.0 inside the mask where the trainer gives p < 1/2",
-        lambda w, dt: "error" if w["tokens"] >= dt.dummy_error_count else "warn",
+        "dummy_zero", lambda w, dt: "error" if w["tokens"] >= dt.dummy_error_count else "warn",
         lambda w: f"{fmt(w['tokens'])} masked-in tokens have rollout log-prob exactly 0.0 (placeholder values)",
         lambda w: f"placeholder rollout log-probs of exactly 0.0 on {fmt(w['tokens'])} masked-in tokens",
         lambda w: "Tokens the engine did not sample (tool / environment output, padding, prompt) carry a placeholder "
@@ -131,8 +129,7 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
                   "value of the rollout log-prob array; if every rollout log-prob is 0, the engine returned processed "
                   "log-probs of greedy decoding."),
     Finding(
-        "one_side_broken", "one side's perplexity many times the other's on the same tokens, or decorrelated log-probs",
-        _broken_severity, _broken_title,
+        "one_side_broken", _broken_severity, _broken_title,
         lambda w: (f"the {w['higher']} side scoring another model or context (its perplexity {_x(w['ppl_ratio'])} the "
                    "other's)" if w["ppl_ratio"] >= w["threshold_ppl_ratio_warn"] else
                    f"the two sides scoring different models or contexts (log-prob correlation only {fixed(w['corr_logp'], 2)})"),
@@ -142,8 +139,7 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
         lambda w: "Compare weight checksums / the step of both sides, the exact prompt token ids each side saw, the "
                   "tokenizer and chat template, and any quantisation; re-score a few sequences with both sides by hand."),
     Finding(
-        "first_token", "the first response token's |δ| far above the rest of its sequence's, in most sequences",
-        _always("warn"),
+        "first_token", _always("warn"),
         lambda w: (f"The first response token carries {pct(w['share_of_abs_delta'])} of the mismatch: its |δ| is "
                    f"{_x(w['ratio'])} the rest's"),
         lambda w: (f"a first response token that disagrees {_x(w['ratio'])} more than the rest (a BOS, template or "
@@ -155,8 +151,7 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
         lambda w: "Compare the last prompt tokens and the first response token id on both sides (`tim-report inspect`), "
                   "check that both sides add BOS the same way and that the first sampling step uses the same temperature."),
     Finding(
-        "turn_boundary", "the first tokens after each tool / environment span disagree far more than the rest",
-        _always("warn"),
+        "turn_boundary", _always("warn"),
         lambda w: (f"The first tokens after each tool / environment span disagree: their |δ| is {_x(w['ratio'])} the rest's "
                    f"(turns {', '.join(map(str, w['turns_affected'])) or 'none alone'})"),
         lambda w: f"a different context after each tool call (the first tokens of a turn disagree {_x(w['ratio'])} more)",
@@ -167,8 +162,7 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
         lambda w: "Compare the token ids around a tool response on both sides; keep the rollout's token ids for the trainer "
                   "(token-in-token-out) instead of re-applying the chat template to the conversation text."),
     Finding(
-        "position_onset", "the per-position mismatch level rises at one response position (PELT)",
-        lambda w, dt: "info" if w["explained_by_other_finding"] else "warn",
+        "position_onset", lambda w, dt: "info" if w["explained_by_other_finding"] else "warn",
         lambda w: (f"The mismatch switches on at response position {w['position']}: mean |δ| "
                    f"{fmt(w['abs_delta_mean_before'])} → {fmt(w['abs_delta_mean_after'])} nats ({_x(w['ratio'])} in typical "
                    f"|δ|)" + (f", where the {w['explained_by']} finding starts" if w.get("explained_by") else "")),
@@ -180,8 +174,7 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
                   "chunked prefill size, sliding window and max model length, and the trainer's max sequence length / "
                   "truncation."),
     Finding(
-        "mixed_policy_versions", "sequences generated by several policy weight versions",
-        lambda w, dt: "warn" if w.get("spread") is not None and w["spread"] >= dt.versions_spread_warn else "info",
+        "mixed_policy_versions", lambda w, dt: "warn" if w.get("spread") is not None and w["spread"] >= dt.versions_spread_warn else "info",
         lambda w: (f"This batch mixes {w['versions']} policy weight versions ({w['values']}"
                    + (f", {w['spread']} versions apart" if w.get("spread") is not None else "")
                    + "): part of its mismatch is staleness (off-policy samples), not precision"),
@@ -191,7 +184,7 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
         lambda w: "Read the mismatch of the newest-version sequences alone for the precision part; bound the staleness "
                   "(max off-policy steps) or correct for it with importance sampling against the behaviour policy."),
     Finding(
-        "low_prob_tail", "tokens with low rollout probability carry most of the KL (context, not a fault)", _always("info"),
+        "low_prob_tail", _always("info"),
         lambda w: (f"Tokens with p < {fmt(w['tail_p'], 6)} are {pct(w['token_share'])} of tokens and carry "
                    f"{pct(w['k3_share'])} of the KL"),
         lambda w: f"a mismatch concentrated on tokens with p < {fmt(w['tail_p'], 6)} ({pct(w['k3_share'])} of the KL)",
@@ -200,7 +193,7 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
         lambda w: "Expected for numerical noise. If the mismatch matters, look at the probability-bucket table; an fp32 LM "
                   "head / fp16 rollout narrows the tail most."),
     Finding(
-        "drift_with_length", "|Σδ| grows faster than √length: accumulation, not a random walk", _drift_severity,
+        "drift_with_length", _drift_severity,
         lambda w: f"|Σδ| grows as length^{fixed(w['exponent'], 2)} (a random walk would be length^0.5)",
         lambda w: f"a mismatch that accumulates with length (|Σδ| ∝ length^{fixed(w['exponent'], 2)})",
         lambda w: (f"A consequence of the {w['explained_by']} finding: its signed bias adds up along each sequence. "
@@ -212,7 +205,7 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
                   "kernels; a flat but signed δ points at a one-sided transformation. Prefer token-level or geometric "
                   "corrections over sequence-product ratios for long sequences."),
     Finding(
-        "precision_gap", "with a shadow pass: the share of the log-ratio precision alone (β) explains", _always("info"),
+        "precision_gap", _always("info"),
         lambda w: (f"Precision alone (β) explains {pct(w['beta_share_sq'])} of the log-ratio (Σβ²/(Σα²+Σβ²)); PPO clips "
                    f"{pct(w['clip_fraction_beta'])} of tokens on β alone") if w["beta_share_sq"] is not None else
                   "Precision gap (β) is zero",

@@ -1,7 +1,7 @@
 """The output formats: what each writes and which module renders it.
 
-A format is a name on the command line (`--format`), the files it adds to a run folder, to the site's
-root and to a comparison folder, and the module holding its renderer (`tim_report.render`'s protocol),
+A format is a name on the command line (`--format`), the files it adds to a run folder and to the site's
+root, and the module holding its renderer (`tim_report.render`'s protocol),
 imported only when the format is asked for, so a markdown-only build never loads Altair or Jinja2.
 Adding a format is its renderer module and one entry here.
 """
@@ -17,14 +17,13 @@ class Format:
     module: str  # tim_report.render.<module> defines RENDERER
     run_files: tuple[str, ...]  # what it writes into each run folder
     index_files: tuple[str, ...]  # into the site's root
-    compare_files: tuple[str, ...]  # into a comparison folder
     help: str
 
 
 FORMATS: dict[str, Format] = {f.name: f for f in (
-    Format("html", "html", ("index.html",), ("index.html",), ("index.html",), "the pages"),
-    Format("md", "markdown", ("report.md",), ("report.md",), ("compare.md",), "GitHub-flavoured markdown for a PR comment"),
-    Format("json", "json", ("summary.json", "samples.json"), (), ("compare.json",), "every number, for scripts"),
+    Format("html", "html", ("index.html",), ("index.html",), "the pages"),
+    Format("md", "markdown", ("report.md",), ("report.md",), "GitHub-flavoured markdown for a PR comment"),
+    Format("json", "json", ("summary.json", "samples.json"), (), "every number, for scripts"),
 )}
 
 # The site's own files beside the run folders, whatever the formats: index.json is what the cache, `check

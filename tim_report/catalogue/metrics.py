@@ -314,7 +314,8 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("what_if", "what-if corrections", "term",
            plain="The share of tokens and sequences each common correction would truncate, mask or reject on this batch.",
            formula=(f"token TIS r > {plain(_TH.tis_token_cap)}; sequence mask Πr > {plain(_TH.seq_mask_cap)}; IcePop r ∉ "
-                    f"[{plain(_TH.icepop_low)}, {plain(_TH.icepop_high)}]; Geo-RS exp(mean δ) ∉ [{plain(_TH.geo_low)}, {plain(_TH.geo_high)}]; "
+                    f"[{plain(_TH.icepop_low)}, {plain(_TH.icepop_high)}]; "
+                    f"Geo-RS exp(mean δ) ∉ [{plain(_TH.geo_low)}, {plain(_TH.geo_high)}]; "
                     f"veto r < {sci(VETO)}"),
            verl="rollout_is=token, rollout_rs=geometric, rollout_token_veto_threshold; TRL sequence_mask; OpenRLHF IcePop"),
     Metric("top1_differ", "top-1 differs", "share", 0, "up",

@@ -39,7 +39,8 @@ CHANGE_LINES_MAX = 10
 @click.option("--format", "formats", multiple=True, type=click.Choice(list(FORMATS)),
               help="Write only these formats (repeatable; default all): "
                    + "; ".join(f"{f.name}: {f.help}" for f in FORMATS.values()) + ". index.json is always written.")
-@click.option("--base-url", metavar="URL", help="Make the markdown's links absolute under URL (e.g. the GitHub Pages site), for a PR comment.")
+@click.option("--base-url", metavar="URL",
+              help="Make the markdown's links absolute under URL (e.g. the GitHub Pages site), for a PR comment.")
 @click.option("-j", "--jobs", type=click.IntRange(min=1), default=1, show_default=True,
               help="Analyse this many batches at once, in separate processes (same output as --jobs 1); with "
                    "--executor ray and no --ray-address, the CPUs of the local Ray.")

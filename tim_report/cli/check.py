@@ -76,9 +76,9 @@ def check_command(files, bounds, no_limits, fail_on, overrides, history, history
     try:
         dth = DiagnosisThresholds().override(values) if values else None
     except KeyError as exc:
-        raise BadInput("--set", str(exc).strip("'\""))
+        raise BadInput("--set", str(exc).strip("'\"")) from None
     except ValueError as exc:
-        raise BadInput("--set", str(exc))
+        raise BadInput("--set", str(exc)) from None
     th = Thresholds(ppo_eps_low=ppo_eps[0], ppo_eps_high=ppo_eps[1])
     limits = [] if no_limits else gate_limits(bounds)
     options = CheckOptions(limits=limits, fail_on=fail_on, thresholds=th, diagnosis=dth, history=history,

@@ -9,6 +9,7 @@ import functools
 import signal
 import sys
 import warnings
+from datetime import UTC
 from pathlib import Path
 
 import click
@@ -89,9 +90,9 @@ def output_path(value: str) -> Path:
 
 
 def timestamp_now() -> str:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
-    return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
 
 
 input_files = click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))

@@ -9,9 +9,10 @@ The rollout log-prob value decides the layout; every other token-level role is r
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -40,11 +41,11 @@ class _Flattener:
         return int(self.offsets[-1])
 
     @classmethod
-    def padded(cls, keep2d: np.ndarray) -> "_Flattener":
+    def padded(cls, keep2d: np.ndarray) -> _Flattener:
         return cls(np.concatenate([[0], np.cumsum(keep2d.sum(axis=1))]), keep2d)
 
     @classmethod
-    def ragged(cls, lengths: np.ndarray) -> "_Flattener":
+    def ragged(cls, lengths: np.ndarray) -> _Flattener:
         return cls(np.concatenate([[0], np.cumsum(lengths)]), None)
 
     def take(self, arr2d: np.ndarray) -> np.ndarray:
@@ -120,6 +121,7 @@ def _exclusions(layout: str, tokens: _Layout, batch: StepBatch) -> list[dict]:
     ex = Exclusions()
     if layout == "padded":
         keep = tokens.flat.keep2d
+        assert keep is not None  # a padded layout always has its [B, L] mask
         ex.add("padding", int(keep.size - keep.sum()), "padded positions of the [B, L] arrays (outside the attention "
                "mask, or outside the mask where both log-probs are 0.0)")
     count_placeholders(batch.rollout_logp, batch.mask, ex, batch.notes)

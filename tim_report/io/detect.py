@@ -84,7 +84,7 @@ def pickle_words(path: Path) -> set[str]:
         else:
             with open(path, "rb") as fh:
                 data = fh.read(PEEK_BYTES)
-    except Exception:  # noqa: BLE001 - a damaged archive has no words; the reader then says what is wrong with it
+    except Exception:
         return set()
     return _words(data)
 
@@ -101,7 +101,7 @@ def _words(data: bytes) -> set[str]:
             elif isinstance(arg, str) and len(arg) <= 64:
                 words.add(arg)
                 recent = (recent + [arg])[-2:]
-    except Exception:  # noqa: BLE001 - the peek stops at the cut or at anything it cannot parse
+    except Exception:
         pass
     return words
 

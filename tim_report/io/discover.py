@@ -118,7 +118,7 @@ def _looks_like_prime_step(path: Path) -> bool:
 def _prime_step(step_dir: Path, hint: str | None) -> Source:
     """A prime-rl step: the union of its rank files (no rank file is bad input: the step was not written)."""
     ranks = sorted((f for f in step_dir.glob("rank_*.jsonl") if RANK_FILE.search(f.name)),
-                   key=lambda f: int(RANK_FILE.search(f.name).group(1)))
+                   key=lambda f: _int(RANK_FILE, f.name) or 0)
     if not ranks:
         raise BadInput(step_dir, "prime-rl step folder with no rank_*.jsonl file (was the step exported?)")
     if hint not in (None, "prime-rl") and len(ranks) > 1:
@@ -139,7 +139,7 @@ def _train_data(folder: Path, hint: str | None) -> list[Source]:
     if hint not in (None, "slime", "miles"):
         return [file_source(f, hint) for f in files]
     if framework == "miles":
-        firsts = {MILES_FILE.fullmatch(f.name).group(1): f for f in reversed(files) if MILES_FILE.fullmatch(f.name)}
+        firsts = {m.group(1): f for f in reversed(files) if (m := MILES_FILE.fullmatch(f.name))}
         return [_miles_source(f) for f in firsts.values()]
     if framework == "slime":  # {rollout_id}.pt joins its rollout dump; a per-rank template's files stand alone
         return [_slime_source(f) if SLIME_FILE.fullmatch(f.name) else file_source(f, "slime") for f in files]
@@ -163,7 +163,7 @@ def _miles_source(path: Path) -> Source:
         return Source((path,), "miles", _step_of(path), path.stem, path, "miles train dump")
     rid = m.group(1)
     ranks = sorted((f for f in path.parent.glob(f"{rid}_*.pt") if MILES_FILE.fullmatch(f.name)),
-                   key=lambda f: int(MILES_FILE.fullmatch(f.name).group(2)))
+                   key=lambda f: int(MILES_FILE.fullmatch(f.name).group(2)))  # type: ignore[union-attr]  # matched above
     step = int(rid)
     return Source(tuple(ranks), "miles", step, _step_id(step, rid), path.parent / f"{rid}_*.pt",
                   f"miles train dump ({len(ranks)} rank file{'s' if len(ranks) != 1 else ''})")

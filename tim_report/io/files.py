@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -68,7 +69,7 @@ def _flatten(values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _extract_meta(path: Path, values: dict[str, Any]) -> dict[str, Any]:
+def _extract_meta(path: Path, values: Any) -> dict[str, Any]:
     meta: dict[str, Any] = {}
     for key in ("meta_info", "meta"):
         raw = values.pop(key, None)

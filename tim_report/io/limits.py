@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from ..catalogue.numbers import fmt
 from ..config import MAX_TOKENS
@@ -37,7 +37,7 @@ class Limits:
         return min(64 * self.max_tokens, 1 << 30)
 
 
-_CURRENT: contextvars.ContextVar[Limits] = contextvars.ContextVar("tim_report_limits", default=Limits())
+_CURRENT: contextvars.ContextVar[Limits] = contextvars.ContextVar("tim_report_limits", default=Limits())  # noqa: B039 (frozen)
 
 
 def current() -> Limits:

@@ -45,9 +45,9 @@ def clean_strings(value: Any) -> tuple[Any, int]:
         out = np.asarray([valid(str(v)) for v in value.ravel()], dtype=str).reshape(value.shape)
         return out, int(np.sum(out != value))
     if isinstance(value, list):
-        fixed = [clean_strings(v) for v in value]
-        return [v for v, _ in fixed], sum(n for _, n in fixed)
+        items = [clean_strings(v) for v in value]
+        return [v for v, _ in items], sum(n for _, n in items)
     if isinstance(value, dict):
-        fixed = {valid(str(k)): clean_strings(v) for k, v in value.items()}
-        return {k: v for k, (v, _) in fixed.items()}, sum(n for _, n in fixed.values())
+        entries = {valid(str(k)): clean_strings(v) for k, v in value.items()}
+        return {k: v for k, (v, _) in entries.items()}, sum(n for _, n in entries.values())
     return value, 0

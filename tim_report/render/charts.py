@@ -81,7 +81,7 @@ def ratio_axis(lo: float, hi: float, c: float, bands: dict) -> tuple[alt.Scale, 
 def density_floor(values: list[float]) -> float:
     """Where log-scale bars start: a third of the smallest non-zero density, so the thinnest bar shows."""
     nonzero = [v for v in values if v and v > 0]
-    return sig(min(nonzero) / 3, 3) if nonzero else 1e-9
+    return sig(min(nonzero) / 3, 3) or 1e-9 if nonzero else 1e-9
 
 
 def ratio_chart(ratio: dict) -> dict:
@@ -95,10 +95,13 @@ def ratio_chart(ratio: dict) -> dict:
     bands = alt.Data(values=[{"a": b5[0], "b": b5[1], "band": "5x"}, {"a": b2[0], "b": b2[1], "band": "2x"}])
     band = alt.Chart(bands).mark_rect(opacity=0.1).encode(
         x=alt.X("a:Q", scale=x_scale, axis=x_axis), x2="b:Q",
-        color=alt.Color("band:N", scale=alt.Scale(domain=["2x", "5x"], range=[ORANGE, RED]), legend=alt.Legend(title="verl band", orient="top-right")))
+        color=alt.Color("band:N", scale=alt.Scale(domain=["2x", "5x"], range=[ORANGE, RED]),
+                        legend=alt.Legend(title="verl band", orient="top-right")))
     edges_ = alt.Data(values=[{"x": v, "band": "2x"} for v in b2] + [{"x": v, "band": "5x"} for v in b5])
-    rule2 = alt.Chart(edges_).transform_filter("datum.band == '2x'").mark_rule(color=ORANGE, strokeDash=[2, 2], strokeWidth=1.5).encode(x="x:Q")
-    rule5 = alt.Chart(edges_).transform_filter("datum.band == '5x'").mark_rule(color=RED, strokeDash=[6, 3], strokeWidth=1.5).encode(x="x:Q")
+    rule2 = alt.Chart(edges_).transform_filter("datum.band == '2x'").mark_rule(
+        color=ORANGE, strokeDash=[2, 2], strokeWidth=1.5).encode(x="x:Q")
+    rule5 = alt.Chart(edges_).transform_filter("datum.band == '5x'").mark_rule(
+        color=RED, strokeDash=[6, 3], strokeWidth=1.5).encode(x="x:Q")
     hist = alt.Chart(alt.Data(name="bars")).mark_rect(color=BLUE).encode(
         x="a:Q", x2="b:Q",
         y=alt.Y("d:Q", title="share of tokens per unit of log r (log scale)", scale=alt.Scale(type="log", domainMin=floor),
@@ -154,13 +157,15 @@ def density_chart(d: dict, corr: float | None) -> dict:
 
 def bucket_chart(rows: list[dict], x_title: str, mark: str = "bar") -> dict:
     data = [{"bucket": r["bucket"], "k": k, "m": sig(r["abs_delta_mean"]), "se": sig(r.get("abs_delta_se") or 0.0),
-             "lo": sig(r["abs_delta_mean"] - (r.get("abs_delta_se") or 0.0)), "hi": sig(r["abs_delta_mean"] + (r.get("abs_delta_se") or 0.0)),
+             "lo": sig(r["abs_delta_mean"] - (r.get("abs_delta_se") or 0.0)),
+             "hi": sig(r["abs_delta_mean"] + (r.get("abs_delta_se") or 0.0)),
              "tokens": r["tokens"], "share": sig(r["token_share"], 3), "dshare": sig(r["abs_delta_share"], 3)}
             for k, r in enumerate(rows)]
     order = [r["bucket"] for r in rows]
     x = alt.X("bucket:N", sort=order, title=x_title, axis=alt.Axis(labelAngle=-30))
     base = alt.Chart(alt.Data(name="buckets"))
-    tooltip = [alt.Tooltip("bucket:N"), alt.Tooltip("m:Q", title="mean |δ|", format=".3g"), alt.Tooltip("se:Q", title="± s.e.", format=".2g"),
+    tooltip = [alt.Tooltip("bucket:N"), alt.Tooltip("m:Q", title="mean |δ|", format=".3g"),
+               alt.Tooltip("se:Q", title="± s.e.", format=".2g"),
                alt.Tooltip("tokens:Q"), alt.Tooltip("share:Q", title="share of tokens", format=".1%"),
                alt.Tooltip("dshare:Q", title="share of Σ|δ|", format=".1%")]
     if mark == "bar":
@@ -243,11 +248,13 @@ def run_charts(report) -> list[dict[str, Any]]:
         out.append({"id": "density", "title": "Rollout vs trainer log-prob", "caption": cap, "spec": density_chart(d, m.get("corr_logp"))})
     if bd.get("by_probability"):
         out.append({"id": "by_probability", "title": "|δ| by rollout probability",
-                    "caption": "Good: low bars everywhere. Unlikely tokens (left) normally carry more mismatch; a tall bar on likely tokens (right) is a warning sign.",
+                    "caption": "Good: low bars everywhere. Unlikely tokens (left) normally carry more mismatch; a tall bar on "
+                               "likely tokens (right) is a warning sign.",
                     "spec": bucket_chart(bd["by_probability"], "rollout probability p_rollout")})
     if bd.get("by_position"):
         out.append({"id": "by_position", "title": "|δ| by position in the response",
-                    "caption": "Good: a flat line. A rise along the response means the two sides drift apart as the context grows (KV cache, positions, long-context kernels).",
+                    "caption": "Good: a flat line. A rise along the response means the two sides drift apart as the context "
+                               "grows (KV cache, positions, long-context kernels).",
                     "spec": bucket_chart(bd["by_position"], "token position in the response", mark="line")})
     sl = dist.get("seq_log_ratio")
     if sl and sl.get("length"):

@@ -30,6 +30,11 @@ def _steps(edges: list[float], sides: dict[str, list[float]]) -> list[dict]:
     return pts
 
 
+def _dashes(labels: dict) -> alt.Scale:
+    """Before dashed, after solid."""
+    return alt.Scale(domain=[labels["before"], labels["after"]], range=[[5, 3], [1, 0]])
+
+
 def _side_colour(labels: dict) -> alt.Color:
     return alt.Color("side:N", scale=alt.Scale(domain=[labels["before"], labels["after"]], range=[BEFORE_COLOUR, AFTER_COLOUR]),
                      legend=alt.Legend(title=None, orient="top-left"))
@@ -48,7 +53,7 @@ def ratio_overlay(d: dict, labels: dict) -> dict:
         x="x:Q", y=alt.Y("f:Q", title="share of tokens per unit of log r (log scale)",
                          scale=alt.Scale(type="log", domainMin=floor), axis=alt.Axis(format="~g")),
         color=_side_colour(labels), strokeDash=alt.StrokeDash("side:N", legend=None,
-                                                              scale=alt.Scale(domain=[labels["before"], labels["after"]], range=[[5, 3], [1, 0]])),
+                                                              scale=_dashes(labels)),
         tooltip=[alt.Tooltip("side:N"), alt.Tooltip("x:Q", title="log r from", format=".3g"),
                  alt.Tooltip("f:Q", title="share per unit log r", format=".3g")])
     one = alt.Chart(alt.Data(values=[{"x": 0}])).mark_rule(strokeWidth=1).encode(x="x:Q", color=alt.value("#111"))
@@ -62,8 +67,9 @@ def abs_dp_overlay(d: dict, labels: dict) -> dict:
         x=alt.X("x:Q", scale=alt.Scale(type="log", domain=[e[0], e[-1]], nice=False),
                 axis=alt.Axis(format="~e", title="|Δp| = |p_train − p_rollout| (log scale)", grid=False, tickCount=9)),
         y=alt.Y("f:Q", title="share of tokens", axis=alt.Axis(format="%")), color=_side_colour(labels),
-        strokeDash=alt.StrokeDash("side:N", legend=None, scale=alt.Scale(domain=[labels["before"], labels["after"]], range=[[5, 3], [1, 0]])),
-        tooltip=[alt.Tooltip("side:N"), alt.Tooltip("x:Q", title="|Δp| from", format=".2e"), alt.Tooltip("f:Q", title="share", format=".2%")])
+        strokeDash=alt.StrokeDash("side:N", legend=None, scale=_dashes(labels)),
+        tooltip=[alt.Tooltip("side:N"), alt.Tooltip("x:Q", title="|Δp| from", format=".2e"),
+                 alt.Tooltip("f:Q", title="share", format=".2%")])
     return ch.finish(ch.sized(chart))
 
 
@@ -102,7 +108,8 @@ def compare_charts(cmp: dict) -> list[dict]:
         spec = seq_scatter(pt["sequences"]["points"], labels)
         if spec:
             out.append({"id": "seqs", "title": "Mean |δ| per sequence, before vs after",
-                        "caption": "One dot per sequence over the same tokens. Dots below the dashed y = x line got better, above it worse.",
+                        "caption": "One dot per sequence over the same tokens. Dots below the dashed y = x line got better, "
+                                   "above it worse.",
                         "spec": spec})
     return out
 

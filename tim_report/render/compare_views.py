@@ -60,9 +60,13 @@ def token_rows(rows: list[dict]) -> list[dict]:
              "token": visible(t["token"]) if t.get("token") is not None else "",
              "token_id": t.get("token_id"), "diff_before": fmt(t["diff_before"]), "diff_after": fmt(t["diff_after"]),
              "abs_change": signed("abs_delta", t["abs_change"]), "arrow": arrow(t["abs_change"]),
-             "rollout": f"{fixed(t['rollout_before'])} → {fixed(t['rollout_after'])}" if t["rollout_before"] != t["rollout_after"] else fixed(t["rollout_after"]),
-             "trainer": f"{fixed(t['trainer_before'])} → {fixed(t['trainer_after'])}" if t["trainer_before"] != t["trainer_after"] else fixed(t["trainer_after"])}
+             "rollout": _moved(t["rollout_before"], t["rollout_after"]), "trainer": _moved(t["trainer_before"], t["trainer_after"])}
             for t in rows]
+
+
+def _moved(before: float, after: float) -> str:
+    """A log-prob on both sides: one number when it did not move, `before → after` when it did."""
+    return fixed(after) if before == after else f"{fixed(before)} → {fixed(after)}"
 
 
 def seq_rows(rows: list[dict]) -> list[dict]:

@@ -17,6 +17,12 @@ class JupyterMixin:
     itself to save or open in a browser.
     """
 
+    def to_html(self) -> str:  # provided by the class mixed into
+        raise NotImplementedError
+
+    def jupyter_title(self) -> str:
+        raise NotImplementedError
+
     def _repr_html_(self) -> str:
         page = html.escape(self.to_html(), quote=True)
         title = html.escape(f"tim-report: {self.jupyter_title()}", quote=True)

@@ -104,7 +104,8 @@ def _data_problems(report) -> str:
 def _findings(report) -> str:
     findings = (report.diagnosis or {}).get("findings") or []
     if not findings:
-        return "## Findings\n\nNo detector fired (off-by-one shift, one-sided temperature, processed log-probs, dummy log-probs, precision gap)."
+        return ("## Findings\n\nNo detector fired (off-by-one shift, one-sided temperature, processed log-probs, dummy log-probs, "
+                "precision gap).")
     out = ["## Findings"]
     for f in findings:
         lines = [f"### {SEVERITY.get(f.get('severity'), '➖')}: {esc(f.get('title'), TEXT_CHARS)}", ""]
@@ -135,9 +136,11 @@ def _routing(report) -> str:
     if rules:
         lines += ["", "Rules: " + "; ".join(f"{esc(k)}: {esc(v, None, own=True)}" for k, v in sorted(rules.items())) + "."]
     if report.what_if:
-        rows = [[esc(w.get("name")), esc(w.get("level")), esc(w.get("action")), esc(w.get("rule"), None, own=True), esc(w.get("source"), None, own=True),
+        rows = [[esc(w.get("name")), esc(w.get("level")), esc(w.get("action")), esc(w.get("rule"), None, own=True),
+                 esc(w.get("source"), None, own=True),
                  pct(w.get("token_fraction")), pct(w.get("sequence_fraction"))] for w in report.what_if]
-        lines += ["", table(["correction", "level", "action", "rule", "as in", "tokens affected", "sequences affected"], rows, numeric=[5, 6])]
+        lines += ["", table(["correction", "level", "action", "rule", "as in", "tokens affected", "sequences affected"], rows,
+                            numeric=[5, 6])]
     return "\n".join(lines)
 
 
@@ -168,7 +171,8 @@ def _topk(report) -> str:
     head = (f"## Whole distribution (top-k)\n\nBoth sides' {fmt(v['k'].get('rollout'))} / {fmt(v['k'].get('trainer'))} most likely "
             f"tokens at {fmt(v['tokens'])} positions.")
     if v["loose"]:
-        head += f"\n\n⚠️ The top-k lists leave {esc(v['unresolved'])} of the mass unresolved: the KL estimate is loose (raise --top-k-logprobs)."
+        head += (f"\n\n⚠️ The top-k lists leave {esc(v['unresolved'])} of the mass unresolved: the KL estimate is loose "
+                 "(raise --top-k-logprobs).")
     cols = [esc(c) for c in v["columns"]]
     tables = [table(["p_rollout", "tokens"] + cols, [[esc(x) for x in r] for r in v["by_probability"]], numeric=range(1, 7))]
     pos = details("By position in the response", table(["position", "tokens"] + cols, [[esc(x) for x in r] for r in v["by_position"]],
@@ -204,17 +208,20 @@ def _samples(report, html: str) -> str:
         head = [f"**row {fmt(s['sequence'])}** ({esc(s.get('kind'))})"]
         if s.get("group") is not None:
             head.append(f"group {esc(s['group'])}")
-        head += [f"{fmt(s.get('tokens'))} tokens", f"mean \\|diff\\| {fmt(s.get('abs_delta_mean'))} nats", f"Σδ {fmt(s.get('seq_log_ratio'))}"]
+        head += [f"{fmt(s.get('tokens'))} tokens", f"mean \\|diff\\| {fmt(s.get('abs_delta_mean'))} nats",
+                 f"Σδ {fmt(s.get('seq_log_ratio'))}"]
         if s.get("hot"):
             head.append(f"● {s['hot']} tokens with \\|diff\\| > {plain(HOT_DIFF)}")
         if s.get("out5"):
             head.append(f"▲▼ {s['out5']} outside 5x")
-        rows = [[str(x["pos"]), esc(x["flag"], None) if x["flag"] else "", esc(x["token"], TOKEN_CHARS), x["ro"], x["tr"], esc(x["diff"]), x["pr"], x["pt"], esc(x["r"])]
+        rows = [[str(x["pos"]), esc(x["flag"], None) if x["flag"] else "", esc(x["token"], TOKEN_CHARS), x["ro"], x["tr"],
+                 esc(x["diff"]), x["pr"], x["pt"], esc(x["r"])]
                 for x in (s["head"] + s["more"])[:SAMPLE_TOKENS]]
         n = len(s["head"]) + len(s["more"])
         more = f"\n\nFirst {SAMPLE_TOKENS} of {n} tokens; the rest are in the {html}." if n > SAMPLE_TOKENS else ""
         blocks.append(" · ".join(head) + "\n\n"
-                      + table(["pos", "", "token", "rollout logp", "trainer logp", "diff", "p_rollout", "p_trainer", "r"], rows, numeric=range(3, 9))
+                      + table(["pos", "", "token", "rollout logp", "trainer logp", "diff", "p_rollout", "p_trainer", "r"], rows,
+                              numeric=range(3, 9))
                       + more)
     total = len(report.samples)
     return details(f"Samples: {len(samples)} of {total} sequences, token by token", "\n\n".join(blocks))
@@ -318,7 +325,8 @@ def _runs_table(index: dict, base_url: str | None) -> str:
 def _pairs_table(index: dict) -> str:
     rows = [[_colour(p["health"]), f"{esc(p['rollout_engine'])} {esc(p['rollout_dtype'])}",
              f"{esc(p['trainer_engine'])} {esc(p['trainer_dtype'])}", fmt(p["count"]), fixed(p["mean_ess"], 4),
-             pct(p["mean_clipped"]), fmt(p["mean_seq_log_ratio"]), fmt(p["mean_abs_delta"]), fmt(p["worst_abs_delta_max"]), fmt(p["tokens"])]
+             pct(p["mean_clipped"]), fmt(p["mean_seq_log_ratio"]), fmt(p["mean_abs_delta"]), fmt(p["worst_abs_delta_max"]),
+             fmt(p["tokens"])]
             for p in index["engine_pairs"]]
     out = ("## Engine pairs\n\nRuns with the same rollout engine and dtype and the same trainer engine and dtype, aggregated: "
            "means over runs, the worst max |δ|, total tokens; the colour is the mean ESS's.")
@@ -342,7 +350,8 @@ def _precision_table(index: dict) -> str:
         cells = [esc(ro)]
         for c in line:
             cells.append("—" if c is None else
-                         f"{COLOUR.get(c['health'], '⚪')} \\|δ\\| {fmt(c['mean_abs_delta_median'])} · KL {fmt(c['mean_kl_k3'])} · {c['count']} run{'s' if c['count'] != 1 else ''}")
+                         f"{COLOUR.get(c['health'], '⚪')} \\|δ\\| {fmt(c['mean_abs_delta_median'])} · KL {fmt(c['mean_kl_k3'])} · "
+                         f"{c['count']} run{'s' if c['count'] != 1 else ''}")
         rows.append(cells)
     return ("## Precision matrix\n\nRollout dtype (rows) × trainer dtype (columns): mean over runs of median |δ| (nats) and KL k3.\n\n"
             + table(["rollout \\\\ trainer"] + [esc(d) for d in p["trainer_dtypes"]], rows))

@@ -8,7 +8,8 @@ counted in UTF-16 code units as browsers and GitHub's API count them (an emoji c
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 from urllib.parse import quote
 
 from ..catalogue.numbers import fmt

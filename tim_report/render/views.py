@@ -54,7 +54,7 @@ def token_rows(sample: dict, band5: tuple[float, float], band2: tuple[float, flo
     rows = []
     for t in sample["rows"]:
         r, diff = t.get("r"), t.get("diff")
-        flags = []
+        flags: list[str] = []
         r_cls = ""
         r_mark = ""
         if r is not None:
@@ -73,7 +73,8 @@ def token_rows(sample: dict, band5: tuple[float, float], band2: tuple[float, flo
         rows.append({
             "cls": cls, "pos": t["pos"], "token": visible(t.get("token")), "flag": "".join(flags),
             "ro": fixed(t.get("rollout_logp")), "tr": fixed(t.get("trainer_logp")), "diff": fmt(diff),
-            "pr": fmt(t.get("p_rollout"), 4), "pt": fmt(t.get("p_trainer"), 4), "r": (r_mark + " " if r_mark else "") + fmt(r, 5), "r_cls": r_cls,
+            "pr": fmt(t.get("p_rollout"), 4), "pt": fmt(t.get("p_trainer"), 4), "r": (r_mark + " " if r_mark else "") + fmt(r, 5),
+            "r_cls": r_cls,
         })
     return rows
 

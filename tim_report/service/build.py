@@ -151,10 +151,11 @@ def build(paths: list[Path], out: Path, opts: BuildOptions, run_ids: list[str] |
             for i, (row, files) in zip(part, steps):
                 rows[i] = row
                 write_files(folder / ids[i], {**files, CACHE_FILE: cache_entry(keys[i], row)})
-        index = index_from_rows(rows)
+        done_rows = [r for r in rows if r is not None]  # every step, cached or analysed
+        index = index_from_rows(done_rows)
         write_files(folder, {**render("index", index, opts.formats, opts.render), index_json.INDEX_JSON: index_json.text(index)})
         move_into(folder, out)
-    return BuildResult(rows, (index["trend"] or {}).get("change_steps", []), len(todo), len(found) - len(todo),
+    return BuildResult(done_rows, (index["trend"] or {}).get("change_steps", []), len(todo), len(found) - len(todo),
                        time.monotonic() - start)
 
 

@@ -16,9 +16,10 @@ import signal
 import sys
 import threading
 import warnings
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any, TypeVar
 
 from ..errors import BadInput
 
@@ -94,14 +95,15 @@ def _results(futures: list[Future], inputs: list) -> list[R]:
             continue
         exc = f.exception()
         if isinstance(exc, BrokenProcessPool):
-            raise BadInput(getattr(p, "origin", p), "a worker process died while analysing it (killed, or out of memory); nothing was written")
+            raise BadInput(getattr(p, "origin", p),
+                           "a worker process died while analysing it (killed, or out of memory); nothing was written")
         if exc is not None:
             raise exc
     reports = []
     for f in futures:
         report, said = f.result()
         for message, category in said:
-            warnings.warn(message, category)
+            warnings.warn(message, category, stacklevel=1)  # said as the worker said it: no caller to point at
         reports.append(report)
     return reports
 

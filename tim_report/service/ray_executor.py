@@ -1,7 +1,8 @@
 """`--executor ray`: each batch's analysis as a Ray task, on a local Ray or a cluster (docs/scale.md).
 
 A task gets the Source (paths, not bytes: it reads the files where they live, so the paths must be
-valid on the worker nodes) and returns that step's index row and rendered files (1-2 MB: the page, report.md, the JSON). Results come back in
+valid on the worker nodes) and returns that step's index row and rendered files (1-2 MB: the page, report.md, the
+JSON). Results come back in
 input order, through the same pickling as `--jobs`, so the output is byte-identical to a local build.
 Ray is an optional extra, imported only here and only when asked; a local Ray started here is shut
 down before the build goes on, whatever happens.
@@ -15,7 +16,8 @@ import os
 import signal
 import threading
 import warnings
-from typing import Any, Callable, Iterator, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 from ..errors import BadInput
 

@@ -70,8 +70,10 @@ def cached_row(out: Path, run_id: str, key: str, formats: tuple[str, ...]) -> di
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    row = data.get("row") if isinstance(data, dict) else None
-    if data.get("key") != key or row_problem(row) is not None or row["id"] != run_id:
+    if not isinstance(data, dict) or data.get("key") != key:
+        return None
+    row = data.get("row")
+    if not isinstance(row, dict) or row_problem(row) is not None or row["id"] != run_id:
         return None
     return row
 

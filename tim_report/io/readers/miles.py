@@ -32,14 +32,15 @@ DUPLICATE_WHY = "a tensor-parallel replica wrote the same sample again: one copy
 def read(src, allow_pickle: bool = False):
     """Every rank file of one rollout id → StepBatch, plus the fields for `inspect`."""
     dumps = [(p, _load(p, allow_pickle)) for p in src.paths]
-    ex, notes = Exclusions(), []
+    ex, notes = Exclusions(), list[str]()
     cp_size, qkv = _cp_layout(src.origin, dumps)
     by_sample = _collect(src.origin, dumps, ex, notes)
     joined = _rollout_join(src, allow_pickle, notes)
     seqs = []
     for i, sid in enumerate(sorted(by_sample)):
         sample = _reassemble(src.origin, sid, by_sample[sid], cp_size)
-        extra = {**joined.get(sid, {}), **({"weight_versions": sample["weight_versions"]} if sample.get("weight_versions") is not None else {})}
+        versions = sample.get("weight_versions")
+        extra = {**joined.get(sid, {}), **({"weight_versions": versions} if versions is not None else {})}
         seqs.append(sample_seq(src.origin, i, sample, extra, ex))
     framework = "miles" if any("cp_size" in d for _, d in dumps) else "slime"
     meta = {"framework": framework, "layout": f"response only, per-rank columns (cp_size {cp_size}, {qkv})",

@@ -10,10 +10,10 @@ judged: a huge `routed_experts` or a damaged extra member does not make a valid 
 from __future__ import annotations
 
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -28,7 +28,7 @@ OBJECT_ARRAYS = ("holds object arrays (pickled Python objects); store numeric or
                  "or re-run with --allow-pickle if you trust this file")
 
 
-def read_npz(path: Path, allow_pickle: bool) -> "NpzMembers":
+def read_npz(path: Path, allow_pickle: bool) -> NpzMembers:
     with open(path, "rb") as fh:
         if fh.read(4) != b"PK\x03\x04":
             raise BadInput(path, "not an .npz archive (numpy writes a zip of .npy files; this is not a zip)")
@@ -59,7 +59,7 @@ def _header(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> Header:
             version = np.lib.format.read_magic(fh)
             read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
             shape, _, dtype = read(fh)
-    except Exception as exc:  # noqa: BLE001 - a damaged member header is a bad member, whatever numpy raises
+    except Exception as exc:
         return Header(stored=info.file_size, error=first_line(exc))
     return Header(tuple(shape), dtype, info.file_size)
 
@@ -79,7 +79,7 @@ class NpzMembers(Mapping):
             try:
                 with np.load(self.path, allow_pickle=self.allow_pickle) as npz:
                     self._cache[key] = npz[key]
-            except Exception as exc:  # noqa: BLE001 - a member cut short, a bad CRC, ...
+            except Exception as exc:
                 raise BadInput(self.path, f"member '{key}' cannot be read: truncated or corrupt ({first_line(exc)})") from exc
         return self._cache[key]
 
@@ -87,7 +87,7 @@ class NpzMembers(Mapping):
         """Before reading a member: no object arrays without --allow-pickle, no more data declared than the
         member holds, nothing above the limits."""
         h = self.headers[key]
-        if h.error is not None:
+        if h.error is not None or h.dtype is None:
             raise BadInput(self.path, f"member '{key}' is not a readable .npy array ({h.error})")
         if h.dtype.hasobject and not self.allow_pickle:
             raise BadInput(self.path, OBJECT_ARRAYS)

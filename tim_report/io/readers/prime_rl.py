@@ -10,6 +10,7 @@ was not sampled: neither enters a metric, and nothing is shifted to "fix" them.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -37,7 +38,7 @@ EMPTY_WHY = "no loss_mask token in the sample: nothing of it is trained"
 
 def read(src, allow_pickle: bool = False):
     """All rank files of one step → StepBatch, plus the fields for `inspect`."""
-    ex, notes, seqs = Exclusions(), [], []
+    ex, notes, seqs = Exclusions(), list[str](), []
     ranks, steps, fields = [], set(), {}
     for path in src.paths:
         for n, rec in read_records(path):
@@ -47,7 +48,7 @@ def read(src, allow_pickle: bool = False):
             ranks.append(rec.get("rank"))
             if isinstance(rec.get("step"), int):
                 steps.add(rec["step"])
-    meta = {"framework": "prime-rl", "layout": "whole sequence (prompt + completion per line)", "alignment": ALIGNMENT,
+    meta: dict[str, Any] = {"framework": "prime-rl", "layout": "whole sequence (prompt + completion per line)", "alignment": ALIGNMENT,
             "keys": {"rollout": "inference_logprobs", "trainer": "trainer_logprobs", "mask": "loss_mask",
                      "tokens": "token_ids", "advantage": "advantages", "env": "env_name"},
             "ranks": ", ".join(str(r) for r in sorted({r for r in ranks if r is not None})) or None}

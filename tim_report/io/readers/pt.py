@@ -53,7 +53,7 @@ def check_zip(path: Path) -> None:
                                          f"reads (from --max-tokens {fmt(limits.max_tokens)})")
     except BadInput:
         raise
-    except Exception as exc:  # noqa: BLE001 - BadZipFile, OSError, undecodable names, ...: a damaged file
+    except Exception as exc:
         raise BadInput(path, f"not a readable PyTorch file: truncated or corrupt ({first_line(exc)})") from exc
 
 
@@ -77,13 +77,13 @@ def torch_load(path: Path, allow_pickle: bool, refusal: str = NEEDS_PICKLE) -> A
     except pickle.UnpicklingError as exc:
         if not allow_pickle:
             raise BadInput(path, refusal) from exc
-    except Exception as exc:  # noqa: BLE001 - truncated zip, damaged records, ...
+    except Exception as exc:
         raise BadInput(path, f"not a readable PyTorch file: truncated, corrupt or not saved by torch.save ({first_line(exc)})") from exc
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             obj = torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
-    except Exception as exc:  # noqa: BLE001 - any failure is a bad file
+    except Exception as exc:
         raise unpickling_failed(path, exc) from exc
     warn_unpickling(path)
     return obj

@@ -43,7 +43,7 @@ def read(src, allow_pickle: bool = False):
                                  "rollout_logprobs is there only when the generator returned log-probs")
     ex, notes = Exclusions(), []
     rows = _rows(path, values, metadata, ex)
-    how = _alignment(path, _arr(values, "response_mask")[rows])
+    how = _alignment(path, _need(values, "response_mask")[rows])
     seqs = [_row(values, metadata, b, ex) for b in rows]
     meta = {"framework": "skyrl", "layout": f"response tensors [B, R], {how}", "alignment": ALIGNMENT.format(how=how),
             "step": metadata.get("global_step"),
@@ -108,7 +108,7 @@ def _unpickle(path: Path) -> tuple[dict, dict]:
     try:
         with open(path, "rb") as fh:
             obj = _Unpickler(fh).load()
-    except Exception as exc:  # noqa: BLE001 - a missing package or any corruption is a bad file
+    except Exception as exc:
         raise unpickling_failed(path, exc) from exc
     warn_unpickling(path)
     if not isinstance(obj, dict):
@@ -122,13 +122,20 @@ def _arr(values: dict, key: str) -> np.ndarray | None:
     return v if isinstance(v, np.ndarray) else None
 
 
+def _need(values: dict, key: str) -> np.ndarray:
+    """A field `read` has already checked is there."""
+    v = values[key]
+    assert isinstance(v, np.ndarray), key
+    return v
+
+
 def _rows(path: Path, values: dict, metadata: dict, ex: Exclusions) -> list[int]:
     """The real rows: SkyRL's filler rows (`pad_size`, at the end) dropped."""
-    n = _arr(values, "response_mask").shape[0]
+    n = _need(values, "response_mask").shape[0]
     pad = int(metadata.get("pad_size") or 0)
     if not 0 <= pad < n:
         raise BadInput(path, f"metadata pad_size {pad} leaves no row of the {n}")
-    width = _arr(values, "response_mask").shape[1]
+    width = _need(values, "response_mask").shape[1]
     ex.add("filler rows (metadata pad_size)", pad * width, "rows SkyRL copied to fill the batch, loss-masked: not samples")
     return list(range(n - pad))
 
@@ -144,7 +151,7 @@ def _alignment(path: Path, resp_mask: np.ndarray) -> str:
 
 
 def _row(values: dict, metadata: dict, b: int, ex: Exclusions) -> Seq | None:
-    resp = _arr(values, "response_mask")[b] > 0
+    resp = _need(values, "response_mask")[b] > 0
     width = resp.shape[0]
     ex.add("response padding (response_mask 0)", int((~resp).sum()), "padding of the [B, R] response tensors")
     loss = _arr(values, "loss_mask")
@@ -160,7 +167,7 @@ def _row(values: dict, metadata: dict, b: int, ex: Exclusions) -> Seq | None:
         prompt = real[: max(len(real) - int(resp.sum()), 0)].astype(np.int64)
     adv, rew = _arr(values, "advantages"), _arr(values, "rewards")
     uids = metadata.get("uids")
-    return Seq(rollout=floats(_arr(values, "rollout_logprobs")[b][resp]), trainer=floats(_arr(values, "action_log_probs")[b][resp]),
+    return Seq(rollout=floats(_need(values, "rollout_logprobs")[b][resp]), trainer=floats(_need(values, "action_log_probs")[b][resp]),
                mask=mask[resp], token_ids=tokens, prompt_ids=prompt,
                advantage=floats(adv[b][resp]) if adv is not None and adv.ndim == 2 else None,
                reward=float(rew[b][resp].sum()) if rew is not None and rew.ndim == 2 else None,

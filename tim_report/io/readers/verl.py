@@ -11,6 +11,7 @@ arrays go through the same assembly as any dict (`assemble.py`); this module add
 from __future__ import annotations
 
 import pickle
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +43,8 @@ def read_values(path: Path, allow_pickle: bool) -> dict:
             raise BadInput(path, REFUSAL)
         try:
             with open(path, "rb") as fh:
-                obj = pickle.load(fh)  # noqa: S301 - the user passed --allow-pickle
-        except Exception as exc:  # noqa: BLE001 - a missing package or any corruption is a bad file
+                obj = pickle.load(fh)
+        except Exception as exc:
             raise unpickling_failed(path, exc) from exc
         warn_unpickling(path)
     values = to_plain(unwrap_dataproto(obj), path)
@@ -52,7 +53,7 @@ def read_values(path: Path, allow_pickle: bool) -> dict:
     return values
 
 
-def annotate(batch, values: dict) -> None:
+def annotate(batch, values: Mapping[str, Any]) -> None:
     """What the generic assembly does not know: versions, turns, routed experts, and that this is verl."""
     batch.meta.update(framework="verl", alignment=ALIGNMENT)
     if batch.meta.get("step") is None and isinstance(batch.meta.get("global_steps"), int):
@@ -71,7 +72,7 @@ def annotate(batch, values: dict) -> None:
         batch.meta["num_turns"] = f"{int(num_turns.min())}–{int(num_turns.max())}"
 
 
-def _versions(values: dict, n: int) -> np.ndarray | None:
+def _versions(values: Mapping[str, Any], n: int) -> np.ndarray | None:
     lo, hi = values.get("min_global_steps"), values.get("max_global_steps")
     if lo is None and hi is None:
         return None
