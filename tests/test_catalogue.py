@@ -133,7 +133,8 @@ out["history"] = res.exit_code == 1 and "history wide_tokens = " in res.output
 res = run("compare", steps / "step_2", steps / "step_9", "-o", tmp / "cmp")
 cmp = json.loads((tmp / "cmp" / "compare.json").read_text())
 row = next(r for r in cmp["metrics"] if r["key"] == "wide_tokens")
-out["compare"] = row["direction"] == "worse" and row["name"] == "wide tokens" and "| wide tokens |" in (tmp / "cmp" / "compare.md").read_text()
+cmp_md = (tmp / "cmp" / "compare.md").read_text()
+out["compare"] = row["direction"] == "worse" and row["name"] == "wide tokens" and "| wide tokens |" in cmp_md
 print(json.dumps(out))
 '''
 
