@@ -1,4 +1,4 @@
-"""Everything about files: the readers of every input format, the canonical format, atomic output.
+"""Input files: the readers of every input format and framework dump, and the canonical format.
 
     sources(path)         a file or folder → the batches in it (`Source`s), one per training step
     load(src, options)    a Source or a path holding one batch → StepBatch (BadInput with a one-line reason otherwise)
