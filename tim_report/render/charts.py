@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 import altair as alt
+from altair.utils.schemapi import debug_mode  # imported by name: a Ray worker once lacked alt.utils.schemapi
 
 from ..catalogue.numbers import fixed, fmt, plain, sig
 from ..config import (
@@ -32,7 +33,7 @@ def finish(chart: alt.TopLevelMixin, **datasets: list) -> dict:
     `datasets` are the chart's bulky data, which its layers name (`alt.Data(name=...)`): they go straight into
     the spec's top-level `datasets`, where Vega-Lite finds them by name, instead of through Altair, which
     validates, hashes and deep-copies every value (most of a page's rendering time)."""
-    with alt.utils.schemapi.debug_mode(False):  # no validation at instantiation either, for the same reason
+    with debug_mode(False):  # no validation at instantiation either, for the same reason
         spec = chart.to_dict(validate=False)
     spec.pop("$schema", None)  # never fetched, but keep every URL out of the page
     if datasets:
