@@ -1,8 +1,8 @@
 """The per-step cache: a step whose input, options and tool are unchanged keeps its run folder as it is.
 
 Each run folder a build writes holds `.tim-report-cache.json`: the step's key and its index row. The key
-hashes the input's bytes (every file of the step), its path and framework (the page names them), the run id, every option that changes what is
-written (keys, meta, thresholds, formats, notes, base URL, ...; not `--timestamp`, which only stamps
+hashes the input's bytes (every file of the step), its path and framework (the page names them), the run id,
+every option that changes what is written (keys, meta, thresholds, formats, notes, base URL, ...; not `--timestamp`, which only stamps
 pages) and the tool itself (its version and a digest of its own code and templates, so a changed
 tim-report never serves a page an older one wrote). A rebuild re-analyses only the steps whose key
 changed or whose folder lost a file, and rewrites the index from the rows.
