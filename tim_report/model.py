@@ -52,7 +52,7 @@ class StepBatch:
     offsets: np.ndarray  # [N+1] int64, sequence i is tokens offsets[i]:offsets[i+1]
     mask: np.ndarray  # [T] bool, token is trained on
     token_ids: np.ndarray | None = None  # [T] int64
-    token_text: Sequence[str] | None = None  # [T] decoded tokens (list, array or lazy decoder)
+    token_text: Sequence[str] | np.ndarray | None = None  # [T] decoded tokens (list, array or lazy decoder)
     prompt_ids: list[np.ndarray] | None = None  # ragged, one array per sequence
     prompt_text: list[str] | None = None  # one string per sequence
     group: np.ndarray | None = None  # [N] str

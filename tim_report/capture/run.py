@@ -364,13 +364,13 @@ def _assemble(opts: CaptureOptions, prep: _Prepared, scores: _Scores,
     return out
 
 
-def _topk_arrays(scores: _Scores, r: EngineSpec, t: EngineSpec) -> dict[str, np.ndarray]:
+def _topk_arrays(scores: _Scores, r: EngineSpec, t: EngineSpec) -> dict[str, Any]:
     """The pair's [T, k] top-k arrays (StepBatch fields), when both sides recorded them."""
     found = {"rollout": scores.topk.get(("rollout", r)), "trainer": scores.topk.get(("trainer", t))}
     sides = {side: rows for side, rows in found.items() if rows is not None}
     if len(sides) < 2:
         return {}
-    out = {}
+    out: dict[str, Any] = {}
     for side, rows in sides.items():
         out[f"{side}_topk_ids"] = np.concatenate([x.ids for x in rows]).astype(np.int32)
         out[f"{side}_topk_logp"] = np.concatenate([x.logp for x in rows]).astype(np.float32)

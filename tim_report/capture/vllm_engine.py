@@ -16,6 +16,7 @@ from __future__ import annotations
 import gc
 import importlib.util
 import os
+from typing import Any
 
 import numpy as np
 
@@ -92,7 +93,7 @@ class VLLMEngine:
         self.version = vllm.__version__
         self.dtype = dtype
         self.device = "cuda" if gpu else "cpu"
-        kwargs = dict(model=model_path, tokenizer=model_path, dtype=VLLM_DTYPES[dtype], seed=seed,
+        kwargs: dict[str, Any] = dict(model=model_path, tokenizer=model_path, dtype=VLLM_DTYPES[dtype], seed=seed,
                       max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                       max_num_batched_tokens=max(2048, max_model_len), logprobs_mode="processed_logprobs",
                       max_logprobs=max(1, int(topk)), enable_prefix_caching=False, enforce_eager=not gpu)
@@ -100,7 +101,7 @@ class VLLMEngine:
             kwargs["quantization"] = "fp8"
         if gpu:
             kwargs["gpu_memory_utilization"] = float(os.environ.get("TIM_REPORT_VLLM_GPU_UTIL", "0.6"))
-        self.llm = LLM(**kwargs)
+        self.llm: Any = LLM(**kwargs)  # vLLM's typed API changes between releases: we rely on what it returns
 
     def close(self) -> None:
         llm = getattr(self, "llm", None)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -22,7 +23,7 @@ TOPK_FIELDS = {"rollout_topk_ids": np.int32, "rollout_topk_logp": np.float32,
 
 def save_batch(batch: StepBatch, path: str | Path) -> None:
     """Write the canonical `.npz` (no pickled objects; meta as JSON), atomically: a temporary file, then a rename."""
-    arrays: dict[str, np.ndarray] = {
+    arrays: dict[str, Any] = {
         "rollout_logp": batch.rollout_logp.astype(np.float64),
         "trainer_logp": batch.trainer_logp.astype(np.float64),
         "offsets": batch.offsets.astype(np.int64),

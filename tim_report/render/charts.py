@@ -74,7 +74,8 @@ RATIO_LABEL = "format(exp(datum.value), abs(datum.value) < 0.05 ? '.7~g' : '.3~g
 def ratio_axis(lo: float, hi: float, c: float, bands: dict) -> tuple[alt.Scale, alt.Axis]:
     """The symlog x-axis of log r shared by the run page and the comparison, labelled in r."""
     scale = alt.Scale(type="symlog", constant=c, domain=[lo, hi], nice=False)
-    axis = alt.Axis(values=[sig(v, 6) for v in ratio_ticks(lo, hi, c, bands)], labelExpr=RATIO_LABEL,
+    ticks = [v for v in (sig(t, 6) for t in ratio_ticks(lo, hi, c, bands)) if v is not None]
+    axis = alt.Axis(values=ticks, labelExpr=RATIO_LABEL,
                     title="r = p_train / p_rollout (stretched near 1: symlog of log r)", labelOverlap=True, grid=False)
     return scale, axis
 
