@@ -151,6 +151,18 @@ def test_random_bytes_are_named_for_what_they_are(tmp_path, suffix, phrase):
     assert "--allow-pickle" not in line  # random bytes are not a pickle, and unpickling them would be bad advice
 
 
+def test_a_zip_that_asks_for_an_unknown_zip_version_is_one_line(tmp_path):
+    """Found by the mutation test below: zipfile raises NotImplementedError for a "version needed" it lacks."""
+    buf = io.BytesIO()
+    np.savez(buf, a=np.zeros(3))
+    data = bytearray(buf.getvalue())
+    entry = data.rfind(b"PK\x01\x02")
+    data[entry + 6:entry + 8] = (80).to_bytes(2, "little")  # the central directory's "version needed to extract": 8.0
+    (tmp_path / "v8.npz").write_bytes(bytes(data))
+    with pytest.raises(BadInput, match="not a readable .npz archive"):
+        load(tmp_path / "v8.npz")
+
+
 def test_a_raw_pickle_named_pt_is_refused_without_allow_pickle_and_one_line_with_it(tmp_path):
     p = tmp_path / "raw.pt"
     p.write_bytes(pickle.dumps([1, 2, 3], protocol=4))

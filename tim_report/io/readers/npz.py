@@ -35,7 +35,8 @@ def read_npz(path: Path, allow_pickle: bool) -> NpzMembers:
     try:
         with zipfile.ZipFile(path) as zf:
             headers = {info.filename[:-4]: _header(zf, info) for info in zf.infolist() if info.filename.endswith(".npy")}
-    except (zipfile.BadZipFile, OSError, EOFError) as exc:  # the archive's own directory, not one member
+    # the archive's own directory, not one member; zipfile raises NotImplementedError for a "zip version" it lacks
+    except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError) as exc:
         raise BadInput(path, f"not a readable .npz archive: truncated or corrupt ({first_line(exc)})") from exc
     if not headers:
         raise BadInput(path, "holds no arrays (an .npz is a zip of .npy files)")
