@@ -4,8 +4,8 @@ A detector (analysis/detectors.py, analysis/localise.py) measures and decides wh
 hands its evidence (the numbers, as summary.json keeps them) and a few words of context to `make`, which
 returns the finding: id, severity, title (a sentence for the page), problem (a noun phrase, for sentences
 built around it: "no correction fixes {problem}"), likely cause and what to check. The regimes' verdicts,
-the default advice and the run view's change-point sentences are here too, so every sentence the analysis
-writes comes from this one module. docs/diagnosis.md explains each detector.
+and the default advice are here too; the run view's words (run-level findings, the run verdict, change-point
+sentences) are in catalogue/runs.py. docs/diagnosis.md explains each detector.
 """
 
 from __future__ import annotations
@@ -295,28 +295,4 @@ def band_reading(kl: float, band: str, lo: float, hi: float, where: str, dense: 
     if dense is not None:
         text += f"; for a {dense[0]} model it would be {dense[1]}"
     return text + "."
-
-
-# ---- the run view: change points ---------------------------------------------------------------------------
-
-CHANGE_ADVICE = {
-    True: "look for what changed at that step: a weight sync that stopped or failed, a prefix or KV-cache setting, an "
-          "engine, kernel or dtype change, a restart",
-    False: "something that landed at that step narrowed the gap (a fix, a restart, a cache flush); if nothing did, check "
-           "that both sides still score what they should",
-}
-
-
-def change_clause(name: str, before: str, after: str, up: bool, ratio: float | None) -> str:
-    """'KL k3 is 33.6× higher (0.000146 → 0.00491)': one metric's change of level."""
-    if ratio:
-        size = f"{_x(ratio)} higher" if up else f"{_x(1 / ratio)} lower"
-    else:
-        size = "higher" if up else "lower"
-    return f"{name} is {size} ({before} → {after})"
-
-
-def change_sentence(step: str, clauses: list[str], worse: bool) -> str:
-    joined = clauses[0] if len(clauses) == 1 else ", ".join(clauses[:-1]) + " and " + clauses[-1]
-    return f"From step {step}, {joined}: {CHANGE_ADVICE[worse]}."
 
