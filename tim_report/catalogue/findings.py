@@ -296,3 +296,39 @@ def band_reading(kl: float, band: str, lo: float, hi: float, where: str, dense: 
         text += f"; for a {dense[0]} model it would be {dense[1]}"
     return text + "."
 
+
+# ---- compare: why the two sides differ ---------------------------------------------------------------------
+
+def _regime_words(regime: str | None) -> str:
+    return (regime or "not diagnosed").replace("_", " ")
+
+
+def _titles(fs: list[dict]) -> str:
+    return "; ".join(f"{f['title']} ({f['severity']})" for f in fs)
+
+
+def compare_why(regime_before: str | None, regime_after: str | None, appeared: list[dict], gone: list[dict],
+                changed: list[dict], same: list[dict]) -> str:
+    """'After: systematic (before: numerical noise). New in after: Off-by-one: … (error).' The findings that differ
+    between the two sides first (new, gone, changed severity), then the ones they share; warn and error findings."""
+    if regime_before == regime_after:
+        head = f"Both sides are {_regime_words(regime_after)}."
+    else:
+        worse = REGIMES.index(regime_after) > REGIMES.index(regime_before) if {regime_before, regime_after} <= set(REGIMES) else None
+        head = (f"After is {_regime_words(regime_after)}, before was {_regime_words(regime_before)}"
+                + (" (worse)." if worse else " (better)." if worse is False else "."))
+    parts = [head]
+    if appeared:
+        parts.append(f"New in after: {_titles(appeared)}.")
+    if gone:
+        parts.append(f"Gone from after: {_titles(gone)}.")
+    if changed:
+        parts.append("Changed severity: " + "; ".join(f"{f['title']} ({f['before']} → {f['after']})" for f in changed) + ".")
+    if same:
+        parts.append(f"On both sides: {_titles(same)}.")
+    if not (appeared or gone or changed):
+        parts.append("No finding differs between the two sides: the difference is one of size (the metrics below)."
+                     if regime_before == regime_after else
+                     "No finding differs between the two sides: the regime moved with the size of the mismatch (the metrics "
+                     "below).")
+    return " ".join(parts)
