@@ -12,7 +12,7 @@ from typing import Any
 
 from ..config import SEVERITIES, DiagnosisThresholds
 from .findings import Finding, Words
-from .numbers import fmt
+from .numbers import fmt, plain
 
 # What each batch finding means for a stretch of steps, in words a run sentence is made of ("from step 12 the
 # trainer's log-probs are shifted by one position"), and its short name; a finding without an entry is named by id.
@@ -42,8 +42,13 @@ def meaning(finding_id: str) -> str:
     return STEP_FINDING.get(finding_id, ("", f"the steps show the `{finding_id}` finding"))[1]
 
 
+def _n(step: Any) -> str:
+    """A step as the sentences write it: 12, or 12.5 for a fractional one."""
+    return plain(step) if isinstance(step, float) else str(step)
+
+
 def _steps(first: Any, last: Any) -> str:
-    return f"step {first}" if first == last else f"steps {first}–{last}"
+    return f"step {_n(first)}" if first == last else f"steps {_n(first)}–{_n(last)}"
 
 
 def _x(ratio: float) -> str:
@@ -56,17 +61,17 @@ def _explained(w: Words) -> str:
 
 
 def _jump_title(w: Words) -> str:
-    stay = f"stayed until step {w['back_step']}" if w.get("back_step") is not None else "stayed"
-    return (f"The mismatch jumped {_x(w['ratio'])} from step {w['previous_step']} to step {w['step']} and {stay} (median |δ| "
+    stay = f"stayed until step {_n(w['back_step'])}" if w.get("back_step") is not None else "stayed"
+    return (f"The mismatch jumped {_x(w['ratio'])} from step {_n(w['previous_step'])} to step {_n(w['step'])} and {stay} (median |δ| "
             f"{fmt(w['before'])} → {fmt(w['after'])} nats){_explained(w)}")
 
 
 def _growth_title(w: Words) -> str:
-    grew = (f"The mismatch grew step over step from step {w['first_step']} to step {w['last_step']} "
+    grew = (f"The mismatch grew step over step from step {_n(w['first_step'])} to step {_n(w['last_step'])} "
             f"({_x(w['ratio'])}, median |δ| {fmt(w['before'])} → {fmt(w['peak'])} nats)")
     if w.get("restart_step") is None:
         return grew + " and is still growing at the last step"
-    return grew + f", until step {w['restart_step']} brought it back to {fmt(w['after'])} nats (a restart)"
+    return grew + f", until step {_n(w['restart_step'])} brought it back to {fmt(w['after'])} nats (a restart)"
 
 
 def _spike_title(w: Words) -> str:
@@ -78,23 +83,23 @@ def _spike_title(w: Words) -> str:
 RUN_FINDINGS: dict[str, Finding] = {f.id: f for f in (
     Finding(
         "level_jump", lambda w, dt: "info" if w.get("explained_by") else "warn", _jump_title,
-        lambda w: f"a jump of the mismatch at step {w['step']} ({_x(w['ratio'])} in one step)",
+        lambda w: f"a jump of the mismatch at step {_n(w['step'])} ({_x(w['ratio'])} in one step)",
         lambda w: (f"The jump is where the {short(w['explained_by'])} finding starts, which the steps from there are "
-                   f"diagnosed with ({meaning(w['explained_by'])}): whatever changed at step {w['step']} brought it in."
+                   f"diagnosed with ({meaning(w['explained_by'])}): whatever changed at step {_n(w['step'])} brought it in."
                    if w.get("explained_by") else
                    "Something changed for every token at that step: an export or weight-format change (a checkpoint "
                    "converted or re-saved: an HF / safetensors export, a dtype cast, fp8 or int quantisation, tied "
                    "embeddings or a LoRA merge lost on the way), or a weight sync that loaded another model. Drift does "
                    "not move the mismatch this far in one step."),
-        lambda w: (f"Follow the `{w['explained_by']}` finding's advice on step {w['step']}'s page, and look for what "
-                   f"changed between step {w['previous_step']} and step {w['step']} (code, configuration, checkpoint)."
+        lambda w: (f"Follow the `{w['explained_by']}` finding's advice on step {_n(w['step'])}'s page, and look for what "
+                   f"changed between step {_n(w['previous_step'])} and step {_n(w['step'])} (code, configuration, checkpoint)."
                    if w.get("explained_by") else
-                   f"Compare the weights each side loaded at step {w['step']} with step {w['previous_step']} (checksums, "
+                   f"Compare the weights each side loaded at step {_n(w['step'])} with step {_n(w['previous_step'])} (checksums, "
                    "dtypes, the export or conversion script and its version), and re-score a batch of step "
-                   f"{w['step']} with the checkpoint of step {w['previous_step']}.")),
+                   f"{_n(w['step'])} with the checkpoint of step {_n(w['previous_step'])}.")),
     Finding(
         "growing_mismatch", lambda w, dt: "warn" if w.get("restart_step") is not None else "info", _growth_title,
-        lambda w: f"a mismatch that grows step over step from step {w['first_step']} ({_x(w['ratio'])})",
+        lambda w: f"a mismatch that grows step over step from step {_n(w['first_step'])} ({_x(w['ratio'])})",
         lambda w: ("Something accumulates from step to step and a restart resets it: a prefix cache or KV cache that "
                    "keeps entries computed with older weights across weight syncs, so the share of stale context grows "
                    "with every step." if w.get("restart_step") is not None else
@@ -153,10 +158,10 @@ def run_verdict_sentence(regime: str, first: Any, last: Any, since_start: bool, 
     if since_start:
         head += " at every step" if k == n else f" at {k} of {n} steps"
     else:
-        head += f" from step {first}"
+        head += f" from step {_n(first)}"
     parts = [why] if why else []
     if exceptions:
-        parts.append("except " + ", ".join(f"step {s} ({REGIME_WORDS.get(r, r)})" for s, r in exceptions[:3])
+        parts.append("except " + ", ".join(f"step {_n(s)} ({REGIME_WORDS.get(r, r)})" for s, r in exceptions[:3])
                      + (f" and {len(exceptions) - 3} more" if len(exceptions) > 3 else ""))
     if earlier:
         if len(earlier) == 1:
@@ -195,12 +200,12 @@ def run_change(kind: str, f: dict) -> str:
         return (f"{f['problem']}, too abrupt for drift: look for an export or weight-format change at that step, a "
                 "weight sync that failed or loaded other weights, an engine, kernel or dtype change")
     if kind == "undone":
-        return f"the jump of step {ev['step']} is undone: what changed there was reverted"
+        return f"the jump of step {_n(ev['step'])} is undone: what changed there was reverted"
     if kind == "growth":
-        return (f"part of the step-over-step growth of the mismatch since step {ev['first_step']} (the run verdict "
+        return (f"part of the step-over-step growth of the mismatch since step {_n(ev['first_step'])} (the run verdict "
                 "says what usually grows so)")
     if kind == "restart":
-        return (f"a restart ended the growth of the mismatch since step {ev['first_step']}: a stale prefix or KV cache "
+        return (f"a restart ended the growth of the mismatch since step {_n(ev['first_step'])}: a stale prefix or KV cache "
                 "that the restart flushed")
     where = ", ".join(_steps(a, b) for a, b in ev["episodes"])
     return f"the spike of the mismatch at {where}, not a new level (as after a resume; see the run verdict)"
