@@ -83,6 +83,26 @@ def count_rows(seed: int, rate, steps: int = 60) -> list[dict]:
     return out
 
 
+def test_data_problems_are_a_count_per_step():
+    """Tokens excluded for NaN log-probs: a steady handful a step is no change; from step 20, 60 a step is, said per step."""
+    rng = np.random.default_rng(7)
+
+    def rows(per_step) -> list[dict]:
+        out = []
+        for s in range(40):
+            m = {"tokens": int(rng.integers(200, 3000)), "ess": 0.999, "kl_k3": 5e-5, "abs_delta_mean": 0.01,
+                 "abs_delta_median": 0.007, "outside_2x": 0.0, "outside_5x": 0.0, "phantom_clip": 0.0, "veto_token_fraction": 0.0}
+            out.append(run_row({"run": {"id": f"step_{s}", "meta": {"step": s}}, "metrics": m,
+                                "data_problems": {"excluded_tokens": int(rng.poisson(per_step(s)))}}))
+        return out
+
+    assert change_points(rows(lambda s: 4)) == []
+    ix = index_from_rows(rows(lambda s: 4 if s < 20 else 60))
+    (cp,) = ix["trend"]["change_points"]
+    assert (cp["step"], cp["metric"]) == (20, "data_problems") and 3 < cp["before"] < 5 and 50 < cp["after"] < 70
+    assert "data problems is higher" in cp["change"] and " per step → " in cp["change"]
+
+
 def test_a_share_of_tokens_is_tested_as_the_count_it_is():
     """A steady 0.4% of tokens clipped, on batches from 40 to 6,000 tokens: a 40-token step reads 0% or 2.5%, which as a
     ratio looks like a level moving; as a count of tokens it is one token or none. A real move (×3 from step 30) stays."""

@@ -37,7 +37,8 @@ FAMILIES = ("normal", "binomial", "poisson")
 class Series:
     """One metric over a run's steps, as the tests see it (every point finite; NaN steps are left out by the caller).
 
-    normal: `x` the value of each step. binomial / poisson: `x` the count of each step, `n` its tokens."""
+    normal: `x` the value of each step. binomial: `x` the count of each step out of its `n` tokens. poisson: `x` the
+    count of each step, `n` its exposure (the tokens it had)."""
 
     family: str
     x: np.ndarray
@@ -51,8 +52,9 @@ class Series:
         return len(self.x)
 
     def level(self, a: int, b: int) -> float:
-        """The level of steps [a, b): the mean value, or the pooled rate (all counts over all tokens)."""
-        if self.family == "normal":
+        """The level of steps [a, b) as its metric reads: the mean value or count per step, or for a share the pooled
+        share (all counts over all tokens)."""
+        if self.family != "binomial":
             return float(self.x[a:b].mean())
         assert self.n is not None
         total = float(self.n[a:b].sum())

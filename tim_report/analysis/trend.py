@@ -81,10 +81,11 @@ def step_series(table: list[dict], steps: list, m: Metric) -> tuple[Series, np.n
     x, n = np.zeros(len(steps)), np.zeros(len(steps))
     for t in table:
         v, tokens = t[m.key], t.get("tokens")
-        if v is None or (family != "normal" and not tokens):
+        if v is None or (family != "normal" and tokens is None):
             continue
         x[index[t["step"]]] += v * tokens if family == "binomial" else v
-        n[index[t["step"]]] += tokens if family != "normal" else 1
+        # a Poisson count's exposure is every token the step had: the valid ones and those a data problem excluded
+        n[index[t["step"]]] += {"binomial": tokens, "poisson": tokens + v}.get(family, 1)
     ok = n > 0
     if ok.sum() < 2:
         return None
