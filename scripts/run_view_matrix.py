@@ -15,8 +15,10 @@ table on every machine. tests/test_run_verdict.py runs --check-doc.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -88,16 +90,30 @@ def shape_rows(shape: Shape, seed: int) -> list[dict]:
     return rows
 
 
+def steady_outcome(seed: int) -> tuple[list[str], bool]:
+    """The metrics a steady run's change points are on, and whether it has a run-level finding."""
+    ix = index_from_rows(metric_rows(steady_run(seed)))
+    return [c["metric"] for c in ix["trend"]["change_points"]], bool(ix["run"]["findings"])
+
+
+def shape_index(job: tuple[int, int]) -> dict:
+    shape, seed = job
+    return index_from_rows(shape_rows(SHAPES[shape], seed))
+
+
 def measure() -> dict:
-    steady = [index_from_rows(metric_rows(steady_run(seed))) for seed in range(STEADY_RUNS)]
-    out = {"steady": {"runs": STEADY_RUNS, "change": sum(1 for ix in steady if ix["trend"]["change_points"]),
-                      "finding": sum(1 for ix in steady if ix["run"]["findings"]),
-                      "clean": sum(1 for ix in steady if not (ix["trend"]["change_points"] or ix["run"]["findings"])),
-                      "metrics": sorted({c["metric"] for ix in steady for c in ix["trend"]["change_points"]})}, "shapes": []}
-    for shape in SHAPES:
+    # every run is seeded, so spreading them over two processes changes nothing but the time
+    with ProcessPoolExecutor(max_workers=min(2, os.cpu_count() or 1)) as pool:
+        steady = list(pool.map(steady_outcome, range(STEADY_RUNS), chunksize=10))
+        shaped = list(pool.map(shape_index, [(i, seed) for i in range(len(SHAPES)) for seed in range(SHAPE_RUNS)]))
+    out = {"steady": {"runs": STEADY_RUNS, "change": sum(1 for cps, _ in steady if cps),
+                      "finding": sum(1 for _, found in steady if found),
+                      "clean": sum(1 for cps, found in steady if not (cps or found)),
+                      "metrics": sorted({m for cps, _ in steady for m in cps})}, "shapes": []}
+    for i, shape in enumerate(SHAPES):
         found = other_cp = other_finding = 0
         for seed in range(SHAPE_RUNS):
-            ix = index_from_rows(shape_rows(shape, seed))
+            ix = shaped[i * SHAPE_RUNS + seed]
             ids = {f["id"] for f in ix["run"]["findings"]}
             cps = (ix["trend"] or {}).get("change_points", [])
             where = [any(abs(c["step"] - s) <= MARGIN for s in shape.change_at) for c in cps]
