@@ -226,3 +226,29 @@ def test_markdown_budget_counts_utf16_units_with_emoji_and_long_tokens(pair):
     assert len(md) < width(md)  # the emoji really are there, and counted twice
     check_gfm(md)
     assert "## tim-report compare:" in md and "| metric |" in md
+
+
+def test_compare_says_why_first_the_findings_that_differ(tmp_path):
+    """A fix for an off-by-one: the PR comment leads with what differs (the regime and the finding that went away), not
+    just "systematic"; the reverse says which finding appeared."""
+    from tim_report.testing import shifted
+
+    broken, fixed = shifted(make_batch(n_seqs=16, mean_len=32, noise=0.01, seed=5)), make_batch(n_seqs=16, mean_len=32, noise=0.01, seed=5)
+    pb, pa = tmp_path / "broken.npz", tmp_path / "fixed.npz"
+    save_batch(broken, pb)
+    save_batch(fixed, pa)
+    res = CliRunner().invoke(main, ["compare", str(pb), str(pa), "-o", str(tmp_path / "cmp")])
+    assert res.exit_code == 0, res.output
+    why = json.loads((tmp_path / "cmp" / "compare.json").read_text(encoding="utf-8"))["why"]
+    assert why["regime"] == {"before": "systematic", "after": "numerical_noise", "changed": True}
+    assert [f["id"] for f in why["gone"]] == ["shift"] and why["appeared"] == [] and why["same"] == []
+    assert why["sentence"].startswith("After is numerical noise, before was systematic (better). Gone from after: Off-by-one")
+    md = (tmp_path / "cmp" / "compare.md").read_text(encoding="utf-8")
+    check_gfm(md)
+    assert md.index("**Why:** After is numerical noise, before was systematic (better). Gone from after: Off-by-one") \
+        < md.index("| metric |")
+    assert 'id="why"' in (tmp_path / "cmp" / "index.html").read_text(encoding="utf-8")
+    back = compare_batches(fixed, broken)["why"]
+    assert [f["id"] for f in back["appeared"]] == ["shift"] and "(worse). New in after: Off-by-one" in back["sentence"]
+    same = compare_batches(fixed, make_batch(n_seqs=16, mean_len=32, noise=0.02, seed=5))["why"]
+    assert same["sentence"].startswith("Both sides are numerical noise. No finding differs")

@@ -148,11 +148,18 @@ def rows(levels: list[float]) -> list[dict]:
 def test_a_mismatch_that_grows_until_a_restart_reads_as_rises_then_a_fall():
     wobble = [1.0, 1.08, 0.95, 1.03, 0.97, 1.05]
     levels = [0.01 * (1 + s / 10) * wobble[s % 6] for s in range(60)] + [0.01 * wobble[s % 6] for s in range(40)]
-    cps = [c for c in index_from_rows(rows(levels))["trend"]["change_points"] if c["metric"] == "abs_delta_mean"]
+    ix = index_from_rows(rows(levels))
+    cps = [c for c in ix["trend"]["change_points"] if c["metric"] == "abs_delta_mean"]
     assert len(cps) >= 2 and all(c["direction"] == "up" and c["worse"] for c in cps[:-1])
     restart = cps[-1]
     assert restart["step"] == 60 and restart["direction"] == "down" and not restart["worse"]
-    assert "narrowed the gap" in index_from_rows(rows(levels))["trend"]["change_steps"][-1]["sentence"]
+    # the rises are one growth and the fall its restart: the sentences say so rather than "look for what changed"
+    *rises, fall = ix["trend"]["change_steps"]
+    assert all("part of the step-over-step growth of the mismatch since step 0" in c["sentence"] for c in rises)
+    assert "a restart ended the growth of the mismatch since step 0" in fall["sentence"]
+    (growth,) = ix["run"]["findings"]
+    assert growth["id"] == "growing_mismatch" and growth["severity"] == "warn"
+    assert (growth["evidence"]["first_step"], growth["evidence"]["last_step"], growth["evidence"]["restart_step"]) == (0, 59, 60)
 
 
 def test_a_long_run_keeps_report_md_short_and_the_index_small():

@@ -36,6 +36,22 @@ def make_batch(n_seqs: int = 64, mean_len: int = 128, noise: float = 0.01, seed:
     )
 
 
+def make_run(steps: int, n_seqs: tuple[int, int] = (16, 16), mean_len: int = 32, noise=0.01, wobble: float = 0.0,
+             seed: int = 0) -> list[StepBatch]:
+    """A run's batches, one per step (`meta["step"]` set): each step's size drawn from `n_seqs` (low, high), its noise
+    `noise(step)` (or a constant) times a log-normal wobble of σ `wobble`, as a steady run's content varies."""
+    rng = np.random.default_rng(seed)
+    noise_of = noise if callable(noise) else (lambda _s: noise)
+    out = []
+    for step in range(steps):
+        size = int(rng.integers(n_seqs[0], n_seqs[1] + 1))
+        level = noise_of(step) * float(np.exp(wobble * rng.standard_normal()))
+        b = make_batch(n_seqs=size, mean_len=mean_len, noise=level, seed=int(rng.integers(2**31)))
+        b.meta["step"] = step
+        out.append(b)
+    return out
+
+
 def to_padded(batch: StepBatch, *, rollout_key: str = "rollout_log_probs", trainer_key: str = "old_log_probs",
               mask_key: str = "response_mask", tokens_key: str = "responses", pad_logp: float = 0.0,
               dtype=np.float32) -> dict:
@@ -65,10 +81,22 @@ def to_padded(batch: StepBatch, *, rollout_key: str = "rollout_log_probs", train
     return d
 
 
+def shifted(batch: StepBatch) -> StepBatch:
+    """The batch with an off-by-one trainer: its log-prob at t is the one of the token at t+1 of the same sequence (the
+    last token keeps its own), as logits and labels sliced one apart give."""
+    trainer = batch.trainer_logp.copy()
+    inner = np.ones(batch.n_tokens, bool)
+    inner[batch.offsets[1:] - 1] = False  # each sequence's last token
+    trainer[inner] = batch.trainer_logp[np.flatnonzero(inner) + 1]
+    batch.trainer_logp = trainer
+    return batch
+
+
 def write_prime_rl_run(out, steps: int = 30, n_seqs: int = 16, mean_len: int = 64, noise=0.01, seed: int = 0,
-                       ranks: int = 1) -> list:
+                       ranks: int = 1, fault=None) -> list:
     """A prime-rl run folder, `out/token_exports/step_S/rank_R.jsonl` (the fields our reader needs), one step per
-    batch of `make_batch`; `noise(step)` (or a constant) sets each step's mismatch. Returns the step folders."""
+    batch of `make_batch`; `noise(step)` (or a constant) sets each step's mismatch and `fault(step, batch)`, when given,
+    returns the batch a step saves (e.g. `shifted(batch)` from some step on). Returns the step folders."""
     import json
     from pathlib import Path
 
@@ -76,6 +104,8 @@ def write_prime_rl_run(out, steps: int = 30, n_seqs: int = 16, mean_len: int = 6
     folders = []
     for step in range(steps):
         b = make_batch(n_seqs=n_seqs, mean_len=mean_len, noise=noise_of(step), seed=seed * 100_003 + step)
+        if fault is not None:
+            b = fault(step, b)
         folder = Path(out) / "token_exports" / f"step_{step}"
         folder.mkdir(parents=True, exist_ok=True)
         prompt = 4  # each line: a 4-token prompt (not trained; index 0 holds prime-rl's filler) then the response

@@ -1,7 +1,8 @@
 """Where a series changes level: PELT (ruptures) with a weighted L2 cost and a BIC-like penalty.
 
-Generic on purpose: the run view feeds it one value per step (a headline metric), the diagnosis
-feeds it one value per response position (mean log|δ|, weighted by the tokens at that position).
+The position-onset detector (analysis/localise.py) feeds it one value per response position (mean log|δ|,
+weighted by the tokens at that position). The run view's change points use analysis/shifts.py instead, which
+tests each change against the noise of the two segments it separates rather than one noise level for the series.
 Noise is estimated from the series itself (a robust scale of its first differences), so the same
 penalty works for |δ| in nats and for KL in decades: a level shift has to stand out of the series'
 own noise by about √(penalty · log n) standard errors before it counts.

@@ -4,6 +4,8 @@
 
     labels        {"before": str, "after": str}
     runs          one small summary per side (tokens, sequences, regime, verdict, engines)
+    why           what differs: the regimes and the warn / error findings new in after, gone, changed in severity
+                  or shared, and the sentence compare.md and the page lead with
     metrics       rows {key, name, before, after, change, relative_change, better, direction, tolerance}
     distributions ratio histograms of both sides on the SAME bins, |Δp| histograms (fixed bins)
     per_token     when both batches cover the same tokens: the change of |δ| per token, counts of
@@ -23,6 +25,7 @@ from functools import cached_property
 
 import numpy as np
 
+from ..catalogue import findings
 from ..catalogue import metrics as catalogue
 from ..catalogue.numbers import fmt, pct, plain
 from ..config import COMPARE_REL_TOL, COMPARE_SE_TOL, COMPARE_TOKEN_TOL, Thresholds
@@ -77,6 +80,23 @@ def run_summary(report: Report, label: str) -> dict:
         "findings": [{"id": f.get("id"), "severity": f.get("severity"), "title": f.get("title")} for f in diag.get("findings", [])],
         "excluded_tokens": (report.data_problems or {}).get("excluded_tokens", 0),
     }
+
+
+def what_differs(before: dict, after: dict) -> dict:
+    """The regimes and the warn / error findings of the two sides (run_summary's), the differences first: what
+    compare.md and the page lead with, so "systematic" comes with why."""
+    def alarms(side: dict) -> dict[str, dict]:
+        return {f["id"]: f for f in side.get("findings") or [] if f.get("severity") in ("warn", "error")}
+
+    fb, fa = alarms(before), alarms(after)
+    appeared = [fa[i] for i in fa if i not in fb]
+    gone = [fb[i] for i in fb if i not in fa]
+    changed = [{"id": i, "title": fa[i]["title"], "before": fb[i]["severity"], "after": fa[i]["severity"]}
+               for i in fa if i in fb and fa[i]["severity"] != fb[i]["severity"]]
+    same = [fa[i] for i in fa if i in fb and fa[i]["severity"] == fb[i]["severity"]]
+    rb, ra = before.get("regime"), after.get("regime")
+    return {"regime": {"before": rb, "after": ra, "changed": rb != ra}, "appeared": appeared, "gone": gone,
+            "changed": changed, "same": same, "sentence": findings.compare_why(rb, ra, appeared, gone, changed, same)}
 
 
 # ---- distributions on shared bins -----------------------------------------------------------------
@@ -257,6 +277,7 @@ def compare_batches(before: StepBatch, after: StepBatch, before_report: Report |
         "kind": "tim-report/compare",
         "labels": {"before": labels[0], "after": labels[1]},
         "runs": {"before": run_summary(rb, labels[0]), "after": run_summary(ra, labels[1])},
+        "why": what_differs(run_summary(rb, labels[0]), run_summary(ra, labels[1])),
         "metrics": rows,
         "tally": tally,
         "rules": {"relative_tolerance": COMPARE_REL_TOL, "se_tolerance": COMPARE_SE_TOL, "token_tolerance": COMPARE_TOKEN_TOL,

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..catalogue import metrics as catalogue
 from ..config import HEALTH_ORDER, health
+from .run_verdict import run_verdict
 from .stats import finite
 from .trend import trend
 
@@ -70,6 +71,7 @@ def run_row(report: Any) -> dict:
         "routing": {k: counts.get(k) for k in ("train", "train_with_correction", "quarantine")},
         "routing_unit": routing.get("unit") or "group",
         "regime": diag.get("regime"), "verdict": diag.get("verdict"),
+        "findings": [str(f.get("id")) for f in diag.get("findings") or [] if f.get("severity") in ("warn", "error")],
         "blocked_by_bug": bool(routing.get("blocked_by_bug")),
         "excluded_tokens": problems.get("excluded_tokens") or 0,
         "input_problems": sum((problems.get("input") or {}).values()),
@@ -143,12 +145,15 @@ def index_summary(reports: Iterable[Any]) -> dict:
 
 
 def index_from_rows(rows: list[dict]) -> dict:
-    """Everything the index shows: runs, health counts, engine pairs, precision matrix (or None), trend and
-    change points (or None). Rows are enough, so a build that reuses cached steps needs only their rows."""
+    """Everything the index shows: runs, health counts, engine pairs, precision matrix (or None), the run's verdict
+    over its steps (or None), trend and change points (or None). Rows are enough, so a build that reuses cached steps
+    needs only their rows."""
     counts = {h: sum(1 for r in rows if r["health"] == h) for h in HEALTH_ORDER}
     regimes: dict[str, int] = {}
     for r in rows:
         regimes[r["regime"] or "unknown"] = regimes.get(r["regime"] or "unknown", 0) + 1
+    verdict = run_verdict(rows)
     return {"runs": rows, "health_counts": counts, "regimes": dict(sorted(regimes.items())),
             "engine_pairs": engine_pairs(rows), "unpaired_runs": [r["id"] for r in rows if not known(r)],
-            "precision": precision_matrix(rows), "trend": trend(rows)}
+            "precision": precision_matrix(rows), "run": verdict,
+            "trend": trend(rows, verdict["findings"] if verdict else None)}

@@ -4,8 +4,8 @@ A detector (analysis/detectors.py, analysis/localise.py) measures and decides wh
 hands its evidence (the numbers, as summary.json keeps them) and a few words of context to `make`, which
 returns the finding: id, severity, title (a sentence for the page), problem (a noun phrase, for sentences
 built around it: "no correction fixes {problem}"), likely cause and what to check. The regimes' verdicts,
-the default advice and the run view's change-point sentences are here too, so every sentence the analysis
-writes comes from this one module. docs/diagnosis.md explains each detector.
+and the default advice are here too; the run view's words (run-level findings, the run verdict, change-point
+sentences) are in catalogue/runs.py. docs/diagnosis.md explains each detector.
 """
 
 from __future__ import annotations
@@ -297,26 +297,38 @@ def band_reading(kl: float, band: str, lo: float, hi: float, where: str, dense: 
     return text + "."
 
 
-# ---- the run view: change points ---------------------------------------------------------------------------
+# ---- compare: why the two sides differ ---------------------------------------------------------------------
 
-CHANGE_ADVICE = {
-    True: "look for what changed at that step: a weight sync that stopped or failed, a prefix or KV-cache setting, an "
-          "engine, kernel or dtype change, a restart",
-    False: "something that landed at that step narrowed the gap (a fix, a restart, a cache flush); if nothing did, check "
-           "that both sides still score what they should",
-}
+def _regime_words(regime: str | None) -> str:
+    return (regime or "not diagnosed").replace("_", " ")
 
 
-def change_clause(name: str, before: str, after: str, up: bool, ratio: float | None) -> str:
-    """'KL k3 is 33.6× higher (0.000146 → 0.00491)': one metric's change of level."""
-    if ratio:
-        size = f"{_x(ratio)} higher" if up else f"{_x(1 / ratio)} lower"
+def _titles(fs: list[dict]) -> str:
+    return "; ".join(f"{f['title']} ({f['severity']})" for f in fs)
+
+
+def compare_why(regime_before: str | None, regime_after: str | None, appeared: list[dict], gone: list[dict],
+                changed: list[dict], same: list[dict]) -> str:
+    """'After: systematic (before: numerical noise). New in after: Off-by-one: … (error).' The findings that differ
+    between the two sides first (new, gone, changed severity), then the ones they share; warn and error findings."""
+    if regime_before == regime_after:
+        head = f"Both sides are {_regime_words(regime_after)}."
     else:
-        size = "higher" if up else "lower"
-    return f"{name} is {size} ({before} → {after})"
-
-
-def change_sentence(step: str, clauses: list[str], worse: bool) -> str:
-    joined = clauses[0] if len(clauses) == 1 else ", ".join(clauses[:-1]) + " and " + clauses[-1]
-    return f"From step {step}, {joined}: {CHANGE_ADVICE[worse]}."
-
+        worse = REGIMES.index(regime_after) > REGIMES.index(regime_before) if {regime_before, regime_after} <= set(REGIMES) else None
+        head = (f"After is {_regime_words(regime_after)}, before was {_regime_words(regime_before)}"
+                + (" (worse)." if worse else " (better)." if worse is False else "."))
+    parts = [head]
+    if appeared:
+        parts.append(f"New in after: {_titles(appeared)}.")
+    if gone:
+        parts.append(f"Gone from after: {_titles(gone)}.")
+    if changed:
+        parts.append("Changed severity: " + "; ".join(f"{f['title']} ({f['before']} → {f['after']})" for f in changed) + ".")
+    if same:
+        parts.append(f"On both sides: {_titles(same)}.")
+    if not (appeared or gone or changed):
+        parts.append("No finding differs between the two sides: the difference is one of size (the metrics below)."
+                     if regime_before == regime_after else
+                     "No finding differs between the two sides: the regime moved with the size of the mismatch (the metrics "
+                     "below).")
+    return " ".join(parts)

@@ -85,3 +85,5 @@ def build_command(files, out, run_ids, load, ppo_eps, notes, timestamp, formats,
     n = len(result.rows)
     click.echo(f"{n} batch{'es' if n != 1 else ''}: {result.analysed} analysed, {result.reused} reused from the cache, "
                f"in {fixed(result.seconds, 1)} s; wrote {safe(out)}/")
+    if result.run:  # last, where a reader of a CI log looks first
+        click.echo(f"run verdict: {safe(result.run['verdict'])}")

@@ -28,6 +28,8 @@ def _head(cmp: dict, html_url: str | None) -> list[str]:
         regime = (r.get("regime") or "no diagnosis").replace("_", " ")
         return f"- {label}: **{esc(regime)}**, {fmt(r.get('tokens'))} tokens, {fmt(r.get('sequences'))} sequences"
 
+    if cmp.get("why"):  # what differs between the sides comes first: "systematic" with its reason
+        blocks.append(f"**Why:** {esc(cmp['why']['sentence'], None, own=True)}")
     blocks.append(f"**{tally['better']} metrics better 🟢 · {tally['worse']} worse 🔴 · {tally['same']} about the same ⚪** "
                   "(▲ / ▼ is the sign of the change; 🟢 / 🔴 whether that is better or worse for the metric).\n\n"
                   + side(b, runs["before"]) + "\n" + side(a, runs["after"]))

@@ -297,6 +297,22 @@ def render_run_md(report, base_url: str | None = None) -> str:
 
 # ---- the index ------------------------------------------------------------------------------------
 
+def _run_verdict(index: dict, base_url: str | None) -> str:
+    """The run's verdict over its steps, first after the title: what its steps say together, since when, why."""
+    v = index.get("run")
+    if not v:
+        return ""
+    since = (f" ([step {esc(str(v['since_step']))}]({href(run_path(v['since_run'], 'index.html'), base_url)}))"
+             if v["stretch_steps"] < v["steps"] else "")
+    lines = [f"**Run verdict:** {REGIME.get(v['regime'], '➖')} {esc(v['verdict'], None, own=True)}{since}"]
+    if v.get("what_to_check"):
+        lines += ["", f"**What to check:** {esc(v['what_to_check'], None, own=True)}"]
+    for f in v.get("findings") or []:
+        lines += ["", f"- {SEVERITY.get(f['severity'], f['severity'])} **{esc(f['title'], None, own=True)}**",
+                  f"  - **Likely cause:** {esc(f['likely_cause'], None, own=True)}"]
+    return "\n".join(lines)
+
+
 def _runs_table(index: dict, base_url: str | None) -> str:
     runs = index["runs"]
     columns = [catalogue.metric(k) for k in catalogue.INDEX]
@@ -391,7 +407,7 @@ def render_index_md(index: dict, base_url: str | None = None) -> str:
     columns = "\n".join(["The columns (each run's report has the whole glossary):", ""] + [
         f"- **{esc(m.name, None, own=True)}**: {esc(m.plain, None, own=True)}"
         for m in (catalogue.metric(k) for k in (*catalogue.INDEX, "routing"))])
-    core = [title, _runs_table(index, base_url)]
+    core = [title, *filter(None, [_run_verdict(index, base_url)]), _runs_table(index, base_url)]
     sections = [("engine pairs", _pairs_table(index) if len(runs) > 1 else ""), ("precision matrix", _precision_table(index)),
                 ("trend over steps", _trend_table(index, base_url)), ("columns", columns)]
     return assemble(core, [(n, s) for n, s in sections if s], html)

@@ -48,11 +48,12 @@ class BuildOptions:
 
 @dataclass
 class BuildResult:
-    """What a build did: every run's index row (input order), the steps where the run changed, how many steps it analysed
-    and reused, how long it took."""
+    """What a build did: every run's index row (input order), the steps where the run changed, the run's verdict over its
+    steps (None under two steps), how many steps it analysed and reused, how long it took."""
 
     rows: list[dict]
     change_steps: list[dict]
+    run: dict | None
     analysed: int
     reused: int
     seconds: float
@@ -155,8 +156,8 @@ def build(paths: list[Path], out: Path, opts: BuildOptions, run_ids: list[str] |
         index = index_from_rows(done_rows)
         write_files(folder, {**render("index", index, opts.formats, opts.render), index_json.INDEX_JSON: index_json.text(index)})
         move_into(folder, out)
-    return BuildResult(done_rows, (index["trend"] or {}).get("change_steps", []), len(todo), len(found) - len(todo),
-                       time.monotonic() - start)
+    return BuildResult(done_rows, (index["trend"] or {}).get("change_steps", []), index["run"], len(todo),
+                       len(found) - len(todo), time.monotonic() - start)
 
 
 def _offset(progress: Progress, offset: int, total: int, done: int, _chunk_total: int) -> None:

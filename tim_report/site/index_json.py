@@ -2,7 +2,8 @@
 
     {"tool": "tim-report", "schema_version": 1,
      "runs": [run row, ...],              one per run folder (analysis.runs.run_row; docs/index-json.md)
-     "steps": N, "change_points": [...], "change_steps": [...]}   the run view (analysis.trend)
+     "steps": N, "run": {...} or null,    the run's verdict over its steps (analysis.run_verdict)
+     "change_points": [...], "change_steps": [...]}   the run view (analysis.trend)
 
 Every build writes it, whatever the formats: the per-step cache, `check --history` and `watch` read it
 back. Read back, the file is untrusted: its size is capped before it is parsed, and anything that is not
@@ -30,7 +31,7 @@ def document(index: dict) -> dict:
     """index.json from the index summary (analysis.runs.index_from_rows)."""
     tr = index["trend"] or {}
     return {"tool": "tim-report", "schema_version": SCHEMA_VERSION, "runs": index["runs"], "steps": tr.get("steps", 0),
-            "change_points": tr.get("change_points", []), "change_steps": tr.get("change_steps", [])}
+            "run": index.get("run"), "change_points": tr.get("change_points", []), "change_steps": tr.get("change_steps", [])}
 
 
 def text(index: dict) -> str:

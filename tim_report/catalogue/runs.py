@@ -1,0 +1,231 @@
+"""The run view's words: the run-level findings, the run verdict and the change-point sentences.
+
+A run's steps are diagnosed one by one (catalogue/findings.py); this module says what they say together. The
+run-level findings (analysis/drift.py measures them) are shapes of the mismatch over steps that users report, each
+with the cause it usually has: a jump after an export or weight-format change, a mismatch that grows step over step
+until a restart (a stale prefix or KV cache), spikes for a few steps after a resume. docs/report.md explains them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..config import SEVERITIES, DiagnosisThresholds
+from .findings import Finding, Words
+from .numbers import fmt, plain
+
+# What each batch finding means for a stretch of steps, in words a run sentence is made of ("from step 12 the
+# trainer's log-probs are shifted by one position"), and its short name; a finding without an entry is named by id.
+STEP_FINDING = {
+    "shift": ("off-by-one", "the trainer's log-probs are shifted by one position against the rollout's"),
+    "temperature": ("one-sided temperature", "a temperature is applied on one side only"),
+    "processed_logprobs": ("processed log-probs", "the rollout's log-probs are renormalised by top-p / top-k"),
+    "dummy_zero": ("placeholder zeros", "placeholder 0.0 rollout log-probs sit inside the loss mask"),
+    "one_side_broken": ("one side broken", "one side scores another model or context"),
+    "first_token": ("first token", "the first response token disagrees far more than the rest"),
+    "turn_boundary": ("turn boundary", "the first tokens after each tool span disagree"),
+    "position_onset": ("position onset", "the mismatch switches on part-way through the responses"),
+    "mixed_policy_versions": ("mixed policy versions", "the batches mix policy weight versions (staleness)"),
+    "low_prob_tail": ("low-probability tail", "the mismatch sits on unlikely tokens"),
+    "drift_with_length": ("drift with length", "the mismatch accumulates with length"),
+    "precision_gap": ("precision gap", "precision alone explains part of the gap"),
+}
+REGIME_WORDS = {"identical": "identical", "numerical_noise": "numerical noise", "elevated": "elevated",
+                "systematic": "systematic", "unknown": "not diagnosed"}
+
+
+def short(finding_id: str) -> str:
+    return STEP_FINDING.get(finding_id, (finding_id.replace("_", " "), ""))[0]
+
+
+def meaning(finding_id: str) -> str:
+    return STEP_FINDING.get(finding_id, ("", f"the steps show the `{finding_id}` finding"))[1]
+
+
+def _n(step: Any) -> str:
+    """A step as the sentences write it: 12, or 12.5 for a fractional one."""
+    return plain(step) if isinstance(step, float) else str(step)
+
+
+def _steps(first: Any, last: Any) -> str:
+    return f"step {_n(first)}" if first == last else f"steps {_n(first)}–{_n(last)}"
+
+
+def _x(ratio: float) -> str:
+    return fmt(ratio, 3) + "×"
+
+
+def _explained(w: Words) -> str:
+    return (f"; every step from there is diagnosed {short(w['explained_by'])}: {meaning(w['explained_by'])}"
+            if w.get("explained_by") else "")
+
+
+def _jump_title(w: Words) -> str:
+    stay = f"stayed until step {_n(w['back_step'])}" if w.get("back_step") is not None else "stayed"
+    return (f"The mismatch jumped {_x(w['ratio'])} from step {_n(w['previous_step'])} to step {_n(w['step'])} and {stay} (median |δ| "
+            f"{fmt(w['before'])} → {fmt(w['after'])} nats){_explained(w)}")
+
+
+def _growth_title(w: Words) -> str:
+    grew = (f"The mismatch grew step over step from step {_n(w['first_step'])} to step {_n(w['last_step'])} "
+            f"({_x(w['ratio'])}, median |δ| {fmt(w['before'])} → {fmt(w['peak'])} nats)")
+    if w.get("restart_step") is None:
+        return grew + " and is still growing at the last step"
+    return grew + f", until step {_n(w['restart_step'])} brought it back to {fmt(w['after'])} nats (a restart)"
+
+
+def _spike_title(w: Words) -> str:
+    where = ", ".join(_steps(a, b) for a, b in w["episodes"])
+    return (f"The mismatch spiked {_x(w['ratio'])} at {where}, then returned to its level (median |δ| {fmt(w['before'])} → "
+            f"{fmt(w['peak'])} nats)")
+
+
+RUN_FINDINGS: dict[str, Finding] = {f.id: f for f in (
+    Finding(
+        "level_jump", lambda w, dt: "info" if w.get("explained_by") else "warn", _jump_title,
+        lambda w: f"a jump of the mismatch at step {_n(w['step'])} ({_x(w['ratio'])} in one step)",
+        lambda w: (f"The jump is where the {short(w['explained_by'])} finding starts, which the steps from there are "
+                   f"diagnosed with ({meaning(w['explained_by'])}): whatever changed at step {_n(w['step'])} brought it in."
+                   if w.get("explained_by") else
+                   "Something changed for every token at that step: an export or weight-format change (a checkpoint "
+                   "converted or re-saved: an HF / safetensors export, a dtype cast, fp8 or int quantisation, tied "
+                   "embeddings or a LoRA merge lost on the way), or a weight sync that loaded another model. Drift does "
+                   "not move the mismatch this far in one step."),
+        lambda w: (f"Follow the `{w['explained_by']}` finding's advice on step {_n(w['step'])}'s page, and look for what "
+                   f"changed between step {_n(w['previous_step'])} and step {_n(w['step'])} (code, configuration, checkpoint)."
+                   if w.get("explained_by") else
+                   f"Compare the weights each side loaded at step {_n(w['step'])} with step {_n(w['previous_step'])} (checksums, "
+                   "dtypes, the export or conversion script and its version), and re-score a batch of step "
+                   f"{_n(w['step'])} with the checkpoint of step {_n(w['previous_step'])}.")),
+    Finding(
+        "growing_mismatch", lambda w, dt: "warn" if w.get("restart_step") is not None else "info", _growth_title,
+        lambda w: f"a mismatch that grows step over step from step {_n(w['first_step'])} ({_x(w['ratio'])})",
+        lambda w: ("Something accumulates from step to step and a restart resets it: a prefix cache or KV cache that "
+                   "keeps entries computed with older weights across weight syncs, so the share of stale context grows "
+                   "with every step." if w.get("restart_step") is not None else
+                   "Something accumulates from step to step: a prefix cache or KV cache that keeps entries computed with "
+                   "older weights across weight syncs, or the policy sharpening as training goes (lower entropy makes "
+                   "the same precision noise larger in log-probs)."),
+        lambda w: "Reset the engine's prefix cache on every weight sync (vLLM `reset_prefix_cache()`, SGLang "
+                  "`flush_cache`) or run one step with prefix caching off, and check that the engine's weight version "
+                  "follows the trainer's at every step."),
+    Finding(
+        "resume_spikes", lambda w, dt: "warn", _spike_title,
+        lambda w: f"spikes of the mismatch for a few steps ({_x(w['ratio'])})",
+        lambda w: "A short disturbance that fixes itself, as in the first steps after resuming from a checkpoint: the "
+                  "engine serving the weights it had before the resume until the first sync, a trainer that restored "
+                  "its weights but not its optimiser or learning-rate state, or caches filled before the resume.",
+        lambda w: "Check what happened at those steps (a resume, an engine restart, a checkpoint load); sync the "
+                  "weights to the engine before the first rollout after a resume and compare the engine's weight version "
+                  "with the trainer's on those steps."),
+)}
+
+
+def make_run_finding(id_: str, evidence: dict, **context: Any) -> dict:
+    """A run-level finding as index.json holds it (the same fields as a batch finding)."""
+    entry = RUN_FINDINGS[id_]
+    w = {**evidence, **context}
+    severity = entry.severity(w, DiagnosisThresholds())  # the run findings' rules read their evidence only
+    assert severity in SEVERITIES, severity
+    return {"id": id_, "severity": severity, "title": entry.title(w), "problem": entry.problem(w), "evidence": evidence,
+            "likely_cause": entry.cause(w), "what_to_check": entry.check(w), **({"explained_by": context["explained_by"]}
+                                                                                   if context.get("explained_by") else {})}
+
+
+# ---- the run verdict ---------------------------------------------------------------------------------------
+
+def stretch_why(regime: str, leads: list[tuple[str, int]], steps: int, since_start: bool) -> str:
+    """'every step since is diagnosed off-by-one (`shift`): the trainer's log-probs are shifted by one position …'"""
+    if not leads:
+        return ""
+    who = "every step" if since_start else "every step since"
+    (top, n), rest = leads[0], leads[1:]
+    if n == steps:
+        text = f"{who} is diagnosed {short(top)} (`{top}`): {meaning(top)}"
+    else:
+        text = f"{n} of {steps} steps{'' if since_start else ' since'} are diagnosed {short(top)} (`{top}`): {meaning(top)}"
+        if rest:
+            text += "; " + ", ".join(f"{k} step{'s' if k != 1 else ''}: {short(i)} (`{i}`)" for i, k in rest[:2])
+    return text
+
+
+def run_verdict_sentence(regime: str, first: Any, last: Any, since_start: bool, share: tuple[int, int], why: str,
+                         earlier: list[tuple[str, Any, Any, int]], exceptions: list[tuple[Any, str]]) -> str:
+    """'Systematic from step 12: every step since is diagnosed off-by-one (`shift`): …; steps 0–11 numerical noise.'"""
+    name = REGIME_WORDS.get(regime, regime)
+    k, n = share
+    head = name[0].upper() + name[1:]
+    if since_start:
+        head += " at every step" if k == n else f" at {k} of {n} steps"
+    else:
+        head += f" from step {_n(first)}"
+    parts = [why] if why else []
+    if exceptions:
+        parts.append("except " + ", ".join(f"step {_n(s)} ({REGIME_WORDS.get(r, r)})" for s, r in exceptions[:3])
+                     + (f" and {len(exceptions) - 3} more" if len(exceptions) > 3 else ""))
+    if earlier:
+        if len(earlier) == 1:
+            r, a, b, _ = earlier[0]
+            parts.append(f"{_steps(a, b)} {REGIME_WORDS.get(r, r)}")
+        else:
+            parts.append("before: " + ", ".join(f"{c} step{'s' if c != 1 else ''} {REGIME_WORDS.get(r, r)}"
+                                                for r, _, _, c in earlier))
+    return head + (": " + "; ".join(parts) if parts else "") + "."
+
+
+# ---- the run view: change points ---------------------------------------------------------------------------
+
+CHANGE_ADVICE = {
+    True: "look for what changed at that step: a weight sync that stopped or failed, a prefix or KV-cache setting, an "
+          "engine, kernel or dtype change, a restart",
+    False: "something that landed at that step narrowed the gap (a fix, a restart, a cache flush); if nothing did, check "
+           "that both sides still score what they should",
+}
+
+
+def change_clause(name: str, before: str, after: str, up: bool, ratio: float | None) -> str:
+    """'KL k3 is 33.6× higher (0.000146 → 0.00491)': one metric's change of level."""
+    if ratio:
+        size = f"{_x(ratio)} higher" if up else f"{_x(1 / ratio)} lower"
+    else:
+        size = "higher" if up else "lower"
+    return f"{name} is {size} ({before} → {after})"
+
+
+def run_change(kind: str, f: dict) -> str:
+    """What a run-level finding `f` says about a change point: at its jump, where the jump is undone, inside or at the
+    end (a restart) of a growth, at a spike."""
+    ev = f["evidence"]
+    if kind == "jump":
+        return (f"{f['problem']}, too abrupt for drift: look for an export or weight-format change at that step, a "
+                "weight sync that failed or loaded other weights, an engine, kernel or dtype change")
+    if kind == "undone":
+        return f"the jump of step {_n(ev['step'])} is undone: what changed there was reverted"
+    if kind == "growth":
+        return (f"part of the step-over-step growth of the mismatch since step {_n(ev['first_step'])} (the run verdict "
+                "says what usually grows so)")
+    if kind == "restart":
+        return (f"a restart ended the growth of the mismatch since step {_n(ev['first_step'])}: a stale prefix or KV cache "
+                "that the restart flushed")
+    where = ", ".join(_steps(a, b) for a, b in ev["episodes"])
+    return f"the spike of the mismatch at {where}, not a new level (as after a resume; see the run verdict)"
+
+
+def change_sentence(step: str, clauses: list[str], worse: bool, after: tuple[str, int, int] | None = None,
+                    gone: tuple[str, int, int] | None = None, run_finding: str | None = None) -> str:
+    """One step's change of level, then what the steps after it say: the finding most of them are diagnosed with
+    (`after`: id, steps with it, steps), or the one that the steps before had and these have not (`gone`), or a
+    run-level finding at that step; generic advice only when none does."""
+    joined = clauses[0] if len(clauses) == 1 else ", ".join(clauses[:-1]) + " and " + clauses[-1]
+    if after is not None:
+        fid, k, n = after
+        every = "every step from there is" if k == n else f"{k} of the {n} steps from there are"
+        why = f"from step {step} {meaning(fid)} ({every} diagnosed {short(fid)}; a step's page says what to check)"
+    elif gone is not None:
+        fid, k, n = gone
+        why = f"the {short(fid)} finding of the steps before ({k} of {n}) is gone from step {step}"
+    elif run_finding is not None:
+        why = run_finding
+    else:
+        why = CHANGE_ADVICE[worse]
+    return f"From step {step}, {joined}: {why}."
