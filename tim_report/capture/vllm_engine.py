@@ -96,6 +96,8 @@ class VLLMEngine:
                       max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                       max_num_batched_tokens=max(2048, max_model_len), logprobs_mode="processed_logprobs",
                       max_logprobs=max(1, int(topk)), enable_prefix_caching=False, enforce_eager=not gpu)
+        if not gpu:  # a seeded request must prefill in one step: vLLM rewinds its generator after a partial one,
+            kwargs["enable_chunked_prefill"] = False  # which a CPU generator cannot ("does not use offset")
         if dtype == "fp8":
             kwargs["quantization"] = "fp8"
         if gpu:
@@ -145,7 +147,9 @@ class VLLMEngine:
 
         if temperature != 1.0 or top_k > 0 or top_p < 1.0:
             raise BadInput("vllm", "vLLM scores given tokens only at temperature 1 without top-p / top-k")
-        params = SamplingParams(max_tokens=1, prompt_logprobs=int(topk), temperature=1.0, seed=0)
+        # no seed: the one token each request samples is thrown away, and a seeded request that vLLM prefills in
+        # chunks (a long prompt + completion) rewinds its generator, which on CPU raises "does not use offset"
+        params = SamplingParams(max_tokens=1, prompt_logprobs=int(topk), temperature=1.0)
         results = []
         for start in range(0, len(prompts), REQUEST_CHUNK):
             ps, cs = prompts[start : start + REQUEST_CHUNK], completions[start : start + REQUEST_CHUNK]
