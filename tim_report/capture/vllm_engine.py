@@ -8,14 +8,18 @@ vLLM can score only at temperature 1 without top-p / top-k; `run.py` checks that
 On CPU the engine needs an explicit KV-cache size (`VLLM_CPU_KVCACHE_SPACE`, GiB) or it reserves 90%
 of host memory, and `enforce_eager=True` to skip a long torch.compile (see scripts/vllm_cpu_probe.py).
 Chunked prefill is off on CPU: vLLM rewinds a seeded request's generator after a partial prefill, which a
-CPU generator cannot do. `engines.py` runs each VLLMEngine in a fresh process of its own, so the engine core
-runs in that process (`VLLM_ENABLE_V1_MULTIPROCESSING=0`: a fifth of the start-up time).
+CPU generator cannot do. `engines.py` runs each VLLMEngine in a fresh process of its own, and the engine core
+runs inside it (`VLLM_ENABLE_V1_MULTIPROCESSING=0`): a third of the start-up time, errors raised where they
+happen, no engine-core process or shared memory left behind. vLLM then cuts torch to one thread "for
+serving"; on the CPU build, where that thread also runs the model, OMP_NUM_THREADS (unless set) gives it every
+core the process may use but one, which stays for the scheduler's Python.
 """
 
 from __future__ import annotations
 
 import gc
 import os
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import numpy as np
@@ -25,6 +29,14 @@ from .spec import VLLM_INSTALL_HINT, TopK
 
 VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp8": "bfloat16"}
 REQUEST_CHUNK = 64  # sequences per llm.generate call: granularity of the progress bar
+
+
+def _cpu_build() -> bool:
+    try:
+        version("vllm-cpu")
+        return True
+    except PackageNotFoundError:
+        return False
 
 
 def _on_gpu() -> bool:
@@ -39,6 +51,8 @@ def _on_gpu() -> bool:
 class VLLMEngine:
     def __init__(self, model_path: str, dtype: str, seed: int, max_model_len: int, kv_cache_gib: int = 1,
                  max_num_seqs: int = 16, topk: int = 0):
+        if _cpu_build():  # before torch loads OpenMP, which reads it once
+            os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) - 1)))
         gpu = _on_gpu()
         if not gpu:
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(kv_cache_gib)))
