@@ -4,6 +4,7 @@ Heavy imports (torch, transformers, vllm) happen inside the engine modules, only
 is built, so importing this package (or the CLI) stays cheap.
 
     spec.py          EngineSpec: `vllm:bf16`, `hf:fp32` parsed and checked
+    options.py       CaptureOptions: what one capture needs (picklable: an engine process receives it)
     environment.py   can this Python run the engines: vLLM installed, no companion package that breaks imports
     prompts.py       prompt files (plain lines or JSONL with `prompt` / `messages`) → token ids
     score.py         the one teacher-forced scoring routine (chunked head, fp32 log-softmax) and score_logprobs
@@ -15,7 +16,8 @@ is built, so importing this package (or the CLI) stays cheap.
 """
 
 from .engines import EngineFailed
-from .run import CaptureOptions, capture, pair_filename
+from .options import CaptureOptions
+from .run import capture, pair_filename
 from .spec import EngineSpec, parse_spec
 
 __all__ = ["CaptureOptions", "EngineFailed", "EngineSpec", "capture", "pair_filename", "parse_spec"]

@@ -15,12 +15,9 @@ import signal
 import sys
 import traceback
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from ..errors import BadInput
-
-if TYPE_CHECKING:
-    from .run import CaptureOptions
+from .options import CaptureOptions
 
 
 @dataclass(frozen=True)
