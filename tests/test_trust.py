@@ -279,11 +279,11 @@ def test_one_line_even_when_the_path_holds_a_newline(tmp_path):
 def test_vllm_install_with_foreign_torchvision_is_named(monkeypatch, tmp_path):
     import importlib.metadata as md
 
-    import tim_report.capture.vllm_engine as ve
+    import tim_report.capture.environment as env
 
     real = md.version
-    monkeypatch.setattr(ve, "vllm_available", lambda: True)
-    monkeypatch.setattr(md, "version", lambda name: {"torch": "2.13.0+cpu", "torchvision": "0.28.0"}.get(name) or real(name)
+    monkeypatch.setattr(env, "vllm_available", lambda: True)
+    monkeypatch.setattr(env, "version", lambda name: {"torch": "2.13.0+cpu", "torchvision": "0.28.0"}.get(name) or real(name)
                         if name not in ("torchaudio", "torchcodec") else (_ for _ in ()).throw(md.PackageNotFoundError(name)))
     res = run("capture", "--model", ROOT / "models" / "tiny-qwen2", "--prompts", ROOT / "examples" / "prompts.jsonl",
               "--rollout", "vllm:bf16", "-o", tmp_path / "b.npz")

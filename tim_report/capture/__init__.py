@@ -4,14 +4,20 @@ Heavy imports (torch, transformers, vllm) happen inside the engine modules, only
 is built, so importing this package (or the CLI) stays cheap.
 
     spec.py          EngineSpec: `vllm:bf16`, `hf:fp32` parsed and checked
+    options.py       CaptureOptions: what one capture needs (picklable: an engine process receives it)
+    environment.py   can this Python run the engines: vLLM installed, no companion package that breaks imports
     prompts.py       prompt files (plain lines or JSONL with `prompt` / `messages`) → token ids
     score.py         the one teacher-forced scoring routine (chunked head, fp32 log-softmax) and score_logprobs
     hf.py            transformers engine: seeded sampling (processed log-probs) and scoring through score.py
     vllm_engine.py   vLLM engine (CPU build or CUDA): sampling with processed log-probs, prompt_logprobs scoring
+    engines.py       one engine at a time: hf in this process, each vLLM engine in a fresh process (logs to a file);
+                     EngineFailed names the engine that failed
     run.py           orchestration: one generation, every requested pair scored on the same tokens
 """
 
-from .run import CaptureOptions, capture, pair_filename
+from .engines import EngineFailed
+from .options import CaptureOptions
+from .run import capture, pair_filename
 from .spec import EngineSpec, parse_spec
 
-__all__ = ["CaptureOptions", "EngineSpec", "capture", "pair_filename", "parse_spec"]
+__all__ = ["CaptureOptions", "EngineFailed", "EngineSpec", "capture", "pair_filename", "parse_spec"]

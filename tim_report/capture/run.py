@@ -1,18 +1,19 @@
 """Capture orchestration: sample once with the first rollout spec, score the same tokens for every pair.
 
 Order of work (and of failure): every input is checked before a model is loaded (model folder,
-prompt file, engine specs, vLLM importable, option combinations), so bad input exits 2 with
-nothing written. Then:
+prompt file, engine specs, the environment: vLLM importable, no companion package that breaks transformers
+or vLLM, option combinations), so bad input exits 2 with nothing written. Then:
 
 1. tokenizer + prompts → prompt token ids (chat template unless disabled), `n_samples` copies each,
    one seed per sequence (numpy SeedSequence of `--seed`);
 2. the first rollout spec samples the completions and returns the processed log-probs it sampled with;
-3. every other (engine, dtype, lm-head) needed is loaded once, one at a time, and scores the same tokens:
-   further rollout specs (processed log-probs: temperature + top-k/top-p), trainer specs (temperature
-   only, as a trainer does), and with `shadow` the trainer's engine in each rollout's dtype; with
-   `top_k_logprobs` K > 0 the sampler and every rollout and trainer scorer also record the K most likely
-   tokens at each position (the shadow pass does not);
-4. one StepBatch per (rollout, trainer) pair.
+3. every other (engine, dtype, lm-head) needed is loaded once, one at a time (trainers first, so that a pair
+   is complete as early as possible), and scores the same tokens: further rollout specs (processed log-probs:
+   temperature + top-k/top-p), trainer specs (temperature only, as a trainer does), and with `shadow` the
+   trainer's engine in each rollout's dtype; with `top_k_logprobs` K > 0 the sampler and every rollout and
+   trainer scorer also record the K most likely tokens at each position (the shadow pass does not);
+4. one StepBatch per (rollout, trainer) pair. When an engine fails, EngineFailed carries the pairs that were
+   complete before it (`kept`), so the caller can keep them.
 """
 
 from __future__ import annotations
@@ -26,36 +27,17 @@ from typing import Any
 
 import numpy as np
 
-from ..config import TOPK_LOGPROBS_DEFAULT, TOPK_MAX
+from ..config import TOPK_MAX
 from ..errors import BadInput
 from ..model import StepBatch
+from .engines import EngineFailed, EngineKey, one_line, open_engine
+from .environment import check_environment
+from .options import CaptureOptions
 from .prompts import read_prompts, render_prompts
-from .spec import ENGINE_NAMES, EngineSpec, Sampling
-from .vllm_engine import require_vllm
+from .spec import ENGINE_NAMES, EngineSpec
 
 ProgressFactory = Callable[[str, int], contextlib.AbstractContextManager]
 MATRIX_DTYPES = ("bf16", "fp16", "fp32")
-
-
-@dataclass
-class CaptureOptions:
-    model: str
-    prompts: str
-    rollouts: list[EngineSpec]
-    trainers: list[EngineSpec]
-    sampling: Sampling = field(default_factory=Sampling)
-    seed: int = 0
-    shadow: bool = False
-    lm_head_fp32: str | None = None  # None | "rollout" | "trainer" | "both"
-    chat_template: bool = True
-    device: str = "auto"  # hf engine device: auto | cpu | cuda
-    max_prompts: int | None = None
-    kv_cache_gib: int = 1  # vLLM CPU KV cache (VLLM_CPU_KVCACHE_SPACE)
-    logit_chunk_mb: int = 256  # hf scoring: full-vocabulary fp32 logits held at once
-    top_k_logprobs: int = TOPK_LOGPROBS_DEFAULT  # both sides' K most likely tokens per position; 0: off
-
-    def pairs(self) -> list[tuple[EngineSpec, EngineSpec]]:
-        return [(r, t) for r in self.rollouts for t in self.trainers]
 
 
 def pair_filename(rollout: EngineSpec, trainer: EngineSpec) -> str:
@@ -106,9 +88,7 @@ def check_options(opts: CaptureOptions) -> None:
         if spec.engine == "vllm" and not plain:
             raise BadInput(label, "vLLM can only score given tokens at --temperature 1 without --top-p/--top-k "
                                   "(its prompt log-probs are raw); use hf on this side")
-    for label, spec in [("--rollout", opts.rollouts[0])] + scorers:
-        if spec.engine == "vllm":
-            require_vllm(label)
+    check_environment([("--rollout", opts.rollouts[0])] + scorers)
     for side, specs in (("rollout", opts.rollouts), ("trainer", opts.trainers)):
         if _lm_head(opts, side) and any(sp.engine == "vllm" for sp in specs):
             raise BadInput("--lm-head-fp32", f"vLLM cannot keep the LM head in fp32: pass --lm-head-fp32 "
@@ -138,25 +118,6 @@ def _device_label(device: str) -> str:
 # ---------------------------------------------------------------------------- engines
 
 
-@dataclass(frozen=True)
-class EngineKey:
-    engine: str
-    dtype: str
-    lm_head_fp32: bool
-
-
-def _open(key: EngineKey, opts: CaptureOptions, device: str, max_model_len: int):
-    if key.engine == "vllm":
-        from .vllm_engine import VLLMEngine
-
-        return VLLMEngine(opts.model, key.dtype, opts.seed, max_model_len, kv_cache_gib=opts.kv_cache_gib,
-                          topk=opts.top_k_logprobs)
-    from .hf import HFEngine
-
-    return HFEngine(opts.model, key.dtype, device=device, lm_head_fp32=key.lm_head_fp32,
-                    logit_chunk_mb=opts.logit_chunk_mb)
-
-
 def _config_hash(model: Path) -> str:
     return hashlib.sha256((model / "config.json").read_bytes()).hexdigest()[:16]
 
@@ -172,11 +133,19 @@ def _max_len(model: Path) -> int:
 
 
 def capture(opts: CaptureOptions, progress: ProgressFactory | None = None) -> dict[tuple[EngineSpec, EngineSpec], StepBatch]:
-    """Run the capture; returns one StepBatch per (rollout, trainer) pair, in `opts.pairs()` order."""
+    """Run the capture; returns one StepBatch per (rollout, trainer) pair, in `opts.pairs()` order.
+
+    An engine failure raises EngineFailed (one line naming the engine and dtype) whose `kept` holds the pairs
+    captured before it."""
     check_options(opts)
     prep = _prepare(opts)
     jobs, shadow_skipped = _plan(opts)
-    scores = _run(jobs, opts, prep, progress or _no_progress)
+    scores = _Scores()
+    try:
+        _run(jobs, opts, prep, progress or _no_progress, scores)
+    except EngineFailed as exc:
+        exc.kept = _assemble(opts, prep, scores, shadow_skipped)
+        raise
     return _assemble(opts, prep, scores, shadow_skipped)
 
 
@@ -203,9 +172,17 @@ def _prepare(opts: CaptureOptions) -> _Prepared:
     if opts.max_prompts:
         prompts = prompts[: opts.max_prompts]
     device = _device(opts)
-    from transformers import AutoTokenizer
+    if any(sp.dtype == "fp8" for sp in opts.rollouts + opts.trainers):
+        import torch
 
-    tokenizer = AutoTokenizer.from_pretrained(opts.model)
+        if not torch.cuda.is_available():
+            raise BadInput("vllm:fp8", "fp8 needs vLLM on a GPU (this machine has none)")
+    try:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(opts.model)
+    except Exception as exc:
+        raise BadInput(opts.model, f"transformers cannot load the tokenizer ({one_line(exc)})") from None
     ctx = _max_len(Path(opts.model))
     p_ids, p_text, templated = render_prompts(prompts, tokenizer, opts.chat_template, opts.prompts, ctx)
     s = opts.sampling
@@ -223,14 +200,17 @@ Job = tuple[str, EngineSpec, "EngineSpec | None"]  # (generate | rollout | train
 
 
 def _plan(opts: CaptureOptions) -> tuple[dict[EngineKey, list[Job]], dict[tuple[EngineSpec, EngineSpec], str]]:
-    """What each engine must do, so each (engine, dtype, lm-head) is loaded once; and the shadow passes skipped."""
+    """What each engine must do, so each (engine, dtype, lm-head) is loaded once; and the shadow passes skipped.
+
+    The sampler first, then the trainers (each completes a pair with the sampler's rollout), then the other
+    rollouts: an engine failing late leaves as many complete pairs as it can."""
     gen_spec = opts.rollouts[0]
     jobs: dict[EngineKey, list[Job]] = {EngineKey(gen_spec.engine, gen_spec.dtype, _lm_head(opts, "rollout")):
                                         [("generate", gen_spec, None)]}
-    for r in opts.rollouts[1:]:
-        jobs.setdefault(EngineKey(r.engine, r.dtype, _lm_head(opts, "rollout")), []).append(("rollout", r, None))
     for t in opts.trainers:
         jobs.setdefault(EngineKey(t.engine, t.dtype, _lm_head(opts, "trainer")), []).append(("trainer", t, None))
+    for r in opts.rollouts[1:]:
+        jobs.setdefault(EngineKey(r.engine, r.dtype, _lm_head(opts, "rollout")), []).append(("rollout", r, None))
     shadow_skipped: dict[tuple[EngineSpec, EngineSpec], str] = {}
     if opts.shadow:
         for r in opts.rollouts:
@@ -255,20 +235,26 @@ class _Scores:
     versions: dict[str, str] = field(default_factory=dict)
 
 
-def _run(jobs: dict[EngineKey, list[Job]], opts: CaptureOptions, prep: _Prepared, progress: ProgressFactory) -> _Scores:
-    """Load each engine once, one at a time, and do its jobs: the first samples, the others score the same tokens."""
+def _run(jobs: dict[EngineKey, list[Job]], opts: CaptureOptions, prep: _Prepared, progress: ProgressFactory,
+         out: _Scores) -> None:
+    """Load each engine once, one at a time, and do its jobs into `out`: the first samples, the others score the
+    same tokens. Any failure of an engine (loading it or running it) is EngineFailed."""
     s = opts.sampling
-    out = _Scores()
     seq_ids, n_seq = prep.seq_ids, len(prep.seq_prompt)
+    if opts.engine_log and any(key.engine == "vllm" for key in jobs):
+        Path(opts.engine_log).parent.mkdir(parents=True, exist_ok=True)
+        Path(opts.engine_log).write_text("")
     for key, todo in jobs.items():
-        engine = _open(key, opts, prep.device, prep.max_model_len)
-        out.versions[key.engine] = engine.version
+        engine, doing = None, "starting"
         try:
+            engine = open_engine(key, opts, prep.device, prep.max_model_len)
+            out.versions[key.engine] = engine.version
             for kind, spec, _rollout in todo:
                 if kind == "generate":
+                    doing = "sampling"
                     with progress(f"generating ({spec})", n_seq) as advance:
-                        gen = engine.generate(seq_ids, prep.seeds, s.temperature, s.top_k, s.top_p, s.max_new_tokens, advance,
-                                              topk=opts.top_k_logprobs)
+                        gen = engine.generate(seq_ids, prep.seeds, s.temperature, s.top_k, s.top_p, s.max_new_tokens,
+                                              progress=advance, topk=opts.top_k_logprobs)
                     out.completions = [g[0] for g in gen]
                     out.rollout[spec] = [g[1] for g in gen]
                     if opts.top_k_logprobs:
@@ -276,11 +262,13 @@ def _run(jobs: dict[EngineKey, list[Job]], opts: CaptureOptions, prep: _Prepared
                     continue
                 label = {"rollout": f"scoring rollout ({spec})", "trainer": f"scoring trainer ({spec})",
                          "shadow": f"shadow ({spec.engine} in {key.dtype})"}[kind]
+                doing = {"rollout": "re-scoring the rollout", "trainer": "scoring as the trainer",
+                         "shadow": f"scoring the shadow pass of {spec}"}[kind]
                 processed = kind == "rollout"  # a rollout engine's log-probs are after top-k / top-p; a trainer's are not
                 topk = opts.top_k_logprobs if kind != "shadow" else 0
                 with progress(label, n_seq) as advance:
                     lp = engine.score(seq_ids, out.completions, s.temperature, s.top_k if processed else 0,
-                                      s.top_p if processed else 1.0, advance, topk=topk)
+                                      s.top_p if processed else 1.0, progress=advance, topk=topk)
                 if topk:
                     out.topk[(kind, spec)] = [x[1] for x in lp]
                     lp = [x[0] for x in lp]
@@ -290,10 +278,12 @@ def _run(jobs: dict[EngineKey, list[Job]], opts: CaptureOptions, prep: _Prepared
                     out.trainer[spec] = lp
                 else:
                     out.shadow[(spec, key.dtype)] = lp
+        except Exception as exc:
+            log = f" (its log: {opts.engine_log})" if opts.engine_log and key.engine == "vllm" else ""
+            raise EngineFailed(key, doing, one_line(exc) + log) from None
         finally:
-            engine.close()
-            del engine
-    return out
+            if engine is not None:
+                engine.close()
 
 
 def _base_meta(opts: CaptureOptions, prep: _Prepared) -> dict:
@@ -323,7 +313,7 @@ def _base_meta(opts: CaptureOptions, prep: _Prepared) -> dict:
 
 def _assemble(opts: CaptureOptions, prep: _Prepared, scores: _Scores,
               shadow_skipped: dict[tuple[EngineSpec, EngineSpec], str]) -> dict[tuple[EngineSpec, EngineSpec], StepBatch]:
-    """One StepBatch per (rollout, trainer) pair over the same sampled tokens."""
+    """One StepBatch per (rollout, trainer) pair over the same sampled tokens: every pair whose passes are all done."""
     completions = scores.completions
     lengths = np.asarray([len(c) for c in completions], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
@@ -336,6 +326,9 @@ def _assemble(opts: CaptureOptions, prep: _Prepared, scores: _Scores,
     gen_spec = opts.rollouts[0]
     out: dict[tuple[EngineSpec, EngineSpec], StepBatch] = {}
     for r, t in opts.pairs():
+        shadow_missing = opts.shadow and (r, t) not in shadow_skipped and (t, r.dtype) not in scores.shadow
+        if r not in scores.rollout or t not in scores.trainer or shadow_missing:
+            continue
         meta = dict(base_meta)
         meta.update({
             "rollout_engine": ENGINE_NAMES[r.engine], "rollout_engine_version": scores.versions.get(r.engine),

