@@ -22,11 +22,13 @@ ROLE_ALIASES: dict[str, tuple[str, ...]] = {
     "advantage": ("advantage", "advantages"),
     "shadow": ("shadow_logp", "shadow_log_probs", "shadow_logprobs"),
     "prompt": ("prompt_ids", "prompts", "prompt_token_ids", "prompt_input_ids"),
+    "tool": ("tool_mask",),
+    "turn": ("turn", "turn_ids", "turn_index"),
     "prompt_text": ("prompt_text", "raw_prompt", "prompt"),
     "attention": ("attention_mask",),
     "offsets": ("offsets", "cu_seqlens"),
 }
-USER_ROLES = ("rollout", "trainer", "mask", "tokens", "text", "group", "reward", "advantage", "shadow", "prompt")
+USER_ROLES = ("rollout", "trainer", "mask", "tokens", "text", "group", "reward", "advantage", "shadow", "prompt", "tool", "turn")
 
 
 @dataclass

@@ -70,11 +70,29 @@ def split_at_first_trained(mask: np.ndarray) -> int | None:
     return int(hits[0]) if hits.size else None
 
 
-def turn_index(mask: np.ndarray) -> np.ndarray:
-    """[L] turn of each token: k for the k-th trained span and the untrained tokens after it (tool output)."""
-    m = mask.astype(bool)
-    starts = m & ~np.concatenate([[False], m[:-1]])
-    return np.maximum(np.cumsum(starts) - 1, 0).astype(np.int32)
+def turn_index(mask: np.ndarray, rollout: np.ndarray, offsets: np.ndarray) -> np.ndarray | None:
+    """[T] turn of each token in its sequence: k for the k-th assistant span and the untrained tokens after it.
+
+    A trained span starts a new turn when the untrained gap before it (inside the same sequence) holds only
+    0.0 rollout placeholders: tool and environment output, which no engine sampled (verl, SkyRL, slime,
+    prime-rl, NeMo-RL, OpenRLHF and TRL all write 0.0 there). A gap of sampled tokens taken out of the loss
+    (verl's token-level rejection, a veto) is not a turn. None when no sequence has a second turn."""
+    m = np.asarray(mask, bool)
+    trained = np.flatnonzero(m)
+    if trained.size < 2:
+        return None
+    seq = np.searchsorted(offsets, trained, side="right") - 1
+    sampled_gap = np.concatenate([[0], np.cumsum(~m & (np.asarray(rollout) != 0.0))])  # sampled untrained tokens before j
+    prev, nxt = trained[:-1], trained[1:]
+    new = (nxt - prev > 1) & (seq[1:] == seq[:-1]) & (sampled_gap[nxt] == sampled_gap[prev + 1])
+    if not new.any():
+        return None
+    marks = np.zeros(m.shape[0] + 1, np.int64)
+    marks[nxt[new]] = 1
+    running = np.cumsum(marks[:-1])
+    starts = np.asarray(offsets[:-1], np.int64)
+    before = np.concatenate([[0], running])[starts]  # turns counted before each sequence's first token
+    return (running - np.repeat(before, np.diff(offsets))).astype(np.int32)
 
 
 def joined_versions(versions: Any) -> str | None:
@@ -115,9 +133,7 @@ def assemble_seqs(path: Path | str, seqs: list[Seq], meta: dict, exclusions: Exc
     if batch.env is not None:
         counts = Counter(batch.env.tolist())
         batch.meta["environments"] = " · ".join(f"{name} {n}" for name, n in sorted(counts.items()))
-    turns = [turn_index(s.mask) for s in seqs]
-    if any(t.size and t[-1] > 0 for t in turns):
-        batch.turn = np.concatenate(turns)
+    batch.turn = turn_index(batch.mask, batch.rollout_logp, batch.offsets)
     batch.meta["exclusions"] = exclusions.to_list()
     batch.meta.setdefault("source", str(path))
     return batch
