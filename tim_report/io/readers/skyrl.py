@@ -46,7 +46,7 @@ def read(src, allow_pickle: bool = False):
         if _arr(values, key) is None:
             raise BadInput(path, f"no '{key}' in this SkyRL batch (keys: {', '.join(sorted(values)) or 'none'}); "
                                  "rollout_logprobs is there only when the generator returned log-probs")
-    ex, notes = Exclusions(), []
+    ex, notes = Exclusions(), list[str]()
     rows = _rows(path, values, metadata, ex)
     how = _alignment(path, _need(values, "response_mask")[rows])
     groups, group_key = _groups(metadata, len(rows), notes)
