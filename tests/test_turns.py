@@ -14,10 +14,13 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from test_frameworks import DATA, aligned, expected, fixtures, read, run
 
 from tim_report.analysis import analyze
 from tim_report.io import load
+from tim_report.io.sequences import turn_index
 
 LONG = (30, 60)
 
@@ -44,6 +47,33 @@ def turn_starts_follow_placeholder_gaps(batch) -> None:
         assert all(m[j] and not m[j - 1] and ro[j - 1] == 0.0 for j in rises)
         gaps = [j for j in range(1, len(m)) if m[j] and not m[j - 1] and m[:j].any()]
         assert list(rises) == gaps
+
+
+def _turns_one_by_one(mask, rollout, offsets):
+    """The rule read literally, token by token: a trained token after an untrained run of 0.0s, after a trained one."""
+    out = np.zeros(len(mask), np.int32)
+    for i in range(len(offsets) - 1):
+        k, seen, gap_clean, in_gap = 0, False, True, False
+        for j in range(offsets[i], offsets[i + 1]):
+            if mask[j]:
+                if seen and in_gap and gap_clean:
+                    k += 1
+                seen, in_gap, gap_clean = True, False, True
+            elif seen:
+                in_gap, gap_clean = True, gap_clean and rollout[j] == 0.0
+            out[j] = k
+    return out
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.booleans(), st.sampled_from([0.0, -0.5])), max_size=60), st.lists(st.integers(0, 60), max_size=6))
+def test_turn_index_matches_the_rule_token_by_token(tokens, cuts):
+    mask = np.array([t[0] for t in tokens], bool)
+    rollout = np.array([t[1] for t in tokens])
+    offsets = np.array(sorted([0, len(tokens), *[c for c in cuts if c <= len(tokens)]]), np.int64)  # empty ones too
+    got, want = turn_index(mask, rollout, offsets), _turns_one_by_one(mask, rollout, offsets)
+    np.testing.assert_array_equal(got if got is not None else np.zeros(len(tokens), np.int32), want)
+    assert (got is None) == (not want.any())
 
 
 # ---- verl: the tool output is zeros inside response_mask --------------------------------------------
