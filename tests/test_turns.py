@@ -199,3 +199,13 @@ def test_skyrl_inspect_lists_only_filled_roles(step, group):
     roles = json.loads(res.stdout)["roles"]
     assert "reward" not in roles and roles.get("group", {}).get("key") == group
     assert roles["rollout"]["key"] == "rollout_logprobs" and roles["advantage"]["key"] == "advantages"
+
+
+@pytest.mark.parametrize("bad", [np.nan, -1.0, 0.5])
+def test_turn_ids_that_are_not_turn_numbers_are_bad_input(tmp_path, bad):
+    batch, _, _ = fixtures.verl_batch(np.random.default_rng(7), n=4)
+    ids = torch.zeros_like(batch["rollout_log_probs"])
+    ids[0, 0] = bad
+    torch.save({**batch, "turn": ids}, tmp_path / "t.pt")
+    res = run("check", tmp_path / "t.pt")
+    assert res.exit_code == 2 and "not turn numbers" in res.stderr and "Traceback" not in res.output

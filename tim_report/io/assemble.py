@@ -304,7 +304,10 @@ def _optional_roles(p, roles, get, layout, flat, rollout_raw, raw: RawFile, batc
     value = get("reward")
     batch.reward = None if value is None else _per_seq(p, roles["reward"].key, value, layout, flat, batch)
     batch.advantage = _advantage_role(p, roles, get("advantage"), layout, flat, batch)
-    batch.turn = _token_role(p, "turn", roles, get("turn"), layout, flat, rollout_raw, notes, np.int32)
+    turn = _token_role(p, "turn", roles, get("turn"), layout, flat, rollout_raw, notes, np.float64)
+    if turn is not None and not (np.isfinite(turn).all() and (turn == np.round(turn)).all() and (turn >= 0).all()):
+        raise BadInput(p, f"'{roles['turn'].key}' holds values that are not turn numbers (whole numbers ≥ 0)")
+    batch.turn = None if turn is None else turn.astype(np.int32)
     _prompt_roles(p, roles, get("prompt"), get("prompt_text"), get("attention"), raw, batch)
 
 
