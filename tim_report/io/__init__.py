@@ -146,7 +146,14 @@ def _read(src: Source, keys: dict[str, str] | None, allow_pickle: bool) -> tuple
     batch, fields = reader.read(src, allow_pickle)
     batch.meta.setdefault("source", str(src.origin))
     why = f"fixed by the {src.framework} format"
-    return batch, fields, {r: {"key": k, "reason": why} for r, k in batch.meta.get("keys", {}).items()}
+    filled = {r: k for r, k in batch.meta.get("keys", {}).items() if getattr(batch, _ROLE_FIELDS.get(r, "mask")) is not None}
+    batch.meta["keys"] = filled
+    return batch, fields, {r: {"key": k, "reason": why} for r, k in filled.items()}
+
+
+# The StepBatch field each optional role fills: a framework reader's role is listed only when its field is.
+_ROLE_FIELDS = {"tokens": "token_ids", "text": "token_text", "group": "group", "reward": "reward", "advantage": "advantage",
+                "shadow": "shadow_logp", "prompt": "prompt_ids", "turn": "turn"}
 
 
 def _read_dict(src: Source, keys: dict[str, str] | None, allow_pickle: bool) -> tuple[StepBatch, list[dict], dict]:
