@@ -70,13 +70,12 @@ def can(command: list[str]) -> bool:
         return False
 
 
-def start_slow_build(folder: Path, site: Path, prefix: list[str] = ()) -> subprocess.Popen:
-    """A build of 6 big batches, started; returns once its staging folder is inside `site`."""
-    paths = [str(batch_file(folder, f"big{i}.npz", i, n_seqs=400, mean_len=400)) for i in range(6)]
-    proc = subprocess.Popen([*prefix, *TOOL, "build", *paths, "-o", str(site)], stdout=subprocess.PIPE,
+def start_build(paths: list[Path], site: Path, wait_for: str = "") -> subprocess.Popen:
+    """A build of `paths` into `site`, started; returns once its staging folder (holding `wait_for`) is there."""
+    proc = subprocess.Popen([*TOOL, "build", *map(str, paths), "-o", str(site)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while time.time() < deadline and proc.poll() is None and not staging_folders(site):
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None and not any((s / wait_for).exists() for s in staging_folders(site)):
         time.sleep(0.01)
     return proc
 
@@ -142,7 +141,7 @@ def test_a_users_folders_named_like_staging_folders_are_never_removed(tmp_path):
 @pytest.mark.slow
 def test_a_staging_folder_left_by_kill_9_is_removed_by_the_next_build(tmp_path):
     site = tmp_path / "site"
-    proc = start_slow_build(tmp_path / "in", site)
+    proc = start_build([batch_file(tmp_path / "in", f"big{i}.npz", i, n_seqs=400, mean_len=400) for i in range(6)], site)
     assert staging_folders(site), proc.communicate()
     proc.kill()
     proc.wait(timeout=60)
@@ -189,7 +188,9 @@ def test_a_build_in_another_pid_namespace_never_removes_a_live_builds_staging_fo
         pytest.skip("unshare --pid is not allowed here; test_a_live_builds_staging_folder_is_told_by_its_lock_not_its_pid "
                     "covers the rule")
     site = tmp_path / "site"
-    slow = start_slow_build(tmp_path / "in", site)
+    runs = [f"s{i:02d}" for i in range(64)]  # over one chunk (32): the first chunk's folders wait in staging
+    slow = start_build([batch_file(tmp_path / "in", f"{r}.npz", i, n_seqs=100, mean_len=100) for i, r in enumerate(runs)],
+                       site, wait_for=runs[0])
     assert staging_folders(site), slow.communicate()
     other = subprocess.run([*namespace, *TOOL, "build", str(batch_file(tmp_path / "in", "small.npz")), "-o", str(site)],
                            capture_output=True, text=True, timeout=300)
@@ -198,8 +199,8 @@ def test_a_build_in_another_pid_namespace_never_removes_a_live_builds_staging_fo
         pytest.skip("the slow build ended before the other namespace's build ran")
     out, err = slow.communicate(timeout=600)
     assert slow.returncode == 0, err
-    assert {f"big{i}" for i in range(6)} | {"small"} <= marker(site)
-    assert index_links_only_existing_folders(site) == [f"big{i}" for i in range(6)]
+    assert {*runs, "small"} <= marker(site)
+    assert index_links_only_existing_folders(site) == runs
     assert not staging_folders(site)
 
 
