@@ -79,20 +79,33 @@ def staging(out: Path) -> Iterator[Path]:
     try:
         out.mkdir(parents=True, exist_ok=True)
         remove_stale(out)
-        tmp = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=out))
-        lock = create_locked(tmp / STAGING_LOCK, tmp.name.encode())
     except OSError as exc:
         raise BadInput(out, f"cannot write here: {exc.strerror or exc}") from None
+    tmp, lock = None, -1
     try:
+        with _signals_held():  # a signal before `tmp` is known would leave a folder this `finally` cannot remove
+            tmp, lock = _new_staging(out)
         yield tmp
     except OSError as exc:  # a write into staging failed: full disk, quota, permissions
         raise BadInput(exc.filename or out, f"cannot write the output ({exc.strerror or exc}); nothing was changed") from None
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-        os.close(lock)
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if lock >= 0:
+            os.close(lock)
         if created:  # only while empty: never another build's staging folder or a moved entry
             with contextlib.suppress(OSError):
                 out.rmdir()
+
+
+def _new_staging(out: Path) -> tuple[Path, int]:
+    """A new staging folder and the descriptor holding its lock."""
+    tmp = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=out))
+    try:
+        return tmp, create_locked(tmp / STAGING_LOCK, tmp.name.encode())
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def remove_stale(out: Path) -> None:
