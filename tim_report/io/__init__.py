@@ -135,6 +135,11 @@ def _one(src: str | Path | Source, format_hint: str | None) -> Source:
 
 def _read(src: Source, keys: dict[str, str] | None, allow_pickle: bool) -> tuple[StepBatch, list[dict], dict]:
     """Dispatch on the framework. For `inspect`: the fields the file holds, and which filled which role and why."""
+    if src.framework == "dict" and len(src.paths) > 1:  # save_step's rank files of one step
+        from .ranks import merge_ranks
+
+        parts = [_read_dict(Source((p,), "dict", src.step, src.run_id, p), keys, allow_pickle) for p in src.paths]
+        return merge_ranks(src.origin, [b for b, _, _ in parts]), parts[0][1], parts[0][2]
     if src.framework in ("dict", "verl"):
         return _read_dict(src, keys, allow_pickle)
     if keys:
