@@ -9,7 +9,7 @@ The Python API, for notebooks and scripts (tim_report.api); heavy packages are i
 inside a training loop (tim_report.io.save_step; docs/integrations.md has each framework's lines):
 
     tim_report.save_step("tim_steps/", rollout_logp, trainer_logp, mask=loss_mask, step=step, rank=rank)
-    writer = tim_report.StepWriter("tim_steps/")   # the same, written by a thread: writer.save(...), writer.close()
+    tim_report.save_step(..., background=True)  # the disk left to a thread (or background=tim_report.StepWriter())
 
 and for kernel and engine test suites (tim_report.assertions, tim_report.capture.score):
 

@@ -23,7 +23,8 @@ import numpy as np
 
 from ..errors import BadInput
 from ..model import StepBatch
-from .canonical import TOPK_FIELDS, save_batch
+from .canonical import TOPK_FIELDS
+from .step_writer import StepWriter, shared_writer, write
 
 WHO = "save_step"
 NARROW_FLOATS = ("float16", "bfloat16", "float32")  # widened to float32 exactly; float64 stays float64
@@ -92,6 +93,7 @@ def build_step(c: Converted, meta: dict[str, Any]) -> StepBatch:
         raise BadInput(WHO, f"'trainer_logp' is {list(trainer.shape)} but 'rollout_logp' is {list(rollout.shape)}")
     narrow = all(c.logp_dtypes[n] in NARROW_FLOATS for n in ("rollout_logp", "trainer_logp"))
     logp_dtype = np.float32 if narrow else np.float64
+    take: _Padded | _Flat
     if rollout.ndim == 2:
         if "offsets" in a:
             raise BadInput(WHO, "'offsets' goes with flat [T] log-probs; these are padded [B, T]")
@@ -126,7 +128,7 @@ def save_step(path: str | Path, rollout_logp: Any, trainer_logp: Any, *, mask: A
               trainer_topk_logp: Any = None, step: int | None = None, rank: int = 0, world_size: int | None = None,
               model: str | None = None, rollout_engine: str | None = None, rollout_dtype: str | None = None,
               trainer_engine: str | None = None, trainer_dtype: str | None = None, meta: dict | None = None,
-              background: Any = False) -> Path:
+              background: bool | StepWriter = False) -> Path:
     """Save one step's rollout and trainer log-probs (and what else is given) as the canonical `.npz`; returns its path.
 
     `mask` is the loss mask (1 = trained); `tool_mask` (0 = a tool's output) is folded into it. `prompt_ids` is
@@ -154,19 +156,11 @@ def save_step(path: str | Path, rollout_logp: Any, trainer_logp: Any, *, mask: A
             raise BadInput(WHO, f"'prompt_ids' has {len(prompts)} prompts for {batch.n_seqs} sequences")
         batch.prompt_ids = prompts
     if background is not False:
-        from .step_writer import shared_writer
-
-        writer = shared_writer() if background is True else background
+        writer = background if isinstance(background, StepWriter) else shared_writer()
         writer.put(target, batch)
     else:
         write(target, batch)
     return target
-
-
-def write(target: Path, batch: StepBatch) -> None:
-    """The disk part of a save (the writer thread runs it): the step's folder, then the file, atomically."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    save_batch(batch, target, compact=True)
 
 
 class _Padded:

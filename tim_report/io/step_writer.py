@@ -1,9 +1,9 @@
 """StepWriter: step files written on a thread of their own, so a training loop never waits on the disk.
 
-`save_step(..., background=writer)` (or `writer.save(...)`) copies the tensors to the CPU and checks them in the
-caller, then queues the batch; the thread compresses and writes it (atomically, fsync'ed). The queue is bounded
+`save_step(..., background=writer)` copies the tensors to the CPU and checks them in the caller, then queues the
+batch; the thread compresses and writes it (atomically, fsync'ed). The queue is bounded
 (`max_pending` steps), so memory stays bounded when the disk is slower than the loop: `save` then waits. A
-failed write is raised by the next `save`, `flush` or `close`, never lost. `save_step(..., background=True)`
+failed write is raised by the next `save_step`, `flush` or `close`, never lost. `save_step(..., background=True)`
 shares one writer per process, flushed when the interpreter exits.
 """
 
@@ -13,31 +13,28 @@ import atexit
 import queue
 import threading
 from pathlib import Path
-from typing import Any
 
 from ..model import StepBatch
+from .canonical import save_batch
 
 _STOP = None
 
 
-class StepWriter:
-    """A background writer of step files under `path` (see save_step for the arguments of `save`)."""
+def write(target: Path, batch: StepBatch) -> None:
+    """The disk part of a save (the writer thread runs it): the step's folder, then the file, atomically."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    save_batch(batch, target, compact=True)
 
-    def __init__(self, path: str | Path | None = None, max_pending: int = 2):
-        self.path = Path(path) if path is not None else None
+
+class StepWriter:
+    """A thread that writes the steps `save_step(..., background=writer)` hands it, in order."""
+
+    def __init__(self, max_pending: int = 2):
         self._queue: queue.Queue = queue.Queue(maxsize=max(1, max_pending))
         self._error: BaseException | None = None
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="tim-report-step-writer", daemon=True)
         self._thread.start()
-
-    def save(self, rollout_logp: Any, trainer_logp: Any, **kwargs: Any) -> Path:
-        """save_step into this writer's folder; returns the file's path (written once `flush` returns)."""
-        from .save_step import save_step
-
-        if self.path is None:
-            raise ValueError("this StepWriter has no folder: call save_step(path, ..., background=writer)")
-        return save_step(self.path, rollout_logp, trainer_logp, background=self, **kwargs)
 
     def put(self, target: Path, batch: StepBatch) -> None:
         """Queue a checked batch (waits while `max_pending` are queued)."""
@@ -66,8 +63,6 @@ class StepWriter:
         self.close()
 
     def _run(self) -> None:
-        from .save_step import write
-
         while True:
             item = self._queue.get()
             try:
