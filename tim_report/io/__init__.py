@@ -25,7 +25,7 @@ from ..model import META_KEYS, StepBatch
 from .assemble import build_batch
 from .canonical import save_batch
 from .detect import FRAMEWORKS
-from .discover import Source, settle_step, sources
+from .discover import SAVED_STEP, Source, settle_step, sources
 from .files import RawFile, raw_file, read_file
 from .limits import limited
 from .options import LoadOptions
@@ -135,7 +135,7 @@ def _one(src: str | Path | Source, format_hint: str | None) -> Source:
 
 def _read(src: Source, keys: dict[str, str] | None, allow_pickle: bool) -> tuple[StepBatch, list[dict], dict]:
     """Dispatch on the framework. For `inspect`: the fields the file holds, and which filled which role and why."""
-    if src.framework == "dict" and len(src.paths) > 1:  # save_step's rank files of one step
+    if src.kind.startswith(SAVED_STEP):  # save_step's rank files of one step
         from .ranks import merge_ranks
 
         parts = [_read_dict(Source((p,), "dict", src.step, src.run_id, p), keys, allow_pickle) for p in src.paths]

@@ -25,6 +25,7 @@ from .detect import INPUT_SUFFIXES, check_hint, detect_file, first_record
 STEP_RE = re.compile(r"(?:global[_-]?)?step[_-]?(\d+)", re.IGNORECASE)
 RANK_FILE = re.compile(r"rank_(\d+)\.jsonl$")
 RANK_NPZ = re.compile(r"rank_(\d+)\.npz$")  # save_step's step_S/rank_R.npz
+SAVED_STEP = "save_step step"  # the kind of such a Source: io.load merges its rank files
 STEP_DIR = re.compile(r"step_(\d+)$")
 NEMO_FILE = re.compile(r"train_data_step(\d+)\.jsonl$")
 SKYRL_FILE = re.compile(r"global_step_(\d+)_training_input\.pkl$")
@@ -152,7 +153,7 @@ def _saved_step(step_dir: Path, hint: str | None) -> Source:
         raise BadInput(step_dir, f"--format-hint {hint}: these rank_*.npz files are tim-report's canonical format (hint dict)")
     step = _int(STEP_DIR, step_dir.name)
     return Source(tuple(ranks), "dict", step, _step_id(step, step_dir.name), step_dir,
-                  f"save_step step folder ({len(ranks)} rank file{'s' if len(ranks) != 1 else ''})")
+                  f"{SAVED_STEP} folder ({len(ranks)} rank file{'s' if len(ranks) != 1 else ''})")
 
 
 def _train_data(folder: Path, hint: str | None) -> list[Source]:
