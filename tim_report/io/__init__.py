@@ -4,6 +4,7 @@
     load(src, options)    a Source or a path holding one batch → StepBatch (BadInput with a one-line reason otherwise)
     describe(src, options) what `tim-report inspect` prints: framework, layout, keys, the role mapping, exclusions and why
     save_batch(b, p)      the canonical `.npz`
+    save_step(p, ...)     a training loop's tensors → the canonical `.npz` of one rank of a step (save_step.py)
     LoadOptions           how to read (keys, meta, pickling, tokenizer, format hint, size limit): one object for all
 
 Framework dumps (prime-rl, slime, miles, NeMo-RL, SkyRL, verl) are read by their own module in
