@@ -28,8 +28,6 @@ from .step_writer import StepWriter, shared_writer, write
 
 WHO = "save_step"
 NARROW_FLOATS = ("float16", "bfloat16", "float32")  # widened to float32 exactly; float64 stays float64
-TOKEN_ARRAYS = ("token_ids", "advantage", "turn", "tool_mask", *TOPK_FIELDS)
-SEQ_ARRAYS = ("group", "reward")
 
 
 def step_path(path: str | Path, step: int | None, rank: int) -> Path:
