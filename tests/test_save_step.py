@@ -116,9 +116,11 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, kwargs, words):
     assert not any(tmp_path.rglob("*"))
 
 
-def test_a_folder_needs_a_step(tmp_path):
+def test_a_folder_needs_a_step_and_a_rank_inside_the_world(tmp_path):
     with pytest.raises(BadInput, match="give step="):
         tim_report.save_step(tmp_path, np.zeros((1, 2)), np.zeros((1, 2)))
+    with pytest.raises(BadInput, match="rank 2 is not in"):
+        tim_report.save_step(tmp_path, np.zeros((1, 2)), np.zeros((1, 2)), step=0, rank=2, world_size=2)
 
 
 def test_a_failed_write_leaves_neither_file_nor_temporary(tmp_path, monkeypatch):

@@ -70,11 +70,9 @@ def convert(arrays: dict[str, Any]) -> Converted:
     for name, value in arrays.items():
         if value is None:
             continue
+        out[name] = to_numpy(name, value)
         if name in ("rollout_logp", "trainer_logp") or name.endswith("topk_logp"):
-            out[name] = to_numpy(name, value)
             dtypes[name] = str(value.dtype if hasattr(value, "dtype") else out[name].dtype).removeprefix("torch.")
-        else:
-            out[name] = to_numpy(name, value)
     return Converted(out, dtypes)
 
 
@@ -144,6 +142,8 @@ def save_step(path: str | Path, rollout_logp: Any, trainer_logp: Any, *, mask: A
     if step is not None:
         header["step"] = int(step)
     if world_size is not None:
+        if not 0 <= int(rank) < int(world_size):
+            raise BadInput(WHO, f"rank {rank} is not in 0 … world_size - 1 ({int(world_size) - 1})")
         header["world_size"] = int(world_size)
     target = step_path(path, step, rank)
     converted = convert(arrays)
