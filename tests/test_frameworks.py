@@ -330,7 +330,9 @@ def fake_verl(monkeypatch):
     return DataProto
 
 
-def test_verl_dataproto_without_verl_says_so(tmp_path):
+def test_verl_dataproto_without_verl_says_so(tmp_path, monkeypatch):
+    for name in ("verl", "verl.protocol"):  # as where verl is not installed (the integrations extra installs it)
+        monkeypatch.setitem(sys.modules, name, None)
     path = DATA / "verl" / "dataproto_step_3.pkl"
     one_line_exit_2(run("build", path, "-o", tmp_path / "a"), path, "--allow-pickle")
     one_line_exit_2(run("build", path, "--allow-pickle", "-o", tmp_path / "b"), path, "needs the 'verl' package")
