@@ -20,7 +20,6 @@ point (the run view's, analysis/trend.py). Each is one line and, with an alarm c
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import subprocess
@@ -32,13 +31,12 @@ from ..analysis.history import check_history
 from ..config import HISTORY_MARGIN, HISTORY_WINDOW
 from ..errors import BadInput
 from ..io import Source, sources
-from ..site.index_json import read_history
+from ..site.index_json import read_document
 from ..site.layout import INDEX_JSON
 from .build import BuildOptions, BuildResult, build
 
 TEMP_NAME = re.compile(r"(^[.#~])|([.~](tmp|temp|part|partial|incomplete|swp|crdownload)$)|(~$)|(\.tmp\.)", re.IGNORECASE)
 ALARM_TIMEOUT = 60.0  # seconds an alarm command may run before it is stopped: a hung notifier must not stop the watch
-INDEX_MAX_BYTES = 32 << 20
 
 
 @dataclass
@@ -204,10 +202,10 @@ def _known(out: Path) -> tuple[set[str], set[tuple]]:
     """The steps and change points a site already holds (a watch restarted on its own site raises no alarm twice)."""
     if not (out / INDEX_JSON).is_file():
         return set(), set()
-    ids = {r["id"] for r in read_history(out)}  # validates the file (size cap, schema) or says why not
-    doc = json.loads((out / INDEX_JSON).read_text(encoding="utf-8"))
+    _, doc = read_document(out)  # capped and checked, or one line saying why not
+    ids = {str(r.get("id")) for r in doc["runs"] if isinstance(r, dict)}
     changes = {(c.get("step"), m) for c in doc.get("change_steps") or [] if isinstance(c, dict)
-               for m in c.get("metrics") or []}
+               for m in c.get("metrics") or [] if isinstance(m, str)}
     return ids, changes
 
 
