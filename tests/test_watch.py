@@ -79,7 +79,7 @@ def site_equals_fresh_build(site: Path, run: Path, scratch: Path) -> list[str]:
     ids = [r["id"] for r in doc["runs"]]
     fresh = scratch / "fresh"
     shutil.rmtree(fresh, ignore_errors=True)
-    build([run / i for i in ids], fresh, JSON)
+    build([run / i if (run / i).exists() else run / f"{i}.npz" for i in ids], fresh, JSON)  # a step folder or file
     assert (fresh / "index.json").read_text() == (site / "index.json").read_text()
     for i in ids:
         assert (fresh / i / "summary.json").read_text() == (site / i / "summary.json").read_text(), i
@@ -212,3 +212,30 @@ def _wait_for(cond, timeout: float = 30.0) -> None:
     while not cond():
         assert time.monotonic() < end, "timed out"
         time.sleep(0.05)
+
+
+def test_a_broken_or_half_written_file_holds_back_only_its_own_step(tmp_path):
+    """A folder of step files: a broken JSON-lines file is said once and the other steps go on; a half-written .npz
+    that looks settled fails to load, is left out (never published) and is taken once it is whole."""
+    from tim_report.io import save_batch
+    from tim_report.testing import make_batch
+
+    run, site = tmp_path / "run", tmp_path / "site"
+    run.mkdir()
+    for s in range(6):
+        save_batch(make_batch(n_seqs=6, mean_len=16, seed=s), run / f"step_{s}.npz")
+    (run / "step_9.jsonl").write_text('{"rollout_log_probs": [-0.5, ')
+    save_batch(make_batch(n_seqs=6, mean_len=16, seed=6), tmp_path / "step_6.npz")
+    whole = (tmp_path / "step_6.npz").read_bytes()
+    (run / "step_6.npz").write_bytes(whole[: len(whole) // 2])
+    watch = Watch(run, site, WatchOptions(build=JSON, interval=0))
+    notes = watch.step().notes + watch.step().notes
+    assert len([n for n in notes if n.startswith(f"waiting: {run / 'step_9.jsonl'}: ")]) == 1, notes
+    assert [n for n in notes if n.startswith(f"skipped: {run / 'step_6.npz'}: ")], notes
+    assert site_equals_fresh_build(site, run, tmp_path) == [f"step_{s}" for s in range(6)]
+    assert not [n for n in watch.step().notes if "step_9" in n or "step_6" in n]  # each said once while it lasts
+    (run / "step_6.npz").write_bytes(whole)
+    watch.step()
+    rnd = watch.step()
+    assert [r["id"] for r in rnd.new_rows] == ["step_6"]
+    assert site_equals_fresh_build(site, run, tmp_path) == [f"step_{s}" for s in range(7)]

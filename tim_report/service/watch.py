@@ -31,6 +31,7 @@ from ..analysis.history import check_history
 from ..config import HISTORY_MARGIN, HISTORY_WINDOW
 from ..errors import BadInput
 from ..io import Source, sources
+from ..io.detect import INPUT_SUFFIXES
 from ..site.index_json import read_document
 from ..site.layout import INDEX_JSON
 from .build import BuildOptions, BuildResult, build
@@ -101,17 +102,13 @@ class Poller:
         self.seen: dict[Path, Stat | None] = {}  # every file of every step at the previous poll
         self.ranks = 0  # the most files an accepted step had
         self.stable = False  # a prime-rl step folder of this run has had its STABLE marker
-        self.waiting: str | None = None  # the last discovery problem said (said once, not every poll)
+        self.said: set[str] = set()  # the problems the previous poll said (each is said once while it lasts)
 
     def poll(self) -> tuple[list[Source], list[str]]:
-        """The complete steps now, and notes (a discovery problem, said once while it lasts)."""
-        try:
-            found = sources(self.run_dir, self.hint) if self.run_dir.exists() else []
-        except BadInput as exc:  # a file being written may not be readable yet: wait for it, say why once
-            note = f"waiting: {exc}"
-            said, self.waiting = self.waiting, note
-            return [], [note] if note != said else []
-        self.waiting = None
+        """The complete steps now, and notes (each problem said once while it lasts)."""
+        found, notes = self._discover()
+        fresh = [n for n in notes if n not in self.said]
+        self.said = set(notes)
         now = {p: _stat(p) for s in found for p in s.paths}
         previous, self.seen = self.seen, now
         self.stable |= any(_prime_step(s) and (s.origin / "STABLE").is_file() for s in found)
@@ -119,7 +116,26 @@ class Poller:
         if self.declared is None and settled:
             self.ranks = max(self.ranks, *(len(s.paths) for s in settled))
         need = self.declared if self.declared is not None else self.ranks
-        return [s for s in settled if len(s.paths) >= need], []
+        return [s for s in settled if len(s.paths) >= need], fresh
+
+    def _discover(self) -> tuple[list[Source], list[str]]:
+        """Every step `build` would find; when one file makes the folder unreadable as a whole (a JSON-lines file half
+        written, or broken), the folder's step files one by one, so the others still go on."""
+        if not self.run_dir.exists():
+            return [], []
+        try:
+            return sources(self.run_dir, self.hint), []
+        except BadInput as exc:
+            if not self.run_dir.is_dir():
+                return [], [f"waiting: {exc}"]
+            found, notes = [], []
+            for f in sorted(self.run_dir.iterdir()):
+                if f.is_file() and f.suffix.lower() in INPUT_SUFFIXES and not temporary(f):
+                    try:
+                        found += sources(f, self.hint)
+                    except BadInput as one:
+                        notes.append(f"waiting: {one}")
+            return found, notes or [f"waiting: {exc}"]
 
     def _settled(self, s: Source, now: dict, previous: dict) -> bool:
         """Every file unchanged since the previous poll, none temporary or empty, and the STABLE marker if the run uses it."""
