@@ -239,3 +239,29 @@ def test_a_broken_or_half_written_file_holds_back_only_its_own_step(tmp_path):
     rnd = watch.step()
     assert [r["id"] for r in rnd.new_rows] == ["step_6"]
     assert site_equals_fresh_build(site, run, tmp_path) == [f"step_{s}" for s in range(7)]
+
+
+@pytest.mark.parametrize("args, problem", [
+    (["--on-alarm", ""], "--on-alarm: is empty"),
+    (["--on-alarm", "notify 'unclosed"], "--on-alarm: cannot split the command"),
+])
+def test_cli_bad_options_are_one_line(tmp_path, args, problem):
+    from click.testing import CliRunner
+
+    from tim_report.cli import main
+
+    r = CliRunner().invoke(main, ["watch", str(tmp_path), "-o", str(tmp_path / "site"), "--once", *args])
+    assert r.exit_code == 2 and r.output.count("\n") == 1 and problem in r.output, r.output
+
+
+def test_cli_refuses_a_foreign_output_folder(prepared, tmp_path):
+    from click.testing import CliRunner
+
+    from tim_report.cli import main
+
+    src, _ = prepared
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "thesis.txt").write_text("mine")
+    r = CliRunner().invoke(main, ["watch", str(src), "-o", str(tmp_path / "site"), "--once", "--interval", "0.05"])
+    assert r.exit_code == 2 and r.output.count("\n") == 1 and "was not written by tim-report" in r.output, r.output
+    assert sorted(p.name for p in (tmp_path / "site").iterdir()) == ["thesis.txt"]

@@ -34,6 +34,7 @@ from ..io import Source, sources
 from ..io.detect import INPUT_SUFFIXES
 from ..site.index_json import read_document
 from ..site.layout import INDEX_JSON
+from ..site.publish import check_target
 from .build import BuildOptions, BuildResult, build
 
 TEMP_NAME = re.compile(r"(^[.#~])|([.~](tmp|temp|part|partial|incomplete|swp|crdownload)$)|(~$)|(\.tmp\.)", re.IGNORECASE)
@@ -159,6 +160,7 @@ class Watch:
     """A run folder followed into a site: `step()` is one poll and, when a complete step is new or changed, one build."""
 
     def __init__(self, run_dir: Path, out: Path, options: WatchOptions):
+        check_target(out)  # a folder that cannot be a site is refused before the first poll
         self.run_dir, self.out, self.opts = run_dir, out, options
         self.poller = Poller(run_dir, options.build.load.format_hint, options.ranks)
         self.built: tuple | None = None  # the complete steps and their files' stats at the last build
