@@ -1,8 +1,8 @@
 """`tim-report watch RUN_DIR -o SITE`: follow a live run; one line per new step, band break and change point.
 
-    step_12: 18,432 tokens, 64 sequences, median |δ| 0.0041 nats, KL k3 4.1e-04, ESS 0.9987
+    step_12: 18432 tokens, 64 sequences, median |δ| 0.0041 nats, KL k3 0.00041, ESS 0.9987
     alarm: step_13: outside the run's band: kl_k3 = 0.0123 > 0.00456, above the run's band (median …)
-    alarm: change point: At step 13, KL k3 rose from … (the run view's sentence)
+    alarm: change point: From step 13, KL k3 is 5.4× higher (0.00023 → 0.00124) … (the run view's sentence)
 
 Ctrl-C or SIGTERM stops it after the build in progress (a second one stops at once, removing the staging folder):
 the site is always a complete one, the publish being all or nothing. Exit 0 when stopped, 2 on bad input.

@@ -103,13 +103,14 @@ class Poller:
         self.seen: dict[Path, Stat | None] = {}  # every file of every step at the previous poll
         self.ranks = 0  # the most files an accepted step had
         self.stable = False  # a prime-rl step folder of this run has had its STABLE marker
-        self.said: set[str] = set()  # the problems the previous poll said (each is said once while it lasts)
+        self.pending: set[str] = set()  # the problems the previous poll met: one met on two polls in a row is said
+        self.said: set[str] = set()  # the problems said, each once while it lasts (a file being written meets one)
 
     def poll(self) -> tuple[list[Source], list[str]]:
-        """The complete steps now, and notes (each problem said once while it lasts)."""
+        """The complete steps now, and notes: a problem met on two polls in a row, said once while it lasts."""
         found, notes = self._discover()
-        fresh = [n for n in notes if n not in self.said]
-        self.said = set(notes)
+        fresh = [n for n in notes if n in self.pending and n not in self.said]  # a problem that lasts, said once
+        self.pending, self.said = set(notes), (self.said & set(notes)) | set(fresh)
         now = {p: _stat(p) for s in found for p in s.paths}
         previous, self.seen = self.seen, now
         self.stable |= any(_prime_step(s) and (s.origin / "STABLE").is_file() for s in found)
