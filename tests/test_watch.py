@@ -130,6 +130,11 @@ def test_watch_follows_a_run_written_step_by_step(prepared, tmp_path):
     # the site a watch wrote is the site `build RUN` writes: same index, every step reused from the cache
     again = build([tmp_path / "run"], site, JSON)
     assert again.analysed == 0 and again.reused == STEPS
+    # a watch restarted on its own site raises no alarm for what the site already holds
+    restarted = Watch(tmp_path / "run", site, WatchOptions(build=JSON, interval=0))
+    rounds = [restarted.step(), restarted.step()]
+    assert rounds[1].result is not None and rounds[1].result.analysed == 0
+    assert not [a for r in rounds for a in r.alarms] and not [row for r in rounds for row in r.new_rows]
 
 
 def test_stable_marker_and_temporary_names(prepared, tmp_path):
