@@ -59,6 +59,10 @@ class HtmlRenderer:
         return {"index.html": render_index(index, timestamp=options.timestamp, notes_md=options.notes_md)}
 
     def compare(self, comparison: dict, options) -> dict[str, str]:
+        if comparison.get("kind") == "arms":
+            from .arms import render_arms_html
+
+            return {"index.html": render_arms_html(comparison, options.timestamp)}
         from .compare_html import render_compare_html
 
         return {"index.html": render_compare_html(comparison, options.timestamp)}
