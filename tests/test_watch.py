@@ -147,6 +147,7 @@ def test_stable_marker_and_temporary_names(prepared, tmp_path):
         assert poller.poll()[0] == []
         assert [s.run_id for s in poller.poll()[0]] == ["step_0"]  # step_1 has no STABLE yet, though its ranks settled
         writer("stable 1")
+        (run / "step_2").mkdir()  # prime-rl made the next step's folder and wrote nothing yet: the others go on
         assert [s.run_id for s in poller.poll()[0]] == ["step_0", "step_1"]
     finally:
         writer.close()

@@ -32,6 +32,7 @@ from ..config import HISTORY_MARGIN, HISTORY_WINDOW
 from ..errors import BadInput
 from ..io import Source, sources
 from ..io.detect import INPUT_SUFFIXES
+from ..io.discover import STEP_DIR
 from ..site.index_json import read_document
 from ..site.layout import INDEX_JSON
 from ..site.publish import check_target
@@ -121,8 +122,9 @@ class Poller:
         return [s for s in settled if len(s.paths) >= need], fresh
 
     def _discover(self) -> tuple[list[Source], list[str]]:
-        """Every step `build` would find; when one file makes the folder unreadable as a whole (a JSON-lines file half
-        written, or broken), the folder's step files one by one, so the others still go on."""
+        """Every step `build` would find; when one file or step folder makes the run unreadable as a whole (a JSON-lines
+        file half written or broken, a prime-rl step folder with no rank file yet), its steps one by one, so that the
+        others still go on."""
         if not self.run_dir.exists():
             return [], []
         try:
@@ -130,11 +132,13 @@ class Poller:
         except BadInput as exc:
             if not self.run_dir.is_dir():
                 return [], [f"waiting: {exc}"]
+            base = self.run_dir / "token_exports" if (self.run_dir / "token_exports").is_dir() else self.run_dir
             found, notes = [], []
-            for f in sorted(self.run_dir.iterdir()):
-                if f.is_file() and f.suffix.lower() in INPUT_SUFFIXES and not temporary(f):
+            for entry in sorted(base.iterdir()):
+                step_file = entry.is_file() and entry.suffix.lower() in INPUT_SUFFIXES and not temporary(entry)
+                if step_file or (entry.is_dir() and STEP_DIR.match(entry.name)):
                     try:
-                        found += sources(f, self.hint)
+                        found += sources(entry, self.hint)
                     except BadInput as one:
                         notes.append(f"waiting: {one}")
             return found, notes or [f"waiting: {exc}"]
