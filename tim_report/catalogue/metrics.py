@@ -359,6 +359,7 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("abs_dp_max", "max |Δp|", "number", 0, "up"),
     Metric("seq_log_ratio_abs_max", "max |Σδ| of a sequence", "nats", 0, "up"),
     Metric("seq_log_ratio_mean", "mean Σδ", "nats", 0, "both"),
+    Metric("seq_log_ratio_abs_mean", "mean |Σδ| of a sequence", "nats", 0, "up"),
     Metric("data_problems", "data problems", "count", 0, "up", trend=Trend("difference", 1.5, 1.0)),
 )
 
@@ -382,7 +383,8 @@ ARMS = INDEX  # an A/B comparison of arms (compare A/ B/): each arm's level with
 # the metrics an index row (index.json, the cache) carries: what the index, the trend, the history gate and the
 # engine-pair table read without the Report
 ROW = ("tokens", "sequences", "ess", "kl_k3", "abs_delta_median", "abs_delta_mean", "abs_delta_max", "outside_2x",
-       "outside_5x", "phantom_clip", "veto_token_fraction", "veto_seq_fraction", "seq_log_ratio_mean")
+       "outside_5x", "phantom_clip", "veto_token_fraction", "veto_seq_fraction", "seq_log_ratio_mean",
+       "seq_log_ratio_abs_mean")
 
 # what an experiment logger gets (Report.scalars(), `export --tensorboard`), as "tim/<key>": the headline and the summary's
 # numbers and the batch's size; `export` from index.json rows gives those of them a row carries (ROW)

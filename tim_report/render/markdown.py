@@ -410,6 +410,19 @@ def _trend_table(index: dict, base_url: str | None = None) -> str:
     return f"## Over training steps\n\n{tr['steps']} steps.{note}\n\n{changes}\n\n{body}"
 
 
+def _sweep(index: dict) -> str:
+    blocks = []
+    for s in index.get("sweep") or []:
+        rows = [[fmt(p["max_new_tokens"]), fmt(p["mean_length"]), fmt(p["sequences"]), fmt(p["abs_sum"]), fmt(p["kl_k3"]),
+                 fmt(p["kl_seq"])] for p in s["points"]]
+        lines = [f"- {name} grows {esc(s[k]['reading'], None, own=True) if s[k] else '— (a value of 0)'}"
+                 for name, k in (("\\|Σδ\\|", "abs_sum"), ("KL per sequence", "kl_seq"))]
+        blocks.append(f"### {esc(' '.join(s['pair'][:2]))} → {esc(' '.join(s['pair'][2:]))}\n\n"
+                      + table(["max new tokens", "mean length", "sequences", "mean \\|Σδ\\|", "KL k3 per token",
+                               "KL per sequence"], rows, numeric=range(6)) + "\n\n" + "\n".join(lines))
+    return "## Length sweep\n\n" + "\n\n".join(blocks) if blocks else ""
+
+
 def _env_table(index: dict) -> str:
     envs = index.get("envs")
     if not envs:
@@ -436,7 +449,7 @@ def render_index_md(index: dict, base_url: str | None = None) -> str:
         for m in (catalogue.metric(k) for k in (*catalogue.INDEX, "routing"))])
     core = [title, *filter(None, [_run_verdict(index, base_url)]), _runs_table(index, base_url)]
     sections = [("engine pairs", _pairs_table(index) if len(runs) > 1 else ""), ("precision matrix", _precision_table(index)),
-                ("trend over steps", _trend_table(index, base_url)), ("by environment", _env_table(index)),
+                ("trend over steps", _trend_table(index, base_url)), ("length sweep", _sweep(index)), ("by environment", _env_table(index)),
                 ("columns", columns)]
     return assemble(core, [(n, s) for n, s in sections if s], html)
 
