@@ -23,7 +23,10 @@ NEEDS_PICKLE = ("needs full unpickling (pickled objects such as verl DataProto),
 
 
 def read_pt(path: Path, allow_pickle: bool) -> Any:
-    return to_plain(unwrap_dataproto(torch_load(path, allow_pickle)), path)
+    obj = torch_load(path, allow_pickle)
+    with warnings.catch_warnings():  # torch's notes on odd tensors (nested: "prototype stage") are not ours to say
+        warnings.simplefilter("ignore")
+        return to_plain(unwrap_dataproto(obj), path)
 
 
 def file_kind(path: Path) -> str | None:
@@ -133,6 +136,11 @@ def to_plain(obj: Any, path: Path) -> Any:
 
 
 def _tensor(t, path: Path, torch) -> Any:
+    if t.is_nested or t.layout != torch.strided or t.is_quantized or t.device.type != "cpu":
+        kind = ("nested" if t.is_nested else "quantized" if t.is_quantized else f"{t.device.type}-device"
+                if t.device.type != "cpu" else str(t.layout).removeprefix("torch."))
+        raise BadInput(path, f"holds a {kind} tensor ({t.dtype}): save plain dense tensors (tensor.dequantize(), "
+                             ".to_dense(), .cpu())")
     n = t.numel()
     if n and t.layout == torch.strided and n * t.element_size() > t.untyped_storage().nbytes():
         raise BadInput(path, f"a tensor of shape {list(t.shape)} is drawn from a storage of {fmt(t.untyped_storage().nbytes())} "
@@ -141,5 +149,7 @@ def _tensor(t, path: Path, torch) -> Any:
     limits = current()
     if copy and n > limits.max_elements:
         raise BadInput(path, too_large(f"a {t.dtype} tensor of shape {list(t.shape)}", n, limits))
-    t = t.cpu()
-    return (t.float() if copy else t).numpy()
+    try:
+        return (t.float() if copy else t).numpy()
+    except (TypeError, RuntimeError) as exc:  # a dtype numpy has no counterpart for
+        raise BadInput(path, f"holds a {t.dtype} tensor numpy cannot hold ({first_line(exc)})") from None
