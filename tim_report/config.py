@@ -419,3 +419,6 @@ HISTORY_MARGIN = 1.0
 # The most of index.json `check --history` reads: a row is under 1 kB, so 32 MiB holds some 30,000 steps;
 # a larger (or endless) file is refused rather than read into memory.
 HISTORY_MAX_BYTES = 32 * 1024 * 1024
+# The most of a --notes markdown file a build reads: a narrative of a few pages is under 100 kB, and the notes are
+# copied into every page of the site.
+NOTES_MAX_BYTES = 1024 * 1024
