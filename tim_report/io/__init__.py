@@ -50,7 +50,7 @@ def load(src: str | Path | Source, options: LoadOptions | None = None) -> StepBa
         batch, _, _ = _read(src, opts.keys, opts.allow_pickle)
         _finish(batch, src, opts.max_tokens)
     if opts.tokenizer:
-        batch.decoder = load_decoder(opts.tokenizer)
+        batch.decoder = load_decoder(opts.tokenizer, batch.token_ids, src.origin)
     batch.meta.update(meta_overrides(opts.meta))
     return batch
 
