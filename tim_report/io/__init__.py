@@ -110,6 +110,8 @@ def describe(src: str | Path | Source, options: LoadOptions | None = None) -> di
     with limited(opts.max_tokens), parser_limits(src.origin):
         batch, fields, roles = _read(src, opts.keys, opts.allow_pickle)
         _finish(batch, src, opts.max_tokens)
+    if opts.tokenizer:  # not used to describe, but named: said now if it cannot be used
+        load_decoder(opts.tokenizer, batch.token_ids, src.origin)
     fields, _ = clean_strings(fields)
     return {
         **_source_info(src),
