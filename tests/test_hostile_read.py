@@ -8,11 +8,13 @@ strings reach the terminal escaped; the option that lands in a link is allow-lis
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -357,9 +359,19 @@ def test_making_run_ids_unique_is_linear(monkeypatch):
 
 
 def test_a_pt_whose_storage_record_is_cut_short_is_one_line(tmp_path):
-    """A storage record shorter than its tensor: memory-mapped, the tensor would read the next record's bytes."""
-    from test_hostile_input import cut_storage_record
-
-    path = cut_storage_record(tmp_path)
-    with pytest.raises(BadInput, match="storage"):
+    """A storage record shorter than its tensor: memory-mapped, the tensor read the next record's bytes as its own
+    (nonsense findings, exit 1); now exit 2 in one line, and a whole file still reads."""
+    buf = io.BytesIO()
+    torch.save({"rollout_log_probs": -torch.rand(4, 25) - 0.1, "old_log_probs": -torch.rand(4, 25) - 0.1}, buf)
+    whole = zipfile.ZipFile(io.BytesIO(buf.getvalue()))
+    for cut in (False, True):
+        path = tmp_path / f"cut{cut}.pt"
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as out:
+            for info in whole.infolist():
+                data = whole.read(info)
+                out.writestr(info.filename, data[:40] if cut and info.filename.endswith("/data/0") else data)
+        if not cut:
+            assert load(path).n_tokens == 100
+    one_line(run("check", path), str(path), "storage record 'data/0' holds 40 bytes", "cut short")
+    with pytest.raises(BadInput, match="cut short"):
         load(path)
