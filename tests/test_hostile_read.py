@@ -375,3 +375,49 @@ def test_a_pt_whose_storage_record_is_cut_short_is_one_line(tmp_path):
     one_line(run("check", path), str(path), "storage record 'data/0' holds 40 bytes", "cut short")
     with pytest.raises(BadInput, match="cut short"):
         load(path)
+
+
+# ---- memory: bytes as well as elements; detection reads a prefix --------------------------------------------------
+
+
+def test_a_wide_string_dtype_is_bounded_by_bytes_not_only_elements(tmp_path):
+    """`token_text` of dtype <U1000000 (4 MB an element): 70 elements pass an element count of 4,000 but hold 280 MB."""
+    from tim_report.io.limits import MIN_ARRAY_BYTES
+
+    d = to_padded(make_batch(n_seqs=3, mean_len=6), dtype=np.float64)
+    path = tmp_path / "wide.npz"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, value in d.items():
+            if value.dtype.kind != "U":
+                with zf.open(f"{name}.npy", "w") as f:
+                    np.lib.format.write_array(f, value)
+        with zf.open("token_text.npy", "w", force_zip64=True) as f:
+            wide = np.dtype("<U1000000")
+            np.lib.format.write_array_header_1_0(f, {"descr": wide.str, "fortran_order": False, "shape": (70,)})
+            zeros = bytes(wide.itemsize)
+            for _ in range(70):
+                f.write(zeros)
+    assert 70 * 4_000_000 > MIN_ARRAY_BYTES and path.stat().st_size < 2_000_000
+    one_line(run("check", path, "--max-tokens", "1000", "--key", "text=token_text"), "'token_text'", "bytes",
+             "more than this run reads")
+
+
+def test_detecting_a_jsonl_framework_reads_a_prefix_of_the_first_line(tmp_path):
+    """A first line of 8 MB (a 2 GiB one was a MemoryError): detection reads its first MiB, and still finds its keys."""
+    import tracemalloc
+
+    from tim_report.io.detect import detect_file, first_record
+
+    path = tmp_path / "long.jsonl"
+    ids = ", ".join(["123456"] * 1_000_000)
+    path.write_text('{"step": 4, "inference_logprobs": [-0.5], "trainer_logprobs": [-0.5], "loss_mask": [true], '
+                    f'"token_ids": [{ids}]}}\n')
+    tracemalloc.start()
+    try:
+        record = first_record(path)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4_000_000, peak
+    assert record["step"] == 4 and {"inference_logprobs", "token_ids"} <= set(record)
+    assert detect_file(path) == "prime-rl"
