@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
-from helpers import ROOT
+from helpers import ROOT, skip_or_fail
 
 from tim_report.cli import main
 from tim_report.errors import BadInput
@@ -257,8 +257,12 @@ def test_parser_limits_are_one_line_from_jobs_workers_too(hostile_parses, batch_
     one_line(run("build", batch_file, path, "-o", tmp_path / "site", "--jobs", "2"), PHRASES[case.split(" ")[-1]])
 
 
+@pytest.mark.slow
 def test_parser_limits_are_one_line_from_ray_tasks(hostile_parses, batch_file, tmp_path):
-    pytest.importorskip("ray")
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        skip_or_fail('ray is not installed (pip install -e ".[ray]")')
     res = run("build", batch_file, hostile_parses["npz meta digits"], "-o", tmp_path / "site", "--executor", "ray")
     one_line(res, "4,300 digits")
 
