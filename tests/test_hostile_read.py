@@ -425,3 +425,19 @@ def test_detecting_a_jsonl_framework_reads_a_prefix_of_the_first_line(tmp_path):
     assert peak < 4_000_000, peak
     assert record["step"] == 4 and {"inference_logprobs", "token_ids"} <= set(record)
     assert detect_file(path) == "prime-rl"
+
+
+@pytest.mark.parametrize("text", ["bytes per token", "one bytes value"])
+def test_token_text_as_bytes_is_read_or_one_line(tmp_path, text):
+    """Token text as bytes in a .pt was a UnicodeDecodeError (or AttributeError) traceback."""
+    d = to_padded(make_batch(n_seqs=3, mean_len=6), dtype=np.float64)
+    t = {k: torch.from_numpy(v) for k, v in d.items() if v.dtype.kind != "U"}
+    width = d["rollout_log_probs"].shape[1]
+    t["token_text"] = ([[f"tok{j}é".encode() for j in range(width)] for _ in range(3)] if text == "bytes per token"
+                       else b"\xff\xfe")  # a list of lists of bytes (weights_only loads it), or one bytes value
+    path = tmp_path / "bytes.pt"
+    torch.save(t, path)
+    if text == "one bytes value":
+        one_line(run("check", path), "'token_text' is a single bytes value")
+        return
+    assert "tok1é" in list(load(path).token_text)
