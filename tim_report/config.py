@@ -426,3 +426,10 @@ HISTORY_MARGIN = 1.0
 # The most of index.json `check --history` reads: a row is under 1 kB, so 32 MiB holds some 30,000 steps;
 # a larger (or endless) file is refused rather than read into memory.
 HISTORY_MAX_BYTES = 32 * 1024 * 1024
+# The most of a --notes markdown file a build reads: a narrative of a few pages is under 100 kB, and the notes are
+# copied into every page of the site.
+NOTES_MAX_BYTES = 1024 * 1024
+# The most a --tokenizer folder's tokenizer files (tokenizer.json, vocabularies, merges, .model) may hold: the largest
+# tokenizers shipped with open models are about 35 MB (Gemma 3's tokenizer.json 33 MB plus its 4.7 MB
+# tokenizer.model); loading takes some 25× the file's size in memory (a 75 MB tokenizer.json took 2 GB, issue 24).
+TOKENIZER_MAX_BYTES = 64 * 1024 * 1024

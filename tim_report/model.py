@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -198,7 +199,7 @@ def _is_kind(v: Any, kind: str, optional: bool) -> bool:
     if v is None:
         return optional
     if kind == "number":
-        return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+        return not isinstance(v, bool) and isinstance(v, (int, float)) and abs(v) <= sys.float_info.max and math.isfinite(v)
     if kind == "text":
         return isinstance(v, str)
     if kind == "bool":

@@ -98,8 +98,8 @@ def check_command(files, bounds, no_limits, fail_on, overrides, history, history
         name = safe(str(path))
         if hres is not None and hres.note:
             click.echo(f"{name}: {safe(hres.note)}")
-        for v in res.violations:
-            click.echo(v.line(name))
+        for v in res.violations:  # a history band names run ids from index.json: escaped like every file's string
+            click.echo(safe(v.line(name)))
         if report.routing.get("blocked_by_bug"):
             click.echo(f"{name}: {report.routing['blocked_by_bug']['message']}")
         if res.ok:
