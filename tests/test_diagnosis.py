@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from tim_report.analysis import analyze
 from tim_report.catalogue.findings import FINDINGS, REGIMES
 from tim_report.config import SEVERITIES, DiagnosisThresholds
+from tim_report.errors import BadInput
 from tim_report.model import StepBatch, dumps
 from tim_report.testing import make_batch
 
@@ -64,7 +65,11 @@ def test_identical():
 @pytest.mark.parametrize("n_seqs,mean_len", [(1, 4), (2, 16), (8, 64), (64, 128), (256, 256)])
 @pytest.mark.parametrize("noise", [0.002, 0.01, 0.03])
 def test_clean_noise_never_warns(n_seqs, mean_len, noise):
-    d = diag(make_batch(n_seqs=n_seqs, mean_len=mean_len, noise=noise, seed=n_seqs))
+    b = make_batch(n_seqs=n_seqs, mean_len=mean_len, noise=noise, seed=n_seqs)
+    d = diag(b)
+    if b.n_tokens < DiagnosisThresholds().min_usable_tokens:  # too few tokens for any verdict: an input problem
+        assert ids(d) == {"unusable_input"} and d["verdict"].startswith("Unusable input: only")
+        return
     assert not ids(d), d["findings"]
     assert d["regime"] == "numerical_noise", d["verdict"]
 
@@ -74,7 +79,8 @@ def test_clean_noise_never_warns(n_seqs, mean_len, noise):
 def test_clean_noise_never_warns_property(n_seqs, mean_len, noise, seed):
     b = make_batch(n_seqs=n_seqs, mean_len=mean_len, noise=noise, seed=seed)
     d = diag(b)
-    assert not ids(d), d["findings"]
+    assert not ids(d) - {"unusable_input"}, d["findings"]
+    assert ("unusable_input" in ids(d)) == (b.n_tokens < DiagnosisThresholds().min_usable_tokens)
     if b.n_tokens >= 64:  # on a handful of tokens a 2-SE margin is itself noisy: 2 tokens at 0.08 nats may read elevated
         assert d["regime"] in ("numerical_noise", "identical")
 
@@ -217,16 +223,33 @@ def test_tiny_batches_do_not_crash(n_tokens):
     b = StepBatch(rollout_logp=ro, trainer_logp=ro - 0.01, offsets=np.array([0, n_tokens]), mask=np.ones(n_tokens, bool),
                   shadow_logp=ro - 0.005, advantage=np.ones(n_tokens))
     d = diag(b)
-    assert d["regime"] == "numerical_noise" and not ids(d)
+    assert ids(d) == {"unusable_input"} and d["verdict"].startswith(f"Unusable input: only {n_tokens} usable tokens")
     json.loads(dumps(d))
 
 
 def test_excluded_tokens_are_not_diagnosed():
     b = make_batch(n_seqs=8, mean_len=64, noise=0.01)
     ro = b.rollout_logp.copy()
-    ro[::7] = np.nan
+    ro[::20] = np.nan  # 5%: below the share that makes the batch unusable
     d = diag(replace(b, rollout_logp=ro))
     assert d["regime"] == "numerical_noise" and not ids(d)
+
+
+def test_mostly_nan_or_probabilities_is_unusable_not_ok():
+    """65% NaN trainer log-probs, or probabilities saved as log-probs, read 'ok' / 'identical' from the few tokens left."""
+    b = make_batch(n_seqs=16, mean_len=64, noise=0.01)
+    tr = b.trainer_logp.copy()
+    tr[np.random.default_rng(0).random(tr.shape[0]) < 0.65] = np.nan
+    d = diag(replace(b, trainer_logp=tr))
+    assert d["regime"] == "systematic" and d["findings"][0]["id"] == "unusable_input"
+    assert d["verdict"].startswith("Unusable input: only 3") and "NaN trainer log-probs on 6" in d["verdict"]
+    probs = replace(b, rollout_logp=np.exp(b.rollout_logp), trainer_logp=np.exp(b.trainer_logp))
+    probs.rollout_logp[:3] = probs.trainer_logp[:3] = 0.0  # underflowed probabilities: 0.0 reads as a valid log-prob
+    d = diag(probs)
+    assert d["regime"] == "systematic" and d["findings"][0]["id"] == "unusable_input"
+    assert "both sides' values look like probabilities" in d["verdict"]
+    with pytest.raises(BadInput, match="no usable tokens: the trainer side's values look like probabilities"):
+        diag(replace(b, trainer_logp=np.exp(b.trainer_logp)))  # no token left at all: bad input, as before, saying why
 
 
 def test_greedy_processed_logprobs_all_zero():

@@ -250,6 +250,18 @@ class DiagnosisThresholds:
     # significance for every detector: |z| ≥ 5 with cluster-robust SEs, and at least this many tokens.
     z: float = 5.0
     min_tokens: int = 64
+    # the gate on the input (analysis/usable.py): a verdict speaks for the batch only when it is drawn from most
+    # of it. NaN, inf and positive log-probs are not missing at random (an overflow hits the long and the
+    # extreme-logit tokens, an exporter's placeholder the tokens it did not score), so the tokens left are not a
+    # sample of the batch: with a tenth excluded the verdict no longer describes it (clean captures and framework
+    # dumps exclude none; `-inf` on a handful of tokens, the one real case we know, stays far below a tenth).
+    # Fewer than min_usable_tokens valid tokens is not a measurement: no detector runs (each needs min_tokens)
+    # and the standard errors of the means rest on one or two sequences; 16 is one short response.
+    min_usable_share: float = 0.9
+    min_usable_tokens: int = 16
+    # a side whose finite masked values all lie in [0, 1] with more than this share above 0 holds probabilities
+    # (or ratios), not log-probs: a log-prob is ≤ 0, so only p = 1 tokens could be ≥ 0, never most of them.
+    probability_share: float = 0.5
     # shift: mean |trainer[t] − rollout[t±1]| below this fraction of mean |trainer[t] − rollout[t]|.
     # Neighbouring log-probs of real text differ by ~1-2 nats; an off-by-one trainer matches its neighbour
     # to noise level (ratio ≈ 0.01-0.1), a correct one never matches the neighbour better (ratio ≫ 1).

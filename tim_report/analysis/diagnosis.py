@@ -43,6 +43,7 @@ from .localise import (
 from .precision_gap import precision_gap
 from .stats import cluster_mean_se, exp_or_inf
 from .tokens import Tokens
+from .usable import unusable_input
 
 
 def diagnose(batch: StepBatch, tok: Tokens, metrics: dict, thresholds: DiagnosisThresholds | None = None,
@@ -51,11 +52,12 @@ def diagnose(batch: StepBatch, tok: Tokens, metrics: dict, thresholds: Diagnosis
     band, why = choose_band(batch.meta)
     dt = apply_band(thresholds or DiagnosisThresholds(), band)
     gap = precision_gap(batch, tok, *ppo_eps)
-    if _is_identical(tok, dt, metrics["abs_delta_max"]):
+    unusable = unusable_input(batch, tok, dt)  # an input problem leads: no verdict is drawn from what is left
+    if unusable is None and _is_identical(tok, dt, metrics["abs_delta_max"]):
         regime = "identical"
         findings = [f for f in (detect_mixed_versions(batch, tok, dt),) if f]  # said even when nothing differs
     else:
-        findings = _run_detectors(batch, tok, metrics, dt)
+        findings = ([unusable] if unusable else []) + _run_detectors(batch, tok, metrics, dt)
         regime = _regime(findings, tok, metrics, dt)
     if gap.get("available"):
         findings.append(_gap_finding(gap, dt))

@@ -72,11 +72,47 @@ def _temperature_how(w: Words) -> str:
             f"divided logits by T={fmt(1 / ratio, 2)} and the rollout returned raw log-probs)")
 
 
+def _whose(sides: list[str]) -> str:
+    return "both sides'" if len(sides) == 2 else f"the {sides[0]} side's"
+
+
+def _unusable_parts(w: Words) -> list[str]:
+    """What makes the input unusable: probabilities on a side, too small a usable share, too few tokens."""
+    parts = []
+    if w["probability_sides"]:
+        parts.append(f"{_whose(w['probability_sides'])} values look like probabilities, not log-probs (all in [0, 1], most "
+                     "above 0)")
+    if w["usable_share"] < w["min_usable_share"]:
+        why = "; ".join(f"{name} {side} log-probs on {pct(w[f'{side}_{kind}'] / w['masked_tokens'])}"
+                        for side in ("rollout", "trainer") for kind, name in (("nan", "NaN"), ("inf", "inf"), ("positive", "positive"))
+                        if w[f"{side}_{kind}"] and not w[f"{side}_probabilities"])
+        if why or not w["probability_sides"]:  # else the probabilities are why
+            parts.append(f"only {pct(w['usable_share'])} of the {fmt(w['masked_tokens'])} masked tokens are usable"
+                         + (f" ({why})" if why else "") + f", below the {pct(w['min_usable_share'])} a verdict needs")
+    elif w["usable_tokens"] < w["min_usable_tokens"]:
+        parts.append(f"only {fmt(w['usable_tokens'])} usable tokens, below the {fmt(w['min_usable_tokens'])} a verdict needs")
+    return parts
+
+
 def _offset(w: Words) -> str:
     return "+1" if w["shift"] == 1 else "−1"
 
 
 FINDINGS: dict[str, Finding] = {f.id: f for f in (
+    Finding(
+        "unusable_input", _always("error"),
+        lambda w: "Unusable input: " + "; ".join(_unusable_parts(w)),
+        lambda w: "an input that cannot be measured (" + "; ".join(_unusable_parts(w)) + ")",
+        lambda w: ("The exporter saved probabilities (exp of the log-probs) or ratios where log-probs belong. "
+                   if w["probability_sides"] else "")
+                  + ("The excluded tokens are not a sample of the batch: NaN / inf log-probs come from a forward pass "
+                     "that overflowed (fp16 / bf16 logits), a side that never scored those tokens (placeholders), or a "
+                     "loader that read the wrong array, so the few tokens left cannot stand for the rest."
+                     if w["usable_share"] < w["min_usable_share"] or not w["probability_sides"] else ""),
+        lambda w: "Fix the input before reading any number: check which array each side was read from "
+                  "(`tim-report inspect FILE`), that both hold log-probs (≤ 0; `torch.log_softmax`, not `softmax`), and "
+                  "where the NaN / inf come from (`torch.isfinite` on the logits). The limits are the diagnosis "
+                  "thresholds min_usable_share and min_usable_tokens (`check --set`)."),
     Finding(
         "shift", _always("error"),
         lambda w: f"Off-by-one: trainer log-probs match the rollout's at position t{_offset(w)}",
@@ -269,7 +305,10 @@ def verdict(regime: str, metrics: dict, lead: dict | None, band: str, has_shadow
     nums = (f"KL k3 {fmt(metrics['kl_k3'], missing='n/a')}, mean |δ| {fmt(metrics['abs_delta_mean'], missing='n/a')} nats, "
             f"log-prob correlation {fmt(metrics.get('corr_logp'), missing='n/a')}")
     title = lead["title"][0].lower() + lead["title"][1:] if lead else None
-    if regime == "identical":
+    if lead is not None and lead["id"] == "unusable_input":
+        text = (f"{lead['title']}. No verdict is drawn: the numbers below describe only the "
+                f"{fmt(lead['evidence']['usable_tokens'])} usable tokens.")
+    elif regime == "identical":
         text = f"Identical: no token's log-prob differs beyond float rounding (max |δ| {fmt(metrics['abs_delta_max'])})."
     elif regime == "numerical_noise":
         size = ("the size bf16/fp16 engine differences produce" if band == "dense bf16"
