@@ -420,3 +420,52 @@ def test_the_onset_screen_bounds_every_pair_of_segments():
         values, w = rng.normal(0, 1, n) + (np.arange(n) > n // 2) * rng.normal(0, 2), rng.integers(1, 50, n).astype(float)
         means = [np.average(values[a:b], weights=w[a:b]) for a in range(n) for b in range(a + m, n + 1)]
         assert _widest_level_gap(values, w, m) >= max(means) - min(means) - 1e-12
+
+
+def test_trainer_zeros_blame_the_trainer_and_do_not_crash():
+    """A trainer that never recomputed (all 0.0) was blamed on 'the rollout side scoring another model', or crashed
+    detect_temperature with a ZeroDivisionError."""
+    b = make_batch(n_seqs=16, mean_len=64, noise=0.01)
+    d = diag(replace(b, trainer_logp=np.zeros(b.n_tokens)))
+    f = d["findings"][0]
+    assert f["id"] == "dummy_zero" and f["severity"] == "error" and f["evidence"]["trainer_side"] == 1
+    assert f["title"].endswith("every trainer log-prob is 0.0") and "trainer" in f["likely_cause"]
+    assert "rollout side" not in json.dumps(d)
+
+
+@pytest.mark.parametrize("side", ["rollout", "trainer"])
+@pytest.mark.parametrize("t", [0.6, 0.7, 1.5])
+def test_temperature_on_either_side_names_the_side_and_holds_the_truth(t, side):
+    """Tokens sampled at T, one side reporting the sampler's log-probs and the other T = 1: the stated range holds the
+    true T_rollout / T_trainer (the fit alone reached about half its log), and the side that is off is named."""
+    from tim_report.testing import make_sampled_batch
+
+    d = diag(make_sampled_batch(t, side, seed=3))
+    f = next(f for f in d["findings"] if f["id"] == "temperature")
+    true = t if side == "rollout" else 1 / t
+    near, far = f["evidence"]["temperature_ratio"], f["evidence"]["temperature_ratio_far"]
+    assert min(near, far) <= true <= max(near, far)
+    assert abs(math.log(near)) < 0.9 * abs(math.log(true))  # the fit alone is shrunk towards 1: why a range
+    off = "trainer" if side == "rollout" else "rollout"
+    assert f"the {off} is off" in f["title"] and f["evidence"]["fitted_on_trainer"] == (side == "trainer")
+
+
+@pytest.mark.parametrize("side", ["rollout", "trainer"])
+def test_the_side_scoring_another_model_is_named(side):
+    from tim_report.testing import make_sampled_batch
+
+    d = diag(make_sampled_batch(1.0, "rollout", unrelated=side, seed=4))
+    f = next(f for f in d["findings"] if f["id"] == "one_side_broken")
+    assert f["evidence"]["trainer_broken"] == (side == "trainer")
+    assert f"so the {side} side is the one that is off" in f["title"] and f["problem"].startswith(f"the {side} side")
+
+
+def test_tail_advice_says_noise_only_where_it_is_noise():
+    """'Expected for numerical noise' was said inside batches diagnosed systematic."""
+    b = make_batch(n_seqs=16, mean_len=64, noise=0.01)
+    broken = diag(replace(b, trainer_logp=np.zeros(b.n_tokens)))
+    assert broken["regime"] == "systematic" and "low_prob_tail" in {f["id"] for f in broken["findings"]}
+    assert "xpected for numerical noise" not in json.dumps(broken)
+    tail = next(f for f in broken["findings"] if f["id"] == "low_prob_tail")
+    noise = FINDINGS["low_prob_tail"].check({**tail["evidence"], "regime": "numerical_noise"})
+    assert noise.startswith("Expected for numerical noise")

@@ -240,12 +240,13 @@ def _key_evidence(f: dict) -> str:
     pick = {
         "shift": lambda: f"mean |δ| {_g(e['mean_abs_diff_same_position'])} at the same position, "
                          f"{_g(e['mean_abs_diff_shifted'])} one position over",
-        "temperature": lambda: f"slope of δ on the candidate's log-prob {fixed(e['slope'], 3)} ± {fixed(e['slope_se'], 3)} "
+        "temperature": lambda: f"slope of δ on the {'reference' if e.get('fitted_on_trainer') else 'candidate'}'s log-prob {fixed(e['slope'], 3)} ± {fixed(e['slope_se'], 3)} "
                                f"over {e['tokens']} tokens",
         "processed_logprobs": lambda: f"candidate ≥ reference on {pct(e['negative_delta_share'])} of tokens, "
                                       f"mean δ {_g(e['mean_delta'])}",
-        "dummy_zero": lambda: f"{e['tokens']} tokens in {e['sequences']} sequences, reference mean log-prob "
-                              f"{_g(e['mean_trainer_logp'])} there",
+        "dummy_zero": lambda: f"{e['tokens']} tokens in {e['sequences']} sequences, "
+                              f"{'candidate' if e['trainer_side'] else 'reference'} mean log-prob "
+                              f"{_g(e['mean_other_side_logp'])} there",
         "one_side_broken": lambda: f"perplexity candidate {_g(e['ppl_rollout'])} vs reference {_g(e['ppl_trainer'])}, "
                                    f"log-prob correlation {_g(e['corr_logp'])}",
         "drift_with_length": lambda: f"|Σδ| ∝ length^{fixed(e['exponent'], 2)} ± {fixed(e['exponent_se'], 2)}, "

@@ -227,6 +227,15 @@ PHANTOM_CLIP_MANY = Thresholds.route_clip_fraction
 
 # ---- the diagnosis -------------------------------------------------------------------------------------
 
+# The temperature fit (detectors.detect_temperature) is shrunk towards 1: the per-position normaliser log Z_T
+# correlates with the log-prob, so a regression recovers only part of the true log-ratio ln(T_rollout/T_trainer).
+# The share it recovers, measured on batches of known temperature (docs/diagnosis.md, "How far the temperature
+# fit reaches"): fitted on the sampler's side, 0.37-0.80 on Gaussian logits (testing.make_tempered_batch, T 0.6-1.5,
+# either side) and 0.47-0.84 on the tiny-qwen2 fixtures; fitted on the rollout side whatever the sampler,
+# down to 0.24. The finding states the range from the fit to the ratio whose log is the fit's over the least
+# share: (fitted on the sampler's side known, unknown) → least share.
+TEMPERATURE_FIT_COVERAGE = {True: 0.35, False: 0.22}
+
 SEVERITIES = ("info", "warn", "error")  # in rising order: `check --fail-on` and the findings' sort use it
 
 
@@ -269,6 +278,17 @@ class DiagnosisThresholds:
     # temperature: |slope of δ on rollout_logp| ≥ 0.05, i.e. the two sides' temperatures differ by ≥ 5%
     # (common sampling temperatures are 0.6-1.0; bf16 noise gives |slope| < 0.01 on our fixtures).
     temperature_slope_min: float = 0.05
+    # which side's log-probs the tokens were sampled from (detectors.sampler_side): for tokens drawn from q,
+    # E_q[p/q] = 1 for any p, so the sampler side's mean importance ratio has |log mean| near 0. Heavy-tailed
+    # ratios on 700-token fixtures (a re-initialised trainer, a perturbed one) keep it ≤ 0.24 on the sampler
+    # side; 0.3 leaves room. Against a side scoring an unrelated model (the other side's log-mean ≈ 16, ratios
+    # clamped at ±20) the sampler side's wanders to 0.8 on 2,000 tokens, so a tenth of the other's also counts.
+    # The other side's must be at least 2× further from 0 (and ≥ 2 × 0.05: two sides within noise of each other
+    # say nothing), else no side is named.
+    sampler_log_mean_max: float = 0.3
+    sampler_relative_max: float = 0.1
+    sampler_far_factor: float = 2.0
+    sampler_log_mean_floor: float = 0.05
     # processed_logprobs: share of non-zero δ (rollout ≠ 0 exactly) that are negative. Top-p / top-k
     # renormalisation can only raise the rollout log-prob (δ = log kept mass ≤ 0); noise gives ≈ 0.5.
     processed_negative_share: float = 0.95

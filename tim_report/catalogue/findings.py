@@ -54,22 +54,54 @@ def _drift_severity(w: Words, dt: DiagnosisThresholds) -> str:
 
 
 def _broken_title(w: Words) -> str:
+    if w["broken_side_basis"] == "constant":
+        return (f"The {w['broken_side']} side's log-probs are all {fmt(w['constant_value'])}: it never scored these tokens "
+                f"(perplexity {_x(w['ppl_ratio'])} apart)")
     if w["ppl_ratio"] < w["threshold_ppl_ratio_warn"]:
-        return f"Log-prob correlation is only {fixed(w['corr_logp'], 2)}: the two sides do not score the same model or context"
+        return (f"Log-prob correlation is only {fixed(w['corr_logp'], 2)}: the two sides do not score the same model or "
+                f"context" + _blamed(w))
     low_corr = w["corr_logp"] is not None and w["corr_logp"] < w["threshold_corr"]
     return (f"The {w['higher']} side's perplexity is {_x(w['ppl_ratio'])} the other's on the same tokens"
-            + (f" (log-prob correlation {fixed(w['corr_logp'], 2)})" if low_corr else ""))
+            + (f" (log-prob correlation {fixed(w['corr_logp'], 2)})" if low_corr else "") + _blamed(w))
+
+
+def _blamed(w: Words) -> str:
+    """Which side is off, when the sampler identity says it (the higher perplexity alone is not said twice)."""
+    if w["broken_side_basis"] != "sampler":
+        return ""
+    sampler = "trainer" if w["broken_side"] == "rollout" else "rollout"
+    return (f"; the tokens were sampled from the {sampler}'s distribution (mean importance ratio ≈ 1 on that side), so the "
+            f"{w['broken_side']} side is the one that is off")
+
+
+def _broken_problem(w: Words) -> str:
+    if w["broken_side_basis"] == "constant":
+        return f"{w['broken_side']} log-probs that are all {fmt(w['constant_value'])} (that side never scored the tokens)"
+    if w["ppl_ratio"] >= w["threshold_ppl_ratio_warn"] or w["broken_side_basis"] == "sampler":
+        return (f"the {w['broken_side']} side scoring another model or context (perplexity {_x(w['ppl_ratio'])} apart)")
+    return f"the two sides scoring different models or contexts (log-prob correlation only {fixed(w['corr_logp'], 2)})"
+
+
+def _temperature_range(w: Words) -> str:
+    return f"T_rollout / T_trainer between {fixed(w['temperature_ratio'], 2)} and {fixed(w['temperature_ratio_far'], 2)}"
 
 
 def _temperature_how(w: Words) -> str:
-    ratio = w["temperature_ratio"]
-    if ratio > 1:
-        return (f"the rollout's log-probs are flatter, as if at temperature ≈ {fixed(ratio, 2)}× the trainer's or further from it "
-                f"(e.g. rollout sampled and scored at T={fmt(ratio, 2)} while the trainer used T=1, or the trainer "
-                f"divided logits by 1/{fmt(ratio, 2)})")
-    return (f"the rollout's log-probs are sharper, as if at temperature ≈ {fixed(ratio, 2)}× the trainer's or further from it "
-            f"(e.g. rollout sampled and scored at T={fmt(ratio, 2)} while the trainer scored at T=1, or the trainer "
-            f"divided logits by T={fmt(1 / ratio, 2)} and the rollout returned raw log-probs)")
+    ratio, far = w["temperature_ratio"], w["temperature_ratio_far"]
+    look = "flatter" if ratio > 1 else "sharper"
+    if w["sampler_side"] == "rollout":
+        return (f"the rollout's log-probs are those of the distribution it sampled from (their mean importance ratio is 1), "
+                f"and the trainer's are {'sharper' if ratio > 1 else 'flatter'}: the trainer scores at another temperature "
+                f"than the rollout sampled at (e.g. the rollout sampled at T between {fmt(ratio, 2)} and {fmt(far, 2)} "
+                "while the trainer scored at T=1, without dividing its logits by T)")
+    if w["sampler_side"] == "trainer":
+        return (f"the trainer's log-probs are those of the distribution the tokens were sampled from (the mean inverse "
+                f"ratio is 1) and the rollout's, {look}, are not: the engine returned log-probs at another temperature "
+                f"than it sampled at (e.g. it sampled at T between {fmt(1 / ratio, 2)} and {fmt(1 / far, 2)}, the trainer "
+                "divided its logits by that T, and the engine returned raw log-probs)")
+    return (f"the rollout's log-probs are {look}, as if at a temperature {_temperature_range(w)} times the trainer's "
+            f"(e.g. rollout sampled and scored at T={fmt(ratio, 2)} or further from 1 while the trainer used T=1, or "
+            f"the trainer divided logits by T={fmt(1 / ratio, 2)} or further from 1 and the rollout returned raw log-probs)")
 
 
 def _whose(sides: list[str]) -> str:
@@ -127,8 +159,10 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
         "temperature", _always("error"),
         lambda w: (f"Temperature on one side only: the rollout's log-probs are "
                    f"{'flatter' if w['temperature_ratio'] > 1 else 'sharper'} than the trainer's "
-                   f"(T_rollout / T_trainer ≈ {fixed(w['temperature_ratio'], 2)} or further from 1)"),
-        lambda w: f"a temperature applied on one side only (T_rollout / T_trainer ≈ {fixed(w['temperature_ratio'], 2)} or further from 1)",
+                   f"({_temperature_range(w)})"
+                   + {"rollout": "; the trainer is off (the rollout's are the sampler's)",
+                      "trainer": "; the rollout is off (the trainer's are the sampler's)"}.get(w["sampler_side"] or "", "")),
+        lambda w: f"a temperature applied on one side only ({_temperature_range(w)})",
         lambda w: ("Sampling temperature is applied on one side only: " + _temperature_how(w) + ". Tempered log-probs "
                    "satisfy log p_T = log p / T − log Z_T, so δ = (T−1)·rollout_logp + per-position constant."),
         lambda w: "Make both sides use the same temperature: divide the trainer's logits by the rollout temperature "
@@ -157,21 +191,28 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
                    "(≈ top_p).")),
     Finding(
         "dummy_zero", lambda w, dt: "error" if w["tokens"] >= dt.dummy_error_count else "warn",
-        lambda w: f"{fmt(w['tokens'])} masked-in tokens have rollout log-prob exactly 0.0 (placeholder values)",
-        lambda w: f"placeholder rollout log-probs of exactly 0.0 on {fmt(w['tokens'])} masked-in tokens",
-        lambda w: "Tokens the engine did not sample (tool / environment output, padding, prompt) carry a placeholder "
-                  "log-prob of 0.0 but are inside the loss mask, so the trainer's real log-prob is compared with p = 1.",
-        lambda w: "Mask tool and environment tokens out of the loss (`response_mask` / `loss_mask`), and check the padding "
-                  "value of the rollout log-prob array; if every rollout log-prob is 0, the engine returned processed "
-                  "log-probs of greedy decoding."),
+        lambda w: (f"{fmt(w['tokens'])} masked-in tokens have {w.get('side', 'rollout')} log-prob exactly 0.0 (placeholder values)"
+                   + (f"; every {w.get('side', 'rollout')} log-prob is 0.0" if w.get("all_exact_zero") else "")),
+        lambda w: f"placeholder {w.get('side', 'rollout')} log-probs of exactly 0.0 on {fmt(w['tokens'])} masked-in tokens",
+        lambda w: ("Tokens the engine did not sample (tool / environment output, padding, prompt) carry a placeholder "
+                   "log-prob of 0.0 but are inside the loss mask, so the trainer's real log-prob is compared with p = 1."
+                   if w.get("side", "rollout") == "rollout" else
+                   "The trainer's log-probs were never recomputed on these tokens: an array initialised with zeros (or a "
+                   "masked-out recompute, `old_log_probs` left at its default) is compared with the rollout's real "
+                   "log-probs as if the trainer gave p = 1."),
+        lambda w: ("Mask tool and environment tokens out of the loss (`response_mask` / `loss_mask`), and check the padding "
+                   "value of the rollout log-prob array; if every rollout log-prob is 0, the engine returned processed "
+                   "log-probs of greedy decoding." if w.get("side", "rollout") == "rollout" else
+                   "Check that the trainer's log-prob pass ran on this batch (recompute of `old_log_probs` enabled, its "
+                   "output written back before the dump) and that its mask covers every trained token.")),
     Finding(
-        "one_side_broken", _broken_severity, _broken_title,
-        lambda w: (f"the {w['higher']} side scoring another model or context (its perplexity {_x(w['ppl_ratio'])} the "
-                   "other's)" if w["ppl_ratio"] >= w["threshold_ppl_ratio_warn"] else
-                   f"the two sides scoring different models or contexts (log-prob correlation only {fixed(w['corr_logp'], 2)})"),
-        lambda w: f"The {w['higher']} side is not scoring the same model or context: different or stale weights (wrong "
-                  "checkpoint, weight sync not applied, LoRA not merged, quantisation), a different prompt / chat template, "
-                  "truncated context, or a different tokenizer.",
+        "one_side_broken", _broken_severity, _broken_title, _broken_problem,
+        lambda w: (f"The {w['broken_side']} side's log-probs were never computed: an output initialised to "
+                   f"{fmt(w['constant_value'])} and not filled, or a recompute step that was skipped and its placeholder "
+                   "exported.") if w["broken_side_basis"] == "constant" else
+                  (f"The {w['broken_side']} side is not scoring the same model or context: different or stale weights (wrong "
+                   "checkpoint, weight sync not applied, LoRA not merged, quantisation), a different prompt / chat "
+                   "template, truncated context, or a different tokenizer."),
         lambda w: "Compare weight checksums / the step of both sides, the exact prompt token ids each side saw, the "
                   "tokenizer and chat template, and any quantisation; re-score a few sequences with both sides by hand."),
     Finding(
@@ -226,8 +267,10 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
         lambda w: f"a mismatch concentrated on tokens with p < {fmt(w['tail_p'], 6)} ({pct(w['k3_share'])} of the KL)",
         lambda w: "Low-probability tokens sit where small logit errors change log p most (the softmax tail); precision "
                   "noise concentrates there, and so do the tokens that importance-sampling corrections clip.",
-        lambda w: "Expected for numerical noise. If the mismatch matters, look at the probability-bucket table; an fp32 LM "
-                  "head / fp16 rollout narrows the tail most."),
+        lambda w: ("Expected for numerical noise. If the mismatch matters, look at the probability-bucket table; an fp32 "
+                   "LM head / fp16 rollout narrows the tail most." if w.get("regime") in (None, "identical", "numerical_noise")
+                   else f"This batch is {w['regime'].replace('_', ' ')}: the tail carries the fault's mismatch as well, so "
+                        "read the findings above first; the probability-bucket table shows where the rest sits.")),
     Finding(
         "drift_with_length", _drift_severity,
         lambda w: f"|Σδ| grows as length^{fixed(w['exponent'], 2)} (a random walk would be length^0.5)",
