@@ -240,8 +240,8 @@ def _key_evidence(f: dict) -> str:
     pick = {
         "shift": lambda: f"mean |δ| {_g(e['mean_abs_diff_same_position'])} at the same position, "
                          f"{_g(e['mean_abs_diff_shifted'])} one position over",
-        "temperature": lambda: f"slope of δ on the {'reference' if e.get('fitted_on_trainer') else 'candidate'}'s log-prob {fixed(e['slope'], 3)} ± {fixed(e['slope_se'], 3)} "
-                               f"over {e['tokens']} tokens",
+        "temperature": lambda: f"slope of δ on the {'reference' if e.get('fitted_on_trainer') else 'candidate'}'s "
+                               f"log-prob {fixed(e['slope'], 3)} ± {fixed(e['slope_se'], 3)} over {e['tokens']} tokens",
         "processed_logprobs": lambda: f"candidate ≥ reference on {pct(e['negative_delta_share'])} of tokens, "
                                       f"mean δ {_g(e['mean_delta'])}",
         "dummy_zero": lambda: f"{e['tokens']} tokens in {e['sequences']} sequences, "
