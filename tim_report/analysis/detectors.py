@@ -183,6 +183,7 @@ def detect_temperature(tok: Tokens, dt: DiagnosisThresholds, corr: float | None,
     return findings.make(
         "temperature", {"slope": slope, "slope_se": se, "r2": r2, "temperature_ratio": ratio, "temperature_ratio_far": far,
                         "inverse_ratio": 1.0 / ratio, "fitted_on_trainer": sampler == "trainer", "fit_coverage": coverage,
+                        "trainer_off": None if sampler is None else sampler == "rollout",
                         "log_mean_ratio": log_mean_ratio, "log_mean_inverse_ratio": log_mean_inverse, "tokens": n,
                         "tokens_fitted": int(idx.shape[0]), "threshold_slope": dt.temperature_slope_min}, dt,
         sampler_side=sampler)

@@ -349,8 +349,9 @@ def verdict(regime: str, metrics: dict, lead: dict | None, band: str, has_shadow
             f"log-prob correlation {fmt(metrics.get('corr_logp'), missing='n/a')}")
     title = lead["title"][0].lower() + lead["title"][1:] if lead else None
     if lead is not None and lead["id"] == "unusable_input":
-        text = (f"{lead['title']}. No verdict is drawn: the numbers below describe only the "
-                f"{fmt(lead['evidence']['usable_tokens'])} usable tokens.")
+        n = lead["evidence"]["usable_tokens"]
+        text = (f"{lead['title']}. No verdict is drawn: the numbers below describe only the {fmt(n)} usable "
+                f"token{'' if n == 1 else 's'}.")
     elif regime == "identical":
         text = f"Identical: no token's log-prob differs beyond float rounding (max |δ| {fmt(metrics['abs_delta_max'])})."
     elif regime == "numerical_noise":
