@@ -327,6 +327,22 @@ def test_position_onset(onset, mean_len):
     assert f["evidence"]["abs_delta_mean_after"] > 3 * f["evidence"]["abs_delta_mean_before"]
 
 
+@pytest.mark.parametrize("onset,boundary", [(97, 96), (129, 128), (65, 64), (257, 256), (100, None), (150, None)])
+def test_an_onset_one_past_a_tile_or_power_of_two_is_a_kernel_hint(onset, boundary):
+    b = make_batch(n_seqs=64, mean_len=220 if onset < 200 else 400, noise=0.01, seed=8)
+    rng = np.random.default_rng(8)
+    pos = np.arange(b.n_tokens) - np.repeat(b.offsets[:-1], b.seq_lengths)
+    d = diag(with_trainer(b, b.trainer_logp + np.where(pos >= onset, 0.08 * rng.standard_normal(b.n_tokens), 0.0)))
+    f = next(f for f in d["findings"] if f["id"] == "position_onset")
+    assert f["evidence"]["position"] == onset and f["evidence"]["kernel_boundary"] == boundary
+    if boundary is None:
+        assert "kernel" not in f["title"] and "Kernel" not in f["likely_cause"]
+    else:
+        assert f["title"].endswith(f"; {onset} = {boundary} + 1, one past a multiple of 32"
+                                   + (" and a power of two" if boundary & (boundary - 1) == 0 else "") + ": a kernel-boundary hint")
+        assert f["likely_cause"].startswith("Kernel-boundary hint")
+
+
 def test_a_gradual_rise_below_the_ratio_is_not_an_onset():
     b = make_batch(n_seqs=64, mean_len=200, noise=0.01, seed=9)
     pos = np.arange(b.n_tokens) - np.repeat(b.offsets[:-1], b.seq_lengths)

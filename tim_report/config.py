@@ -227,6 +227,14 @@ PHANTOM_CLIP_MANY = Thresholds.route_clip_fraction
 
 # ---- the diagnosis -------------------------------------------------------------------------------------
 
+# A position onset on or one past a kernel boundary is said as a kernel hint (analysis/localise.kernel_boundary):
+# attention and decode kernels tile the sequence in blocks of 16-128 positions (FlashAttention's 64 / 128-row
+# blocks, vLLM's split-KV decode and 16-token KV-cache pages, chunked prefill), all multiples of 32 from 32 on, and
+# buffers grow by powers of two. A boundary of 16 or more is a multiple of 32 or a power of two; a random onset
+# lands on or one past one about one time in 16 (2 in every 32 positions), so the hint is a lead, not a proof.
+KERNEL_TILE = 32
+KERNEL_POW2_MIN = 16
+
 # The temperature fit (detectors.detect_temperature) is shrunk towards 1: the per-position normaliser log Z_T
 # correlates with the log-prob, so a regression recovers only part of the true log-ratio ln(T_rollout/T_trainer).
 # The share it recovers, measured on batches of known temperature (docs/diagnosis.md, "How far the temperature

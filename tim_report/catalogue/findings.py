@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import SEVERITIES, DiagnosisThresholds
-from .numbers import fixed, fmt, pct
+from .numbers import fixed, fmt, pct, sci
 
 Words = dict[str, Any]  # a finding's evidence and its context, by name
 Text = Callable[[Words], str]
@@ -124,6 +124,19 @@ def _unusable_parts(w: Words) -> list[str]:
     elif w["usable_tokens"] < w["min_usable_tokens"]:
         parts.append(f"only {fmt(w['usable_tokens'])} usable tokens, below the {fmt(w['min_usable_tokens'])} a verdict needs")
     return parts
+
+
+def _boundary_words(w: Words) -> str:
+    """'97 = 96 + 1, one past a multiple of 32' / '128, a power of two'."""
+    b, p = w["kernel_boundary"], w["position"]
+    kind = " and ".join(k for k, yes in (("a multiple of 32", b % 32 == 0), ("a power of two", b & (b - 1) == 0)) if yes)
+    return f"{p} = {b} + 1, one past {kind}" if p == b + 1 else f"{p} is {kind}"
+
+
+def _kernel_hint(w: Words) -> str:
+    return (f"Kernel-boundary hint: {_boundary_words(w)}, where attention and decode kernels change block (FlashAttention "
+            "tiles of 64 / 128 rows, split-KV decode, 16-token KV-cache pages, chunked prefill), so look first at a "
+            "kernel that takes another path past that length.")
 
 
 def _offset(w: Words) -> str:
@@ -242,9 +255,11 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
         "position_onset", lambda w, dt: "info" if w["explained_by_other_finding"] else "warn",
         lambda w: (f"The mismatch switches on at response position {w['position']}: mean |δ| "
                    f"{fmt(w['abs_delta_mean_before'])} → {fmt(w['abs_delta_mean_after'])} nats ({_x(w['ratio'])} in typical "
-                   f"|δ|)" + (f", where the {w['explained_by']} finding starts" if w.get("explained_by") else "")),
+                   f"|δ|)" + (f", where the {w['explained_by']} finding starts" if w.get("explained_by") else "")
+                   + (f"; {_boundary_words(w)}: a kernel-boundary hint" if w.get("kernel_boundary") else "")),
         lambda w: f"a mismatch that switches on at response position {w['position']} ({_x(w['ratio'])} from there on)",
-        lambda w: "A second error source switches on part-way through the response: a quantised (fp8) KV cache or a "
+        lambda w: (_kernel_hint(w) + " " if w.get("kernel_boundary") else "")
+                  + "A second error source switches on part-way through the response: a quantised (fp8) KV cache or a "
                   "sliding / chunked attention window that starts to matter at that length, a RoPE scaling or position "
                   "limit, prefill vs decode kernels that differ beyond a chunk size, or a context the trainer truncated.",
         lambda w: f"Look at what happens at position {w['position']} plus the prompt length: the engine's KV-cache dtype, "
@@ -374,7 +389,7 @@ def blocked_message(problem: str) -> str:
 
 def band_reading(kl: float, band: str, lo: float, hi: float, where: str, dense: tuple[str, str] | None) -> str:
     """'KL k3 3e-3 is typical for an MoE bf16 model (1e-3 to 0.1); for a dense bf16 model it would be high.'"""
-    text = f"KL k3 {fmt(kl, 2)} is {where} for {_article(band)} {band} model ({fmt(lo, 2)} to {fmt(hi, 2)})"
+    text = f"KL k3 {fmt(kl, 2)} is {where} for {_article(band)} {band} model ({sci(lo)} to {sci(hi)}: the KL band table)"
     if dense is not None:
         text += f"; for a {dense[0]} model it would be {dense[1]}"
     return text + "."
