@@ -109,6 +109,8 @@ def _run_detectors(batch: StepBatch, tok: Tokens, metrics: dict, dt: DiagnosisTh
     # a shifted trainer decorrelates the log-probs by itself: no separate "broken side" claim then
     broken = None if shift else detect_one_side_broken(tok, dt, corr, ~dummy_hit, explained=bool(processed or temperature),
                                                         bias=(bias, bias_se), sampler=sampler)
+    if shift and dummy and dummy["evidence"]["trainer_side"]:
+        dummy = None  # a shifted trainer's exact zeros are its confident neighbours' log-probs, not placeholders
     findings = [f for f in (shift, dummy, processed, temperature, broken) if f]
     rest = tok.subset(~dummy_hit)  # placeholder zeros would dominate per-sequence sums
     if rest is not tok and rest.n:

@@ -134,7 +134,8 @@ def detect_position_onset(tok: Tokens, dt: DiagnosisThresholds, explained_by: st
     boundary = kernel_boundary(onset)
     return findings.make(
         "position_onset",
-        {"position": onset, "kernel_boundary": boundary, "abs_delta_mean_before": float(before.mean()), "abs_delta_mean_after": float(after.mean()),
+        {"position": onset, "kernel_boundary": boundary, "abs_delta_mean_before": float(before.mean()),
+         "abs_delta_mean_after": float(after.mean()),
          "abs_delta_median_before": float(np.median(before)), "abs_delta_median_after": float(np.median(after)),
          "ratio": rise, "z": cp.z, "tokens_before": int(before.shape[0]), "tokens_after": int(after.shape[0]),
          "positions_scanned": int(positions.shape[0]), "min_tokens_per_position": dt.onset_min_tokens,
