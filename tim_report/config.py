@@ -367,6 +367,7 @@ class DiagnosisThresholds:
 # ---- before / after comparison --------------------------------------------------------------------------
 
 COMPARE_REL_TOL = 0.01  # a metric that moved by less than 1% of its (goodness) value is "same"
+ARM_LEVEL = 0.95  # compare A/ B/: the confidence level of each arm's interval and of the effect between arms (Welch)
 COMPARE_SE_TOL = 2.0  # ... or by less than this many combined standard errors
 COMPARE_TOKEN_TOL = 1e-4  # nats: a token's |δ| must move by more than this to count as better / worse
 
