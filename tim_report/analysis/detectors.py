@@ -156,10 +156,10 @@ def sampler_side(tok: Tokens, dt: DiagnosisThresholds, keep: np.ndarray | None =
 
 
 def detect_temperature(tok: Tokens, dt: DiagnosisThresholds, corr: float | None,
-                       keep: np.ndarray | None = None, sampler: tuple[str | None, float, float] = (None, 0.0, 0.0)) -> dict | None:
+                       keep: np.ndarray | None = None, told: tuple[str | None, float, float] = (None, 0.0, 0.0)) -> dict | None:
     """The non-sampler side's log-prob regressed on the sampler side's has slope T_rollout/T_trainer (or its inverse)
-    instead of ≈ 1 (over `keep` tokens; `sampler` is `sampler_side`'s answer: fitted on the rollout when unknown)."""
-    sampler, log_mean_ratio, log_mean_inverse = sampler
+    instead of ≈ 1 (over `keep` tokens; `told` is `sampler_side`'s answer: fitted on the rollout when unknown)."""
+    sampler, log_mean_ratio, log_mean_inverse = told
     keep = np.ones(tok.n, bool) if keep is None else keep
     n = int(keep.sum())
     if n < dt.min_tokens or (corr is not None and corr < dt.systematic_corr_max):
