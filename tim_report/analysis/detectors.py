@@ -144,7 +144,10 @@ def sampler_side(tok: Tokens, dt: DiagnosisThresholds, keep: np.ndarray | None =
     sampler's (E[r] = 1) and the mean inverse ratio when the trainer side is (E[1/r] = 1), whatever the other side
     scores. The side whose log-mean is near 0 while the other's is well away from it is the sampler's; the other
     side is the one that scores something else (None when neither or both are near 0)."""
-    log_r = tok.log_r if keep is None or keep.all() else tok.log_r[keep]
+    if keep is None or keep.all():  # an even subsample of at most DETECTOR_MAX_TOKENS: the means need no more
+        log_r = tok.log_r[:: max(1, -(-tok.n // DETECTOR_MAX_TOKENS))]
+    else:
+        log_r = tok.log_r[_thin(np.flatnonzero(keep), DETECTOR_MAX_TOKENS)]
     if log_r.shape[0] < dt.min_tokens:
         return None, 0.0, 0.0
     fwd, inv = _log_mean_exp(log_r), _log_mean_exp(-log_r)

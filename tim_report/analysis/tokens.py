@@ -121,9 +121,10 @@ def probability_sides(batch: StepBatch, share: float) -> list[str]:
     (or ratios) saved where log-probs belong. A side whose values are all ≤ 0 is settled in one pass."""
     out = []
     for side, arr in (("rollout", batch.rollout_logp), ("trainer", batch.trainer_logp)):
-        if not arr.shape[0] or not np.nanmax(np.where(batch.mask, arr, -np.inf), initial=-np.inf) > POSITIVE_LOGP_TOLERANCE:
-            continue
-        values = arr[batch.mask & np.isfinite(arr)]
+        if arr.max(initial=-np.inf) <= POSITIVE_LOGP_TOLERANCE:
+            continue  # the usual case: all ≤ 0 (a NaN makes the max NaN and the test False), no temporary array
+        values = arr[batch.mask]
+        values = values[np.isfinite(values)]
         if values.shape[0] and values.min() >= -POSITIVE_LOGP_TOLERANCE and values.max() <= 1 + POSITIVE_LOGP_TOLERANCE \
                 and float(np.mean(values > POSITIVE_LOGP_TOLERANCE)) > share:
             out.append(side)
