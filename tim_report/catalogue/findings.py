@@ -284,8 +284,8 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
                   "noise concentrates there, and so do the tokens that importance-sampling corrections clip.",
         lambda w: ("Expected for numerical noise. If the mismatch matters, look at the probability-bucket table; an fp32 "
                    "LM head / fp16 rollout narrows the tail most." if w.get("regime") in (None, "identical", "numerical_noise")
-                   else f"This batch is {w['regime'].replace('_', ' ')}: the tail carries the fault's mismatch as well, so "
-                        "read the findings above first; the probability-bucket table shows where the rest sits.")),
+                   else f"This batch is {w['regime'].replace('_', ' ')}, beyond numerical noise: the tail is not only noise "
+                        "here, so read the findings above first; the probability-bucket table shows where the rest sits.")),
     Finding(
         "drift_with_length", _drift_severity,
         lambda w: f"|Σδ| grows as length^{fixed(w['exponent'], 2)} (a random walk would be length^0.5)",
