@@ -130,7 +130,7 @@ def test_cli_writes_three_files(tmp_path, files):
     res = CliRunner().invoke(main, ["compare", str(pb), str(pa), "-o", str(out)])
     assert res.exit_code == 0, res.output
     assert "tokens" in res.output and "better" in res.output
-    assert sorted(p.name for p in out.iterdir()) == [".tim-report.json", "compare.json", "compare.md", "index.html"]
+    assert sorted(p.name for p in out.iterdir()) == [".tim-report.json", ".tim-report.lock", "compare.json", "compare.md", "index.html"]
     data = json.loads((out / "compare.json").read_text())
     assert data["labels"] == {"before": "noisy", "after": "clean"}
     assert data["per_token"]["available"]
