@@ -281,7 +281,14 @@ def _glossary() -> str:
         if e.verl:
             line += f" verl: {esc(e.verl, None, own=True)}."
         lines.append(line)
-    return details("Glossary", "\n".join(lines))
+    return details("Glossary", "\n".join([*lines, "", _kl_bands()]))
+
+
+def _kl_bands() -> str:
+    """The KL band table (catalogue.metrics.kl_band_table), as the page and the index show it."""
+    kb = catalogue.kl_band_table()
+    return "The KL band table:\n\n" + table([esc(c, None, own=True) for c in kb["columns"]],
+                                            [[esc(v, None, own=True) for v in r] for r in kb["rows"]])
 
 
 def render_run_md(report, base_url: str | None = None) -> str:
@@ -446,7 +453,7 @@ def render_index_md(index: dict, base_url: str | None = None) -> str:
              f"🔴 < {plain(HEALTH.amber)} · {html}")
     columns = "\n".join(["The columns (each run's report has the whole glossary):", ""] + [
         f"- **{esc(m.name, None, own=True)}**: {esc(m.plain, None, own=True)}"
-        for m in (catalogue.metric(k) for k in (*catalogue.INDEX, "routing"))])
+        for m in (catalogue.metric(k) for k in (*catalogue.INDEX, "routing"))] + ["", _kl_bands()])
     core = [title, *filter(None, [_run_verdict(index, base_url)]), _runs_table(index, base_url)]
     sections = [("engine pairs", _pairs_table(index) if len(runs) > 1 else ""), ("precision matrix", _precision_table(index)),
                 ("trend over steps", _trend_table(index, base_url)), ("length sweep", _sweep(index)), ("by environment", _env_table(index)),
