@@ -181,3 +181,18 @@ def valid_tokens(batch: StepBatch) -> tuple[Tokens, dict]:
     log_r = np.clip(delta, -SAFETY_BOUND, SAFETY_BOUND) if big else delta
     tokens = Tokens(rollout, trainer, delta, log_r, seq, index, batch.offsets, batch.n_seqs)
     return tokens, report
+
+
+def third_side(values: np.ndarray | None, name: str, n_tokens: int, tok: Tokens) -> tuple[np.ndarray, np.ndarray] | str:
+    """A third per-token log-prob array of the batch (the shadow pass, the trainer floor) on the valid tokens:
+    (its values where they are valid log-probs, that mask over `tok`), or why it cannot be used."""
+    if values is None:
+        return f"the batch has no {name}"
+    whole = np.asarray(values, dtype=np.float64)
+    if whole.shape[0] != n_tokens:
+        return f"{name} has {whole.shape[0]} tokens, the batch {n_tokens}"
+    on_tok = whole[tok.index]
+    ok = np.isfinite(on_tok) & (on_tok <= POSITIVE_LOGP_TOLERANCE)
+    if not ok.any():
+        return f"no valid token has a finite {name}"
+    return on_tok[ok], ok
