@@ -6,7 +6,7 @@ moves each entry into place with renames, so a reader never sees a half-written 
 renamed aside, the new one renamed in, the old one deleted. An existing entry that the marker does not
 list (a user's `docs/`), a symlink, or a non-empty folder without a marker is refused before anything
 moves. A run folder is replaced only while it holds nothing but the files a run folder gets
-(`RUN_FILES`): a user's file inside one is refused by name, before anything moves. A failed write (full disk,
+(`RUN_FILES`), the shared `assets/` folder only while it holds nothing but `ASSET_FILES`: a user's file inside one is refused by name, before anything moves. A failed write (full disk,
 read-only folder) or SIGTERM / SIGINT removes the staging folder; one left behind by `kill -9` is removed by the
 next build beside it.
 """
@@ -24,7 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import BadInput
-from .layout import MARKER, RUN_FILES, STAGING_PREFIX
+from .layout import ASSET_FILES, ASSETS, MARKER, RUN_FILES, STAGING_PREFIX
 
 SPACE_MARGIN = 16 << 20  # bytes kept free beyond what a write needs
 
@@ -112,10 +112,12 @@ def check_replaceable(out: Path, names: list[str]) -> set[str]:
     return mine
 
 
-def _refuse_foreign(folder: Path) -> None:
-    """A run folder tim-report wrote holds only RUN_FILES, as plain files; anything else is someone's."""
+def _refuse_foreign(folder: Path, name: str | None = None) -> None:
+    """A run folder tim-report wrote holds only RUN_FILES, and the assets folder only ASSET_FILES, as plain files;
+    anything else is someone's. `name`: the folder's name in the site (the one it had before being renamed aside)."""
+    allowed = ASSET_FILES if (name or folder.name) == ASSETS else RUN_FILES
     for entry in sorted(folder.iterdir()):
-        if entry.name not in RUN_FILES or entry.is_symlink() or not entry.is_file():
+        if entry.name not in allowed or entry.is_symlink() or not entry.is_file():
             raise BadInput(entry, f"is not a file tim-report writes, so {folder} is not replaced; move it out of "
                                   f"{folder.name}/ and build again, or choose another output folder or --run-id")
 
@@ -128,7 +130,7 @@ def _replace(new: Path, target: Path, scratch: Path) -> None:
         os.rename(target, old)
         if old.is_dir():
             try:
-                _refuse_foreign(old)
+                _refuse_foreign(old, target.name)
             except BadInput:
                 os.rename(old, target)
                 raise
