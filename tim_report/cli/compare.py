@@ -1,7 +1,8 @@
 """`tim-report compare BEFORE AFTER -o DIR`: the before/after page for a PR that changes an engine setting.
 
 DIR gets index.html, compare.json (the analysis, `tim_report.analysis.compare`) and compare.md
-(GitHub-flavoured, links to the HTML), written all or nothing like `build`.
+(GitHub-flavoured, links to the HTML), and the page's shared assets/ (unless --self-contained), written all or
+nothing like `build`.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 import click
 
 from ..catalogue.numbers import fmt
-from .options import fail_cleanly, load_options, output_path, timestamp_now
+from .options import fail_cleanly, load_options, output_path, self_contained_option, timestamp_now
 from .text import safe
 
 
@@ -23,16 +24,18 @@ from .text import safe
 @click.option("--label-before", default=None, help="Name of the first batch on the page (default: its file stem).")
 @click.option("--label-after", default=None, help="Name of the second batch on the page (default: its file stem).")
 @click.option("--timestamp", is_flag=True, help="Stamp the build time into the page (off: same input, same bytes).")
+@self_contained_option
 @fail_cleanly
 @load_options
-def compare_command(before, after, out, label_before, label_after, timestamp, load):
+def compare_command(before, after, out, label_before, label_after, timestamp, self_contained, load):
     """Before/after report of two batches: metrics side by side, overlaid distributions, per-token change."""
     from ..render import RenderOptions
     from ..service.compare import compare, write_compare
 
     out = output_path(out)
     comparison = compare(before, after, load, labels=(label_before, label_after))
-    write_compare(comparison, out, options=RenderOptions(timestamp=timestamp_now() if timestamp else None))
+    write_compare(comparison, out, options=RenderOptions(timestamp=timestamp_now() if timestamp else None,
+                                                         self_contained=self_contained))
     data = comparison.to_dict()
     lb, la = data["labels"]["before"], data["labels"]["after"]
     t = data["tally"]
