@@ -15,7 +15,8 @@ from ..config import HOT_DIFF, TREND_LOG_AXIS_SPAN, health
 from . import charts as ch
 from .pages import asset_files, assets_href, environment, page_context, render_notes
 from .views import (
-    TOKEN_ROWS_OPEN,
+    SAMPLES_OPEN,
+    TOP_TOKENS,
     flat_metrics,
     groups_view,
     headline,
@@ -35,7 +36,7 @@ def run_context(report, notes_md: str | None = None, timestamp: str | None = Non
         "health_colour": health(report.metrics.get("ess")),
         "groups": groups_view(report), "samples": samples_view(report), "metrics_table": flat_metrics(report),
         "percentiles": percentile_rows(report), "notes": render_notes(notes_md), "th": th,
-        "hot_diff": HOT_DIFF, "token_rows_open": TOKEN_ROWS_OPEN, "diagnosis": report.diagnosis,
+        "hot_diff": HOT_DIFF, "samples_open": SAMPLES_OPEN, "top_tokens": TOP_TOKENS, "diagnosis": report.diagnosis,
         "topk": topk_view(report),
     }
 

@@ -3,6 +3,16 @@
    Content-Security-Policy allows no eval. */
 (function () {
   "use strict";
+  // A link into a folded section (a headline card's #g-ess into the glossary) opens the folds around its target.
+  function unfold() {
+    var target = location.hash && document.getElementById(decodeURIComponent(location.hash.slice(1)));
+    for (var el = target; el; el = el.parentElement) {
+      if (el.tagName === "DETAILS") { el.open = true; }
+    }
+    if (target) { target.scrollIntoView(); }
+  }
+  window.addEventListener("hashchange", unfold);
+  unfold();
   var holder = document.getElementById("tim-specs");
   if (!holder) { return; }
   var specs = JSON.parse(holder.textContent);
