@@ -172,7 +172,7 @@ _ROW_IDENTITY = {"id": "text", "model": "text?", "device": "text?", "rollout_eng
 _ROW_VERDICT = {"routing": "counts", "routing_unit": "text", "regime": "text?", "verdict": "text?", "findings": "texts",
                 "blocked_by_bug": "bool",
                 "excluded_tokens": "number", "input_problems": "number", "input_problem_kinds": "texts",
-                "data_problems": "number", "health": "text"}
+                "data_problems": "number", "health": "text", "env_kl_k3": "counts"}
 
 
 def run_row_fields() -> dict[str, str]:

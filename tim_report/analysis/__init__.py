@@ -37,13 +37,14 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
         metrics = summary_metrics(tok, th)
         diagnosis = diagnose(batch, tok, metrics, diagnosis_thresholds, (th.ppo_eps_low, th.ppo_eps_high))
         families = side.result() if side is not None else _side_families(batch, tok, th)
-    groups = families.pop("by_group")
+    groups, envs = families.pop("by_group"), families.pop("by_env")
     route = routing(groups, th)
     groups["route"] = route.pop("routes")
     report = Report(
         run=run_info(batch, run_id),
         metrics=metrics,
-        breakdowns={**families.pop("buckets"), "length_growth": families.pop("length_growth"), "by_group": groups},
+        breakdowns={**families.pop("buckets"), "length_growth": families.pop("length_growth"), "by_group": groups,
+                    **({"by_env": envs} if envs is not None else {})},
         routing=route,
         verl=verl_metrics(tok, metrics),
         data_problems=problems,
@@ -57,8 +58,10 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
 
 def _side_families(batch: StepBatch, tok, th: Thresholds) -> dict:
     """What does not need the summary metrics, one family after another."""
+    per_seq = bd.sequence_sums(tok, *th.ppo_clip, th.veto)
     return {
-        "by_group": bd.group_table(tok, batch.group, *th.ppo_clip, th.veto),
+        "by_group": bd.group_table(tok, batch.group, per_seq),
+        "by_env": bd.env_table(tok, batch.env, per_seq),
         "buckets": bd.bucket_tables(tok),
         "length_growth": bd.length_growth(tok),
         "what_if": what_if(tok, th),
