@@ -84,13 +84,14 @@ def token_rows(sample: dict, band5: tuple[float, float], band2: tuple[float, flo
 def samples_view(report) -> list[dict]:
     th = report.run.get("thresholds") or {}
     b5, b2 = th.get("band_5x", 5.0), th.get("band_2x", 2.0)
-    out = []
+    out: list[dict] = []
     for s in report.samples:
         rows = token_rows(s, (1.0 / b5, b5), (1.0 / b2, b2))
         largest = sorted((i for i, t in enumerate(s["rows"]) if t.get("diff") is not None),
                          key=lambda i: (-abs(s["rows"][i]["diff"]), i))[:TOP_TOKENS]
         out.append({**s, "head": rows[:TOKEN_ROWS_OPEN], "more": rows[TOKEN_ROWS_OPEN:], "all": rows,
-                    "top": [rows[i] for i in largest] if len(rows) > TOP_TOKENS else [], "open": s["kind"] == "worst" and len(out) < SAMPLES_OPEN,
+                    "top": [rows[i] for i in largest] if len(rows) > TOP_TOKENS else [],
+                    "open": s["kind"] == "worst" and len(out) < SAMPLES_OPEN,
                     "hot": sum(1 for r in rows if "hot" in r["cls"]), "out5": sum(1 for r in rows if r["r_cls"] == "o5")})
     return out
 

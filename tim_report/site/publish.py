@@ -6,9 +6,9 @@ moves each entry into place with renames, so a reader never sees a half-written 
 renamed aside, the new one renamed in, the old one deleted. An existing entry that the marker does not
 list (a user's `docs/`), a symlink, or a non-empty folder without a marker is refused before anything
 moves. A run folder is replaced only while it holds nothing but the files a run folder gets
-(`RUN_FILES`), the shared `assets/` folder only while it holds nothing but `ASSET_FILES`: a user's file inside one is refused by name, before anything moves. A failed write (full disk,
-read-only folder) or SIGTERM / SIGINT removes the staging folder; one left behind by `kill -9` is removed by the
-next build beside it.
+(`RUN_FILES`), the shared `assets/` folder only while it holds nothing but `ASSET_FILES`: a user's file inside
+one is refused by name, before anything moves. A failed write (full disk, read-only folder) or SIGTERM / SIGINT
+removes the staging folder; one left behind by `kill -9` is removed by the next build beside it.
 """
 
 from __future__ import annotations
