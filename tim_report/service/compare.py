@@ -36,8 +36,8 @@ def compare(before: str | Path | StepBatch, after: str | Path | StepBatch, load_
 
 def write_compare(comparison: Comparison, out: Path, formats: tuple[str, ...] = tuple(FORMATS),
                   options: RenderOptions | None = None) -> Path:
-    """The comparison's files (index.html, compare.md, compare.json) rendered into a staging folder beside `out`,
-    then moved in."""
+    """The comparison's files (index.html and its assets/ unless self-contained, compare.md, compare.json) rendered
+    into a staging folder beside `out`, then moved in."""
     with staging(out) as folder:
         write_files(folder, render("compare", comparison.to_dict(), formats, options))
         move_into(folder, out)
