@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from ..config import THREAD_MIN_TOKENS, DiagnosisThresholds, Thresholds
+from ..catalogue import findings
+from ..config import SEVERITIES, THREAD_MIN_TOKENS, DiagnosisThresholds, Thresholds
 from ..model import Report, StepBatch
 from . import breakdowns as bd
 from .corrections import blocked_by_bug, routing, what_if
 from .diagnosis import diagnose
 from .distributions import distributions
+from .floor import trainer_floor
 from .metrics import summary_metrics
 from .samples import sample_rows
 from .tokens import valid_tokens
@@ -51,9 +53,20 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
         diagnosis=diagnosis,
         **families,
     )
+    add_floor(report.diagnosis, trainer_floor(batch, tok, th), diagnosis_thresholds)
     report.routing["blocked_by_bug"] = blocked_by_bug(report.diagnosis or {})
     report.run["thresholds"] = th.to_dict()
     return report
+
+
+def add_floor(diagnosis: dict, floor: dict, dt: DiagnosisThresholds | None) -> None:
+    """The trainer's own floor beside the precision gap, and its finding among the others (by severity)."""
+    diagnosis["trainer_floor"] = floor
+    if floor.get("available"):
+        keys = ("kl_k3", "kl_share", "clip_fraction", "clipped_explained", "clip_inside_floor", "tis_fraction",
+                "ess_loss_share", "clip_band", "abs_max")
+        diagnosis["findings"].append(findings.make("trainer_floor", {k: floor[k] for k in keys}, dt or DiagnosisThresholds()))
+        diagnosis["findings"].sort(key=lambda f: -SEVERITIES.index(f["severity"]))
 
 
 def _side_families(batch: StepBatch, tok, th: Thresholds) -> dict:

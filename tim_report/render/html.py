@@ -68,9 +68,15 @@ class HtmlRenderer:
         return {"index.html": page, **({} if options.self_contained else asset_files())}
 
     def compare(self, comparison: dict, options) -> dict[str, str]:
-        from .compare_html import render_compare_html
+        assets = assets_href(options.self_contained, 0)
+        if comparison.get("kind") == "arms":
+            from .arms import render_arms_html
 
-        page = render_compare_html(comparison, options.timestamp, assets_href(options.self_contained, 0))
+            page = render_arms_html(comparison, options.timestamp, assets)
+        else:
+            from .compare_html import render_compare_html
+
+            page = render_compare_html(comparison, options.timestamp, assets)
         return {"index.html": page, **({} if options.self_contained else asset_files())}
 
 
