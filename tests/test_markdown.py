@@ -120,7 +120,8 @@ def test_format_md_only_and_base_url(tmp_path):
     res = CliRunner().invoke(main, ["build", *paths, "-o", str(out), "--format", "md", "--base-url", "https://u.github.io/r/"])
     assert res.exit_code == 0, res.output
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and p.name != ".tim-report-cache.json")
-    assert files == [".tim-report.json", "global_step_3/report.md", "global_step_8/report.md", "index.json", "report.md"]
+    assert files == [".tim-report.json", ".tim-report.lock", "global_step_3/report.md", "global_step_8/report.md",
+                     "index.json", "report.md"]
     index = (out / "report.md").read_text(encoding="utf-8")
     links = re.findall(r"\]\(([^)]*)\)", index)
     assert links and all(u.startswith("https://u.github.io/r/") for u in links)

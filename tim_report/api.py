@@ -34,6 +34,17 @@ class Report(model.Report, JupyterMixin):
 
         return renderer("md").run(self, RenderOptions(base_url=base_url))["report.md"]
 
+    def scalars(self, prefix: str = "tim/") -> dict[str, float]:
+        """The headline and summary numbers as `{prefix + key: float}`, for an experiment logger as they are:
+        `wandb.log(report.scalars(), step=step)`, `mlflow.log_metrics(...)`, a TensorBoard `add_scalar` each
+        (docs/watch.md). A metric this batch has no finite value for (None, NaN, inf) is left out, not logged as
+        NaN: a logger draws a gap, and no backend rejects the call."""
+        from .analysis.stats import finite
+        from .catalogue.metrics import SCALARS
+
+        values = {key: finite(self.metrics.get(key)) for key in SCALARS}
+        return {prefix + key: v for key, v in values.items() if v is not None}
+
     def jupyter_title(self) -> str:
         return str(self.run.get("id") or "run")
 

@@ -183,7 +183,11 @@ def detect_turn_boundary(tok: Tokens, turn: np.ndarray | None, dt: DiagnosisThre
     ad = np.abs(tok.delta)
     ref = np.sort(ad[body])
     pct = (np.searchsorted(ref, ad[head], "left") + np.searchsorted(ref, ad[head], "right")) / (2.0 * ref.shape[0])
-    u = np.bincount(run[head], weights=pct)[runs] / np.bincount(run[head])[runs]  # one rank per turn
+    # one rank per turn: the largest of its h head percentiles, raised to h (uniform under the null, as the max of
+    # h uniforms is Beta(h, 1)), so a turn whose first token alone is off counts as fully as one whose whole head is
+    firsts = np.flatnonzero(np.diff(np.concatenate([[-1], run[head]])))
+    h = np.diff(np.append(firsts, pct.shape[0]))
+    u = np.maximum.reduceat(pct, firsts) ** h
     z = _rank_z(u)
     body_mean = float(ad[body].mean())
     ratio = float(ad[head].mean()) / body_mean if body_mean > 0 else math.inf

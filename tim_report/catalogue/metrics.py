@@ -384,8 +384,12 @@ ARMS = INDEX  # an A/B comparison of arms (compare A/ B/): each arm's level with
 ROW = ("tokens", "sequences", "ess", "kl_k3", "abs_delta_median", "abs_delta_mean", "abs_delta_max", "outside_2x",
        "outside_5x", "phantom_clip", "veto_token_fraction", "veto_seq_fraction", "seq_log_ratio_mean")
 
+# what an experiment logger gets (Report.scalars(), `export --tensorboard`), as "tim/<key>": the headline and the summary's
+# numbers and the batch's size; `export` from index.json rows gives those of them a row carries (ROW)
+SCALARS = (*HEADLINE, *SUMMARY_EXTRA, "tokens", "sequences")
+
 VIEWS = {"headline": HEADLINE, "summary_extra": SUMMARY_EXTRA, "index": INDEX, "trend": TREND, "history": HISTORY,
-         "gates": GATES, "compare": COMPARE, "arms": ARMS, "row": ROW}
+         "gates": GATES, "compare": COMPARE, "arms": ARMS, "row": ROW, "scalars": SCALARS}
 
 
 def metric(key: str) -> Metric:

@@ -10,8 +10,10 @@ from .build import build_command
 from .capture import capture_command
 from .check import check_command
 from .compare import compare_command
+from .export import export_command
 from .inspect import inspect_command
 from .options import start_warnings
+from .watch import watch_command
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -24,5 +26,6 @@ def main() -> None:
     warnings.filterwarnings("ignore", category=RuntimeWarning)
 
 
-for _command in (build_command, inspect_command, check_command, compare_command, capture_command):
+for _command in (build_command, inspect_command, check_command, compare_command, capture_command, watch_command,
+                 export_command):
     main.add_command(_command)

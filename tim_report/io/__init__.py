@@ -4,6 +4,7 @@
     load(src, options)    a Source or a path holding one batch → StepBatch (BadInput with a one-line reason otherwise)
     describe(src, options) what `tim-report inspect` prints: framework, layout, keys, the role mapping, exclusions and why
     save_batch(b, p)      the canonical `.npz`
+    save_step(p, ...)     a training loop's tensors → the canonical `.npz` of one rank of a step (save_step.py)
     LoadOptions           how to read (keys, meta, pickling, tokenizer, format hint, size limit): one object for all
 
 Framework dumps (prime-rl, slime, miles, NeMo-RL, SkyRL, verl) are read by their own module in
@@ -25,7 +26,7 @@ from ..model import META_KEYS, StepBatch
 from .assemble import build_batch
 from .canonical import save_batch
 from .detect import FRAMEWORKS
-from .discover import Source, settle_step, sources
+from .discover import SAVED_STEP, Source, settle_step, sources
 from .files import RawFile, raw_file, read_file
 from .limits import limited
 from .options import LoadOptions
@@ -135,6 +136,11 @@ def _one(src: str | Path | Source, format_hint: str | None) -> Source:
 
 def _read(src: Source, keys: dict[str, str] | None, allow_pickle: bool) -> tuple[StepBatch, list[dict], dict]:
     """Dispatch on the framework. For `inspect`: the fields the file holds, and which filled which role and why."""
+    if src.kind.startswith(SAVED_STEP):  # save_step's rank files of one step
+        from .ranks import merge_ranks
+
+        parts = [_read_dict(Source((p,), "dict", src.step, src.run_id, p), keys, allow_pickle) for p in src.paths]
+        return merge_ranks(src.origin, [b for b, _, _ in parts]), parts[0][1], parts[0][2]
     if src.framework in ("dict", "verl"):
         return _read_dict(src, keys, allow_pickle)
     if keys:
@@ -146,7 +152,14 @@ def _read(src: Source, keys: dict[str, str] | None, allow_pickle: bool) -> tuple
     batch, fields = reader.read(src, allow_pickle)
     batch.meta.setdefault("source", str(src.origin))
     why = f"fixed by the {src.framework} format"
-    return batch, fields, {r: {"key": k, "reason": why} for r, k in batch.meta.get("keys", {}).items()}
+    filled = {r: k for r, k in batch.meta.get("keys", {}).items() if getattr(batch, _ROLE_FIELDS.get(r, "mask")) is not None}
+    batch.meta["keys"] = filled
+    return batch, fields, {r: {"key": k, "reason": why} for r, k in filled.items()}
+
+
+# The StepBatch field each optional role fills: a framework reader's role is listed only when its field is.
+_ROLE_FIELDS = {"tokens": "token_ids", "text": "token_text", "group": "group", "reward": "reward", "advantage": "advantage",
+                "shadow": "shadow_logp", "prompt": "prompt_ids", "turn": "turn"}
 
 
 def _read_dict(src: Source, keys: dict[str, str] | None, allow_pickle: bool) -> tuple[StepBatch, list[dict], dict]:

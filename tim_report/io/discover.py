@@ -2,6 +2,7 @@
 
     a file, or one step's folder       one Source
     prime-rl token_exports/            one per step_S/ folder (all its rank_*.jsonl files)
+    a save_step run folder             one per step_S/ folder (all its rank_*.npz files, merged by io/ranks.py)
     a NeMo-RL log dir                  one per train_data_stepN.jsonl
     a slime / miles dump dir           one per rollout id in train_data/ (slime joined with rollout_data/)
     a SkyRL export dir                 one per dumped_data/global_step_N_training_input.pkl
@@ -23,6 +24,8 @@ from .detect import INPUT_SUFFIXES, check_hint, detect_file, first_record
 
 STEP_RE = re.compile(r"(?:global[_-]?)?step[_-]?(\d+)", re.IGNORECASE)
 RANK_FILE = re.compile(r"rank_(\d+)\.jsonl$")
+RANK_NPZ = re.compile(r"rank_(\d+)\.npz$")  # save_step's step_S/rank_R.npz
+SAVED_STEP = "save_step step"  # the kind of such a Source: io.load merges its rank files
 STEP_DIR = re.compile(r"step_(\d+)$")
 NEMO_FILE = re.compile(r"train_data_step(\d+)\.jsonl$")
 SKYRL_FILE = re.compile(r"global_step_(\d+)_training_input\.pkl$")
@@ -93,7 +96,8 @@ def _folder(path: Path, hint: str | None) -> list[Source]:
         path = path / "dumped_data"
     kinds = {
         "prime-rl step folder": sorted(f for f in path.glob("rank_*.jsonl") if RANK_FILE.search(f.name)),
-        "prime-rl token_exports": sorted(d for d in path.iterdir() if d.is_dir() and STEP_DIR.match(d.name)),
+        "save_step step folder": _rank_npz(path),
+        "step_S folders": sorted(d for d in path.iterdir() if d.is_dir() and STEP_DIR.match(d.name)),
         "NeMo-RL log dir": sorted(f for f in path.iterdir() if NEMO_FILE.match(f.name)),
         "SkyRL dumped_data": sorted(f for f in path.iterdir() if SKYRL_FILE.match(f.name)),
     }
@@ -102,8 +106,10 @@ def _folder(path: Path, hint: str | None) -> list[Source]:
         raise BadInput(path, f"holds dumps of several layouts ({', '.join(present)}): point at one of them")
     if present == ["prime-rl step folder"] or (not present and _looks_like_prime_step(path)):
         return [_prime_step(path, hint)]
-    if present == ["prime-rl token_exports"]:
-        return [_prime_step(d, hint) for d in kinds["prime-rl token_exports"]]
+    if present == ["save_step step folder"]:
+        return [_saved_step(path, hint)]
+    if present == ["step_S folders"]:
+        return [_saved_step(d, hint) if _rank_npz(d) else _prime_step(d, hint) for d in kinds["step_S folders"]]
     if present:
         framework = "nemo-rl" if present == ["NeMo-RL log dir"] else "skyrl"
         return [file_source(f, hint) if hint else _confirmed(f, framework) for f in kinds[present[0]]]
@@ -128,6 +134,26 @@ def _prime_step(step_dir: Path, hint: str | None) -> Source:
     step = step if step is not None else _record_step(ranks[0])
     return Source(tuple(ranks), hint or "prime-rl", step, _step_id(step, step_dir.name), step_dir,
                   f"prime-rl step folder ({len(ranks)} rank file{'s' if len(ranks) != 1 else ''})")
+
+
+def _rank_npz(folder: Path) -> list[Path]:
+    """save_step's rank files of one step, in rank order (a hidden `.rank_0.npz.*.tmp` being written is not one)."""
+    found = [f for f in folder.glob("rank_*.npz") if RANK_NPZ.fullmatch(f.name)]
+    return sorted(found, key=lambda f: _int(RANK_NPZ, f.name) or 0)
+
+
+def _saved_step(step_dir: Path, hint: str | None) -> Source:
+    """A step written by save_step: the canonical files of its ranks, read as one batch."""
+    ranks = _rank_npz(step_dir)
+    if not ranks:
+        raise BadInput(step_dir, "step folder with no rank_*.jsonl (prime-rl) or rank_*.npz (save_step) file")
+    if any(step_dir.glob("rank_*.jsonl")):
+        raise BadInput(step_dir, "holds both prime-rl rank_*.jsonl and save_step rank_*.npz files: keep one kind per step")
+    if hint not in (None, "dict"):
+        raise BadInput(step_dir, f"--format-hint {hint}: these rank_*.npz files are tim-report's canonical format (hint dict)")
+    step = _int(STEP_DIR, step_dir.name)
+    return Source(tuple(ranks), "dict", step, _step_id(step, step_dir.name), step_dir,
+                  f"{SAVED_STEP} folder ({len(ranks)} rank file{'s' if len(ranks) != 1 else ''})")
 
 
 def _train_data(folder: Path, hint: str | None) -> list[Source]:

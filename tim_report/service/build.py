@@ -1,6 +1,6 @@
 """`build`: the output site, one folder per batch plus the index, written all or nothing.
 
-load → analyze → render → write. Everything is rendered into a staging folder beside the output and moved
+load → analyze → render → write. Everything is rendered into a staging folder inside the output and moved
 into place only when every input has succeeded, so a bad input never leaves a half-written site. Renderers
 are imported only for the formats asked for: a markdown-only build never loads Altair or Jinja2.
 """
