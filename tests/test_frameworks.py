@@ -239,6 +239,30 @@ def test_miles_without_allow_pickle_names_the_flag_and_the_risk(tmp_path):
     assert "arbitrary code" in res.stderr and not (tmp_path / "site").exists()
 
 
+def test_miles_dump_of_tensors_loads_with_weights_only(tmp_path):
+    """miles' own writer under the default Ray object store saves torch tensors and lists, not numpy arrays: such a
+    dump loads with weights_only=True, no --allow-pickle (docs/formats.md said it always needed unpickling)."""
+    def tensors(x):
+        if isinstance(x, np.ndarray):
+            return torch.from_numpy(x)
+        if isinstance(x, dict):
+            return {k: tensors(v) for k, v in x.items()}
+        if isinstance(x, list):
+            return [tensors(v) for v in x]
+        return x
+
+    out = tmp_path / "miles" / "train_data"
+    out.mkdir(parents=True)
+    for p in sorted((DATA / "miles" / "train_data").glob("*.pt")):
+        torch.save(tensors(torch.load(p, weights_only=False)), out / p.name)  # our own fixture: trusted
+    assert torch.load(out / "0_0.pt", weights_only=True)["rollout_id"] == 0
+    res = run("build", tmp_path / "miles", "-o", tmp_path / "site")
+    assert res.exit_code == 0, res.stderr
+    assert "unpickl" not in res.stderr and (tmp_path / "site" / "index.json").exists()
+    same = read(DATA / "miles" / "train_data" / "0_0.pt", allow_pickle=True)
+    assert read(out / "0_0.pt").n_seqs == same.n_seqs == 5
+
+
 def test_each_file_unpickled_is_named_once_per_command(tmp_path):
     """Every command that unpickles the four miles rank files names each exactly once, whether it reads them once
     or twice (the same input given twice), serially or in --jobs workers; a rebuild that reuses the cached step

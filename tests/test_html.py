@@ -229,3 +229,23 @@ def test_the_shipped_vega_bundle_is_what_vl_convert_builds():
     script = runpy.run_path(str(Path(__file__).resolve().parent.parent / "scripts" / "vendor_vega.py"))
     assert javascript_bundle() == script["bundle"](), "stale bundle: run python scripts/vendor_vega.py"
     assert "</script" not in javascript_bundle().lower()
+
+
+def test_one_kl_band_table_on_the_page_the_glossary_and_the_index(tmp_path):
+    """The page, the glossary and the index stated different 'normal' KL k3 bands (4e-4 to 1e-2 against 1e-5 to 1e-2):
+    now every place reads the one table generated from config.PUBLISHED_BANDS."""
+    from tim_report.catalogue.metrics import KL_BANDS, metric
+    from tim_report.config import PUBLISHED_BANDS
+    from tim_report.testing import make_batch
+
+    out = build_site(tmp_path, [("a", make_batch(8, 32, seed=1)), ("b", make_batch(8, 32, seed=2))])
+    pages = {p: (out / p).read_text(encoding="utf-8") for p in ("a/index.html", "a/report.md", "index.html", "report.md")}
+    dense = PUBLISHED_BANDS[("dense", "bf16")]
+    assert [name for name, _, _ in KL_BANDS] == [b.name for b in PUBLISHED_BANDS.values()]
+    for name, text in pages.items():
+        assert "KL band table" in text, name
+        for band, lo, hi in KL_BANDS:
+            assert f"{band}" in text and f"{lo} to {hi}" in text, (name, band)
+        assert "4e-4 to 1e-2" not in text, name  # the second 'normal' band is gone
+    assert "1e-5 to 1e-2" in metric("kl_k3").plain and dense.kl_k3 == (1e-5, 1e-2)
+    assert "within the published dense bf16 band (1e-5 to 1e-2)" in metric("kl_k3").reading(3e-3)[1]

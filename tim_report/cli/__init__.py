@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import sys
 import warnings
 
 import click
@@ -21,6 +23,11 @@ from .watch import watch_command
 def main() -> None:
     """tim-report: how far your rollout engine and your trainer disagree, and why."""
     start_warnings()
+    # A terminal or CI log that cannot show a character (PYTHONIOENCODING=ascii, a C locale) gets it as a \u escape,
+    # not a UnicodeEncodeError traceback: file-supplied key names, tokens and models hold any character.
+    for stream in (sys.stdout, sys.stderr):
+        if isinstance(stream, io.TextIOWrapper):
+            stream.reconfigure(errors="backslashreplace")
     # numpy's floating-point warnings (overflow in exp of a broken batch, ...) are not the user's to act on,
     # and a second stderr line would break the one-line promise; what the data holds is in the report.
     warnings.filterwarnings("ignore", category=RuntimeWarning)

@@ -7,8 +7,9 @@ from pathlib import Path
 import click
 
 from ..catalogue.formats import FORMATS
-from ..catalogue.numbers import fixed
-from ..errors import BadInput
+from ..catalogue.numbers import fixed, fmt
+from ..config import NOTES_MAX_BYTES
+from ..errors import BadInput, regular_file
 from .options import (
     executor_option,
     fail_cleanly,
@@ -64,12 +65,7 @@ def build_command(files, out, run_ids, load, ppo_eps, notes, timestamp, self_con
     out = output_path(out)
     if ray_address is not None and executor != "ray":
         raise BadInput("--ray-address", "applies to --executor ray only")
-    notes_md = None
-    if notes is not None:
-        try:
-            notes_md = notes.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise BadInput(notes, f"cannot read notes: {exc}") from None
+    notes_md = read_notes(notes) if notes is not None else None
     opts = BuildOptions(load=load, thresholds=Thresholds(ppo_eps_low=ppo_eps[0], ppo_eps_high=ppo_eps[1]),
                         formats=tuple(f for f in FORMATS if f in formats) if formats else tuple(FORMATS),
                         render=RenderOptions(notes_md=notes_md, base_url=base_url or None,
@@ -91,3 +87,16 @@ def build_command(files, out, run_ids, load, ppo_eps, notes, timestamp, self_con
                f"in {fixed(result.seconds, 1)} s; wrote {safe(out)}/")
     if result.run:  # last, where a reader of a CI log looks first
         click.echo(f"run verdict: {safe(result.run['verdict'])}")
+
+
+def read_notes(path: Path) -> str:
+    """--notes: a regular file (a FIFO would block, /dev/zero never end) of at most NOTES_MAX_BYTES, UTF-8."""
+    regular_file(path, "markdown file")
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(NOTES_MAX_BYTES + 1)
+        if len(data) > NOTES_MAX_BYTES:
+            raise BadInput(path, f"notes are larger than {fmt(NOTES_MAX_BYTES)} bytes, more than a page should carry")
+        return data.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(path, f"cannot read notes: {exc}") from None

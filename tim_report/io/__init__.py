@@ -21,7 +21,7 @@ import numpy as np
 
 from ..catalogue.numbers import fmt
 from ..config import MAX_TOKENS, MODEL_CLASSES
-from ..errors import BadInput
+from ..errors import BadInput, parser_limits
 from ..model import META_KEYS, StepBatch
 from .assemble import build_batch
 from .canonical import save_batch
@@ -34,6 +34,8 @@ from .roles import ROLE_ALIASES, USER_ROLES, choose_roles
 from .text import clean_strings
 from .tokenizer import load_decoder
 
+MAX_STEP = 2**53  # a step beyond this is no step a run reaches, and would not survive a float (the trend, index.json)
+
 __all__ = ["FRAMEWORKS", "ROLE_ALIASES", "USER_ROLES", "LoadOptions", "RawFile", "Source", "describe", "load",
            "meta_overrides", "read_file", "save_batch", "sources"]
 
@@ -45,11 +47,11 @@ def load(src: str | Path | Source, options: LoadOptions | None = None) -> StepBa
     `options.max_tokens` (`--max-tokens`) bounds what is read (io/limits.py)."""
     opts = options or LoadOptions()
     src = _one(src, opts.format_hint)
-    with limited(opts.max_tokens):
+    with limited(opts.max_tokens), parser_limits(src.origin):
         batch, _, _ = _read(src, opts.keys, opts.allow_pickle)
-    _finish(batch, src, opts.max_tokens)
+        _finish(batch, src, opts.max_tokens)
     if opts.tokenizer:
-        batch.decoder = load_decoder(opts.tokenizer)
+        batch.decoder = load_decoder(opts.tokenizer, batch.token_ids, src.origin)
     batch.meta.update(meta_overrides(opts.meta))
     return batch
 
@@ -57,6 +59,8 @@ def load(src: str | Path | Source, options: LoadOptions | None = None) -> StepBa
 def _finish(batch: StepBatch, src: Source, max_tokens: int | None) -> None:
     """What every reader's batch gets: its step settled, its file named, its size checked, its strings valid UTF-8."""
     step = settle_step(src, batch.meta.pop("step", None), batch.notes)
+    if isinstance(step, (int, float)) and not abs(step) < MAX_STEP:  # a step no run reaches, or inf/NaN
+        raise BadInput(src.origin, f"records a step beyond ±{fmt(MAX_STEP)} (or not finite): not a training step")
     if step is not None:
         batch.meta["step"] = step
     limit = max_tokens or MAX_TOKENS
@@ -84,7 +88,9 @@ def meta_overrides(pairs: dict[str, str]) -> dict:
             try:
                 out[key] = int(value)
             except ValueError:
-                raise BadInput("--meta", f"step={value}: not an integer") from None
+                raise BadInput("--meta", f"step={value[:40]}: not an integer") from None
+            if abs(out[key]) >= MAX_STEP:
+                raise BadInput("--meta", f"step={value[:40]}: beyond ±{fmt(MAX_STEP)}, not a training step")
         elif key == "model_class":
             if value.lower() not in MODEL_CLASSES:
                 raise BadInput("--meta", f"model_class={value}: use one of {', '.join(MODEL_CLASSES)}")
@@ -102,9 +108,11 @@ def describe(src: str | Path | Source, options: LoadOptions | None = None) -> di
         if len(found) > 1:
             return {"file": str(src), "sources": [_source_info(s) for s in found]}
         src = found[0]
-    with limited(opts.max_tokens):
+    with limited(opts.max_tokens), parser_limits(src.origin):
         batch, fields, roles = _read(src, opts.keys, opts.allow_pickle)
-    _finish(batch, src, opts.max_tokens)
+        _finish(batch, src, opts.max_tokens)
+    if opts.tokenizer:  # not used to describe, but named: said now if it cannot be used
+        load_decoder(opts.tokenizer, batch.token_ids, src.origin)
     fields, _ = clean_strings(fields)
     return {
         **_source_info(src),

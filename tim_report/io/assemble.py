@@ -23,7 +23,7 @@ from .canonical import TOPK_FIELDS
 from .files import RawFile
 from .roles import RoleChoice, key_list
 from .sequences import Exclusions, count_placeholders, turn_index
-from .text import decoded
+from .text import as_text, decoded
 
 ALIGNMENT = ("same position: trainer_logp[t] and rollout_logp[t] score token t "
              "(no shift applied; OpenRLHF [1:] / AReaL roll(-1) layouts must be aligned before saving)")
@@ -391,8 +391,9 @@ def _text_role(p, roles, value, layout, flat) -> np.ndarray | None:
     if value is None:
         return None
     key = roles["text"].key
-    if isinstance(value, np.ndarray) and value.dtype.kind == "S":  # bytes: decode, bad UTF-8 shown as U+FFFD
-        value = decoded(value)
+    if isinstance(value, (str, bytes)) or (isinstance(value, np.ndarray) and value.ndim == 0):
+        raise BadInput(p, f"'{key}' is a single {type(value).__name__} value, not one string per token")
+    value = as_text(value)  # bytes: decoded, bad UTF-8 shown as U+FFFD
     if layout == "padded":
         arr = np.asarray(value, dtype=object) if isinstance(value, list) else value
         if arr.ndim != 2 or not flat.keep2d.shape == arr.shape:

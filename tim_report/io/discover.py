@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import BadInput
+from ..errors import BadInput, parser_limits, regular_file
 from .detect import INPUT_SUFFIXES, check_hint, detect_file, first_record
 
 STEP_RE = re.compile(r"(?:global[_-]?)?step[_-]?(\d+)", re.IGNORECASE)
@@ -62,14 +62,20 @@ def sources(path: str | Path, format_hint: str | None = None) -> list[Source]:
     hint = check_hint(format_hint)
     if not path.exists():
         raise BadInput(path, "no such file or folder")
-    found = _folder(path, hint) if path.is_dir() else [file_source(path, hint)]
+    regular_file(path)
+    with parser_limits(path):  # a first record nested too deep, or an integer of too many digits
+        found = _folder(path, hint) if path.is_dir() else [file_source(path, hint)]
     if not found:
         raise BadInput(path, "no step batch found here")
+    for s in found:  # every file a step holds, before anything hashes or reads it (the cache key hashes them all)
+        for p in s.paths:
+            regular_file(p)
     return _unique_ids(sorted(found, key=lambda s: (s.step is None, s.step or 0, str(s.origin))))
 
 
 def file_source(path: Path, hint: str | None = None) -> Source:
     """One file: its framework from its content (or the hint), its step from its path or content."""
+    regular_file(path)
     if path.stat().st_size == 0:
         raise BadInput(path, "file is empty")
     framework = hint or detect_file(path)
@@ -130,6 +136,8 @@ def _prime_step(step_dir: Path, hint: str | None) -> Source:
     if hint not in (None, "prime-rl") and len(ranks) > 1:
         raise BadInput(step_dir, f"--format-hint {hint} reads one file, and this prime-rl step has {len(ranks)} rank "
                                  "files: point at one of them")
+    for f in ranks:
+        regular_file(f)
     step = _int(STEP_DIR, step_dir.name)
     step = step if step is not None else _record_step(ranks[0])
     return Source(tuple(ranks), hint or "prime-rl", step, _step_id(step, step_dir.name), step_dir,

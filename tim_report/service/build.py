@@ -81,17 +81,25 @@ def unique_ids(names: list[str], given: bool = False) -> list[str]:
                 raise BadInput("--run-id", f"'{g}' cannot name a run folder (reserved for the site's own files, or longer "
                                            f"than {MAX_RUN_ID} characters)")
     taken = set(RESERVED)
+    tried: dict[str, int] = {}  # per name, the last suffix tried: the next one starts there (linear, not quadratic)
     out = []
     for rid in (safe_run_id(n) for n in names):
-        candidate, n = rid, 1
+        n = tried.get(rid.lower(), 1)
+        candidate = _candidate(rid, n)
         while candidate.lower() in taken:
             n += 1
-            candidate = f"{rid}-{n}"
+            candidate = _candidate(rid, n)
+        tried[rid.lower()] = n
         if given and candidate != rid:
             raise BadInput("--run-id", f"'{rid}' is given twice")
         taken.add(candidate.lower())
         out.append(candidate)
     return out
+
+
+def _candidate(rid: str, n: int) -> str:
+    """The n-th name a run id may take: itself, then rid-2, rid-3, ... (cut to stay within MAX_RUN_ID)."""
+    return rid if n == 1 else f"{rid[:MAX_RUN_ID - len(str(n)) - 1]}-{n}"
 
 
 def expand(paths: list[Path], given: list[str] | None, format_hint: str | None = None) -> tuple[list[Source], list[str]]:

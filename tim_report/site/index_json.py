@@ -20,7 +20,7 @@ from pathlib import Path
 from ..catalogue import metrics as catalogue
 from ..catalogue.numbers import fmt
 from ..config import HISTORY_MAX_BYTES
-from ..errors import BadInput
+from ..errors import BadInput, regular_file
 from ..model import dumps
 from .layout import INDEX_JSON
 
@@ -57,6 +57,7 @@ def read_document(path: str | Path, max_bytes: int = HISTORY_MAX_BYTES) -> tuple
     if not path.exists():
         raise BadInput(path, "no such folder (expected a site built with `tim-report build`)")
     index = path / INDEX_JSON if path.is_dir() else path
+    regular_file(index)  # a FIFO would block the read, /dev/zero never end
     if not index.is_file():
         raise BadInput(index, "no such file: build the run first (`tim-report build RUN -o SITE`, json format on)")
     try:
@@ -96,4 +97,7 @@ def _number(index: Path, i: int, r: dict, key: str) -> float | int | None:
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise BadInput(index, f"runs[{i}].{key} is not a number")
-    return v if math.isfinite(v) else None
+    try:
+        return v if math.isfinite(v) else None
+    except OverflowError:  # an integer beyond a float's range
+        raise BadInput(index, f"runs[{i}].{key} is beyond the range of a float") from None
