@@ -134,7 +134,7 @@ def test_prime_rl_run_folder_gives_one_run_per_step(tmp_path):
         assert summary["metrics"]["tokens"] == want["tokens"]
         assert summary["metrics"]["kl_k3"] == pytest.approx(want["kl_k3"], rel=1e-4)
     page = (tmp_path / "site" / "step_1" / "index.html").read_text()
-    assert "prime-rl dump" in page and "Left out by the reader" in page and "trainer_logprobs[0] filler" in page
+    assert "prime-rl dump" in page and "<th>left out<td>" in page and "trainer_logprobs[0] filler" in page
 
 
 # ---- NeMo-RL ---------------------------------------------------------------------------------------

@@ -56,11 +56,31 @@ def test_notes_markdown_escapes_raw_html(site):
 
 
 def test_offline_and_one_bundle(site):
+    """One copy of the chart runtime in the site; every page links it and the stylesheet by a relative path that
+    resolves to a file of the site, runs no inline script, and names nothing on the network."""
+    assert (site / "assets" / "vega.js").read_text(encoding="utf-8").count("window.vegaEmbed=") == 1
+    assert sorted(p.name for p in (site / "assets").iterdir()) == ["style.css", "tim.js", "vega.js"]
     for page in (site / "step7" / "index.html", site / "index.html"):
         text = page.read_text(encoding="utf-8")
         assert not re.search(r"""(?:src|href|action|poster)\s*=\s*["']?\s*(?:https?:)?//""", text, re.I)
         assert not re.search(r"@import|url\(\s*['\"]?(?:https?:)?//", text, re.I)
-        assert text.count("window.vegaEmbed=") == 1  # index has a trend chart: two numbered steps
+        assert "vegaEmbed" not in text and "<style" not in text and " style=" not in text
+        for tag in re.findall(r"<script\b[^>]*>", text):  # the specs are data; the code is the site's own files
+            assert 'type="application/json"' in tag or re.fullmatch(r'<script src="[./a-z]+\.js">', tag), tag
+        for link in re.findall(r'(?:src|href)="([^"#:]+\.(?:js|css))"', text):
+            assert (page.parent / link).resolve().is_file(), link
+        assert "script-src 'self'; style-src 'self'" in text and "unsafe" not in text
+    assert 'src="../assets/vega.js"' in (site / "step7" / "index.html").read_text(encoding="utf-8")
+    assert 'src="assets/vega.js"' in (site / "index.html").read_text(encoding="utf-8")  # a trend: two numbered steps
+
+
+def test_self_contained_pages_carry_their_assets(tmp_path):
+    out = build_site(tmp_path, [("a", hostile_batch()), ("b", hostile_batch(seed=5, step=8))], self_contained=True)
+    assert not (out / "assets").exists()
+    for page in (out / "a" / "index.html", out / "index.html"):
+        text = page.read_text(encoding="utf-8")
+        assert text.count("window.vegaEmbed=") == 1 and "<style>" in text and "assets/" not in text
+        assert "unsafe-eval" not in text  # Vega's interpreter: no code generated at run time
 
 
 def test_page_sections_and_markers(site):
@@ -80,7 +100,7 @@ def test_page_sections_and_markers(site):
 def test_no_timestamp_unless_asked(tmp_path):
     out = build_site(tmp_path, [("a", hostile_batch(step=None))], timestamp="2026-01-02 03:04 UTC")
     assert "built 2026-01-02 03:04 UTC" in (out / "a" / "index.html").read_text(encoding="utf-8")
-    assert "vegaEmbed" not in (out / "index.html").read_text(encoding="utf-8")  # no chart, no bundle
+    assert "vega.js" not in (out / "index.html").read_text(encoding="utf-8")  # no chart, no chart runtime
 
 
 def test_deterministic(tmp_path):

@@ -73,6 +73,20 @@ def test_a_users_file_inside_a_run_folder_is_never_deleted(tmp_path, npz):
     assert not list(tmp_path.rglob(".tim-report-staging-*"))
 
 
+def test_the_shared_assets_are_tim_reports_and_a_users_file_among_them_is_never_deleted(tmp_path, npz):
+    site = tmp_path / "site"
+    assert run("build", npz("docs.npz"), "-o", site).exit_code == 0
+    assert sorted(p.name for p in (site / "assets").iterdir()) == ["style.css", "tim.js", "vega.js"]
+    assert "assets" in (site / ".tim-report.json").read_text()
+    assert run("build", npz("docs.npz"), "-o", site).exit_code == 0  # rewritten with the index, as tim-report's own
+    (site / "assets" / "logo.png").write_text("mine")
+    before = tree(site)
+    one_line_exit_2(run("build", npz("docs.npz"), "-o", site), "site/assets/logo.png", "is not a file tim-report writes")
+    assert tree(site) == before
+    with pytest.raises(BadInput, match="reserved"):
+        unique_ids(["assets"], given=True)  # no run folder takes its name
+
+
 def test_move_into_refuses_a_run_folder_holding_anything_else_before_moving_anything(tmp_path):
     from tim_report.site.publish import MARKER, RUN_FILES, move_into
 
@@ -233,7 +247,7 @@ def test_same_stems_never_overwrite_each_other(tmp_path):
         paths.append(str(p))
     res = run("build", *paths, "-o", tmp_path / "site")
     assert res.exit_code == 0, res.output
-    runs = sorted(p.name for p in (tmp_path / "site").iterdir() if p.is_dir())
+    runs = sorted(p.name for p in (tmp_path / "site").iterdir() if p.is_dir() and p.name != "assets")
     assert len(runs) == 4 and len({r.lower() for r in runs}) == 4
     index = (tmp_path / "site" / "index.html").read_text()
     for r in runs:

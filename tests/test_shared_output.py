@@ -111,7 +111,7 @@ def test_a_marker_or_lock_that_is_a_symlink_or_fifo_is_refused_and_its_target_un
     one_line_exit_2(run("build", batch_file(tmp_path / "in", "b.npz", 1), "-o", site), MARKER, "not a regular file")
     assert victim.read_text() == '{"written": ["a", "index.html"]}'
     (site / MARKER).unlink()
-    (site / MARKER).write_text('{"tool": "tim-report", "written": ["a", "index.html", "index.json", "report.md"]}')
+    (site / MARKER).write_text('{"tool": "tim-report", "written": ["a", "assets", "index.html", "index.json", "report.md"]}')
     (site / OUTPUT_LOCK).unlink()
     os.mkfifo(site / OUTPUT_LOCK)  # opening a FIFO for the lock must not hang
     res = subprocess.run([*TOOL, "build", str(a), "--ppo-eps", "0.1", "0.2", "-o", str(site)], capture_output=True,
@@ -270,7 +270,9 @@ def test_every_rename_survives_a_cross_device_error(tmp_path, monkeypatch):
     for seed in (0, 5, 6):
         assert run("build", batch_file(tmp_path / "in", "a.npz", seed), "-o", site).exit_code == 0
     assert index_links_only_existing_folders(site) == ["a"] and marker(site) >= {"a", "index.json"}
-    assert sorted(p.name for p in site.iterdir()) == sorted([MARKER, OUTPUT_LOCK, "a", "index.html", "index.json", "report.md"])
+    assert sorted(p.name for p in site.iterdir()) == sorted([MARKER, OUTPUT_LOCK, "a", "assets", "index.html", "index.json",
+                                                             "report.md"])
+    assert sorted(p.name for p in (site / "assets").iterdir()) == ["style.css", "tim.js", "vega.js"]  # copied whole
 
 
 @pytest.mark.slow
@@ -287,7 +289,8 @@ def test_an_output_that_is_a_mount_point_builds_again_and_again(tmp_path):
               f"&& {build} build {a} -o {site} && echo ENTRIES && ls -A {site}")
     res = subprocess.run(["unshare", "-m", "sh", "-c", script], capture_output=True, text=True, timeout=600)
     assert res.returncode == 0, res.stderr
-    assert set(res.stdout.split("ENTRIES")[1].split()) == {MARKER, OUTPUT_LOCK, "a", "index.html", "index.json", "report.md"}
+    assert set(res.stdout.split("ENTRIES")[1].split()) == {MARKER, OUTPUT_LOCK, "a", "assets", "index.html", "index.json",
+                                                           "report.md"}
 
 
 def test_an_output_name_over_255_bytes_is_one_line(tmp_path):

@@ -23,10 +23,10 @@ class Report(model.Report, JupyterMixin):
     """A `model.Report` with `.to_html()`, `.to_markdown()` and Jupyter display."""
 
     def to_html(self, notes_md: str | None = None) -> str:
-        """The run page (the same `index.html` that `tim-report build` writes for this batch)."""
+        """The run page, self-contained (the `index.html` that `tim-report build --self-contained` writes)."""
         from .render import RenderOptions, renderer
 
-        return renderer("html").run(self, RenderOptions(notes_md=notes_md))["index.html"]
+        return renderer("html").run(self, RenderOptions(notes_md=notes_md, self_contained=True))["index.html"]
 
     def to_markdown(self, base_url: str | None = None) -> str:
         """The run's GitHub-flavoured markdown (`report.md`); `base_url` makes its links absolute."""
@@ -56,7 +56,7 @@ class Comparison(model.Comparison, JupyterMixin):
     def to_html(self, timestamp: str | None = None) -> str:
         from .render import RenderOptions, renderer
 
-        return renderer("html").compare(self.data, RenderOptions(timestamp=timestamp))["index.html"]
+        return renderer("html").compare(self.data, RenderOptions(timestamp=timestamp, self_contained=True))["index.html"]
 
     def to_markdown(self) -> str:
         from .render import RenderOptions, renderer

@@ -18,6 +18,7 @@ from .options import (
     output_path,
     ppo_eps_option,
     ray_address_option,
+    self_contained_option,
     timestamp_now,
     timestamp_option,
 )
@@ -37,6 +38,7 @@ CHANGE_LINES_MAX = 10
 @click.option("--notes", "notes", type=click.Path(path_type=Path, dir_okay=False),
               help="Markdown file with your narrative, shown after the headline (raw HTML is escaped).")
 @timestamp_option
+@self_contained_option
 @click.option("--format", "formats", multiple=True, type=click.Choice(list(FORMATS)),
               help="Write only these formats (repeatable; default all): "
                    + "; ".join(f"{f.name}: {f.help}" for f in FORMATS.values()) + ". index.json is always written.")
@@ -49,7 +51,8 @@ CHANGE_LINES_MAX = 10
 @ray_address_option
 @fail_cleanly
 @load_options
-def build_command(files, out, run_ids, load, ppo_eps, notes, timestamp, formats, base_url, jobs, executor, ray_address):
+def build_command(files, out, run_ids, load, ppo_eps, notes, timestamp, self_contained, formats, base_url, jobs, executor,
+                  ray_address):
     """Analyse step batches and write the report site into OUTPUT.
 
     FILES are step batch files, one step's folder (prime-rl step_S/), or run folders (prime-rl token_exports/,
@@ -66,7 +69,8 @@ def build_command(files, out, run_ids, load, ppo_eps, notes, timestamp, formats,
     opts = BuildOptions(load=load, thresholds=Thresholds(ppo_eps_low=ppo_eps[0], ppo_eps_high=ppo_eps[1]),
                         formats=tuple(f for f in FORMATS if f in formats) if formats else tuple(FORMATS),
                         render=RenderOptions(notes_md=notes_md, base_url=base_url or None,
-                                             timestamp=timestamp_now() if timestamp else None),
+                                             timestamp=timestamp_now() if timestamp else None,
+                                             self_contained=self_contained),
                         jobs=jobs, executor=executor, ray_address=ray_address)
     with build_progress(len(files)) as progress:
         result = build(list(files), out, opts, list(run_ids) or None, progress=progress)

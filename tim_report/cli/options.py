@@ -164,6 +164,10 @@ max_tokens_option = click.option("--max-tokens", type=click.IntRange(min=1), def
                                  help=f"Refuse a batch of more than N token positions, before reading it (default {fmt(MAX_TOKENS)}: "
                                       "about 4 GB of analysis memory).")
 timestamp_option = click.option("--timestamp", is_flag=True, help="Stamp the build time into the pages (off: same input, same bytes).")
+self_contained_option = click.option(
+    "--self-contained", is_flag=True,
+    help="Every page carries its own chart runtime and stylesheet (about 0.9 MB a page), to attach one page anywhere; "
+         "by default the pages share one copy in the output's assets/ folder.")
 executor_option = click.option(
     "--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
     help="Where each step is analysed: here (and in --jobs processes), or as Ray tasks (pip install -e \".[ray]\"; "

@@ -24,11 +24,13 @@ from ..catalogue.formats import FORMATS
 
 @dataclass(frozen=True)
 class RenderOptions:
-    """What a page says beyond the data: the author's notes, absolute links, the build time."""
+    """What a page says beyond the data: the author's notes, absolute links, the build time; and whether each page
+    carries its own assets."""
 
     notes_md: str | None = None  # --notes: markdown shown on every page
     base_url: str | None = None  # --base-url: the markdown's links made absolute
     timestamp: str | None = None  # --timestamp: stamped into the pages
+    self_contained: bool = False  # --self-contained: every page inlines the chart runtime and stylesheet
 
     def __post_init__(self):
         if self.base_url is not None:

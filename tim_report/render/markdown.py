@@ -232,8 +232,8 @@ def _samples(report, html: str) -> str:
             head.append(f"▲▼ {s['out5']} outside 5x")
         rows = [[str(x["pos"]), esc(x["flag"], None) if x["flag"] else "", esc(x["token"], TOKEN_CHARS), x["ro"], x["tr"],
                  esc(x["diff"]), x["pr"], x["pt"], esc(x["r"])]
-                for x in (s["head"] + s["more"])[:SAMPLE_TOKENS]]
-        n = len(s["head"]) + len(s["more"])
+                for x in s["all"][:SAMPLE_TOKENS]]
+        n = len(s["all"])
         more = f"\n\nFirst {SAMPLE_TOKENS} of {n} tokens; the rest are in the {html}." if n > SAMPLE_TOKENS else ""
         blocks.append(" · ".join(head) + "\n\n"
                       + table(["pos", "", "token", "rollout logp", "trainer logp", "diff", "p_rollout", "p_trainer", "r"], rows,

@@ -132,7 +132,8 @@ def analyze_and_render(analyse, opts: BuildOptions, src: Source, run_id: str) ->
 def cache_options(opts: BuildOptions) -> str:
     """Every option that changes what a run folder holds (not the timestamp, not how the work is spread)."""
     return options_fingerprint({"load": opts.load.to_dict(), "thresholds": opts.thresholds.to_dict(),
-                                "formats": opts.formats, "notes": opts.render.notes_md, "base_url": opts.render.base_url})
+                                "formats": opts.formats, "notes": opts.render.notes_md, "base_url": opts.render.base_url,
+                                "self_contained": opts.render.self_contained})
 
 
 def build(paths: list[Path], out: Path, opts: BuildOptions, run_ids: list[str] | None = None,

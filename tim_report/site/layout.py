@@ -6,12 +6,16 @@
       .tim-report-staging-*/  a build's staging folder while it runs, proven live by the lock inside it (publish.py)
       index.html, report.md   the index, per --format (tim_report.render)
       index.json              every run's row and the run view, always (index_json.py)
+      assets/                 what every page shares (chart runtime, its script, the stylesheet), with html
       <run-id>/               one per batch: the --format files and the cache entry (cache.py)
 """
 
 from __future__ import annotations
 
-from ..catalogue.formats import FORMATS, SITE_FILES
+from ..catalogue.formats import ASSETS, FORMATS, SITE_FILES
+
+__all__ = ["ASSETS", "ASSET_FILES", "CACHE_FILE", "INDEX_FILES", "INDEX_JSON", "MARKER", "OUTPUT_LOCK", "RESERVED",
+           "RUN_FILES", "STAGING_LOCK", "STAGING_PREFIX", "is_tool_entry", "run_files"]
 
 MARKER = ".tim-report.json"
 CACHE_FILE = ".tim-report-cache.json"
@@ -24,7 +28,9 @@ INDEX_JSON = "index.json"
 RUN_FILES = frozenset(name for f in FORMATS.values() for name in f.run_files) | {CACHE_FILE}
 # Names a run folder cannot take: the site's own files beside the run folders.
 INDEX_FILES = frozenset({*SITE_FILES, *(name for f in FORMATS.values() for name in f.index_files)})
-RESERVED = frozenset({MARKER, OUTPUT_LOCK, *INDEX_FILES})
+RESERVED = frozenset({MARKER, OUTPUT_LOCK, ASSETS, *INDEX_FILES})
+# What the assets folder holds, and nothing else (publish.py replaces it only then, as it does a run folder).
+ASSET_FILES = frozenset(name for f in FORMATS.values() for name in f.assets)
 
 
 def is_tool_entry(name: str) -> bool:

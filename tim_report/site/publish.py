@@ -6,7 +6,8 @@ even when the site is a mount point), then moves each entry into place with rena
 half-written run: the old entry is renamed aside, the new one renamed in, the old one deleted. An existing entry
 that the marker does not list (a user's `docs/`), a symlink, or a non-empty folder without a marker is refused
 before anything moves. A run folder is replaced only while it holds nothing but the files a run folder gets
-(`RUN_FILES`): a user's file inside one is refused by name, before anything moves.
+(`RUN_FILES`), the shared `assets/` folder only while it holds nothing but `ASSET_FILES`: a user's file inside
+one is refused by name, before anything moves.
 
 Other processes may be there too (a second build into the same folder, a second container on the same volume):
   - the marker is updated and the entries moved under a lock on the site (`.tim-report.lock`), the marker first, so
@@ -31,7 +32,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import BadInput
-from .layout import INDEX_FILES, MARKER, OUTPUT_LOCK, RUN_FILES, STAGING_LOCK, STAGING_PREFIX, is_tool_entry
+from .layout import (
+    ASSET_FILES,
+    ASSETS,
+    INDEX_FILES,
+    MARKER,
+    OUTPUT_LOCK,
+    RUN_FILES,
+    STAGING_LOCK,
+    STAGING_PREFIX,
+    is_tool_entry,
+)
 from .safe_fs import create_locked, create_new, locked, move, read_regular, remove, replace_file, try_lock
 
 MAX_MARKER_BYTES = 1 << 20  # a marker lists one name a line: far below this
@@ -174,10 +185,12 @@ def check_replaceable(out: Path, names: list[str]) -> set[str]:
     return mine
 
 
-def _refuse_foreign(folder: Path) -> None:
-    """A run folder tim-report wrote holds only RUN_FILES, as plain files; anything else is someone's."""
+def _refuse_foreign(folder: Path, name: str | None = None) -> None:
+    """A run folder tim-report wrote holds only RUN_FILES, and the assets folder only ASSET_FILES, as plain files;
+    anything else is someone's. `name`: the folder's name in the site (the one it had before being renamed aside)."""
+    allowed = ASSET_FILES if (name or folder.name) == ASSETS else RUN_FILES
     for entry in sorted(folder.iterdir()):
-        if entry.name not in RUN_FILES or entry.is_symlink() or not entry.is_file():
+        if entry.name not in allowed or entry.is_symlink() or not entry.is_file():
             raise BadInput(entry, f"is not a file tim-report writes, so {folder} is not replaced; move it out of "
                                   f"{folder.name}/ and build again, or choose another output folder or --run-id")
 
@@ -190,7 +203,7 @@ def _replace(new: Path, target: Path, scratch: Path) -> None:
         move(target, old)
         if old.is_dir():
             try:
-                _refuse_foreign(old)
+                _refuse_foreign(old, target.name)
             except BadInput:
                 move(old, target)
                 raise
