@@ -11,8 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 from markdown_it import MarkdownIt
 
+from tim_report.cli import main
 from tim_report.io import save_batch
 from tim_report.model import StepBatch
 from tim_report.render import RenderOptions
@@ -121,3 +123,19 @@ def analyze_or_die(opts, src, run_id):
     if src.origin.name.startswith("die"):
         os._exit(9)  # as the kernel's OOM killer would
     return _ANALYZE_FILE(opts, src, run_id)
+
+
+def run(*args):
+    """The command line in-process: `run("build", path, "-o", out)`."""
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def one_line_exit_2(res, *phrases: str) -> str:
+    """Bad input's promise: exit 2 and one line on stderr, naming what is wrong, and no traceback."""
+    assert res.exit_code == 2, res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("tim-report: error: "), res.stderr
+    assert "Traceback" not in res.output
+    for p in phrases:
+        assert p in lines[0], lines[0]
+    return lines[0]

@@ -17,30 +17,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from click.testing import CliRunner
-from helpers import ROOT
+from helpers import ROOT, run
+from helpers import one_line_exit_2 as one_line
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tim_report.cli import main
 from tim_report.errors import BadInput
 from tim_report.io import LoadOptions, load, save_batch
 from tim_report.testing import make_batch, to_padded
 
 MEMORY_LIMIT = 3 << 30  # bytes of address space for the subprocess: torch itself maps ~0.7 GB
-
-
-def run(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def one_line(res, *phrases: str) -> str:
-    assert res.exit_code == 2, res.output
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("tim-report: error: "), res.stderr
-    for p in phrases:
-        assert p in lines[0], lines[0]
-    return lines[0]
 
 
 def bounded(args: list[str]) -> subprocess.CompletedProcess:

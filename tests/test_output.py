@@ -11,28 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
-from helpers import analyze_or_die
+from helpers import analyze_or_die, one_line_exit_2, run
 
-from tim_report.cli import main
 from tim_report.errors import BadInput
 from tim_report.io import save_batch
 from tim_report.service.build import BuildOptions, build, unique_ids
 from tim_report.testing import make_batch
-
-
-def run(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def one_line_exit_2(res, *phrases: str) -> str:
-    assert res.exit_code == 2, res.output
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("tim-report: error: "), res.stderr
-    assert "Traceback" not in res.output
-    for p in phrases:
-        assert p in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.fixture

@@ -15,27 +15,13 @@ import time
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from helpers import one_line_exit_2, run
 
-from tim_report.cli import main
 from tim_report.io import save_batch
 from tim_report.site.layout import MARKER, OUTPUT_LOCK, STAGING_LOCK, STAGING_PREFIX
 from tim_report.testing import make_batch
 
 TOOL = [sys.executable, "-m", "tim_report"]
-
-
-def run(*args):
-    return CliRunner().invoke(main, [str(a) for a in args])
-
-
-def one_line_exit_2(res, *phrases: str) -> str:
-    assert res.exit_code == 2, res.output
-    lines = res.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("tim-report: error: "), res.stderr
-    for p in phrases:
-        assert p in lines[0], lines[0]
-    return lines[0]
 
 
 def batch_file(folder: Path, name: str, seed: int = 0, n_seqs: int = 6, mean_len: int = 12) -> Path:
