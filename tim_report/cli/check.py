@@ -1,7 +1,9 @@
 """`tim-report check`: a CI gate on the metrics and the diagnosis.
 
 Exit 0 when every batch is within its limits and has no finding at or above `--fail-on`, 1 on any
-violation, 2 on bad input. One line per violated limit or finding:
+violation, 2 on bad input. A run folder is checked step by step; a step of it that cannot be read is a line
+naming it (`FILE: unreadable: why`) and exit 2, after the other steps are checked. One line per violated limit
+or finding:
 
     FILE: limit ess = 0.21 < 0.3 (--min-ess)
     FILE: error shift: Off-by-one: trainer log-probs match the rollout's at position t+1
@@ -67,10 +69,12 @@ def gate_options(fn):
 @load_options
 def check_command(files, bounds, no_limits, fail_on, overrides, history, history_window, history_margin, history_floors,
                   ppo_eps, as_json, load):
-    """Exit 1 when a batch breaks a limit or has a diagnosis finding (CI gate); 0 when clean; 2 on bad input."""
+    """Exit 1 when a batch breaks a limit or has a diagnosis finding (CI gate); 0 when clean; 2 on bad input.
+
+    FILES are batch files or run folders (each step checked; a step that cannot be read is named, exit 2)."""
     from ..analysis.gate import limits as gate_limits
     from ..config import DiagnosisThresholds, Thresholds
-    from ..service.check import CheckOptions, check
+    from ..service.check import CheckOptions, Unread, check
 
     values = parse_pairs(overrides, "--set", "NAME=VALUE")
     try:
@@ -84,8 +88,13 @@ def check_command(files, bounds, no_limits, fail_on, overrides, history, history
     options = CheckOptions(limits=limits, fail_on=fail_on, thresholds=th, diagnosis=dth, history=history,
                            history_window=history_window, history_margin=history_margin,
                            history_floors=_floors(history_floors))
-    failed = False
+    failed = unreadable = False
     for checked in check(list(files), load, options):
+        if isinstance(checked, Unread):
+            unreadable = True
+            click.echo(json.dumps({"file": str(checked.path), "ok": False, "unreadable": checked.reason}, sort_keys=True)
+                       if as_json else f"{safe(str(checked.path))}: unreadable: {safe(checked.reason)}")
+            continue
         path, report, res, hres = checked.path, checked.report, checked.result, checked.history
         failed |= not res.ok
         if as_json:
@@ -106,7 +115,7 @@ def check_command(files, bounds, no_limits, fail_on, overrides, history, history
             click.echo(f"{name}: ok ({res.summary}{excluded_note(checked.row)})")
         elif excluded_note(checked.row):
             click.echo(f"{name}: note:{excluded_note(checked.row).lstrip(';')}")
-    sys.exit(1 if failed else 0)
+    sys.exit(2 if unreadable else 1 if failed else 0)
 
 
 def _floors(values: tuple[str, ...]) -> dict[str, float]:
