@@ -20,7 +20,7 @@ import numpy as np
 
 from .analysis import analyze
 from .catalogue.numbers import fixed, fmt, pct, plain
-from .config import NOISE_BANDS, POSITIVE_LOGP_TOLERANCE, DiagnosisThresholds, NoiseBand
+from .config import FLOOR_BAND_FACTOR, NOISE_BANDS, POSITIVE_LOGP_TOLERANCE, DiagnosisThresholds, NoiseBand
 from .model import Report, StepBatch
 
 PASSING_REGIMES = ("identical", "numerical_noise")
@@ -100,6 +100,26 @@ def noise_band(precision: str | NoiseBand) -> NoiseBand:
     if key not in NOISE_BANDS:
         raise ValueError(f"precision '{precision}' is unknown: use one of {', '.join(NOISE_BANDS)} or a NoiseBand")
     return NOISE_BANDS[key]
+
+
+def floor_band(reference, floor, mask=None) -> NoiseBand:
+    """A band measured instead of assumed: the reference scored a second time under another batch composition
+    (`floor`, same shape) disagrees with itself by mean |φ| and KL k3 κ; a candidate passes within FLOOR_BAND_FACTOR
+    × mean |φ| and its square × κ (KL grows with the square of the log-ratio). Never tighter than the fp32 band, so a
+    bit-identical reference does not fail every candidate on rounding."""
+    ref, fl = _array(reference, "reference").astype(np.float64), _array(floor, "floor").astype(np.float64)
+    if fl.shape != ref.shape:
+        raise ValueError(f"floor has shape {_shape(floor)}, the reference {_shape(reference)}")
+    m = np.isfinite(ref) & np.isfinite(fl) & (np.ones(ref.shape, bool) if mask is None else _array(mask, "mask", "biuf").astype(bool))
+    if not m.any():
+        raise ValueError("floor: no position where both the reference and the floor are finite")
+    phi = ref[m] - fl[m]
+    k3 = float(np.maximum(np.expm1(phi) - phi, 0.0).mean())
+    fp32 = NOISE_BANDS["fp32"]
+    return NoiseBand("measured floor", max(FLOOR_BAND_FACTOR * float(np.abs(phi).mean()), fp32.abs_delta_mean_max),
+                     max(FLOOR_BAND_FACTOR ** 2 * k3, fp32.kl_k3_max),
+                     f"the reference against itself under another batch composition: mean |φ| {fmt(float(np.abs(phi).mean()))}, "
+                     f"KL k3 {fmt(k3)} over {int(m.sum())} tokens, times {plain(FLOOR_BAND_FACTOR)} (KL: its square)")
 
 
 def _array(x, name: str, kinds: str = "fiu") -> np.ndarray:
@@ -305,9 +325,9 @@ def _message(result: MatchResult, name: str | None) -> str:
 
 
 def compare_logprobs(reference, candidate, mask=None, *, precision: str | NoiseBand = "bf16", token_ids=None,
-                     name: str | None = None) -> MatchResult:
+                     name: str | None = None, floor=None) -> MatchResult:
     """The decision `assert_logprobs_match` makes, returned instead of raised."""
-    band = noise_band(precision)
+    band = floor_band(reference, floor, mask) if floor is not None else noise_band(precision)
     inp = _inputs(reference, candidate, mask, token_ids)
     if inp.candidate_invalid == int(inp.mask.sum()):
         return _nothing_valid(inp, band, name)
@@ -342,18 +362,20 @@ def _nothing_valid(inp: _Inputs, band: NoiseBand, name: str | None) -> MatchResu
 
 
 def assert_logprobs_match(reference, candidate, mask=None, *, precision: str | NoiseBand = "bf16", token_ids=None,
-                          name: str | None = None) -> MatchResult:
+                          name: str | None = None, floor=None) -> MatchResult:
     """Pass when candidate and reference log-probs of the same tokens differ by numerical noise of `precision`.
 
     `reference`, `candidate`: per-token log-probs, [tokens] or [sequences, tokens], numpy arrays, lists or
     torch tensors (any dtype or device). `mask`: True where a token is compared; positions that are NaN on
     both sides (unscored, as `score_logprobs` leaves them) are skipped. `precision`: fp32, tf32, bf16,
-    fp16, fp8 (the band in `config.NOISE_BANDS`) or a `NoiseBand`. `token_ids` label the HTML report.
+    fp16, fp8 (the band in `config.NOISE_BANDS`) or a `NoiseBand`. `floor`: the reference scored a second time
+    under another batch composition (same shape): the band is then measured from it (`floor_band`) instead of
+    `precision`'s. `token_ids` label the HTML report.
     Raises `LogprobsMismatch` (an AssertionError) whose message is the verdict, its findings with their
     evidence and the numbers that decided it; `ValueError` / `TypeError` for inputs that cannot be compared.
     """
     __tracebackhide__ = True  # pytest shows the caller's line, not this frame
-    result = compare_logprobs(reference, candidate, mask, precision=precision, token_ids=token_ids, name=name)
+    result = compare_logprobs(reference, candidate, mask, precision=precision, token_ids=token_ids, name=name, floor=floor)
     if not result.passed:
         raise LogprobsMismatch(result.message, result)
     return result

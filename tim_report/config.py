@@ -326,6 +326,13 @@ class DiagnosisThresholds:
 # ---- before / after comparison --------------------------------------------------------------------------
 
 COMPARE_REL_TOL = 0.01  # a metric that moved by less than 1% of its (goodness) value is "same"
+# The trainer's own floor (analysis/floor.py): a floor that alone puts this share of tokens outside the PPO clip band
+# is a warning (TRL #6789: 8% from bf16 chunking alone; verl #6280: pg_clipfrac > 0 on-policy). Below it, info.
+FLOOR_CLIP_WARN = 1e-3
+# assert_logprobs_match(floor=...): a candidate passes within this many times the reference's own mean |φ| (and its
+# square times the floor's KL k3): two scorings that each differ by rounding differ by up to about twice either's noise.
+FLOOR_BAND_FACTOR = 2.0
+ARM_LEVEL = 0.95  # compare A/ B/: the confidence level of each arm's interval and of the effect between arms (Welch)
 COMPARE_SE_TOL = 2.0  # ... or by less than this many combined standard errors
 COMPARE_TOKEN_TOL = 1e-4  # nats: a token's |δ| must move by more than this to count as better / worse
 

@@ -59,6 +59,7 @@ class StepBatch:
     reward: np.ndarray | None = None  # [N] float64 (token-level rewards are summed)
     advantage: np.ndarray | None = None  # [T] float64 (sequence advantages are broadcast)
     shadow_logp: np.ndarray | None = None  # [T] float64, trainer weights in rollout precision
+    floor_logp: np.ndarray | None = None  # [T] float64, the trainer again under another batch composition (its own floor)
     turn: np.ndarray | None = None  # [T] int32, turn of each token in its sequence (k-th trained span and what follows it); multi-turn only
     weight_version: np.ndarray | None = None  # [N] str, policy version(s) that generated the sequence; several joined by ","
     env: np.ndarray | None = None  # [N] str, environment name
@@ -172,7 +173,7 @@ _ROW_IDENTITY = {"id": "text", "model": "text?", "device": "text?", "rollout_eng
 _ROW_VERDICT = {"routing": "counts", "routing_unit": "text", "regime": "text?", "verdict": "text?", "findings": "texts",
                 "blocked_by_bug": "bool",
                 "excluded_tokens": "number", "input_problems": "number", "input_problem_kinds": "texts",
-                "data_problems": "number", "health": "text"}
+                "data_problems": "number", "health": "text", "env_kl_k3": "counts"}
 
 
 def run_row_fields() -> dict[str, str]:

@@ -93,10 +93,11 @@ def shifted(batch: StepBatch) -> StepBatch:
 
 
 def write_prime_rl_run(out, steps: int = 30, n_seqs: int = 16, mean_len: int = 64, noise=0.01, seed: int = 0,
-                       ranks: int = 1, fault=None) -> list:
+                       ranks: int = 1, fault=None, env_of=None) -> list:
     """A prime-rl run folder, `out/token_exports/step_S/rank_R.jsonl` (the fields our reader needs), one step per
     batch of `make_batch`; `noise(step)` (or a constant) sets each step's mismatch and `fault(step, batch)`, when given,
-    returns the batch a step saves (e.g. `shifted(batch)` from some step on). Returns the step folders."""
+    returns the batch a step saves (e.g. `shifted(batch)` from some step on); `env_of(i)`, when given, names sequence i's
+    environment (`env_name`). Returns the step folders."""
     import json
     from pathlib import Path
 
@@ -119,7 +120,7 @@ def write_prime_rl_run(out, steps: int = 30, n_seqs: int = 16, mean_len: int = 6
                 "token_ids": ids, "position_ids": list(range(prompt + n)), "loss_mask": [False] * prompt + [True] * n,
                 "inference_logprobs": [0.0] * prompt + np.round(b.rollout_logp[sl], 6).tolist(),
                 "trainer_logprobs": [-7.6] + [-1.0] * (prompt - 1) + np.round(b.trainer_logp[sl], 6).tolist(),
-                "advantages": [0.0] * (prompt + n)}))
+                "advantages": [0.0] * (prompt + n), **({"env_name": env_of(i)} if env_of else {})}))
         for r in range(ranks):
             (folder / f"rank_{r}.jsonl").write_text("\n".join(lines[r]) + "\n", encoding="utf-8")
         (folder / "STABLE").write_text("", encoding="utf-8")

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from ..config import THREAD_MIN_TOKENS, DiagnosisThresholds, Thresholds
+from ..catalogue import findings
+from ..config import SEVERITIES, THREAD_MIN_TOKENS, DiagnosisThresholds, Thresholds
 from ..model import Report, StepBatch
 from . import breakdowns as bd
 from .corrections import blocked_by_bug, routing, what_if
 from .diagnosis import diagnose
 from .distributions import distributions
+from .floor import trainer_floor
 from .metrics import summary_metrics
 from .samples import sample_rows
 from .tokens import valid_tokens
@@ -37,28 +39,42 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
         metrics = summary_metrics(tok, th)
         diagnosis = diagnose(batch, tok, metrics, diagnosis_thresholds, (th.ppo_eps_low, th.ppo_eps_high))
         families = side.result() if side is not None else _side_families(batch, tok, th)
-    groups = families.pop("by_group")
+    groups, envs = families.pop("by_group"), families.pop("by_env")
     route = routing(groups, th)
     groups["route"] = route.pop("routes")
     report = Report(
         run=run_info(batch, run_id),
         metrics=metrics,
-        breakdowns={**families.pop("buckets"), "length_growth": families.pop("length_growth"), "by_group": groups},
+        breakdowns={**families.pop("buckets"), "length_growth": families.pop("length_growth"), "by_group": groups,
+                    **({"by_env": envs} if envs is not None else {})},
         routing=route,
         verl=verl_metrics(tok, metrics),
         data_problems=problems,
         diagnosis=diagnosis,
         **families,
     )
+    add_floor(report.diagnosis, trainer_floor(batch, tok, th), diagnosis_thresholds)
     report.routing["blocked_by_bug"] = blocked_by_bug(report.diagnosis or {})
     report.run["thresholds"] = th.to_dict()
     return report
 
 
+def add_floor(diagnosis: dict, floor: dict, dt: DiagnosisThresholds | None) -> None:
+    """The trainer's own floor beside the precision gap, and its finding among the others (by severity)."""
+    diagnosis["trainer_floor"] = floor
+    if floor.get("available"):
+        keys = ("kl_k3", "kl_share", "clip_fraction", "clipped_explained", "clip_inside_floor", "tis_fraction",
+                "ess_loss_share", "clip_band", "abs_max")
+        diagnosis["findings"].append(findings.make("trainer_floor", {k: floor[k] for k in keys}, dt or DiagnosisThresholds()))
+        diagnosis["findings"].sort(key=lambda f: -SEVERITIES.index(f["severity"]))
+
+
 def _side_families(batch: StepBatch, tok, th: Thresholds) -> dict:
     """What does not need the summary metrics, one family after another."""
+    per_seq = bd.sequence_sums(tok, *th.ppo_clip, th.veto)
     return {
-        "by_group": bd.group_table(tok, batch.group, *th.ppo_clip, th.veto),
+        "by_group": bd.group_table(tok, batch.group, per_seq),
+        "by_env": bd.env_table(tok, batch.env, per_seq),
         "buckets": bd.bucket_tables(tok),
         "length_growth": bd.length_growth(tok),
         "what_if": what_if(tok, th),

@@ -1,4 +1,5 @@
-"""Where the mismatch lives: by rollout probability, by position, by group, and how Σδ grows with length."""
+"""Where the mismatch lives: by rollout probability, by position, by group, by environment, and how Σδ grows with
+length."""
 
 from __future__ import annotations
 
@@ -119,13 +120,11 @@ def group_codes(groups: np.ndarray | None, n_seqs: int) -> tuple[np.ndarray, np.
     return codes, names, "group"
 
 
-def group_table(tok: Tokens, groups: np.ndarray | None, clip_low: float, clip_high: float, veto: float) -> dict:
-    """Per group: sequences, tokens, mean |δ|, k3, PPO-clipped fraction, vetoed tokens, min r.
+def sequence_sums(tok: Tokens, clip_low: float, clip_high: float, veto: float) -> dict[str, np.ndarray]:
+    """Per sequence: PPO-clipped and vetoed token counts, Σ|δ|, Σk3 and min log r, the sums every unit table adds up.
 
-    Token sums are first reduced per sequence (contiguous runs), then per group on [N] arrays.
+    One pass over the tokens serves the group table and the environment table alike.
     """
-    seq_code, names, unit = group_codes(groups, tok.n_seqs)
-    ng = len(names)
     r = np.exp(tok.log_r)
     per_seq = {"clipped": tok.seq_count_of((r < clip_low) | (r > clip_high))}
     del r  # one batch-sized temporary at a time: this runs beside other families
@@ -134,12 +133,21 @@ def group_table(tok: Tokens, groups: np.ndarray | None, clip_low: float, clip_hi
     per_seq["k3"] = tok.seq_sum(tok.k3())
     seq_min = np.full(tok.n_seqs, np.inf)
     seq_min[tok.seq[tok.starts]] = np.minimum.reduceat(tok.log_r, tok.starts)
+    per_seq["min_log_r"] = seq_min
+    return per_seq
+
+
+def unit_table(tok: Tokens, per_seq: dict[str, np.ndarray], seq_code: np.ndarray, names: np.ndarray, unit: str) -> dict:
+    """Per unit (group, environment): sequences, tokens, mean |δ|, k3, its share of Σk3, PPO-clipped fraction,
+    vetoed tokens, min r. Sums are added up per unit on [N_seqs] arrays."""
+    ng = len(names)
     n = np.bincount(seq_code, weights=tok.counts, minlength=ng)
-    sums = {k: np.bincount(seq_code, weights=v, minlength=ng) for k, v in per_seq.items()}
+    sums = {k: np.bincount(seq_code, weights=per_seq[k], minlength=ng) for k in ("clipped", "vetoed", "abs", "k3")}
     min_log_r = np.full(ng, np.inf)
-    np.minimum.at(min_log_r, seq_code, seq_min)
+    np.minimum.at(min_log_r, seq_code, per_seq["min_log_r"])
     seqs = np.bincount(seq_code, weights=tok.present, minlength=ng)
     keep = n > 0
+    total_k3 = float(sums["k3"].sum())
     with np.errstate(invalid="ignore", divide="ignore"):
         table = {
             "name": names[keep].tolist(),
@@ -147,8 +155,24 @@ def group_table(tok: Tokens, groups: np.ndarray | None, clip_low: float, clip_hi
             "tokens": n[keep].astype(int).tolist(),
             "abs_delta_mean": (sums["abs"] / n)[keep].tolist(),
             "k3_mean": (sums["k3"] / n)[keep].tolist(),
+            "k3_share": (sums["k3"] / total_k3 if total_k3 > 0 else np.zeros(ng))[keep].tolist(),
             "clipped_fraction": (sums["clipped"] / n)[keep].tolist(),
             "vetoed_tokens": np.rint(sums["vetoed"][keep]).astype(int).tolist(),
             "min_ratio": np.exp(min_log_r)[keep].tolist(),
         }
     return {"unit": unit, **table}
+
+
+def group_table(tok: Tokens, groups: np.ndarray | None, per_seq: dict[str, np.ndarray]) -> dict:
+    """Per GRPO group (or per sequence without groups): the unit the routing decides on."""
+    seq_code, names, unit = group_codes(groups, tok.n_seqs)
+    return unit_table(tok, per_seq, seq_code, names, unit)
+
+
+def env_table(tok: Tokens, env: np.ndarray | None, per_seq: dict[str, np.ndarray]) -> dict | None:
+    """Per environment or task the dump names (prime-rl's `env_name`, NeMo-RL's task): where prime-rl logs
+    `mismatch_kl/{env}`, tim-report used to pool them. None when the batch names no environment."""
+    if env is None:
+        return None
+    names, codes = np.unique(np.asarray(env, dtype=str), return_inverse=True)
+    return unit_table(tok, per_seq, codes, names, "environment")

@@ -78,7 +78,34 @@ def run_row(report: Any) -> dict:
         "input_problem_kinds": sorted(k for k, v in (problems.get("input") or {}).items() if v),
         "data_problems": (problems.get("excluded_tokens") or 0) + sum((problems.get("input") or {}).values()),
         "health": health(finite(m.get("ess"))),
+        "env_kl_k3": env_kl_k3(report),
     }
+
+
+def env_kl_k3(report: Any) -> dict:
+    """KL k3 of each environment the batch names ({} when it names none): what prime-rl logs as mismatch_kl/{env}."""
+    e = (getattr(report, "breakdowns", None) or {}).get("by_env") or {}
+    return {str(n): finite(k) for n, k in zip(e.get("name") or [], e.get("k3_mean") or [])}
+
+
+def env_trend(rows: list[dict]) -> list[dict] | None:
+    """Per environment over the run's steps: first, last and worst step's KL k3, worst first. None without two
+    stepped rows that name environments."""
+    stepped = sorted((r for r in rows if r.get("step") is not None and r.get("env_kl_k3")), key=lambda r: r["step"])
+    if len(stepped) < 2:
+        return None
+    series: dict[str, list[tuple]] = {}
+    for r in stepped:
+        for name, k3 in r["env_kl_k3"].items():
+            if k3 is not None:
+                series.setdefault(name, []).append((r["step"], k3, r["id"]))
+    out = []
+    for name, pts in series.items():
+        worst = max(pts, key=lambda p: p[1])
+        out.append({"env": name, "steps": len(pts), "first_step": pts[0][0], "first": pts[0][1], "last_step": pts[-1][0],
+                    "last": pts[-1][1], "worst_step": worst[0], "worst": worst[1], "worst_run": worst[2],
+                    "last_over_first": pts[-1][1] / pts[0][1] if pts[0][1] > 0 else None})
+    return sorted(out, key=lambda e: -e["worst"]) or None
 
 
 def known(row: dict) -> bool:
@@ -155,5 +182,5 @@ def index_from_rows(rows: list[dict]) -> dict:
     verdict = run_verdict(rows)
     return {"runs": rows, "health_counts": counts, "regimes": dict(sorted(regimes.items())),
             "engine_pairs": engine_pairs(rows), "unpaired_runs": [r["id"] for r in rows if not known(r)],
-            "precision": precision_matrix(rows), "run": verdict,
+            "precision": precision_matrix(rows), "run": verdict, "envs": env_trend(rows),
             "trend": trend(rows, verdict["findings"] if verdict else None)}

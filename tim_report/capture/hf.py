@@ -82,20 +82,23 @@ class HFEngine:
 
     @torch.inference_mode()
     def score(self, prompts: list[list[int]], completions: list[list[int]], temperature: float = 1.0,
-              top_k: int = 0, top_p: float = 1.0, progress=None, topk: int = 0) -> list:
+              top_k: int = 0, top_p: float = 1.0, progress=None, topk: int = 0, alone: bool = False) -> list:
         """log p(completion token | prompt, earlier completion tokens) for every completion token.
 
         With `topk` K > 0 each sequence's entry is (log-probs, TopK): the K most likely tokens at each
         position and their log-probs, from the same chunked fp32 log-softmax. Sequences are packed into right-padded
         micro-batches of at most `max_batch_tokens` tokens; the
         head runs only on scored positions, `logit_chunk_rows` rows at a time.
+
+        `alone`: one sequence per micro-batch (no padding), in reverse order: the same tokens under another batch
+        composition, for the trainer's own floor (`capture --trainer-floor`).
         """
         out: list = [None] * len(prompts)
         order = sorted(range(len(prompts)), key=lambda i: -(len(prompts[i]) + len(completions[i])))
-        batches: list[list[int]] = []
+        batches: list[list[int]] = [[i] for i in reversed(range(len(prompts)))] if alone else []
         cur: list[int] = []
         cur_len = 0
-        for i in order:
+        for i in order if not alone else ():
             n = len(prompts[i]) + len(completions[i])
             width = max(cur_len, n)
             if cur and width * (len(cur) + 1) > self.max_batch_tokens:

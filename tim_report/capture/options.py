@@ -17,6 +17,7 @@ class CaptureOptions:
     sampling: Sampling = field(default_factory=Sampling)
     seed: int = 0
     shadow: bool = False
+    trainer_floor: bool = False  # each hf trainer scores the tokens twice, under two batch compositions
     lm_head_fp32: str | None = None  # None | "rollout" | "trainer" | "both"
     chat_template: bool = True
     device: str = "auto"  # hf engine device: auto | cpu | cuda

@@ -196,7 +196,11 @@ def _prepare(opts: CaptureOptions) -> _Prepared:
                      min(ctx, longest + s.max_new_tokens + 1), device)
 
 
-Job = tuple[str, EngineSpec, "EngineSpec | None"]  # (generate | rollout | trainer | shadow, spec, rollout spec of a shadow)
+Job = tuple[str, EngineSpec, "EngineSpec | None"]  # (generate | rollout | trainer | floor | shadow, spec, rollout spec of a shadow)
+
+
+FLOOR_COMPOSITION = ("the trainer pass packs length-sorted sequences into right-padded micro-batches; the floor pass "
+                     "scores one sequence per micro-batch (no padding), in reverse order")
 
 
 def _plan(opts: CaptureOptions) -> tuple[dict[EngineKey, list[Job]], dict[tuple[EngineSpec, EngineSpec], str]]:
@@ -209,6 +213,8 @@ def _plan(opts: CaptureOptions) -> tuple[dict[EngineKey, list[Job]], dict[tuple[
                                         [("generate", gen_spec, None)]}
     for t in opts.trainers:
         jobs.setdefault(EngineKey(t.engine, t.dtype, _lm_head(opts, "trainer")), []).append(("trainer", t, None))
+        if opts.trainer_floor and t.engine == "hf":
+            jobs[EngineKey(t.engine, t.dtype, _lm_head(opts, "trainer"))].append(("floor", t, None))
     for r in opts.rollouts[1:]:
         jobs.setdefault(EngineKey(r.engine, r.dtype, _lm_head(opts, "rollout")), []).append(("rollout", r, None))
     shadow_skipped: dict[tuple[EngineSpec, EngineSpec], str] = {}
@@ -231,6 +237,7 @@ class _Scores:
     rollout: dict[EngineSpec, list[np.ndarray]] = field(default_factory=dict)
     trainer: dict[EngineSpec, list[np.ndarray]] = field(default_factory=dict)
     shadow: dict[tuple[EngineSpec, str], list[np.ndarray]] = field(default_factory=dict)  # (trainer spec, rollout dtype)
+    floor: dict[EngineSpec, list[np.ndarray]] = field(default_factory=dict)  # the trainer's second scoring
     topk: dict[tuple[str, EngineSpec], list] = field(default_factory=dict)  # ("rollout" | "trainer", spec) → TopK per sequence
     versions: dict[str, str] = field(default_factory=dict)
 
@@ -261,14 +268,15 @@ def _run(jobs: dict[EngineKey, list[Job]], opts: CaptureOptions, prep: _Prepared
                         out.topk[("rollout", spec)] = [g[2] for g in gen]
                     continue
                 label = {"rollout": f"scoring rollout ({spec})", "trainer": f"scoring trainer ({spec})",
-                         "shadow": f"shadow ({spec.engine} in {key.dtype})"}[kind]
+                         "floor": f"trainer floor ({spec})", "shadow": f"shadow ({spec.engine} in {key.dtype})"}[kind]
                 doing = {"rollout": "re-scoring the rollout", "trainer": "scoring as the trainer",
-                         "shadow": f"scoring the shadow pass of {spec}"}[kind]
+                         "floor": "scoring the trainer floor", "shadow": f"scoring the shadow pass of {spec}"}[kind]
                 processed = kind == "rollout"  # a rollout engine's log-probs are after top-k / top-p; a trainer's are not
-                topk = opts.top_k_logprobs if kind != "shadow" else 0
+                topk = opts.top_k_logprobs if kind in ("rollout", "trainer") else 0
+                extra = {"alone": True} if kind == "floor" else {}
                 with progress(label, n_seq) as advance:
                     lp = engine.score(seq_ids, out.completions, s.temperature, s.top_k if processed else 0,
-                                      s.top_p if processed else 1.0, progress=advance, topk=topk)
+                                      s.top_p if processed else 1.0, progress=advance, topk=topk, **extra)
                 if topk:
                     out.topk[(kind, spec)] = [x[1] for x in lp]
                     lp = [x[0] for x in lp]
@@ -276,6 +284,8 @@ def _run(jobs: dict[EngineKey, list[Job]], opts: CaptureOptions, prep: _Prepared
                     out.rollout[spec] = lp
                 elif kind == "trainer":
                     out.trainer[spec] = lp
+                elif kind == "floor":
+                    out.floor[spec] = lp
                 else:
                     out.shadow[(spec, key.dtype)] = lp
         except Exception as exc:
@@ -327,7 +337,8 @@ def _assemble(opts: CaptureOptions, prep: _Prepared, scores: _Scores,
     out: dict[tuple[EngineSpec, EngineSpec], StepBatch] = {}
     for r, t in opts.pairs():
         shadow_missing = opts.shadow and (r, t) not in shadow_skipped and (t, r.dtype) not in scores.shadow
-        if r not in scores.rollout or t not in scores.trainer or shadow_missing:
+        floor_missing = opts.trainer_floor and t.engine == "hf" and t not in scores.floor
+        if r not in scores.rollout or t not in scores.trainer or shadow_missing or floor_missing:
             continue
         meta = dict(base_meta)
         meta.update({
@@ -347,13 +358,20 @@ def _assemble(opts: CaptureOptions, prep: _Prepared, scores: _Scores,
                 shadow = np.concatenate(scores.shadow[(t, r.dtype)]) if len(completions) else np.zeros(0)
                 meta["shadow"] = {"engine": ENGINE_NAMES[t.engine], "dtype": r.dtype,
                                   "lm_head_fp32": _lm_head(opts, "trainer")}
+        floor = None
+        if opts.trainer_floor:
+            if t in scores.floor:
+                floor = np.concatenate(scores.floor[t]) if len(completions) else np.zeros(0)
+                meta["trainer_floor"] = {"composition": FLOOR_COMPOSITION}
+            else:
+                meta["trainer_floor"] = {"available": False, "reason": f"the {t.engine} trainer engine has no floor pass"}
         topk = _topk_arrays(scores, r, t)
         out[(r, t)] = StepBatch(
             rollout_logp=np.concatenate(scores.rollout[r]),
             trainer_logp=np.concatenate(scores.trainer[t]),
             offsets=offsets, mask=np.ones(len(token_ids), bool), token_ids=token_ids,
             token_text=list(token_text), prompt_ids=prompt_arrays, prompt_text=prompt_text, group=group,
-            shadow_logp=shadow, meta=meta, **topk)
+            shadow_logp=shadow, floor_logp=floor, meta=meta, **topk)
     return out
 
 

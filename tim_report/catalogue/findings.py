@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import SEVERITIES, DiagnosisThresholds
+from ..config import FLOOR_CLIP_WARN, SEVERITIES, DiagnosisThresholds
 from .numbers import fixed, fmt, pct
 
 Words = dict[str, Any]  # a finding's evidence and its context, by name
@@ -204,6 +204,22 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
         lambda w: "Look at the by-position table: growing |δ| with position points at KV-cache dtype / RoPE / long-context "
                   "kernels; a flat but signed δ points at a one-sided transformation. Prefer token-level or geometric "
                   "corrections over sequence-product ratios for long sequences."),
+    Finding(
+        "trainer_floor", lambda w, dt: "warn" if w["clip_fraction"] >= FLOOR_CLIP_WARN else "info",
+        lambda w: (f"The trainer's own floor: scoring the same tokens under another batch composition moves its log-probs "
+                   f"by KL k3 {fmt(w['kl_k3'])}" + (f", {pct(w['kl_share'])} of the mismatch's" if w["kl_share"] is not None else "")
+                   + f"; PPO clips {pct(w['clip_fraction'])} of tokens on that alone"),
+        lambda w: "the trainer's own noise floor (the same tokens scored twice by the trainer)",
+        lambda w: ("Batch composition (micro-batch size, padding, sequence order) changes the reduction order of the "
+                   "trainer's kernels, so its log-probs move by rounding alone. A mismatch at or below this floor is not "
+                   "the rollout engine's doing"
+                   + (f", and the clip band {fmt(w['clip_band'][0])}–{fmt(w['clip_band'][1])} sits inside the floor: "
+                      f"{pct(w['clip_fraction'])} of tokens cross it on the trainer's noise alone ({pct(w['clipped_explained'])} "
+                      "of the clipped tokens)." if w["clip_inside_floor"] else ".")),
+        lambda w: ("Judge the rollout mismatch against this floor, not against zero. If the floor clips tokens, make the "
+                   "log-prob micro-batch size equal the actor's (verl #6280) or use batch-invariant kernels before "
+                   "tightening the clip or TIS thresholds; a floor near the mismatch means a rollout-side fix cannot help "
+                   "much.")),
     Finding(
         "precision_gap", _always("info"),
         lambda w: (f"Precision alone (β) explains {pct(w['beta_share_sq'])} of the log-ratio (Σβ²/(Σα²+Σβ²)); PPO clips "

@@ -378,13 +378,14 @@ COMPARE = ("tokens", "sequences", "abs_delta_median", "abs_delta_mean", "abs_del
            "bias", "kl_k1", "kl_k2", "kl_k3", "chi2_token", "chi2_seq", "ess", "ess_seq", "corr_logp", "spearman_logp",
            "corr_prob", "outside_2x", "outside_5x", "phantom_clip", "veto_token_fraction", "veto_seq_fraction",
            "token_mult_prob_error", "top1pct_mass", "abs_dp_mean", "abs_dp_max", "log_ppl_diff", "seq_log_ratio_abs_max")
+ARMS = INDEX  # an A/B comparison of arms (compare A/ B/): each arm's level with its interval, the effect, a verdict
 # the metrics an index row (index.json, the cache) carries: what the index, the trend, the history gate and the
 # engine-pair table read without the Report
 ROW = ("tokens", "sequences", "ess", "kl_k3", "abs_delta_median", "abs_delta_mean", "abs_delta_max", "outside_2x",
        "outside_5x", "phantom_clip", "veto_token_fraction", "veto_seq_fraction", "seq_log_ratio_mean")
 
 VIEWS = {"headline": HEADLINE, "summary_extra": SUMMARY_EXTRA, "index": INDEX, "trend": TREND, "history": HISTORY,
-         "gates": GATES, "compare": COMPARE, "row": ROW}
+         "gates": GATES, "compare": COMPARE, "arms": ARMS, "row": ROW}
 
 
 def metric(key: str) -> Metric:

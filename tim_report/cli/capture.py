@@ -32,6 +32,9 @@ from .text import safe
               help="Trainer engine and dtype; repeatable. Default hf:fp32.")
 @click.option("--matrix", is_flag=True, help="Every named engine in bf16, fp16 and fp32 on both sides (9 pairs per engine pair).")
 @click.option("--shadow", is_flag=True, help="Also score with the trainer's engine in the rollout's dtype (shadow_logp: precision gap β).")
+@click.option("--trainer-floor", is_flag=True,
+              help="Score the tokens twice with each hf trainer, under two batch compositions (floor_logp: the trainer's own "
+                   "noise floor, beside the mismatch).")
 @click.option("--n-samples", type=int, default=4, show_default=True, help="Completions per prompt (one group each).")
 @click.option("--max-new-tokens", type=int, default=256, show_default=True)
 @click.option("--temperature", type=float, default=1.0, show_default=True)
@@ -52,7 +55,7 @@ from .text import safe
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path),
               help="Output .npz (one pair) or folder (several pairs).")
 @fail_cleanly
-def capture_command(model, prompts, rollouts, trainers, matrix, shadow, n_samples, max_new_tokens, temperature, top_p,
+def capture_command(model, prompts, rollouts, trainers, matrix, shadow, trainer_floor, n_samples, max_new_tokens, temperature, top_p,
                     top_k, seed, lm_head_fp32, no_chat_template, max_prompts, device, kv_cache_gib, top_k_logprobs, verbose,
                     out):
     """Generate with the rollout engine, re-score the same tokens with the trainer, save step batch(es)."""
@@ -68,7 +71,8 @@ def capture_command(model, prompts, rollouts, trainers, matrix, shadow, n_sample
     opts = CaptureOptions(model=str(model), prompts=str(prompts), rollouts=r_specs, trainers=t_specs,
                           sampling=Sampling(temperature=temperature, top_p=top_p, top_k=top_k,
                                             max_new_tokens=max_new_tokens, n_samples=n_samples),
-                          seed=seed, shadow=shadow, lm_head_fp32=lm_head_fp32, chat_template=not no_chat_template,
+                          seed=seed, shadow=shadow, trainer_floor=trainer_floor, lm_head_fp32=lm_head_fp32,
+                          chat_template=not no_chat_template,
                           device=device, max_prompts=max_prompts, kv_cache_gib=kv_cache_gib, top_k_logprobs=top_k_logprobs,
                           verbose=verbose)
     pairs = opts.pairs()
@@ -109,4 +113,6 @@ def _write(batches: dict) -> None:
                 f"{b.meta['trainer_engine']} {b.meta['trainer_dtype']}: mean |δ| {fmt(abs(d).mean())} nats, max {fmt(abs(d).max())}")
         if b.shadow_logp is not None:
             line += f", |β| mean {fmt(abs(b.trainer_logp - b.shadow_logp).mean())}"
+        if b.floor_logp is not None:
+            line += f", trainer floor |φ| max {fmt(abs(b.trainer_logp - b.floor_logp).max())}"
         click.echo(line)

@@ -1,7 +1,9 @@
 """`tim-report compare BEFORE AFTER -o DIR`: the before/after page for a PR that changes an engine setting.
 
-DIR gets index.html, compare.json (the analysis, `tim_report.analysis.compare`) and compare.md
-(GitHub-flavoured, links to the HTML), written all or nothing like `build`.
+Each side one batch: compared token by token (`tim_report.analysis.compare`). A side with several steps (a run
+folder, a folder of step files): the two are A/B arms, compared step by step with intervals (`analysis/arms.py`).
+DIR gets index.html, compare.json and compare.md (GitHub-flavoured, links to the HTML), written all or nothing
+like `build`.
 """
 
 from __future__ import annotations
@@ -26,15 +28,21 @@ from .text import safe
 @fail_cleanly
 @load_options
 def compare_command(before, after, out, label_before, label_after, timestamp, load):
-    """Before/after report of two batches: metrics side by side, overlaid distributions, per-token change."""
+    """Before/after report of two batches (metrics side by side, overlaid distributions, per-token change), or of two
+    arms of several steps each (a run folder per side: each metric per arm with its interval, a verdict per metric)."""
     from ..render import RenderOptions
-    from ..service.compare import compare, write_compare
+    from ..service.compare import arms_or_pair, write_compare
 
     out = output_path(out)
-    comparison = compare(before, after, load, labels=(label_before, label_after))
+    comparison = arms_or_pair(before, after, load, labels=(label_before, label_after))
     write_compare(comparison, out, options=RenderOptions(timestamp=timestamp_now() if timestamp else None))
     data = comparison.to_dict()
     lb, la = data["labels"]["before"], data["labels"]["after"]
+    if data.get("kind") == "arms":
+        for m in data["metrics"]:
+            click.echo(safe(m["sentence"]))
+        click.echo(f"wrote {safe(out)}/")
+        return
     t = data["tally"]
     pt = data["per_token"]
     line = f"{lb} → {la}: {t['better']} metrics better, {t['worse']} worse, {t['same']} same"

@@ -253,10 +253,11 @@ _LAYOUTS = {"padded": _padded_layout, "ragged": _ragged_layout, "flat": _flat_la
 
 
 def _optional_roles(p, roles, get, layout, flat, rollout_raw, raw: RawFile, batch: StepBatch) -> None:
-    """Token ids, shadow log-probs, text, groups, rewards, advantages and prompts, where the file has them."""
+    """Token ids, shadow and floor log-probs, text, groups, rewards, advantages and prompts, where the file has them."""
     notes = batch.notes
     batch.token_ids = _token_role(p, "tokens", roles, get("tokens"), layout, flat, rollout_raw, notes, np.int64)
     batch.shadow_logp = _token_role(p, "shadow", roles, get("shadow"), layout, flat, rollout_raw, notes, np.float64)
+    batch.floor_logp = _token_role(p, "floor", roles, get("floor"), layout, flat, rollout_raw, notes, np.float64)
     batch.token_text = _text_role(p, roles, get("text"), layout, flat)
     batch.group = _group_role(p, roles, get("group"), batch)
     value = get("reward")

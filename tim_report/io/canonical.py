@@ -39,7 +39,7 @@ def save_batch(batch: StepBatch, path: str | Path) -> None:
         arrays["prompt_offsets"] = np.concatenate([[0], np.cumsum([len(p) for p in batch.prompt_ids])]).astype(np.int64)
     if batch.prompt_text is not None:
         arrays["prompt_text"] = np.asarray(batch.prompt_text, dtype=str)
-    for name in ("group", "reward", "advantage", "shadow_logp", "weight_version", "env"):
+    for name in ("group", "reward", "advantage", "shadow_logp", "floor_logp", "weight_version", "env"):
         value = getattr(batch, name)
         if value is not None:
             arrays[name] = np.asarray(value, dtype=str) if name in ("group", "weight_version", "env") else np.asarray(value)

@@ -21,12 +21,13 @@ ROLE_ALIASES: dict[str, tuple[str, ...]] = {
     "reward": ("reward", "rewards", "token_level_rewards", "token_level_scores", "scores", "score"),
     "advantage": ("advantage", "advantages"),
     "shadow": ("shadow_logp", "shadow_log_probs", "shadow_logprobs"),
+    "floor": ("floor_logp", "trainer_floor_logp"),
     "prompt": ("prompt_ids", "prompts", "prompt_token_ids", "prompt_input_ids"),
     "prompt_text": ("prompt_text", "raw_prompt", "prompt"),
     "attention": ("attention_mask",),
     "offsets": ("offsets", "cu_seqlens"),
 }
-USER_ROLES = ("rollout", "trainer", "mask", "tokens", "text", "group", "reward", "advantage", "shadow", "prompt")
+USER_ROLES = ("rollout", "trainer", "mask", "tokens", "text", "group", "reward", "advantage", "shadow", "floor", "prompt")
 
 
 @dataclass

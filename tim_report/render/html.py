@@ -13,6 +13,7 @@ from . import charts as ch
 from .pages import environment, page_context, render_notes
 from .views import (
     TOKEN_ROWS_OPEN,
+    env_view,
     flat_metrics,
     groups_view,
     headline,
@@ -30,7 +31,7 @@ def run_context(report, notes_md: str | None = None, timestamp: str | None = Non
         **page_context(charts, timestamp),
         "r": report, "t": title_parts(report), "m": report.metrics, "headline": headline(report),
         "health_colour": health(report.metrics.get("ess")),
-        "groups": groups_view(report), "samples": samples_view(report), "metrics_table": flat_metrics(report),
+        "groups": groups_view(report), "envs": env_view(report), "samples": samples_view(report), "metrics_table": flat_metrics(report),
         "percentiles": percentile_rows(report), "notes": render_notes(notes_md), "th": th,
         "hot_diff": HOT_DIFF, "token_rows_open": TOKEN_ROWS_OPEN, "diagnosis": report.diagnosis,
         "topk": topk_view(report),
@@ -58,6 +59,10 @@ class HtmlRenderer:
         return {"index.html": render_index(index, timestamp=options.timestamp, notes_md=options.notes_md)}
 
     def compare(self, comparison: dict, options) -> dict[str, str]:
+        if comparison.get("kind") == "arms":
+            from .arms import render_arms_html
+
+            return {"index.html": render_arms_html(comparison, options.timestamp)}
         from .compare_html import render_compare_html
 
         return {"index.html": render_compare_html(comparison, options.timestamp)}

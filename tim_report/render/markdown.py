@@ -21,6 +21,7 @@ from ..catalogue.numbers import fixed, fmt, pct, plain
 from ..config import HEALTH, HOT_DIFF, TREND_TABLE_MAX_STEPS, health
 from .md import assemble, details, esc, href, run_path, table
 from .views import (
+    env_view,
     flat_metrics,
     groups_view,
     headline,
@@ -197,6 +198,21 @@ def _groups(report) -> str:
     return details(f"Worst {unit}s ({fmt(g['total'])} in all)", f"{note}\n\n{body}")
 
 
+def _envs(report) -> str:
+    v = env_view(report)
+    if v is None:
+        return ""
+    rows = [[esc(x["name"]), fmt(x["sequences"]), fmt(x["tokens"]), fmt(x["abs_delta_mean"]), fmt(x["k3_mean"]),
+             pct(x["k3_share"]), pct(x["clipped_fraction"]), fmt(x["vetoed_tokens"]), fmt(x["min_ratio"])] for x in v["rows"]]
+    w = v["worst"]
+    lead = (f"**{esc(w['name'])}** has the highest KL k3: {fmt(w['k3_mean'])}, {fmt(v['times_batch'], 2)}× the batch's, "
+            f"{pct(w['k3_share'])} of Σk3 from {pct(v['worst_token_share'])} of the tokens."
+            if v["times_batch"] is not None else f"One environment, **{esc(w['name'])}**: its numbers are the batch's.")
+    body = table(["environment", "seqs", "tokens", "mean \\|δ\\|", "KL k3", "share of Σk3", "PPO-clipped", "vetoed", "min r"],
+                 rows, numeric=range(1, 9))
+    return f"## By environment\n\n{lead}\n\n{body}"
+
+
 def _samples(report, html: str) -> str:
     samples = samples_view(report)[:SAMPLES]
     if not samples:
@@ -289,7 +305,7 @@ def render_run_md(report, base_url: str | None = None) -> str:
     core = [title] + [line for line in (_versions_line(report),) if line] + [_verdict(report), _summary(report)]
     sections = [("findings", _findings(report)), ("routing and what-if", _routing(report)),
                 ("|δ| by probability", _by_probability(report)), ("whole distribution", _topk(report)),
-                ("groups", _groups(report)),
+                ("by environment", _envs(report)), ("groups", _groups(report)),
                 ("samples", _samples(report, html)), ("all numbers", _all_numbers(report)),
                 ("about the batch", _about(report)), ("glossary", _glossary())]
     return assemble(core, [(name, s) for name, s in sections if s], html)
@@ -409,6 +425,17 @@ def _trend_table(index: dict, base_url: str | None = None) -> str:
     return f"## Over training steps\n\n{tr['steps']} steps.{note}\n\n{changes}\n\n{body}"
 
 
+def _env_table(index: dict) -> str:
+    envs = index.get("envs")
+    if not envs:
+        return ""
+    rows = [[esc(e["env"]), fmt(e["steps"]), f"{fmt(e['first'])} (step {esc(str(e['first_step']))})",
+             f"{fmt(e['last'])} (step {esc(str(e['last_step']))})", fmt(e["last_over_first"], 2),
+             f"{fmt(e['worst'])} (step {esc(str(e['worst_step']))})"] for e in envs]
+    return ("## By environment over the run\n\nKL k3 of each environment the steps name, worst first.\n\n"
+            + table(["environment", "steps", "first", "last", "last ÷ first", "worst"], rows, numeric=range(1, 6)))
+
+
 def render_index_md(index: dict, base_url: str | None = None) -> str:
     """site/report.md: the runs table, the engine-pair table, the precision matrix and the trend, from `index`."""
     runs = index["runs"]
@@ -424,7 +451,8 @@ def render_index_md(index: dict, base_url: str | None = None) -> str:
         for m in (catalogue.metric(k) for k in (*catalogue.INDEX, "routing"))])
     core = [title, *filter(None, [_run_verdict(index, base_url)]), _runs_table(index, base_url)]
     sections = [("engine pairs", _pairs_table(index) if len(runs) > 1 else ""), ("precision matrix", _precision_table(index)),
-                ("trend over steps", _trend_table(index, base_url)), ("columns", columns)]
+                ("trend over steps", _trend_table(index, base_url)), ("by environment", _env_table(index)),
+                ("columns", columns)]
     return assemble(core, [(n, s) for n, s in sections if s], html)
 
 
@@ -436,6 +464,10 @@ class MarkdownRenderer:
         return {"report.md": render_index_md(index, base_url=options.base_url)}
 
     def compare(self, comparison: dict, options) -> dict[str, str]:
+        if comparison.get("kind") == "arms":
+            from .arms import render_arms_md
+
+            return {"compare.md": render_arms_md(comparison, "index.html")}
         from .compare_md import render_compare_md
 
         return {"compare.md": render_compare_md(comparison, "index.html")}

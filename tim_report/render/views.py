@@ -101,6 +101,20 @@ def groups_view(report) -> dict:
             "uniform": routes.pop() if len(routes) == 1 and len(names) > 1 else None}
 
 
+def env_view(report) -> dict | None:
+    """The per-environment table, worst KL k3 first, and how far the worst environment sits from the batch."""
+    e = report.breakdowns.get("by_env")
+    if not e or not e.get("name"):
+        return None
+    cols = ("name", "sequences", "tokens", "abs_delta_mean", "k3_mean", "k3_share", "clipped_fraction", "vetoed_tokens", "min_ratio")
+    rows = sorted(({c: e[c][i] for c in cols} for i in range(len(e["name"]))), key=lambda x: -(x["k3_mean"] or 0.0))
+    batch_k3 = report.metrics.get("kl_k3")
+    worst = rows[0]
+    times = worst["k3_mean"] / batch_k3 if batch_k3 and worst["k3_mean"] is not None and len(rows) > 1 else None
+    token_share = worst["tokens"] / sum(r["tokens"] for r in rows)
+    return {"rows": rows, "worst": worst, "times_batch": times, "worst_token_share": token_share}
+
+
 def flat_metrics(report) -> list[dict]:
     m = report.metrics
     out = []
