@@ -1,6 +1,6 @@
 """Vega-Lite chart specs from the Report's pre-binned data. Reshaping and rounding only: no statistics here.
 
-The run page's charts are written as dicts; the index's trend panels and compare's charts go through Altair.
+The run page's charts and the index's trend panels are written as dicts; compare's charts go through Altair.
 
 Each chart is a dict {id, title, caption, spec}; `spec` is a Vega-Lite dict embedded with `|tojson`.
 Floats are rounded to a few significant digits so pages stay small and files stay byte-stable.
@@ -19,7 +19,7 @@ from ..config import (
     DiagnosisThresholds,
 )
 
-if TYPE_CHECKING:  # Altair is imported where it is used (the index's trend, compare): a run page needs none of it
+if TYPE_CHECKING:  # Altair is imported where it is used (compare): a build needs none of it
     import altair as alt
 
 HEIGHT = 220
@@ -96,10 +96,10 @@ def density_floor(values: list[float]) -> float:
     return sig(min(nonzero) / 3, 3) or 1e-9 if nonzero else 1e-9
 
 
-# ---- the run page's charts, as Vega-Lite dicts --------------------------------------------------------
-# Written as the dicts Altair would produce (tests/test_html.py validates them against the schema and compares
-# them with Altair's): a page's six charts cost 60% of its rendering through Altair, which validates, hashes and
-# deep-copies its schema objects at every step; a dict costs nothing (docs/performance.md).
+# ---- the run page's charts (and the index's trend panels below), as Vega-Lite dicts --------------------
+# Written as the dicts Altair produced (tests/test_html.py validates them against the schema; the gold files hold
+# Altair's): a page's six charts cost 60% of its rendering through Altair, which validates, hashes and deep-copies
+# its schema objects at every step; a dict costs nothing (docs/performance.md).
 
 def q(field: str, **kw: Any) -> dict:
     return {"field": field, "type": "quantitative", **kw}
@@ -221,8 +221,6 @@ def trend_charts(trend: dict) -> list[dict]:
     """One panel per headline metric over steps (each its own y-axis, log where it spans decades), each point a
     link to its step's page, a dashed red rule at each change point. Above TREND_POINTS_MAX steps the points
     fade so a 1,000-step run still reads as a line."""
-    import altair as alt
-
     dense = trend["steps"] > TREND_POINTS_MAX
     out = []
     for m in trend["metrics"]:
@@ -231,21 +229,34 @@ def trend_charts(trend: dict) -> list[dict]:
         pts = [{"step": r["step"], "run": r["run"], "v": sig(r[m["key"]], 4)} for r in trend["rows"] if r[m["key"]] is not None]
         if not pts:
             continue
-        scale = alt.Scale(type="log") if m["log_axis"] else alt.Scale(zero=False)
-        x = alt.X("step:Q", title="training step", axis=alt.Axis(format="d", tickMinStep=1))
-        # run ids are safe path segments (build.safe_run_id): the link is computed in the page, not stored per point
-        base = alt.Chart(alt.Data(name="steps")).transform_calculate(href="datum.run + '/index.html'").encode(
-            x=x, y=alt.Y("v:Q", title=m["name"], scale=scale))
-        line = base.mark_line(color=BLUE, strokeWidth=1 if dense else 1.5)
-        dots = base.mark_circle(color=BLUE, size=10 if dense else 28, opacity=0.35 if dense else 0.9, cursor="pointer").encode(
-            href="href:N", tooltip=[alt.Tooltip("run:N"), alt.Tooltip("step:Q"), alt.Tooltip("v:Q", title=m["name"], format=".4g")])
+        line = {**_steps(), "mark": {"type": "line", "color": BLUE, "strokeWidth": 1 if dense else 1.5}, "encoding": _xy(m)}
+        dots = {**_steps(), "mark": {"type": "circle", "color": BLUE, "size": 10 if dense else 28,
+                                     "opacity": 0.35 if dense else 0.9, "cursor": "pointer"},
+                "encoding": {**_xy(m), "href": {"field": "href", "type": "nominal"},
+                             "tooltip": [{"field": "run", "type": "nominal"}, q("step"), q("v", title=m["name"], format=".4g")]}}
         layers = [line, dots]
+        spec: dict = {"layer": layers}
         cps = [{"step": c["step"]} for c in trend.get("change_points") or [] if c["metric"] == m["key"]]
         if cps:
-            layers.append(alt.Chart(alt.Data(values=cps)).mark_rule(color=RED, strokeDash=[4, 3]).encode(x="step:Q"))
+            layers.append({"data": {"values": cps}, "mark": {"type": "rule", "color": RED, "strokeDash": [4, 3]},
+                           "encoding": {"x": q("step")}})
+        else:  # the two layers share their data: said once, at the top (as Altair writes it)
+            for layer in layers:
+                del layer["data"]
+            spec = {"data": {"name": "steps"}, "layer": layers}
         out.append({"id": f"trend-{m['key']}", "title": m["name"], "log_axis": m["log_axis"],
-                    "spec": finish(sized(alt.layer(*layers), height=120), steps=pts)})
+                    "spec": page_spec(spec, 120, steps=pts)})
     return out
+
+
+def _xy(m: dict) -> dict:
+    return {"x": q("step", title="training step", axis={"format": "d", "tickMinStep": 1}),
+            "y": q("v", title=m["name"], scale={"type": "log"} if m["log_axis"] else {"zero": False})}
+
+
+def _steps() -> dict:
+    """A trend layer's data; run ids are safe path segments (build.safe_run_id): the link is computed in the page."""
+    return {"data": {"name": "steps"}, "transform": [{"calculate": "datum.run + '/index.html'", "as": "href"}]}
 
 
 def run_charts(report) -> list[dict[str, Any]]:
