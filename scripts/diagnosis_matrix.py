@@ -15,33 +15,108 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
+
+import numpy as np
 
 from tim_report.analysis import analyze
 from tim_report.catalogue.findings import FINDINGS, REGIMES
 from tim_report.io import load
+from tim_report.model import StepBatch
+from tim_report.testing import make_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
 DEFAULT_DATA = ROOT / "tests" / "data" / "faults"
 DOC = ROOT / "docs" / "diagnosis.md"
+STEADY_STEPS = 150  # the steady run the false-alarm column is measured on
 START, END = "<!-- MATRIX:START (python scripts/diagnosis_matrix.py) -->\n", "<!-- MATRIX:END -->"
 
 
+# The side each fixture's fault is on (the side the leading finding must name): the one whose log-probs are not
+# those of the distribution the tokens were sampled from.
+SIDES = {"dummy_zero": "rollout", "temp_rollout_0.7": "trainer", "temp_rollout_0.8": "trainer",
+         "temp_rollout_1.2": "trainer", "temp_rollout_1.5": "trainer", "temp_trainer_0.6": "rollout",
+         "weights_perturbed": "trainer", "weights_reinit": "trainer"}
+
+
+def _nan_trainer(b: StepBatch) -> StepBatch:
+    tr = b.trainer_logp.copy()
+    tr[np.random.default_rng(0).random(tr.shape[0]) < 0.65] = np.nan
+    return replace(b, trainer_logp=tr)
+
+
+def _nan_rollout_5(b: StepBatch) -> StepBatch:
+    ro = b.rollout_logp.copy()
+    ro[::20] = np.nan
+    return replace(b, rollout_logp=ro)
+
+
+# Faults made from a fixture by changing its arrays, where the truth is as sure: name → (fixture, what is done,
+# expected regime, expected findings, the side at fault, the change).
+DERIVED: dict[str, tuple[str, str, str, list[str], str | None, Callable[[StepBatch], StepBatch]]] = {
+    "trainer_nan_65": ("bf16_m", "trainer log-probs NaN on 65% of the tokens", "systematic", ["unusable_input"], None,
+                       _nan_trainer),
+    "rollout_nan_5": ("bf16_m", "rollout log-probs NaN on 5% of the tokens (excluded, below the gate)", "numerical_noise",
+                      [], None, _nan_rollout_5),
+    "probabilities": ("mixed_versions", "both sides saved as probabilities exp(log p)", "systematic", ["unusable_input"], None,
+                      lambda b: replace(b, rollout_logp=np.exp(b.rollout_logp), trainer_logp=np.exp(b.trainer_logp))),
+    "trainer_zeros": ("bf16_m", "trainer log-probs all 0.0 (never recomputed)", "systematic", ["dummy_zero"], "trainer",
+                      lambda b: replace(b, trainer_logp=np.zeros_like(b.trainer_logp))),
+    "rollout_reinit": ("weights_reinit", "the sides swapped: the rollout scored by the re-initialised model", "systematic",
+                       ["one_side_broken"], "rollout",
+                       lambda b: replace(b, rollout_logp=b.trainer_logp, trainer_logp=b.rollout_logp)),
+    "temp_trainer_0.6_swapped": ("temp_trainer_0.6", "the sides swapped: the trainer's log-probs at another temperature "
+                                 "than the sampler's", "systematic", ["temperature"], "trainer",
+                                 lambda b: replace(b, rollout_logp=b.trainer_logp, trainer_logp=b.rollout_logp)),
+}
+
+
+def named_side(findings: list[dict]) -> str | None:
+    """The side at fault that the first finding able to tell says (dummy zeros, temperature, a broken side)."""
+    for f in findings:
+        e = f["evidence"]
+        side = {"dummy_zero": e.get("trainer_side"), "one_side_broken": e.get("trainer_broken"),
+                "temperature": e.get("trainer_off")}.get(f["id"])
+        if side is not None:
+            return "trainer" if side else "rollout"
+    return None
+
+
+def _row(name: str, batch: StepBatch, regime: str, expected: list[str], side: str | None, case: dict) -> dict:
+    d = analyze(batch).diagnosis
+    return {"case": name, "expected_regime": regime, "regime": d["regime"], "expected_findings": expected,
+            "findings": {f["id"]: f["severity"] for f in d["findings"]}, "expected_side": side,
+            "side": named_side(d["findings"]), "verdict": d["verdict"], **case}
+
+
 def evaluate(data: Path = DEFAULT_DATA) -> list[dict]:
-    """One row per fixture: expected regime/findings, and what the diagnosis said."""
+    """One row per fixture and per fault derived from one: expected regime/findings/side, and what the diagnosis said."""
     manifest = json.loads((data / "manifest.json").read_text())
-    rows = []
-    for name, case in manifest["cases"].items():
-        d = analyze(load(data / case["file"])).diagnosis
-        fired = {f["id"]: f["severity"] for f in d["findings"]}
-        rows.append({"case": name, "expected_regime": case["regime"], "regime": d["regime"],
-                     "expected_findings": case["findings"], "findings": fired, "verdict": d["verdict"],
-                     "tokens": case["tokens"], "sequences": case["sequences"]})
+    rows = [_row(name, load(data / case["file"]), case["regime"], case["findings"], SIDES.get(name),
+                 {"tokens": case["tokens"], "sequences": case["sequences"]})
+            for name, case in manifest["cases"].items()]
+    for name, (source, _what, regime, expected, side, change) in DERIVED.items():
+        batch = change(load(data / manifest["cases"][source]["file"]))
+        rows.append(_row(name, batch, regime, expected, side, {"tokens": batch.n_tokens, "sequences": batch.n_seqs,
+                                                                  "derived_from": source}))
     return rows
 
 
-def markdown(rows: list[dict], details: bool = True) -> str:
+def false_alarms(steps: int = STEADY_STEPS, seed: int = 20) -> dict[str, int]:
+    """How many steps of a steady synthetic run (2-48 sequences a step, fp16- to bf16-sized noise in turn) each
+    finding fires on at warn or error: none is injected, so every one is a false alarm."""
+    counts = dict.fromkeys(FINDINGS, 0)
+    for b in make_run(steps, n_seqs=(2, 48), mean_len=48, noise=lambda s: (0.002, 0.01, 0.03)[s % 3], wobble=0.5,
+                      seed=seed):
+        for f in analyze(b).diagnosis["findings"]:
+            counts[f["id"]] += f["severity"] in ("warn", "error")
+    return counts
+
+
+def markdown(rows: list[dict], details: bool = True, alarms: dict[str, int] | None = None) -> str:
     out = ["Regime (rows: injected truth, columns: diagnosed):", "",
            "| expected \\ diagnosed | " + " | ".join(REGIMES) + " |", "|---|" + "---|" * len(REGIMES)]
     for exp in REGIMES:
@@ -49,10 +124,11 @@ def markdown(rows: list[dict], details: bool = True) -> str:
         if sum(counts):
             out.append(f"| {exp} | " + " | ".join(str(c) for c in counts) + " |")
     ids = [i for i in tuple(FINDINGS)]
-    out += ["", "Findings (rows: fixture; cells: severity of each finding that fired; ✔ = expected and fired, "
-            "✘ = expected and missing):", "",
-            "| fixture | tokens | expected regime | diagnosed | " + " | ".join(f"`{i}`" for i in ids) + " |",
-            "|---|---:|---|---|" + "---|" * len(ids)]
+    out += ["", "Findings (rows: fixture, then the faults derived from one by changing its arrays; cells: severity of "
+            "each finding that fired; ✔ = expected and fired, ✘ = expected and missing; the side at fault is the one "
+            "the first finding able to tell names, ✘ (expected) where it names the other):", "",
+            "| fixture | tokens | expected regime | diagnosed | side at fault named | " + " | ".join(f"`{i}`" for i in ids) + " |",
+            "|---|---:|---|---|---|" + "---|" * len(ids)]
     for r in rows:
         cells = []
         for i in ids:
@@ -62,10 +138,18 @@ def markdown(rows: list[dict], details: bool = True) -> str:
             else:
                 cells.append(sev or "")
         mark = "" if r["regime"] == r["expected_regime"] else " ✘"
-        out.append(f"| {r['case']} | {r['tokens']} | {r['expected_regime']} | {r['regime']}{mark} | " + " | ".join(cells) + " |")
-    out += ["", "Per detector (warn or error counts as fired; info findings are context, not alarms):", "",
-            "| finding | expected and fired | expected, missed | fired, not injected | fired on clean cases |",
-            "|---|---:|---:|---:|---:|"]
+        side = (f"{r['side'] or '—'}" + ("" if r["side"] == r["expected_side"] else f" ✘ ({r['expected_side']})")
+                if r["expected_side"] or r["side"] else "")
+        name = f"{r['case']} (from {r['derived_from']})" if r.get("derived_from") else r["case"]
+        out.append(f"| {name} | {r['tokens']} | {r['expected_regime']} | {r['regime']}{mark} | {side} | "
+                   + " | ".join(cells) + " |")
+    alarms = alarms if alarms is not None else false_alarms()
+    out += ["", "Per detector (warn or error counts as fired; info findings are context, not alarms). The last column "
+            f"is measured on a steady synthetic run of {STEADY_STEPS} steps (`false_alarms()`: 2-48 sequences a step, "
+            "fp16- to bf16-sized noise in turn), where nothing is injected:", "",
+            "| finding | expected and fired | expected, missed | fired, not injected | fired on clean cases | "
+            f"false alarms in {STEADY_STEPS} steady steps |",
+            "|---|---:|---:|---:|---:|---:|"]
     clean = {"identical", "numerical_noise"}
     for i in ids:
         alarm = [r for r in rows if r["findings"].get(i) in ("warn", "error")]
@@ -73,7 +157,7 @@ def markdown(rows: list[dict], details: bool = True) -> str:
         hit = sum(1 for r in exp if i in r["findings"])
         other = sum(1 for r in alarm if i not in r["expected_findings"])
         on_clean = sum(1 for r in alarm if r["expected_regime"] in clean)
-        out.append(f"| `{i}` | {hit} | {len(exp) - hit} | {other} | {on_clean} |")
+        out.append(f"| `{i}` | {hit} | {len(exp) - hit} | {other} | {on_clean} | {alarms[i]} |")
     if details:
         out += ["", "Verdicts:", ""] + [f"- **{r['case']}**: {r['verdict']}" for r in rows]
     return "\n".join(out) + "\n"

@@ -13,6 +13,14 @@ kept its own log-probs, whatever the layout, without trusting the reader:
     miles/train_data/0_{0..3}.pt                                cp_size 2 zigzag slices, tp 2 duplicates, numpy inside
     skyrl/dumped_data/global_step_{1,2}_training_input.pkl      right-aligned (new) and right-padded (old) pickles
     verl/dataproto_step_3.pkl                                   DataProto.save_to_disk (needs verl to read)
+    verl/batch_step_4.pt                                        the DataProto's tensors and uid, torch.save'd as a dict
+    trl/step_5.pt                                               GRPOTrainer's batch with tools: tool_mask
+    openrlhf/step_6.pt                                          a batched Experience: [B, T−1], both sides 0.0 off the mask
+
+verl, TRL and OpenRLHF write no per-token file; their files are what a user saves of the in-memory batch
+(the key names of design §3). `verl_batch`, `trl_batch` and `openrlhf_batch` take a size and a `shift`:
+nats taken off the trainer's log-prob of the first HEAD tokens after each tool span (a chat template that
+is not prefix-preserving), so tests build larger batches of the same layout with a known turn fault.
 
 Deterministic: the same files every run (seeded; torch.save of the same objects gives the same bytes).
 
@@ -66,6 +74,26 @@ def turns(rng, n_turns: int, prompt: int, resp: tuple[int, int], tool: tuple[int
             ids += list(rng.integers(10, 5000, m))
             mask += [False] * m
     return np.array(ids, dtype=np.int64), np.array(mask, dtype=bool)
+
+
+HEAD = 2  # tokens after each tool span that `shift` moves
+
+
+def head_shift(mask: np.ndarray, shift: float) -> np.ndarray:
+    """[L] added to the trainer's log-probs: −shift on the first HEAD tokens of every assistant turn after the first."""
+    m = np.asarray(mask, bool)
+    out = np.zeros(m.shape)
+    if shift and m.any():
+        first = int(np.flatnonzero(m)[0])
+        for start in np.flatnonzero(m[1:] & ~m[:-1]) + 1:
+            if start > first:
+                out[start:start + HEAD] = np.where(m[start:start + HEAD], -shift, 0.0)
+    return out
+
+
+def conversations(rng, n: int, max_turns: int, resp=(3, 8), tool=(2, 4)) -> list:
+    """n conversations, conversation i with 1 + i % max_turns assistant turns."""
+    return [turns(rng, 1 + i % max_turns, int(rng.integers(3, 6)), resp, tool) for i in range(n)]
 
 
 def r6(x) -> list[float]:
@@ -274,7 +302,7 @@ def _skyrl_batch(rng, right_aligned: bool):
     resps = [(c[0][s:], c[1][s:]) for c, s in zip(convs, splits)]
     R, P = max(len(r) for r, _ in resps), max(len(p) for p in prompts)
     rows = {k: [] for k in ("sequences", "attention_mask", "response_mask", "loss_mask", "rollout_logprobs",
-                            "action_log_probs", "advantages", "rewards")}
+                            "action_log_probs", "advantages")}
     for prompt, (resp, rmask) in zip(prompts, resps):
         pad = R - len(resp)
         if right_aligned:  # one left-padded block; response tensors right-aligned
@@ -294,14 +322,17 @@ def _skyrl_batch(rng, right_aligned: bool):
         rows["rollout_logprobs"].append(place(np.where(rmask, g(resp), 0.0)))  # 0.0 on observation tokens
         rows["action_log_probs"].append(place(trainer_of(resp)))
         rows["advantages"].append(place(np.where(rmask, -0.5, 0.0)))
-        rows["rewards"].append(place(np.eye(len(resp))[-1]))  # reward 1.0 on the last token
     tensors = {k: torch.tensor(v, dtype=torch.int64 if k in ("sequences", "attention_mask", "response_mask") else torch.float32)
                for k, v in rows.items()}
     tensors["loss_mask"] = tensors["loss_mask"].to(torch.int64)
     for k, t in tensors.items():  # one filler row (a copy of row 0, loss mask 0), as pad_training_input_batch adds
         filler = torch.zeros_like(t[:1]) if k == "loss_mask" else t[:1].clone()
         tensors[k] = torch.cat([t, filler])
-    meta = {"uids": [f"q{i // 2}" for i in range(5)] + ["pad0"], "pad_size": 1, "global_step": None}
+    # the trainer pops `rewards` and metadata["uids"] before dump_data; SkyRL since prompt_mean (#1719) keeps
+    # the groups as policy_prompt_boundaries (compute_prompt_boundaries(uids), over the rows before the filler)
+    meta = {"policy_mini_batch_boundaries": [(0, 5)], "response_length": R, "avg_response_length": 5.0, "pad_size": 1}
+    if right_aligned:
+        meta["policy_prompt_boundaries"] = [(0, 2), (2, 4), (4, 5)]
     return tensors, meta
 
 
@@ -317,7 +348,7 @@ def _skyrl_pickle(module, tensors: dict, meta: dict, new: bool) -> bytes:
         return {"type": "tensor", "data": buf.getvalue()}
 
     state = {"batch_dict": {k: (numpy_field(t) if new else torch_field(t)) for k, t in tensors.items()},
-             "batch_size": len(meta["uids"]), "device": None, "metadata": meta}
+             "batch_size": len(tensors["sequences"]), "device": None, "metadata": meta}
     if new:
         class Shim:
             def __reduce__(self):
@@ -345,7 +376,7 @@ def verl(out: Path, rng) -> None:
     DataProto.__module__, DataProto.__qualname__ = "verl.protocol", "DataProto"
     sys.modules["verl.protocol"].DataProto = DataProto
     try:
-        batch, non_tensor, meta_info = _verl_batch(rng)
+        batch, non_tensor, meta_info = verl_batch(rng)
         buf = io.BytesIO()
         torch.save(batch, buf)
         proto = DataProto()
@@ -356,31 +387,101 @@ def verl(out: Path, rng) -> None:
             del sys.modules[n]
 
 
-def _verl_batch(rng):
-    convs = [turns(rng, 1 + (i % 3 == 1), int(rng.integers(3, 6)), (3, 8), (2, 4)) for i in range(6)]
+def verl_batch(rng, n: int = 6, shift: float = 0.0, max_turns: int = 2, resp=(3, 8)):
+    """A DataProto's tensors (agent loop, tool_agent_loop.py): `response_mask` 0 on tool tokens, `rollout_log_probs`
+    0.0 there ([0.0] * len(tool ids)), `old_log_probs` the trainer's on every response position, padding included."""
+    convs = conversations(rng, n, max_turns, resp)
     splits = [int(np.flatnonzero(m)[0]) for _, m in convs]
     R, P = max(len(c[0]) - s for c, s in zip(convs, splits)), max(splits)
-    b = len(convs)
-    out = {k: np.zeros((b, R)) for k in ("rollout_log_probs", "old_log_probs")}
-    out.update(responses=np.zeros((b, R), np.int64), response_mask=np.zeros((b, R), np.int64),
-               prompts=np.zeros((b, P), np.int64), attention_mask=np.zeros((b, P + R), np.int64))
+    out = {"rollout_log_probs": np.zeros((n, R)), "old_log_probs": np.full((n, R), -9.0)}  # the pad token's log-prob
+    out.update(responses=np.zeros((n, R), np.int64), response_mask=np.zeros((n, R), np.int64),
+               prompts=np.zeros((n, P), np.int64), attention_mask=np.zeros((n, P + R), np.int64))
     for i, ((ids, mask), s) in enumerate(zip(convs, splits)):
-        resp, rmask, n = ids[s:], mask[s:], len(ids) - s
-        out["responses"][i, :n] = resp
-        out["response_mask"][i, :n] = rmask
-        out["rollout_log_probs"][i, :n] = np.where(rmask, g(resp), 0.0)
-        out["old_log_probs"][i, :n] = trainer_of(resp)
+        resp_ids, rmask, k = ids[s:], mask[s:], len(ids) - s
+        out["responses"][i, :k] = resp_ids
+        out["response_mask"][i, :k] = rmask
+        out["rollout_log_probs"][i, :k] = np.where(rmask, g(resp_ids), 0.0)
+        out["old_log_probs"][i, :k] = trainer_of(resp_ids) + head_shift(rmask, shift)
         out["prompts"][i, P - s:] = ids[:s]
-        out["attention_mask"][i, P - s:P + n] = 1
+        out["attention_mask"][i, P - s:P + k] = 1
     batch = {k: torch.tensor(v, dtype=torch.float32 if v.dtype.kind == "f" else torch.int64) for k, v in out.items()}
-    non_tensor = {"uid": np.array([f"u{i // 2}" for i in range(b)], dtype=object),
-                  "__num_turns__": np.array([1 + (i % 3 == 1) for i in range(b)], dtype=object),
-                  "min_global_steps": np.array([3, 3, 3, 3, 2, 2], dtype=object),
-                  "max_global_steps": np.array([3, 3, 3, 3, 3, 2], dtype=object)}
+    non_tensor = {"uid": np.array([f"u{i // 2}" for i in range(n)], dtype=object),
+                  "__num_turns__": np.array([1 + i % max_turns for i in range(n)], dtype=object),
+                  "min_global_steps": np.array([3, 3, 3, 3, 2, 2][:n] + [3] * (n - 6), dtype=object),
+                  "max_global_steps": np.array([3, 3, 3, 3, 3, 2][:n] + [3] * (n - 6), dtype=object)}
     return batch, non_tensor, {"global_steps": 3}
 
 
-WRITERS = {"prime-rl": prime_rl, "nemo-rl": nemo_rl, "slime": slime, "miles": miles, "skyrl": skyrl, "verl": verl}
+def verl_dict(out: Path, rng) -> None:
+    """What a verl user saves without pickling a DataProto: torch.save({**data.batch, "uid": [...]})."""
+    batch, non_tensor, _ = verl_batch(rng, n=8, max_turns=3)
+    (out / "verl").mkdir(parents=True, exist_ok=True)
+    torch.save({**batch, "uid": [str(u) for u in non_tensor["uid"]]}, out / "verl" / "batch_step_4.pt")
+
+
+# ---- TRL -------------------------------------------------------------------------------------------
+
+def trl_batch(rng, n: int = 6, shift: float = 0.0, max_turns: int = 3, resp=(3, 8)) -> dict:
+    """GRPOTrainer._generate_and_score_completions' output with tools (trl/trainer/grpo_trainer.py): tool results
+    inside the completion (`completion_mask` 1, `tool_mask` 0, sampling log-prob 0.0 from _tool_call_loop),
+    `tool_mask` right-padded with 1, `old_per_token_logps` the trainer's on every completion position."""
+    convs = conversations(rng, n, max_turns, resp)
+    splits = [int(np.flatnonzero(m)[0]) for _, m in convs]
+    C, P = max(len(c[0]) - s for c, s in zip(convs, splits)), max(splits)
+    out = {"prompt_ids": np.zeros((n, P), np.int64), "prompt_mask": np.zeros((n, P), np.int64),
+           "completion_ids": np.zeros((n, C), np.int64), "completion_mask": np.zeros((n, C), np.int64),
+           "tool_mask": np.ones((n, C), np.int64), "sampling_per_token_logps": np.zeros((n, C)),
+           "old_per_token_logps": np.full((n, C), -9.0)}
+    for i, ((ids, mask), s) in enumerate(zip(convs, splits)):
+        comp, tmask, k = ids[s:], mask[s:], len(ids) - s
+        out["prompt_ids"][i, P - s:], out["prompt_mask"][i, P - s:] = ids[:s], 1  # left-padded prompts
+        out["completion_ids"][i, :k], out["completion_mask"][i, :k] = comp, 1
+        out["tool_mask"][i, :k] = tmask
+        out["sampling_per_token_logps"][i, :k] = np.where(tmask, g(comp), 0.0)
+        out["old_per_token_logps"][i, :k] = trainer_of(comp) + head_shift(tmask, shift)
+    tensors = {k: torch.tensor(v, dtype=torch.float32 if v.dtype.kind == "f" else torch.int64) for k, v in out.items()}
+    tensors["advantages"] = torch.tensor(np.linspace(-1, 1, n), dtype=torch.float32)
+    tensors["num_items_in_batch"] = tensors["completion_mask"].mul(tensors["tool_mask"]).sum()
+    return tensors
+
+
+def trl(out: Path, rng) -> None:
+    (out / "trl").mkdir(parents=True, exist_ok=True)
+    torch.save(trl_batch(rng), out / "trl" / "step_5.pt")
+
+
+# ---- OpenRLHF --------------------------------------------------------------------------------------
+
+def openrlhf_batch(rng, n: int = 6, shift: float = 0.0, max_turns: int = 3, resp=(3, 8)) -> dict:
+    """A batched Experience (openrlhf/trainer/ppo_utils/experience.py): `sequences`, `attention_mask` [B, T]
+    right-padded; `action_mask`, `rollout_log_probs`, `action_log_probs`, `advantages` [B, T−1], index j scoring
+    token j+1 (samples_generator._process_response_into_experience slices [1:]); `rollout_log_probs` 0.0 on
+    prompt and feedback tokens (utils/agent.py); `action_log_probs` multiplied by `action_mask` (Actor.forward)."""
+    convs = conversations(rng, n, max_turns, resp)
+    T = max(len(ids) for ids, _ in convs)
+    out = {"sequences": np.zeros((n, T), np.int64), "attention_mask": np.zeros((n, T), np.int64),
+           "action_mask": np.zeros((n, T - 1), bool), "rollout_log_probs": np.zeros((n, T - 1)),
+           "action_log_probs": np.zeros((n, T - 1)), "advantages": np.zeros((n, T - 1))}
+    for i, (ids, mask) in enumerate(convs):
+        k = len(ids)
+        out["sequences"][i, :k], out["attention_mask"][i, :k] = ids, 1
+        act, nxt = mask[1:], ids[1:]
+        out["action_mask"][i, :k - 1] = act
+        out["rollout_log_probs"][i, :k - 1] = np.where(act, g(nxt), 0.0)
+        out["action_log_probs"][i, :k - 1] = (trainer_of(nxt) + head_shift(act, shift)) * act
+        out["advantages"][i, :k - 1] = np.where(act, 0.5, 0.0)
+    tensors = {k: torch.tensor(v, dtype=torch.float32 if v.dtype.kind == "f" else None) for k, v in out.items()}
+    tensors["rewards"] = torch.tensor([float(i % 2) for i in range(n)])
+    return tensors
+
+
+def openrlhf(out: Path, rng) -> None:
+    (out / "openrlhf").mkdir(parents=True, exist_ok=True)
+    torch.save(openrlhf_batch(rng), out / "openrlhf" / "step_6.pt")
+
+
+WRITERS = {"prime-rl": prime_rl, "nemo-rl": nemo_rl, "slime": slime, "miles": miles, "skyrl": skyrl, "verl": verl,
+           "verl-dict": verl_dict, "trl": trl, "openrlhf": openrlhf}
 
 
 def write_all(out: Path) -> None:

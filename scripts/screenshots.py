@@ -4,7 +4,8 @@
     python scripts/screenshots.py site/index.html site/run/index.html -o shots/
 
 Uses Playwright driving Debian's chromium (`apt-get install chromium`; never `playwright install`).
-Prints, for each page and width, whether anything is wider than the viewport.
+Prints, for each page and width, its height, whether anything is wider than the viewport, and how many table
+cells cut their text (wider than their box, or ending in "…").
 """
 
 from __future__ import annotations
@@ -38,16 +39,25 @@ def main() -> None:
                     page.wait_for_function("() => [...document.querySelectorAll('.vega')].every(el => el.querySelector('svg'))",
                                            timeout=20000)
                 wide = page.evaluate("document.documentElement.scrollWidth")
+                tall = page.evaluate("document.documentElement.scrollHeight")
+                cut = page.evaluate(CUT_CELLS)
                 name = "_".join(page_path.resolve().parts[-2:]).replace(".html", "") + f"_{w}.png"
                 page.screenshot(path=str(args.out / name), full_page=True)
                 if args.tile:
                     _tiles(args.out / name, args.tile)
-                print(f"{args.out / name}: scrollWidth {wide} for a {w} px viewport" + ("  ← OVERFLOW" if wide > w else ""))
+                print(f"{args.out / name}: height {tall} px, scrollWidth {wide} for a {w} px viewport"
+                      + ("  ← OVERFLOW" if wide > w else "") + f", {len(cut)} cut cells {cut[:3]}")
                 if wide > w:
                     for culprit in page.evaluate(WIDER_THAN_VIEWPORT):
                         print("   ", culprit)
                 page.close()
         browser.close()
+
+
+# Table cells whose text does not fit their box (clipped, or cut with an ellipsis): what the browser tests forbid.
+CUT_CELLS = """() => [...document.querySelectorAll('td, th')]
+  .filter(c => c.scrollWidth > c.clientWidth + 1 || /…$/.test(c.textContent.trim()))
+  .map(c => c.textContent.trim().slice(0, 20))"""
 
 
 # The outermost elements that stick out of the viewport (not those clipped inside a scroll box).

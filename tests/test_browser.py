@@ -45,7 +45,13 @@ def site(tmp_path_factory) -> Path:
 
 def open_page(browser, path: Path, scheme: str = "light", width: int = 1300):
     page = browser.new_page(color_scheme=scheme, viewport={"width": width, "height": 900})
-    seen = {"errors": [], "requests": [], "dialogs": [], "failed": {}}
+    seen = {"errors": [], "requests": [], "dialogs": [], "failed": {}, "routed": []}
+
+    def refuse(route):  # anything but a file: the test fails on it (and the page never gets it)
+        seen["routed"].append(route.request.url)
+        route.abort()
+
+    page.route(lambda url: not url.startswith("file:"), refuse)
     page.on("console", lambda m: seen["errors"].append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: seen["errors"].append(str(e)))
     page.on("request", lambda r: seen["requests"].append(r.url))
@@ -72,8 +78,9 @@ def test_run_page_draws_every_chart_offline(browser, site, scheme):
     assert page.locator(".vega svg .mark-rect path, .vega svg .mark-rect rect, .vega svg path").count() > 0
     assert seen["errors"] == []
     assert seen["dialogs"] == []
-    others = [u for u in seen["requests"] if u != (site / "step7" / "index.html").as_uri()]
-    assert others == [], others
+    assert sorted(seen["requests"]) == sorted((site / p).as_uri() for p in (
+        "step7/index.html", "assets/style.css", "assets/vega.js", "assets/tim.js"))  # the site's own files only
+    assert seen["routed"] == []
     page.close()
 
 
@@ -87,7 +94,7 @@ def test_hostile_text_shows_literally_and_runs_nothing(browser, site):
     assert any(h in text for h in HOSTILE[:3])
     assert "<script>alert('notes')</script>" in text  # notes: raw HTML escaped, shown literally
     assert page.evaluate("document.querySelectorAll('img').length") == 0
-    assert page.evaluate("document.querySelectorAll('script').length") == 3
+    assert page.evaluate("document.querySelectorAll('script').length") == 3  # the specs (JSON), vega.js, tim.js
     page.close()
 
 
@@ -96,8 +103,9 @@ def test_index_draws_and_links(browser, site):
     rows = json.loads((site / "index.json").read_text(encoding="utf-8"))["runs"]
     moving = [m for m in map(metric, TREND) if len({r[m.key] for r in rows}) > 1]
     assert n == len(moving) >= 4  # trend over the two numbered steps: a panel per headline metric that moves
-    assert seen["errors"] == [] and seen["dialogs"] == []
-    assert seen["requests"] == [(site / "index.html").as_uri()]
+    assert seen["errors"] == [] and seen["dialogs"] == [] and seen["routed"] == []
+    assert sorted(seen["requests"]) == sorted((site / p).as_uri() for p in (
+        "index.html", "assets/style.css", "assets/vega.js", "assets/tim.js"))
     assert "<script>alert('model')</script>" in page.inner_text("body")
     page.click("text=step9")
     page.wait_for_load_state()
@@ -130,7 +138,71 @@ def test_pages_fit_the_screen(browser, site, compare_page, width, which):
     path = {"run": site / "step7" / "index.html", "index": site / "index.html", "compare": compare_page}[which]
     page, seen, _ = open_page(browser, path, width=width)
     assert page.evaluate("document.documentElement.scrollWidth") <= width  # nothing makes the page scroll sideways
+    assert seen["errors"] == [] and seen["routed"] == []
+    assert all(u.startswith("file:") for u in seen["requests"])
+    page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")  # every fold, too
+    assert page.evaluate(CUT_CELLS) == []  # every number whole: a wide table scrolls inside its box
+    page.close()
+
+
+# A table cell whose text does not fit its box (clipped, or cut with an ellipsis); scripts/screenshots.py counts the same.
+CUT_CELLS = """() => [...document.querySelectorAll('td, th')]
+  .filter(c => c.scrollWidth > c.clientWidth + 1 || /…$/.test(c.textContent.trim()))
+  .map(c => c.textContent.trim().slice(0, 40))"""
+
+
+def test_run_page_reads_on_one_screen_first(browser, site):
+    """At 1300 px: the verdict, what was read and the headline start within the first screen, the charts follow, and
+    the whole page is at most 8,000 px tall with every token table folded (nothing dropped: opened, they are all there)."""
+    page, seen, _ = open_page(browser, site / "step7" / "index.html")
+    tops = {i: page.evaluate("id => document.getElementById(id).getBoundingClientRect().top + scrollY", i)
+            for i in ("verdict", "about", "headline", "charts", "samples")}
+    assert max(tops["verdict"], tops["about"], tops["headline"]) < 900 < tops["charts"] < tops["samples"], tops
+    assert page.evaluate("document.documentElement.scrollHeight") <= 8000
+    worst = json.loads((site / "step7" / "samples.json").read_text(encoding="utf-8"))["samples"][0]
+    page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
+    shown = page.locator(f"#seq-{worst['sequence']} table.tok tbody tr").count()
+    n = len(worst["rows"])
+    assert shown == (n + 8 if n > 8 else n)  # its largest differences, then every row
+    page.close()
+
+
+def test_a_link_into_the_folded_glossary_opens_it(browser, site):
+    page, _, _ = open_page(browser, site / "step7" / "index.html")
+    assert not page.locator("#glossary").get_attribute("open")
+    page.locator("#headline .card a").first.click()
+    page.wait_for_function("() => document.getElementById('glossary').open")
+    page.close()
+
+
+@pytest.mark.parametrize("which, cell", [("index", ".runs td.verdict-cell"), ("compare", ".cmp td.dir")])
+def test_verdict_and_direction_columns_are_on_a_phone_screen(browser, site, compare_page, which, cell):
+    page, _, _ = open_page(browser, {"index": site / "index.html", "compare": compare_page}[which], width=420)
+    rights = page.evaluate(f"() => [...document.querySelectorAll('{cell}')].map(e => e.getBoundingClientRect().right)")
+    assert rights and max(rights) <= 420
+    page.close()
+
+
+def test_tooltips_show_under_the_policy(browser, site):
+    """vega-tooltip's stylesheet is the site's (the policy refuses the one it would inject)."""
+    page, seen, _ = open_page(browser, site / "step7" / "index.html")
+    bar = page.locator("#chart-ratio svg .mark-rect path").nth(25)
+    bar.scroll_into_view_if_needed()
+    bar.hover(force=True)
+    page.wait_for_function("() => document.querySelector('#vg-tooltip-element.visible')")
+    assert page.evaluate("getComputedStyle(document.getElementById('vg-tooltip-element')).position") == "fixed"
     assert seen["errors"] == []
+    page.close()
+
+
+def test_a_self_contained_page_draws_alone(browser, tmp_path):
+    """The API's page (and --self-contained): one file, its charts drawn with nothing else beside it."""
+    from tim_report.api import analyze
+
+    path = tmp_path / "alone.html"
+    path.write_text(analyze(hostile_batch()).to_html(), encoding="utf-8")
+    page, seen, n = open_page(browser, path)
+    assert n == 6 and seen["errors"] == [] and seen["requests"] == [path.as_uri()] and seen["routed"] == []
     page.close()
 
 

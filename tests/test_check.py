@@ -103,6 +103,23 @@ def test_bad_input_exits_2(tmp_path, clean):
     assert run(clean, "--key", "oops").exit_code == 2
 
 
+def test_unusable_batch_is_bad_input_one_line_exit_2(tmp_path, clean, shifted):
+    """65% NaN trainer log-probs read `ok` (exit 0) from the third left; now an input problem whatever --fail-on says."""
+    b = make_batch(n_seqs=16, mean_len=48, noise=0.01)
+    tr = b.trainer_logp.copy()
+    tr[np.random.default_rng(0).random(tr.shape[0]) < 0.65] = np.nan
+    p = tmp_path / "nan.npz"
+    save_batch(replace(b, trainer_logp=tr), p)
+    r = CliRunner().invoke(main, ["check", str(p), str(shifted), str(clean), "--fail-on", "never", "--no-limits"])
+    assert r.exit_code == 2
+    bad = [line for line in r.output.splitlines() if "nan.npz" in line]
+    assert len(bad) == 1 and bad[0].startswith(f"tim-report: error: {p}: Unusable input: only 3")
+    assert "NaN trainer log-probs on 6" in bad[0] and f"{clean}: ok (" in r.output  # the other files are still checked
+    row = json.loads(run(p, "--json").output.splitlines()[0])
+    assert row["ok"] is False and row["input_problem"].startswith("Unusable input:") and row["violations"] == []
+    assert run(p, "--set", "min_usable_share=0.3").exit_code == 0  # the limit is a diagnosis threshold
+
+
 def test_set_override(shifted):
     assert run(shifted, "--no-limits").exit_code == 1
     r = run(shifted, "--no-limits", "--set", "shift_ratio=1e-9")

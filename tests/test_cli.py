@@ -163,7 +163,7 @@ def test_one_bad_file_among_good_ones_writes_nothing(tmp_path, verl_pt):
     out = tmp_path / "site"
     res = run("build", verl_pt, tmp_path / "nope.npz", "-o", out)
     assert res.exit_code == 2 and not out.exists()
-    assert not list(tmp_path.glob(".tim-report-*"))
+    assert not list(tmp_path.rglob(".tim-report-staging-*"))
 
 
 def test_inspect_bad_input(tmp_path):

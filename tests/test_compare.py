@@ -130,19 +130,26 @@ def test_cli_writes_three_files(tmp_path, files):
     res = CliRunner().invoke(main, ["compare", str(pb), str(pa), "-o", str(out)])
     assert res.exit_code == 0, res.output
     assert "tokens" in res.output and "better" in res.output
-    assert sorted(p.name for p in out.iterdir()) == [".tim-report.json", "compare.json", "compare.md", "index.html"]
+    assert sorted(p.name for p in out.iterdir()) == [".tim-report.json", ".tim-report.lock", "assets", "compare.json",
+                                                     "compare.md", "index.html"]
+    assert sorted(p.name for p in (out / "assets").iterdir()) == ["style.css", "tim.js", "vega.js"]
     data = json.loads((out / "compare.json").read_text())
     assert data["labels"] == {"before": "noisy", "after": "clean"}
     assert data["per_token"]["available"]
     page = (out / "index.html").read_text()
     assert "Per token" in page and 'id="chart-ratio"' in page and 'id="chart-seqs"' in page
-    assert page.count("vegaEmbed") >= 1 and "https://" not in page.split("<script>")[0]
+    assert '<script src="assets/vega.js"></script>' in page and "https://" not in page.split("<script")[0]
     md = (out / "compare.md").read_text()
     assert "(index.html)" in md
-    first = {p.name: p.read_bytes() for p in out.iterdir()}
+    first = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
     res = CliRunner().invoke(main, ["compare", str(pb), str(pa), "-o", str(out)])
     assert res.exit_code == 0
-    assert {p.name: p.read_bytes() for p in out.iterdir()} == first  # deterministic
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()} == first  # deterministic
+    alone = tmp_path / "alone"
+    assert CliRunner().invoke(main, ["compare", str(pb), str(pa), "-o", str(alone), "--self-contained"]).exit_code == 0
+    assert sorted(p.name for p in alone.iterdir()) == [".tim-report.json", ".tim-report.lock", "compare.json", "compare.md",
+                                                       "index.html"]
+    assert (alone / "index.html").read_text().count("window.vegaEmbed=") == 1  # one file to attach to a PR
 
 
 def test_cli_different_tokens_is_not_an_error(tmp_path):

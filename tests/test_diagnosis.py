@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from tim_report.analysis import analyze
 from tim_report.catalogue.findings import FINDINGS, REGIMES
 from tim_report.config import SEVERITIES, DiagnosisThresholds
+from tim_report.errors import BadInput
 from tim_report.model import StepBatch, dumps
 from tim_report.testing import make_batch
 
@@ -64,7 +65,11 @@ def test_identical():
 @pytest.mark.parametrize("n_seqs,mean_len", [(1, 4), (2, 16), (8, 64), (64, 128), (256, 256)])
 @pytest.mark.parametrize("noise", [0.002, 0.01, 0.03])
 def test_clean_noise_never_warns(n_seqs, mean_len, noise):
-    d = diag(make_batch(n_seqs=n_seqs, mean_len=mean_len, noise=noise, seed=n_seqs))
+    b = make_batch(n_seqs=n_seqs, mean_len=mean_len, noise=noise, seed=n_seqs)
+    d = diag(b)
+    if b.n_tokens < DiagnosisThresholds().min_usable_tokens:  # too few tokens for any verdict: an input problem
+        assert ids(d) == {"unusable_input"} and d["verdict"].startswith("Unusable input: only")
+        return
     assert not ids(d), d["findings"]
     assert d["regime"] == "numerical_noise", d["verdict"]
 
@@ -74,7 +79,8 @@ def test_clean_noise_never_warns(n_seqs, mean_len, noise):
 def test_clean_noise_never_warns_property(n_seqs, mean_len, noise, seed):
     b = make_batch(n_seqs=n_seqs, mean_len=mean_len, noise=noise, seed=seed)
     d = diag(b)
-    assert not ids(d), d["findings"]
+    assert not ids(d) - {"unusable_input"}, d["findings"]
+    assert ("unusable_input" in ids(d)) == (b.n_tokens < DiagnosisThresholds().min_usable_tokens)
     if b.n_tokens >= 64:  # on a handful of tokens a 2-SE margin is itself noisy: 2 tokens at 0.08 nats may read elevated
         assert d["regime"] in ("numerical_noise", "identical")
 
@@ -217,16 +223,33 @@ def test_tiny_batches_do_not_crash(n_tokens):
     b = StepBatch(rollout_logp=ro, trainer_logp=ro - 0.01, offsets=np.array([0, n_tokens]), mask=np.ones(n_tokens, bool),
                   shadow_logp=ro - 0.005, advantage=np.ones(n_tokens))
     d = diag(b)
-    assert d["regime"] == "numerical_noise" and not ids(d)
+    assert ids(d) == {"unusable_input"} and d["verdict"].startswith(f"Unusable input: only {n_tokens} usable tokens")
     json.loads(dumps(d))
 
 
 def test_excluded_tokens_are_not_diagnosed():
     b = make_batch(n_seqs=8, mean_len=64, noise=0.01)
     ro = b.rollout_logp.copy()
-    ro[::7] = np.nan
+    ro[::20] = np.nan  # 5%: below the share that makes the batch unusable
     d = diag(replace(b, rollout_logp=ro))
     assert d["regime"] == "numerical_noise" and not ids(d)
+
+
+def test_mostly_nan_or_probabilities_is_unusable_not_ok():
+    """65% NaN trainer log-probs, or probabilities saved as log-probs, read 'ok' / 'identical' from the few tokens left."""
+    b = make_batch(n_seqs=16, mean_len=64, noise=0.01)
+    tr = b.trainer_logp.copy()
+    tr[np.random.default_rng(0).random(tr.shape[0]) < 0.65] = np.nan
+    d = diag(replace(b, trainer_logp=tr))
+    assert d["regime"] == "systematic" and d["findings"][0]["id"] == "unusable_input"
+    assert d["verdict"].startswith("Unusable input: only 3") and "NaN trainer log-probs on 6" in d["verdict"]
+    probs = replace(b, rollout_logp=np.exp(b.rollout_logp), trainer_logp=np.exp(b.trainer_logp))
+    probs.rollout_logp[:3] = probs.trainer_logp[:3] = 0.0  # underflowed probabilities: 0.0 reads as a valid log-prob
+    d = diag(probs)
+    assert d["regime"] == "systematic" and d["findings"][0]["id"] == "unusable_input"
+    assert "both sides' values look like probabilities" in d["verdict"]
+    with pytest.raises(BadInput, match="no usable tokens: the trainer side's values look like probabilities"):
+        diag(replace(b, trainer_logp=np.exp(b.trainer_logp)))  # no token left at all: bad input, as before, saying why
 
 
 def test_greedy_processed_logprobs_all_zero():
@@ -302,6 +325,22 @@ def test_position_onset(onset, mean_len):
     f = next(f for f in d["findings"] if f["id"] == "position_onset")
     assert f["severity"] == "warn" and abs(f["evidence"]["position"] - onset) <= 2
     assert f["evidence"]["abs_delta_mean_after"] > 3 * f["evidence"]["abs_delta_mean_before"]
+
+
+@pytest.mark.parametrize("onset,boundary", [(97, 96), (129, 128), (65, 64), (257, 256), (100, None), (150, None)])
+def test_an_onset_one_past_a_tile_or_power_of_two_is_a_kernel_hint(onset, boundary):
+    b = make_batch(n_seqs=64, mean_len=220 if onset < 200 else 400, noise=0.01, seed=8)
+    rng = np.random.default_rng(8)
+    pos = np.arange(b.n_tokens) - np.repeat(b.offsets[:-1], b.seq_lengths)
+    d = diag(with_trainer(b, b.trainer_logp + np.where(pos >= onset, 0.08 * rng.standard_normal(b.n_tokens), 0.0)))
+    f = next(f for f in d["findings"] if f["id"] == "position_onset")
+    assert f["evidence"]["position"] == onset and f["evidence"]["kernel_boundary"] == boundary
+    if boundary is None:
+        assert "kernel" not in f["title"] and "Kernel" not in f["likely_cause"]
+    else:
+        assert f["title"].endswith(f"; {onset} = {boundary} + 1, one past a multiple of 32"
+                                   + (" and a power of two" if boundary & (boundary - 1) == 0 else "") + ": a kernel-boundary hint")
+        assert f["likely_cause"].startswith("Kernel-boundary hint")
 
 
 def test_a_gradual_rise_below_the_ratio_is_not_an_onset():
@@ -397,3 +436,52 @@ def test_the_onset_screen_bounds_every_pair_of_segments():
         values, w = rng.normal(0, 1, n) + (np.arange(n) > n // 2) * rng.normal(0, 2), rng.integers(1, 50, n).astype(float)
         means = [np.average(values[a:b], weights=w[a:b]) for a in range(n) for b in range(a + m, n + 1)]
         assert _widest_level_gap(values, w, m) >= max(means) - min(means) - 1e-12
+
+
+def test_trainer_zeros_blame_the_trainer_and_do_not_crash():
+    """A trainer that never recomputed (all 0.0) was blamed on 'the rollout side scoring another model', or crashed
+    detect_temperature with a ZeroDivisionError."""
+    b = make_batch(n_seqs=16, mean_len=64, noise=0.01)
+    d = diag(replace(b, trainer_logp=np.zeros(b.n_tokens)))
+    f = d["findings"][0]
+    assert f["id"] == "dummy_zero" and f["severity"] == "error" and f["evidence"]["trainer_side"] == 1
+    assert f["title"].endswith("every trainer log-prob is 0.0") and "trainer" in f["likely_cause"]
+    assert "rollout side" not in json.dumps(d)
+
+
+@pytest.mark.parametrize("side", ["rollout", "trainer"])
+@pytest.mark.parametrize("t", [0.6, 0.7, 1.5])
+def test_temperature_on_either_side_names_the_side_and_holds_the_truth(t, side):
+    """Tokens sampled at T, one side reporting the sampler's log-probs and the other T = 1: the stated range holds the
+    true T_rollout / T_trainer (the fit alone reached about half its log), and the side that is off is named."""
+    from tim_report.testing import make_sampled_batch
+
+    d = diag(make_sampled_batch(t, side, seed=3))
+    f = next(f for f in d["findings"] if f["id"] == "temperature")
+    true = t if side == "rollout" else 1 / t
+    near, far = f["evidence"]["temperature_ratio"], f["evidence"]["temperature_ratio_far"]
+    assert min(near, far) <= true <= max(near, far)
+    assert abs(math.log(near)) < 0.9 * abs(math.log(true))  # the fit alone is shrunk towards 1: why a range
+    off = "trainer" if side == "rollout" else "rollout"
+    assert f"the {off} is off" in f["title"] and f["evidence"]["fitted_on_trainer"] == (side == "trainer")
+
+
+@pytest.mark.parametrize("side", ["rollout", "trainer"])
+def test_the_side_scoring_another_model_is_named(side):
+    from tim_report.testing import make_sampled_batch
+
+    d = diag(make_sampled_batch(1.0, "rollout", unrelated=side, seed=4))
+    f = next(f for f in d["findings"] if f["id"] == "one_side_broken")
+    assert f["evidence"]["trainer_broken"] == (side == "trainer")
+    assert f"so the {side} side is the one that is off" in f["title"] and f["problem"].startswith(f"the {side} side")
+
+
+def test_tail_advice_says_noise_only_where_it_is_noise():
+    """'Expected for numerical noise' was said inside batches diagnosed systematic."""
+    b = make_batch(n_seqs=16, mean_len=64, noise=0.01)
+    broken = diag(replace(b, trainer_logp=np.zeros(b.n_tokens)))
+    assert broken["regime"] == "systematic" and "low_prob_tail" in {f["id"] for f in broken["findings"]}
+    assert "xpected for numerical noise" not in json.dumps(broken)
+    tail = next(f for f in broken["findings"] if f["id"] == "low_prob_tail")
+    noise = FINDINGS["low_prob_tail"].check({**tail["evidence"], "regime": "numerical_noise"})
+    assert noise.startswith("Expected for numerical noise")

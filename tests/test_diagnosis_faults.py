@@ -38,7 +38,24 @@ def test_fixtures_are_small():
 
 
 def test_every_fixture_is_checked(rows):
-    assert set(rows) == set(CASES) and len(CASES) >= 20
+    assert {c for c, r in rows.items() if not r.get("derived_from")} == set(CASES) and len(CASES) >= 20
+
+
+def test_derived_faults_the_gate_and_the_blame(rows):
+    """Faults made from a fixture by changing its arrays: 65% NaN and probabilities are unusable input (they read ok
+    and identical), trainer zeros and a swapped broken side are blamed on the side at fault."""
+    derived = {c: r for c, r in rows.items() if r.get("derived_from")}
+    assert {"trainer_nan_65", "probabilities", "trainer_zeros", "rollout_reinit"} <= set(derived)
+    for case, r in derived.items():
+        assert r["regime"] == r["expected_regime"], (case, r["verdict"])
+        alarms = [f for f, sev in r["findings"].items() if sev != "info"]
+        assert (alarms[:1] == r["expected_findings"][:1]) if r["expected_findings"] else not alarms, (case, r["findings"])
+
+
+def test_the_side_at_fault_is_named(rows):
+    sided = {c: r for c, r in rows.items() if r["expected_side"]}
+    assert len(sided) >= 10
+    assert {c: r["side"] for c, r in sided.items()} == {c: r["expected_side"] for c, r in sided.items()}
 
 
 @pytest.mark.parametrize("case", list(CASES))

@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from helpers import ROOT
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -245,32 +246,83 @@ def _valid_archives() -> dict[str, bytes]:
     torch.save({k: torch.from_numpy(v) for k, v in d.items() if v.dtype.kind != "U"}, pt)
     rows = [{"rollout_log_probs": list(map(float, r)), "old_log_probs": list(map(float, t))}
             for r, t in zip(d["rollout_log_probs"], d["old_log_probs"])]
-    return {".npz": npz.getvalue(), ".pt": pt.getvalue(), ".jsonl": "".join(json.dumps(r) + "\n" for r in rows).encode()}
+    frameworks = ROOT / "tests" / "data" / "frameworks"
+    return {".npz": npz.getvalue(), ".pt": pt.getvalue(), ".jsonl": "".join(json.dumps(r) + "\n" for r in rows).encode(),
+            "nemo-rl": (frameworks / "nemo-rl" / "train_data_step1.jsonl").read_bytes(),
+            "prime-rl": (frameworks / "prime-rl" / "token_exports" / "step_1" / "rank_0.jsonl").read_bytes()}
 
 
 VALID = _valid_archives()
+FILE_NAMES = {"nemo-rl": "train_data_step1.jsonl", "prime-rl": "step_1/rank_0.jsonl"}
+# What a hostile JSON writer can put anywhere: nesting past the recursion limit, an integer past 4,300 digits, numbers
+# beyond a float, a lone surrogate, a NUL, a value of the wrong kind.
+JSON_BAIT = [b"[" * 5000, b"{\"a\":" * 3000, b"9" * 5000, b"1e999", b"-1e999", b"1" + b"0" * 400, b"\"\\ud800\"", b"\x00",
+             b"null", b"\"x\"", b"[]", b"{}", b"true", b"-0", b"\n"]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+def mutate(original: bytes, data) -> bytes:
+    """Random bytes, or the valid file with bytes flipped, cut, spliced from itself, or hostile JSON spliced in."""
+    kind = data.draw(st.sampled_from(["random", "flip", "cut", "splice", "json"]))
+    if kind == "random":
+        return data.draw(st.binary(min_size=0, max_size=2048))
+    if kind == "cut":
+        return original[: data.draw(st.integers(0, len(original) - 1))]
+    blob = bytearray(original)
+    for _ in range(data.draw(st.integers(1, 8))):
+        i = data.draw(st.integers(0, len(blob) - 1))
+        if kind == "json":
+            end = data.draw(st.integers(i, min(len(blob), i + 40)))
+            blob[i:end] = data.draw(st.sampled_from(JSON_BAIT))
+        else:
+            blob[i] = data.draw(st.integers(0, 255)) if kind == "flip" else blob[data.draw(st.integers(0, len(blob) - 1))]
+    return bytes(blob)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(suffix=st.sampled_from(sorted(VALID)), data=st.data())
 def test_random_bytes_and_mutated_archives_only_ever_raise_bad_input(tmp_path, suffix, data):
-    original = VALID[suffix]
-    kind = data.draw(st.sampled_from(["random", "flip", "cut", "splice"]))
-    if kind == "random":
-        blob = data.draw(st.binary(min_size=0, max_size=2048))
-    elif kind == "cut":
-        blob = original[: data.draw(st.integers(0, len(original) - 1))]
-    else:
-        blob = bytearray(original)
-        for _ in range(data.draw(st.integers(1, 8))):
-            i = data.draw(st.integers(0, len(blob) - 1))
-            blob[i] = data.draw(st.integers(0, 255)) if kind == "flip" else blob[data.draw(st.integers(0, len(blob) - 1))]
-        blob = bytes(blob)
-    p = tmp_path / f"fuzz{suffix}"
+    """Every reader: .npz, .pt, plain .jsonl, a NeMo-RL dump and a prime-rl rank file (detected from their content)."""
+    blob = mutate(VALID[suffix], data)
+    p = tmp_path / FILE_NAMES.get(suffix, f"fuzz{suffix}")
+    p.parent.mkdir(parents=True, exist_ok=True)
     p.write_bytes(blob)
     try:
         batch = load(p)
     except BadInput as exc:
-        assert "\n" not in str(exc) and str(p) in str(exc)
+        assert "\n" not in str(exc) and (str(p) in str(exc) or str(p.parent) in str(exc))
         return
     assert batch.n_tokens > 0  # a mutation that kept the file valid
+
+
+@pytest.fixture(scope="module")
+def cached_site(tmp_path_factory) -> tuple[Path, str, bytes]:
+    from tim_report.service.build import BuildOptions, build, cache_options
+    from tim_report.site.cache import step_key
+
+    tmp = tmp_path_factory.mktemp("cache")
+    save_batch(make_batch(n_seqs=4, mean_len=8), tmp / "s.npz")
+    opts = BuildOptions(formats=("json",))
+    build([tmp / "s.npz"], tmp / "site", opts)
+    key = step_key((tmp / "s.npz",), f"dict\0{tmp / 's.npz'}", "s", cache_options(opts))
+    return tmp / "site", key, (tmp / "site" / "s" / ".tim-report-cache.json").read_bytes()
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_a_mutated_cache_entry_is_a_row_or_none_and_its_row_renders(cached_site, data):
+    """A cache entry someone edited: either not ours (None, the step is analysed again) or a row every page renders."""
+    from tim_report.analysis.runs import index_from_rows
+    from tim_report.render import RenderOptions, render
+    from tim_report.site.cache import cached_row
+
+    site, key, original = cached_site
+    entry = site / "s" / ".tim-report-cache.json"
+    assert cached_row(site, "s", key, ("json",)) is not None
+    try:
+        entry.write_bytes(mutate(original, data))
+        row = cached_row(site, "s", key, ("json",))
+    finally:
+        entry.write_bytes(original)
+    if row is not None:
+        files = render("index", index_from_rows([row, row | {"id": "t"}]), ("md", "json"), RenderOptions())
+        assert files["report.md"]

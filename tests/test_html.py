@@ -56,11 +56,31 @@ def test_notes_markdown_escapes_raw_html(site):
 
 
 def test_offline_and_one_bundle(site):
+    """One copy of the chart runtime in the site; every page links it and the stylesheet by a relative path that
+    resolves to a file of the site, runs no inline script, and names nothing on the network."""
+    assert (site / "assets" / "vega.js").read_text(encoding="utf-8").count("window.vegaEmbed=") == 1
+    assert sorted(p.name for p in (site / "assets").iterdir()) == ["style.css", "tim.js", "vega.js"]
     for page in (site / "step7" / "index.html", site / "index.html"):
         text = page.read_text(encoding="utf-8")
         assert not re.search(r"""(?:src|href|action|poster)\s*=\s*["']?\s*(?:https?:)?//""", text, re.I)
         assert not re.search(r"@import|url\(\s*['\"]?(?:https?:)?//", text, re.I)
-        assert text.count("window.vegaEmbed=") == 1  # index has a trend chart: two numbered steps
+        assert "vegaEmbed" not in text and "<style" not in text and " style=" not in text
+        for tag in re.findall(r"<script\b[^>]*>", text):  # the specs are data; the code is the site's own files
+            assert 'type="application/json"' in tag or re.fullmatch(r'<script src="[./a-z]+\.js">', tag), tag
+        for link in re.findall(r'(?:src|href)="([^"#:]+\.(?:js|css))"', text):
+            assert (page.parent / link).resolve().is_file(), link
+        assert "script-src 'self'; style-src 'self'" in text and "unsafe" not in text
+    assert 'src="../assets/vega.js"' in (site / "step7" / "index.html").read_text(encoding="utf-8")
+    assert 'src="assets/vega.js"' in (site / "index.html").read_text(encoding="utf-8")  # a trend: two numbered steps
+
+
+def test_self_contained_pages_carry_their_assets(tmp_path):
+    out = build_site(tmp_path, [("a", hostile_batch()), ("b", hostile_batch(seed=5, step=8))], self_contained=True)
+    assert not (out / "assets").exists()
+    for page in (out / "a" / "index.html", out / "index.html"):
+        text = page.read_text(encoding="utf-8")
+        assert text.count("window.vegaEmbed=") == 1 and "<style>" in text and "assets/" not in text
+        assert "unsafe-eval" not in text  # Vega's interpreter: no code generated at run time
 
 
 def test_page_sections_and_markers(site):
@@ -80,7 +100,7 @@ def test_page_sections_and_markers(site):
 def test_no_timestamp_unless_asked(tmp_path):
     out = build_site(tmp_path, [("a", hostile_batch(step=None))], timestamp="2026-01-02 03:04 UTC")
     assert "built 2026-01-02 03:04 UTC" in (out / "a" / "index.html").read_text(encoding="utf-8")
-    assert "vegaEmbed" not in (out / "index.html").read_text(encoding="utf-8")  # no chart, no bundle
+    assert "vega.js" not in (out / "index.html").read_text(encoding="utf-8")  # no chart, no chart runtime
 
 
 def test_deterministic(tmp_path):
@@ -209,3 +229,23 @@ def test_the_shipped_vega_bundle_is_what_vl_convert_builds():
     script = runpy.run_path(str(Path(__file__).resolve().parent.parent / "scripts" / "vendor_vega.py"))
     assert javascript_bundle() == script["bundle"](), "stale bundle: run python scripts/vendor_vega.py"
     assert "</script" not in javascript_bundle().lower()
+
+
+def test_one_kl_band_table_on_the_page_the_glossary_and_the_index(tmp_path):
+    """The page, the glossary and the index stated different 'normal' KL k3 bands (4e-4 to 1e-2 against 1e-5 to 1e-2):
+    now every place reads the one table generated from config.PUBLISHED_BANDS."""
+    from tim_report.catalogue.metrics import KL_BANDS, metric
+    from tim_report.config import PUBLISHED_BANDS
+    from tim_report.testing import make_batch
+
+    out = build_site(tmp_path, [("a", make_batch(8, 32, seed=1)), ("b", make_batch(8, 32, seed=2))])
+    pages = {p: (out / p).read_text(encoding="utf-8") for p in ("a/index.html", "a/report.md", "index.html", "report.md")}
+    dense = PUBLISHED_BANDS[("dense", "bf16")]
+    assert [name for name, _, _ in KL_BANDS] == [b.name for b in PUBLISHED_BANDS.values()]
+    for name, text in pages.items():
+        assert "KL band table" in text, name
+        for band, lo, hi in KL_BANDS:
+            assert f"{band}" in text and f"{lo} to {hi}" in text, (name, band)
+        assert "4e-4 to 1e-2" not in text, name  # the second 'normal' band is gone
+    assert "1e-5 to 1e-2" in metric("kl_k3").plain and dense.kl_k3 == (1e-5, 1e-2)
+    assert "within the published dense bf16 band (1e-5 to 1e-2)" in metric("kl_k3").reading(3e-3)[1]

@@ -31,7 +31,9 @@ out = Path(sys.argv[1])
 save_batch(make_batch(8, 16), out / "w.npz")
 build([out / "w.npz"], out / "site", BuildOptions())
 page = (out / "site" / "w" / "index.html").read_text(encoding="utf-8")
-assert "window.vegaEmbed=" in page and 'id="glossary"' in page, page[:500]
+assert 'src="../assets/vega.js"' in page and 'id="glossary"' in page and 'id="about"' in page, page[:500]
+assert "window.vegaEmbed=" in (out / "site" / "assets" / "vega.js").read_text(encoding="utf-8")
+assert "vegaEmbed(" in (out / "site" / "assets" / "tim.js").read_text(encoding="utf-8")
 print("OK", here)
 """
 

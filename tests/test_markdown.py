@@ -120,7 +120,8 @@ def test_format_md_only_and_base_url(tmp_path):
     res = CliRunner().invoke(main, ["build", *paths, "-o", str(out), "--format", "md", "--base-url", "https://u.github.io/r/"])
     assert res.exit_code == 0, res.output
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and p.name != ".tim-report-cache.json")
-    assert files == [".tim-report.json", "global_step_3/report.md", "global_step_8/report.md", "index.json", "report.md"]
+    assert files == [".tim-report.json", ".tim-report.lock", "global_step_3/report.md", "global_step_8/report.md",
+                     "index.json", "report.md"]
     index = (out / "report.md").read_text(encoding="utf-8")
     links = re.findall(r"\]\(([^)]*)\)", index)
     assert links and all(u.startswith("https://u.github.io/r/") for u in links)
@@ -191,3 +192,30 @@ def test_githubs_renderer_sees_the_tables_and_nothing_unsafe(site, tmp_path):
                                   "code", "ul", "li", "details", "summary", "blockquote", "br"}, set(tags.tags)
         assert set(tags.attrs) <= {"href", "align"}, set(tags.attrs)
         assert "<script" not in html and not re.search(r'href="\s*(javascript|data|vbscript):', html, re.I)
+
+
+LINK_BAIT = ["www.evil-example.com/login", "WWW.evil-example.com", "admin@evil-example.com", "_www.evil-example.com",
+             "(www.evil-example.com)", "https://evil-example.com/x", "mailto:a@evil-example.com"]
+
+
+def test_names_and_tokens_never_become_links_under_gfm_autolinks(tmp_path):
+    """GitHub's extended autolinks turn `www.host` and `user@host` in plain text into links: a model name or a token
+    in a PR comment must not (issue 24). Checked with GitHub's own renderer."""
+    from tim_report.analysis.compare import compare_batches
+    from tim_report.render.compare_md import render_compare_md
+
+    b = make_batch(n_seqs=10, mean_len=20, seed=5)
+    b.token_text = [LINK_BAIT[i % len(LINK_BAIT)] for i in range(b.n_tokens)]
+    b.group = np.array([LINK_BAIT[int(g) % len(LINK_BAIT)] for g in b.group], dtype=str)
+    b.meta = {**b.meta, "model": LINK_BAIT[0], "rollout_engine": LINK_BAIT[2], "trainer_engine": LINK_BAIT[1],
+              "device": LINK_BAIT[4], "step": 3}
+    b.trainer_logp = np.minimum(b.trainer_logp - np.where(np.arange(b.n_tokens) % 7 == 0, 2.0, 0.0), 0.0)
+    site = build_site(tmp_path, [("www.evil-example.com", b)])
+    texts = [(site / "www.evil-example.com" / "report.md").read_text(), (site / "report.md").read_text(),
+             render_compare_md(compare_batches(b, b, labels=(LINK_BAIT[0], LINK_BAIT[2])))]
+    for text in texts:
+        assert "www.evil-example.com/login" in text.replace("\\", "")  # the name is there, shown as text
+        html = cmark_gfm(text)
+        hrefs = re.findall(r'href="([^"]*)"', html)
+        bad = [h for h in hrefs if re.match(r"(?i)(https?:|mailto:|xmpp:|//)", h) or "@" in h]  # relative: our own pages
+        assert not bad, bad

@@ -70,7 +70,21 @@ def test_a_users_file_inside_a_run_folder_is_never_deleted(tmp_path, npz):
     one_line_exit_2(run("build", npz("docs.npz"), "-o", site, "--ppo-eps", "0.1", "0.2"),
                     "site/docs/thesis.txt", "is not a file tim-report writes", "move it out")
     assert tree(site) == before
-    assert not list(tmp_path.glob(".tim-report-*"))
+    assert not list(tmp_path.rglob(".tim-report-staging-*"))
+
+
+def test_the_shared_assets_are_tim_reports_and_a_users_file_among_them_is_never_deleted(tmp_path, npz):
+    site = tmp_path / "site"
+    assert run("build", npz("docs.npz"), "-o", site).exit_code == 0
+    assert sorted(p.name for p in (site / "assets").iterdir()) == ["style.css", "tim.js", "vega.js"]
+    assert "assets" in (site / ".tim-report.json").read_text()
+    assert run("build", npz("docs.npz"), "-o", site).exit_code == 0  # rewritten with the index, as tim-report's own
+    (site / "assets" / "logo.png").write_text("mine")
+    before = tree(site)
+    one_line_exit_2(run("build", npz("docs.npz"), "-o", site), "site/assets/logo.png", "is not a file tim-report writes")
+    assert tree(site) == before
+    with pytest.raises(BadInput, match="reserved"):
+        unique_ids(["assets"], given=True)  # no run folder takes its name
 
 
 def test_move_into_refuses_a_run_folder_holding_anything_else_before_moving_anything(tmp_path):
@@ -178,7 +192,7 @@ def test_no_room_on_the_disk_is_one_line_and_changes_nothing(tmp_path, npz, monk
     monkeypatch.setattr(shutil, "disk_usage", lambda p: real(p)._replace(free=1000))
     one_line_exit_2(run("build", npz("a.npz", 3), npz("c.npz"), "-o", site), "no space left")
     assert tree(site) == before
-    assert not list(tmp_path.glob(".tim-report-*"))
+    assert not list(tmp_path.rglob(".tim-report-staging-*"))
 
 
 def test_a_write_that_fails_half_way_leaves_the_old_site(tmp_path, npz):
@@ -194,15 +208,7 @@ def test_a_write_that_fails_half_way_leaves_the_old_site(tmp_path, npz):
     assert res.returncode == 2, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and "cannot write" in res.stderr
     assert tree(site) == before
-    assert not list(tmp_path.glob(".tim-report-*"))
-
-
-def test_a_staging_folder_left_by_kill_9_is_removed_by_the_next_build(tmp_path, npz):
-    stale = tmp_path / ".tim-report-999999999-dead"
-    stale.mkdir()
-    (stale / "index.html").write_text("half")
-    assert run("build", npz("a.npz"), "-o", tmp_path / "site").exit_code == 0
-    assert not stale.exists()
+    assert not list(tmp_path.rglob(".tim-report-staging-*"))
 
 
 @pytest.mark.slow
@@ -217,7 +223,7 @@ def test_sigterm_during_the_build_leaves_nothing_behind(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "tim_report", "build", *paths, "-o", str(site)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
-    while time.time() < deadline and not list(tmp_path.glob(".tim-report-*")) and proc.poll() is None:
+    while time.time() < deadline and not list(site.glob(".tim-report-staging-*")) and proc.poll() is None:
         time.sleep(0.01)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
@@ -225,7 +231,7 @@ def test_sigterm_during_the_build_leaves_nothing_behind(tmp_path):
         pytest.skip("the build finished before the signal arrived")
     assert proc.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err
-    assert not list(tmp_path.glob(".tim-report-*"))
+    assert not list(tmp_path.rglob(".tim-report-staging-*"))
     assert not site.exists() or not (site / "index.html").exists()
 
 
@@ -241,7 +247,7 @@ def test_same_stems_never_overwrite_each_other(tmp_path):
         paths.append(str(p))
     res = run("build", *paths, "-o", tmp_path / "site")
     assert res.exit_code == 0, res.output
-    runs = sorted(p.name for p in (tmp_path / "site").iterdir() if p.is_dir())
+    runs = sorted(p.name for p in (tmp_path / "site").iterdir() if p.is_dir() and p.name != "assets")
     assert len(runs) == 4 and len({r.lower() for r in runs}) == 4
     index = (tmp_path / "site" / "index.html").read_text()
     for r in runs:

@@ -106,7 +106,7 @@ def test_bad_input_in_a_ray_task_is_one_line_exit_2(tmp_path, shared_ray):
     assert res.exit_code == 2, res.output
     assert res.stderr.strip().splitlines() == [
         f"tim-report: error: {run / 'step_2.npz'}: not an .npz archive (numpy writes a zip of .npy files; this is not a zip)"]
-    assert not out.exists() and not list(tmp_path.glob(".tim-report-*"))
+    assert not out.exists() and not list(tmp_path.rglob(".tim-report-staging-*"))
     assert shared_ray.is_initialized()  # the caller's Ray is the caller's to stop
 
 

@@ -108,7 +108,7 @@ def test_a_fifo_among_a_steps_files_is_refused_before_it_is_read(run6, tmp_path)
     rank = run6 / "token_exports" / "step_4" / "rank_1.jsonl"
     os.mkfifo(rank)  # reading it would block the build for ever
     res = run_cli("build", run6, "-o", tmp_path / "site", code=3)
-    assert "rank_1.jsonl: is not a regular file" in res.stderr and "step_4 left out" in res.stderr
+    assert "rank_1.jsonl: is a FIFO (named pipe), not a regular file" in res.stderr and "step_4 left out" in res.stderr
 
 
 def test_a_run_whose_every_step_is_bad_and_a_bad_single_file_write_nothing(tmp_path):

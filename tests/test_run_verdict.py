@@ -246,3 +246,19 @@ def test_a_steady_run_has_no_run_finding_and_says_so(tmp_path):
     index, out = run_index(tmp_path, 12, lambda s: 0.01)
     assert index["run"]["findings"] == [] and index["change_points"] == []
     assert out.rstrip().splitlines()[-1] == "run verdict: Numerical noise at every step."
+
+
+def test_a_run_whose_steps_turn_unusable_says_so():
+    """Steps whose trainer log-probs turn mostly NaN read `numerical_noise` from the few tokens left; now the run verdict
+    says from which step the batches cannot be measured."""
+    from tim_report.analysis import analyze
+    from tim_report.analysis.runs import index_summary
+    from tim_report.testing import make_run
+
+    batches = make_run(16, seed=3)
+    for b in batches[10:]:
+        tr = b.trainer_logp.copy()
+        tr[np.random.default_rng(0).random(tr.shape[0]) < 0.6] = np.nan
+        b.trainer_logp = tr
+    run = index_summary([analyze(b, run_id=f"step_{b.meta['step']}") for b in batches])["run"]
+    assert run["verdict"].startswith("Systematic from step 10: every step since is diagnosed unusable input")

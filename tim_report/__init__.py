@@ -6,6 +6,11 @@ The Python API, for notebooks and scripts (tim_report.api); heavy packages are i
     report.to_html(); report.to_markdown(); report.to_dict()
     tim_report.compare("before.pt", "after.pt").write("cmp/")
 
+inside a training loop (tim_report.io.save_step; docs/integrations.md has each framework's lines):
+
+    tim_report.save_step("tim_steps/", rollout_logp, trainer_logp, mask=loss_mask, step=step, rank=rank)
+    tim_report.save_step(..., background=True)  # the disk left to a thread (or background=tim_report.StepWriter())
+
 and for kernel and engine test suites (tim_report.assertions, tim_report.capture.score):
 
     tim_report.assert_logprobs_match(reference, candidate, precision="bf16")
@@ -16,7 +21,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "analyze", "assert_logprobs_match", "compare", "load", "score_logprobs"]
+__all__ = ["StepWriter", "__version__", "analyze", "assert_logprobs_match", "compare", "load", "save_step", "score_logprobs"]
 
 
 def __getattr__(name: str):
@@ -29,6 +34,14 @@ def __getattr__(name: str):
         from .capture.score import score_logprobs  # torch: only when asked for
 
         return score_logprobs
+    if name == "save_step":
+        from .io.save_step import save_step
+
+        return save_step
+    if name == "StepWriter":
+        from .io.step_writer import StepWriter
+
+        return StepWriter
     if name in __all__:
         from . import api
 

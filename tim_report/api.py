@@ -23,16 +23,27 @@ class Report(model.Report, JupyterMixin):
     """A `model.Report` with `.to_html()`, `.to_markdown()` and Jupyter display."""
 
     def to_html(self, notes_md: str | None = None) -> str:
-        """The run page (the same `index.html` that `tim-report build` writes for this batch)."""
+        """The run page, self-contained (the `index.html` that `tim-report build --self-contained` writes)."""
         from .render import RenderOptions, renderer
 
-        return renderer("html").run(self, RenderOptions(notes_md=notes_md))["index.html"]
+        return renderer("html").run(self, RenderOptions(notes_md=notes_md, self_contained=True))["index.html"]
 
     def to_markdown(self, base_url: str | None = None) -> str:
         """The run's GitHub-flavoured markdown (`report.md`); `base_url` makes its links absolute."""
         from .render import RenderOptions, renderer
 
         return renderer("md").run(self, RenderOptions(base_url=base_url))["report.md"]
+
+    def scalars(self, prefix: str = "tim/") -> dict[str, float]:
+        """The headline and summary numbers as `{prefix + key: float}`, for an experiment logger as they are:
+        `wandb.log(report.scalars(), step=step)`, `mlflow.log_metrics(...)`, a TensorBoard `add_scalar` each
+        (docs/watch.md). A metric this batch has no finite value for (None, NaN, inf) is left out, not logged as
+        NaN: a logger draws a gap, and no backend rejects the call."""
+        from .analysis.stats import finite
+        from .catalogue.metrics import SCALARS
+
+        values = {key: finite(self.metrics.get(key)) for key in SCALARS}
+        return {prefix + key: v for key, v in values.items() if v is not None}
 
     def jupyter_title(self) -> str:
         return str(self.run.get("id") or "run")
@@ -45,7 +56,7 @@ class Comparison(model.Comparison, JupyterMixin):
     def to_html(self, timestamp: str | None = None) -> str:
         from .render import RenderOptions, renderer
 
-        return renderer("html").compare(self.data, RenderOptions(timestamp=timestamp))["index.html"]
+        return renderer("html").compare(self.data, RenderOptions(timestamp=timestamp, self_contained=True))["index.html"]
 
     def to_markdown(self) -> str:
         from .render import RenderOptions, renderer

@@ -260,12 +260,13 @@ def _key_evidence(f: dict) -> str:
     pick = {
         "shift": lambda: f"mean |δ| {_g(e['mean_abs_diff_same_position'])} at the same position, "
                          f"{_g(e['mean_abs_diff_shifted'])} one position over",
-        "temperature": lambda: f"slope of δ on the candidate's log-prob {fixed(e['slope'], 3)} ± {fixed(e['slope_se'], 3)} "
-                               f"over {e['tokens']} tokens",
+        "temperature": lambda: f"slope of δ on the {'reference' if e.get('fitted_on_trainer') else 'candidate'}'s "
+                               f"log-prob {fixed(e['slope'], 3)} ± {fixed(e['slope_se'], 3)} over {e['tokens']} tokens",
         "processed_logprobs": lambda: f"candidate ≥ reference on {pct(e['negative_delta_share'])} of tokens, "
                                       f"mean δ {_g(e['mean_delta'])}",
-        "dummy_zero": lambda: f"{e['tokens']} tokens in {e['sequences']} sequences, reference mean log-prob "
-                              f"{_g(e['mean_trainer_logp'])} there",
+        "dummy_zero": lambda: f"{e['tokens']} tokens in {e['sequences']} sequences, "
+                              f"{'candidate' if e['trainer_side'] else 'reference'} mean log-prob "
+                              f"{_g(e['mean_other_side_logp'])} there",
         "one_side_broken": lambda: f"perplexity candidate {_g(e['ppl_rollout'])} vs reference {_g(e['ppl_trainer'])}, "
                                    f"log-prob correlation {_g(e['corr_logp'])}",
         "drift_with_length": lambda: f"|Σδ| ∝ length^{fixed(e['exponent'], 2)} ± {fixed(e['exponent_se'], 2)}, "
@@ -332,6 +333,7 @@ def compare_logprobs(reference, candidate, mask=None, *, precision: str | NoiseB
     if inp.candidate_invalid == int(inp.mask.sum()):
         return _nothing_valid(inp, band, name)
     dt = DiagnosisThresholds(noise_kl_max=band.kl_k3_max, noise_abs_delta_max=band.abs_delta_mean_max,
+                             min_usable_tokens=1,  # a test compares the tokens it gave, however few
                              set_by_caller=frozenset({"noise_kl_max", "noise_abs_delta_max"}))  # the precision's band, not a model class's
     with np.errstate(all="ignore"), warnings.catch_warnings():  # a broken side overflows exp(): not the user's warning
         warnings.simplefilter("ignore", RuntimeWarning)

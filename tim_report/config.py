@@ -227,6 +227,24 @@ PHANTOM_CLIP_MANY = Thresholds.route_clip_fraction
 
 # ---- the diagnosis -------------------------------------------------------------------------------------
 
+# A position onset on or one past a kernel boundary is said as a kernel hint (analysis/localise.kernel_boundary):
+# attention and decode kernels tile the sequence in blocks of 16-128 positions (FlashAttention's 64 / 128-row
+# blocks, vLLM's split-KV decode and 16-token KV-cache pages, chunked prefill), all multiples of 32 from 32 on, and
+# buffers grow by powers of two. A boundary of 16 or more is a multiple of 32 or a power of two; a random onset
+# lands on or one past one about one time in 16 (2 in every 32 positions), so the hint is a lead, not a proof.
+KERNEL_TILE = 32
+KERNEL_POW2_MIN = 16
+
+# The temperature fit (detectors.detect_temperature) is shrunk towards 1: the per-position normaliser log Z_T
+# correlates with the log-prob, so a regression recovers only part of the true log-ratio ln(T_rollout/T_trainer).
+# The share it recovers, measured on batches of known temperature (scripts/temperature_fit.py; the table is in
+# docs/diagnosis.md): fitted on the sampler's side, 0.36-0.49 on synthetic batches (testing.make_sampled_batch,
+# T 0.6-1.5 on either side) and 0.47-0.84 on the tiny-qwen2 fixtures; with the sampler's side unknown (fitted on
+# the rollout's), 0.34-0.51 and 0.38, and 0.24 at worst on the other side of a flatter or sharper logit scale. The
+# finding states the range from the fit to the ratio whose log is the fit's over the least share, with a margin:
+# (the sampler's side known, unknown) → least share.
+TEMPERATURE_FIT_COVERAGE = {True: 0.33, False: 0.22}
+
 SEVERITIES = ("info", "warn", "error")  # in rising order: `check --fail-on` and the findings' sort use it
 
 
@@ -250,6 +268,18 @@ class DiagnosisThresholds:
     # significance for every detector: |z| ≥ 5 with cluster-robust SEs, and at least this many tokens.
     z: float = 5.0
     min_tokens: int = 64
+    # the gate on the input (analysis/usable.py): a verdict speaks for the batch only when it is drawn from most
+    # of it. NaN, inf and positive log-probs are not missing at random (an overflow hits the long and the
+    # extreme-logit tokens, an exporter's placeholder the tokens it did not score), so the tokens left are not a
+    # sample of the batch: with a tenth excluded the verdict no longer describes it (clean captures and framework
+    # dumps exclude none; `-inf` on a handful of tokens, the one real case we know, stays far below a tenth).
+    # Fewer than min_usable_tokens valid tokens is not a measurement: no detector runs (each needs min_tokens)
+    # and the standard errors of the means rest on one or two sequences; 16 is one short response.
+    min_usable_share: float = 0.9
+    min_usable_tokens: int = 16
+    # a side whose finite masked values all lie in [0, 1] with more than this share above 0 holds probabilities
+    # (or ratios), not log-probs: a log-prob is ≤ 0, so only p = 1 tokens could be ≥ 0, never most of them.
+    probability_share: float = 0.5
     # shift: mean |trainer[t] − rollout[t±1]| below this fraction of mean |trainer[t] − rollout[t]|.
     # Neighbouring log-probs of real text differ by ~1-2 nats; an off-by-one trainer matches its neighbour
     # to noise level (ratio ≈ 0.01-0.1), a correct one never matches the neighbour better (ratio ≫ 1).
@@ -257,6 +287,17 @@ class DiagnosisThresholds:
     # temperature: |slope of δ on rollout_logp| ≥ 0.05, i.e. the two sides' temperatures differ by ≥ 5%
     # (common sampling temperatures are 0.6-1.0; bf16 noise gives |slope| < 0.01 on our fixtures).
     temperature_slope_min: float = 0.05
+    # which side's log-probs the tokens were sampled from (detectors.sampler_side): for tokens drawn from q,
+    # E_q[p/q] = 1 for any p, so the sampler side's mean importance ratio has |log mean| near 0. Heavy-tailed
+    # ratios on 700-token fixtures (a re-initialised trainer, a perturbed one) keep it ≤ 0.24 on the sampler
+    # side; 0.3 leaves room. Against a side scoring an unrelated model (the other side's log-mean ≈ 16, ratios
+    # clamped at ±20) the sampler side's wanders to 0.8 on 2,000 tokens, so a tenth of the other's also counts.
+    # The other side's must be at least 2× further from 0 (and ≥ 2 × 0.05: two sides within noise of each other
+    # say nothing), else no side is named.
+    sampler_log_mean_max: float = 0.3
+    sampler_relative_max: float = 0.1
+    sampler_far_factor: float = 2.0
+    sampler_log_mean_floor: float = 0.05
     # processed_logprobs: share of non-zero δ (rollout ≠ 0 exactly) that are negative. Top-p / top-k
     # renormalisation can only raise the rollout log-prob (δ = log kept mass ≤ 0); noise gives ≈ 0.5.
     processed_negative_share: float = 0.95
@@ -366,8 +407,8 @@ NOISE_BANDS: dict[str, NoiseBand] = {b.name: b for b in (
               "the bf16 band scaled by fp16's 3 extra mantissa bits (2⁻³ in |δ|, 2⁻⁶ in KL), the ratio "
               "tiny-qwen2 shows (8.3× in mean |δ|, 73× in KL); fp16 vs fp32 measures 1.4e-3, KL 1.6e-6"),
     NoiseBand("bf16", 5e-2, PUBLISHED_BF16_KL[1],
-              "published dense bf16 engine-vs-trainer runs: KL 4e-4 to 1e-2, mean |δ| a few hundredths "
-              "(the diagnosis's noise ceiling); tiny-qwen2 bf16 vs fp32 measures 1.1e-2, KL 1.2e-4"),
+              "published dense bf16 engine-vs-trainer runs: KL k3 up to 1e-2 (the dense bf16 band, 1e-5 to 1e-2), mean "
+              "|δ| a few hundredths (the diagnosis's noise ceiling); tiny-qwen2 bf16 vs fp32 measures 1.1e-2, KL 1.2e-4"),
     NoiseBand("fp8", 0.15, 2e-2,
               "no published kernel-level band: 3× the mean |δ| and 8× the KL tiny-qwen2 measures with e4m3 "
               "weights (per-channel scales, emulated) and bf16 compute (5.0e-2, KL 2.5e-3)"),
@@ -426,3 +467,10 @@ HISTORY_MARGIN = 1.0
 # The most of index.json `check --history` reads: a row is under 1 kB, so 32 MiB holds some 30,000 steps;
 # a larger (or endless) file is refused rather than read into memory.
 HISTORY_MAX_BYTES = 32 * 1024 * 1024
+# The most of a --notes markdown file a build reads: a narrative of a few pages is under 100 kB, and the notes are
+# copied into every page of the site.
+NOTES_MAX_BYTES = 1024 * 1024
+# The most a --tokenizer folder's tokenizer files (tokenizer.json, vocabularies, merges, .model) may hold: the largest
+# tokenizers shipped with open models are about 35 MB (Gemma 3's tokenizer.json 33 MB plus its 4.7 MB
+# tokenizer.model); loading takes some 25× the file's size in memory (a 75 MB tokenizer.json took 2 GB, issue 24).
+TOKENIZER_MAX_BYTES = 64 * 1024 * 1024

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -169,7 +170,7 @@ class Comparison:
 # (analysis.runs.run_row makes it; its metrics are the catalogue's ROW view). Each field with the kind of value it
 # holds, so a row read back from disk is checked before it is used.
 _ROW_IDENTITY = {"id": "text", "model": "text?", "device": "text?", "rollout_engine": "text", "rollout_dtype": "text",
-                 "trainer_engine": "text", "trainer_dtype": "text", "step": "number?"}
+                 "trainer_engine": "text", "trainer_dtype": "text", "step": "number?", "max_new_tokens": "number?"}
 _ROW_VERDICT = {"routing": "counts", "routing_unit": "text", "regime": "text?", "verdict": "text?", "findings": "texts",
                 "blocked_by_bug": "bool",
                 "excluded_tokens": "number", "input_problems": "number", "input_problem_kinds": "texts",
@@ -198,7 +199,7 @@ def _is_kind(v: Any, kind: str, optional: bool) -> bool:
     if v is None:
         return optional
     if kind == "number":
-        return not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+        return not isinstance(v, bool) and isinstance(v, (int, float)) and abs(v) <= sys.float_info.max and math.isfinite(v)
     if kind == "text":
         return isinstance(v, str)
     if kind == "bool":

@@ -36,6 +36,35 @@ def make_batch(n_seqs: int = 64, mean_len: int = 128, noise: float = 0.01, seed:
     )
 
 
+def make_sampled_batch(temperature: float = 1.0, tempered: str = "rollout", unrelated: str | None = None,
+                       n_seqs: int = 32, mean_len: int = 64, vocab: int = 256, seed: int = 0) -> StepBatch:
+    """A batch whose tokens are really sampled from full distributions, so its faults have a known truth.
+
+    Each position has Gaussian logits of a random scale (peaked to flat). The tokens are drawn from the logits at
+    `temperature`; the `tempered` side ("rollout" or "trainer") reports the log-probs of that sampling distribution
+    and the other side those at T = 1, so T_rollout / T_trainer is `temperature` or its inverse. `unrelated` ("rollout"
+    or "trainer") scores that side with independent logits instead (another model), as a broken side would."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(max(1, mean_len // 2), mean_len + mean_len // 2 + 1, n_seqs)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    t = int(offsets[-1])
+    logits = np.exp(rng.uniform(np.log(0.5), np.log(6.0), t))[:, None] * rng.standard_normal((t, vocab))
+
+    def log_softmax(z: np.ndarray) -> np.ndarray:
+        z = z - z.max(axis=1, keepdims=True)
+        return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+
+    sampler = log_softmax(logits / temperature)
+    token = np.argmax(sampler + rng.gumbel(size=sampler.shape), axis=1)
+    rows = np.arange(t)
+    sides = {tempered: sampler[rows, token], "rollout" if tempered == "trainer" else "trainer": log_softmax(logits)[rows, token]}
+    if unrelated is not None:
+        other = np.exp(rng.uniform(np.log(0.5), np.log(6.0), t))[:, None] * rng.standard_normal((t, vocab))
+        sides[unrelated] = log_softmax(other)[rows, token]
+    return StepBatch(rollout_logp=sides["rollout"], trainer_logp=sides["trainer"], offsets=offsets, mask=np.ones(t, bool),
+                     token_ids=token.astype(np.int64), meta={"model": "synthetic", "seed": seed})
+
+
 def make_run(steps: int, n_seqs: tuple[int, int] = (16, 16), mean_len: int = 32, noise=0.01, wobble: float = 0.0,
              seed: int = 0) -> list[StepBatch]:
     """A run's batches, one per step (`meta["step"]` set): each step's size drawn from `n_seqs` (low, high), its noise

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..catalogue import findings
 from ..catalogue.numbers import plain
-from ..config import DETECTOR_MAX_TOKENS, DiagnosisThresholds
+from ..config import DETECTOR_MAX_TOKENS, TEMPERATURE_FIT_COVERAGE, DiagnosisThresholds
 from .breakdowns import length_growth
 from .stats import cluster_mean_se, dot, exp_or_inf, pearson, run_starts
 from .tokens import Tokens
@@ -132,9 +132,37 @@ def detect_processed(tok: Tokens, dt: DiagnosisThresholds, corr: float | None,
     return findings.make("processed_logprobs", evidence, dt, declared=declared)
 
 
+def _log_mean_exp(x: np.ndarray) -> float:
+    top = float(x.max())
+    return top + math.log(float(np.mean(np.exp(x - top))))
+
+
+def sampler_side(tok: Tokens, dt: DiagnosisThresholds, keep: np.ndarray | None = None) -> tuple[str | None, float, float]:
+    """Which side's log-probs are those of the distribution the tokens were sampled from, and the two log-means.
+
+    For tokens drawn from q, E_q[p/q] = 1 for any p: the mean importance ratio is 1 when the rollout side is the
+    sampler's (E[r] = 1) and the mean inverse ratio when the trainer side is (E[1/r] = 1), whatever the other side
+    scores. The side whose log-mean is near 0 while the other's is well away from it is the sampler's; the other
+    side is the one that scores something else (None when neither or both are near 0)."""
+    if keep is None or keep.all():  # an even subsample of at most DETECTOR_MAX_TOKENS: the means need no more
+        log_r = tok.log_r[:: max(1, -(-tok.n // DETECTOR_MAX_TOKENS))]
+    else:
+        log_r = tok.log_r[_thin(np.flatnonzero(keep), DETECTOR_MAX_TOKENS)]
+    if log_r.shape[0] < dt.min_tokens:
+        return None, 0.0, 0.0
+    fwd, inv = _log_mean_exp(log_r), _log_mean_exp(-log_r)
+    near, far = sorted((abs(fwd), abs(inv)))
+    if near > max(dt.sampler_log_mean_max, dt.sampler_relative_max * far) \
+            or far < dt.sampler_far_factor * max(near, dt.sampler_log_mean_floor):
+        return None, fwd, inv
+    return ("rollout" if abs(fwd) < abs(inv) else "trainer"), fwd, inv
+
+
 def detect_temperature(tok: Tokens, dt: DiagnosisThresholds, corr: float | None,
-                       keep: np.ndarray | None = None) -> dict | None:
-    """δ regressed on rollout_logp has slope T_rollout/T_trainer − 1 instead of ≈ 0 (over `keep` tokens)."""
+                       keep: np.ndarray | None = None, told: tuple[str | None, float, float] = (None, 0.0, 0.0)) -> dict | None:
+    """The non-sampler side's log-prob regressed on the sampler side's has slope T_rollout/T_trainer (or its inverse)
+    instead of ≈ 1 (over `keep` tokens; `told` is `sampler_side`'s answer: fitted on the rollout when unknown)."""
+    sampler, log_mean_ratio, log_mean_inverse = told
     keep = np.ones(tok.n, bool) if keep is None else keep
     n = int(keep.sum())
     if n < dt.min_tokens or (corr is not None and corr < dt.systematic_corr_max):
@@ -143,22 +171,39 @@ def detect_temperature(tok: Tokens, dt: DiagnosisThresholds, corr: float | None,
         idx = np.arange(0, tok.n, max(1, -(-tok.n // DETECTOR_MAX_TOKENS)))
     else:
         idx = _thin(np.flatnonzero(keep), DETECTOR_MAX_TOKENS)
-    slope, se, r2 = _slope(tok.rollout[idx], tok.delta[idx], tok.seq[idx])
+    x = tok.trainer if sampler == "trainer" else tok.rollout
+    slope, se, r2 = _slope(x[idx], tok.delta[idx], tok.seq[idx])
     if abs(slope) < dt.temperature_slope_min or not (se > 0 and abs(slope) / se >= dt.z):
         return None
-    ratio = 1.0 + slope  # shrunk towards 1: the per-position log Z_T correlates with the log-prob (a lower bound on |T − 1|)
+    # trainer = (1 + slope)·rollout + c, or rollout = (1 − slope)·trainer + c: the ratio T_rollout / T_trainer
+    ratio = 1.0 + slope if sampler != "trainer" else (1.0 / (1.0 - slope) if slope < 1.0 else math.inf)
+    if not 0.0 < ratio < math.inf:
+        return None  # one side does not grow with the other at all (a constant side): no temperature does that
+    # the fit is shrunk towards 1 (the per-position log Z_T correlates with the log-prob): it recovers between
+    # TEMPERATURE_FIT_COVERAGE and all of the true log-ratio, so the truth lies between the fit and `far`
+    coverage = TEMPERATURE_FIT_COVERAGE[sampler is not None]
+    far = math.exp(math.log(ratio) / coverage)
     return findings.make(
-        "temperature", {"slope": slope, "slope_se": se, "r2": r2, "temperature_ratio": ratio,
-                        "inverse_ratio": 1.0 / ratio if ratio else None, "tokens": n, "tokens_fitted": int(idx.shape[0]),
-                        "threshold_slope": dt.temperature_slope_min}, dt)
+        "temperature", {"slope": slope, "slope_se": se, "r2": r2, "temperature_ratio": ratio, "temperature_ratio_far": far,
+                        "inverse_ratio": 1.0 / ratio, "fitted_on_trainer": sampler == "trainer", "fit_coverage": coverage,
+                        "trainer_off": None if sampler is None else sampler == "rollout",
+                        "log_mean_ratio": log_mean_ratio, "log_mean_inverse_ratio": log_mean_inverse, "tokens": n,
+                        "tokens_fitted": int(idx.shape[0]), "threshold_slope": dt.temperature_slope_min}, dt,
+        sampler_side=sampler)
 
 
 def detect_dummy_zero(tok: Tokens, dt: DiagnosisThresholds) -> tuple[dict | None, np.ndarray]:
-    """Exact 0.0 rollout log-probs inside the mask where the trainer gives p < 1/2."""
-    hit = (tok.rollout == 0.0) & (tok.trainer < dt.dummy_trainer_logp_max)
-    n = int(hit.sum())
+    """Exact 0.0 log-probs inside the mask on one side where the other gives p < 1/2: a placeholder, or a side that
+    never scored (the side with more such tokens is named)."""
+    side, hit, n = "rollout", np.zeros(tok.n, bool), 0
+    for name, zeros, other in (("rollout", tok.rollout, tok.trainer), ("trainer", tok.trainer, tok.rollout)):
+        found = (zeros == 0.0) & (other < dt.dummy_trainer_logp_max)
+        count = int(found.sum())
+        if count > n:
+            side, hit, n = name, found, count
     if n == 0:
         return None, hit
+    zeros, other = (tok.rollout, tok.trainer) if side == "rollout" else (tok.trainer, tok.rollout)
     i = _neighbour_pairs(tok)
     in_runs = np.zeros(tok.n, bool)
     pair_hit = hit[i] & hit[i + 1]
@@ -167,16 +212,19 @@ def detect_dummy_zero(tok: Tokens, dt: DiagnosisThresholds) -> tuple[dict | None
     seqs = int(np.unique(tok.seq[hit]).shape[0])
     abs_d = np.abs(tok.delta)
     return findings.make(
-        "dummy_zero", {"tokens": n, "token_share": n / tok.n, "sequences": seqs, "in_runs_share": float(in_runs[hit].mean()),
-                       "mean_trainer_logp": float(tok.trainer[hit].mean()),
+        "dummy_zero", {"trainer_side": side == "trainer", "tokens": n, "token_share": n / tok.n, "sequences": seqs,
+                       "in_runs_share": float(in_runs[hit].mean()), "mean_other_side_logp": float(other[hit].mean()),
                        "abs_delta_share": float(abs_d[hit].sum() / abs_d.sum()) if abs_d.sum() > 0 else 0.0,
-                       "rollout_exact_zero_tokens": int((tok.rollout == 0.0).sum()),
-                       "threshold_trainer_logp": dt.dummy_trainer_logp_max}, dt), hit
+                       "exact_zero_tokens": int((zeros == 0.0).sum()), "all_exact_zero": bool((zeros == 0.0).all()),
+                       "threshold_other_side_logp": dt.dummy_trainer_logp_max}, dt, side=side), hit
 
 
 def detect_one_side_broken(tok: Tokens, dt: DiagnosisThresholds, corr: float | None, keep: np.ndarray,
-                           explained: bool, bias: tuple[float, float] | None = None) -> dict | None:
-    """One side's token-level perplexity many times the other's on the same tokens."""
+                           explained: bool, bias: tuple[float, float] | None = None,
+                           sampler: tuple[str | None, float, float] = (None, 0.0, 0.0)) -> dict | None:
+    """One side's token-level perplexity many times the other's on the same tokens, and which side is broken: a
+    constant side (it scored nothing), else the side that is not the sampler's (`sampler_side`), else the side with
+    the higher perplexity (scoring another model raises the perplexity of tokens the right one sampled)."""
     if keep.sum() < dt.min_tokens:
         return None
     if keep.all():
@@ -192,11 +240,21 @@ def detect_one_side_broken(tok: Tokens, dt: DiagnosisThresholds, corr: float | N
     significant = d_se > 0 and abs(d_mean) / d_se >= dt.z
     if not ((ratio >= dt.ppl_ratio_warn and significant) or low_corr):
         return None
+    higher = "trainer" if ppl_tr > ppl_ro else "rollout"
+    constant = [name for name, side in (("rollout", ro), ("trainer", tr)) if side.shape[0] and side.min() == side.max()]
+    if len(constant) == 1:
+        broken, basis = constant[0], "constant"
+    elif sampler[0] is not None:
+        broken, basis = ("trainer" if sampler[0] == "rollout" else "rollout"), "sampler"
+    else:
+        broken, basis = higher, "perplexity"
     evidence = {"ppl_rollout": ppl_ro, "ppl_trainer": ppl_tr, "ppl_ratio": ratio, "mean_delta": d_mean,
-                "mean_delta_se": d_se, "corr_logp": corr, "tokens": int(keep.sum()),
+                "mean_delta_se": d_se, "corr_logp": corr, "tokens": int(keep.sum()), "trainer_broken": broken == "trainer",
+                "constant_value": float(ro[0] if broken == "rollout" else tr[0]) if basis == "constant" else None,
+                "log_mean_ratio": sampler[1], "log_mean_inverse_ratio": sampler[2],
                 "threshold_ppl_ratio_warn": dt.ppl_ratio_warn, "threshold_ppl_ratio_error": dt.ppl_ratio_error,
                 "threshold_corr": dt.systematic_corr_max}
-    found = findings.make("one_side_broken", evidence, dt, higher="trainer" if ppl_tr > ppl_ro else "rollout")
+    found = findings.make("one_side_broken", evidence, dt, higher=higher, broken_side=broken, broken_side_basis=basis)
     if explained and found["severity"] != "error":
         return None  # a temperature / processed-log-probs finding already explains a moderate gap
     return found

@@ -33,6 +33,7 @@ from .detectors import (
     detect_processed,
     detect_shift,
     detect_temperature,
+    sampler_side,
 )
 from .localise import (
     detect_first_token,
@@ -43,6 +44,7 @@ from .localise import (
 from .precision_gap import precision_gap
 from .stats import cluster_mean_se, exp_or_inf
 from .tokens import Tokens
+from .usable import unusable_input
 
 
 def diagnose(batch: StepBatch, tok: Tokens, metrics: dict, thresholds: DiagnosisThresholds | None = None,
@@ -51,12 +53,16 @@ def diagnose(batch: StepBatch, tok: Tokens, metrics: dict, thresholds: Diagnosis
     band, why = choose_band(batch.meta)
     dt = apply_band(thresholds or DiagnosisThresholds(), band)
     gap = precision_gap(batch, tok, *ppo_eps)
-    if _is_identical(tok, dt, metrics["abs_delta_max"]):
+    unusable = unusable_input(batch, tok, dt)  # an input problem leads: no verdict is drawn from what is left
+    if unusable is None and _is_identical(tok, dt, metrics["abs_delta_max"]):
         regime = "identical"
         findings = [f for f in (detect_mixed_versions(batch, tok, dt),) if f]  # said even when nothing differs
     else:
-        findings = _run_detectors(batch, tok, metrics, dt)
+        findings = ([unusable] if unusable else []) + _run_detectors(batch, tok, metrics, dt)
         regime = _regime(findings, tok, metrics, dt)
+        # the tail's advice depends on the regime: "expected for numerical noise" only where it is noise
+        findings = [words.make(f["id"], f["evidence"], dt, regime=regime) if f["id"] == "low_prob_tail" else f
+                    for f in findings]
     if gap.get("available"):
         findings.append(_gap_finding(gap, dt))
     findings.sort(key=lambda f: -SEVERITIES.index(f["severity"]))  # stable: detector order within a severity
@@ -97,11 +103,14 @@ def _run_detectors(batch: StepBatch, tok: Tokens, metrics: dict, dt: DiagnosisTh
     bias, bias_se = metrics["bias"], metrics.get("bias_se") or 0.0
     dummy, dummy_hit = detect_dummy_zero(tok, dt)
     processed = detect_processed(tok, dt, corr, declared_processing(batch.meta))
-    temperature = None if processed else detect_temperature(tok, dt, corr, ~dummy_hit)
+    sampler = sampler_side(tok, dt, ~dummy_hit)  # whose log-probs the tokens were drawn from: the other side is off
+    temperature = None if processed else detect_temperature(tok, dt, corr, ~dummy_hit, sampler)
     shift = detect_shift(tok, dt)
     # a shifted trainer decorrelates the log-probs by itself: no separate "broken side" claim then
     broken = None if shift else detect_one_side_broken(tok, dt, corr, ~dummy_hit, explained=bool(processed or temperature),
-                                                        bias=(bias, bias_se))
+                                                        bias=(bias, bias_se), sampler=sampler)
+    if shift and dummy and dummy["evidence"]["trainer_side"]:
+        dummy = None  # a shifted trainer's exact zeros are its confident neighbours' log-probs, not placeholders
     findings = [f for f in (shift, dummy, processed, temperature, broken) if f]
     rest = tok.subset(~dummy_hit)  # placeholder zeros would dominate per-sequence sums
     if rest is not tok and rest.n:

@@ -19,10 +19,10 @@ import math
 
 import numpy as np
 
-from ..config import POSITIVE_LOGP_TOLERANCE, SAFETY_BOUND, Thresholds
+from ..config import SAFETY_BOUND, Thresholds
 from ..model import StepBatch
 from .stats import kish_ess
-from .tokens import Tokens
+from .tokens import Tokens, third_side
 
 HOW_TO_GET = ("tim-report capture --trainer-floor ... : the trainer scores the sampled tokens a second time, one "
               "sequence per micro-batch in reverse order, and saves them as floor_logp (or pass an existing array "
@@ -43,15 +43,12 @@ def trainer_floor(batch: StepBatch, tok: Tokens, th: Thresholds) -> dict:
     if batch.floor_logp is None:
         return _unavailable("the batch has no floor_logp (a second trainer scoring of the same tokens), so the "
                             "trainer's own noise cannot be told apart from the mismatch")
-    floor_all = np.asarray(batch.floor_logp, dtype=np.float64)
-    if floor_all.shape[0] != batch.n_tokens:
-        return _unavailable(f"floor_logp has {floor_all.shape[0]} tokens, the batch {batch.n_tokens}")
-    floor = floor_all[tok.index]
-    ok = np.isfinite(floor) & (floor <= POSITIVE_LOGP_TOLERANCE)
-    if not ok.any():
-        return _unavailable("no valid token has a finite floor log-prob")
+    found = third_side(batch.floor_logp, "floor_logp", batch.n_tokens, tok)
+    if isinstance(found, str):
+        return _unavailable(found)
+    floor, ok = found
     part = tok.subset(ok)
-    phi = np.clip(part.trainer - floor[ok], -SAFETY_BOUND, SAFETY_BOUND)
+    phi = np.clip(part.trainer - floor, -SAFETY_BOUND, SAFETY_BOUND)
     delta = np.clip(part.log_r, -SAFETY_BOUND, SAFETY_BOUND)
     lo, hi = math.log(th.ppo_clip[0]), math.log(th.ppo_clip[1])
     tis = math.log(th.tis_token_cap)

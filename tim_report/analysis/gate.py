@@ -13,6 +13,8 @@ from ..catalogue.numbers import fixed, fmt, plain
 from ..config import SEVERITIES
 from ..model import Report
 
+INPUT_FINDING = "unusable_input"  # the finding that makes a batch an input problem rather than a verdict
+
 
 @dataclass(frozen=True)
 class Limit:
@@ -40,10 +42,11 @@ class CheckResult:
     regime: str | None
     violations: list[Violation] = field(default_factory=list)
     summary: str = ""
+    input_problem: str | None = None  # the batch cannot be measured (the unusable_input finding): exit 2, one line
 
     @property
     def ok(self) -> bool:
-        return not self.violations
+        return not self.violations and self.input_problem is None
 
 
 def limits(bounds: dict[str, float | None] | None = None) -> list[Limit]:
@@ -63,6 +66,10 @@ def evaluate(report: Report, limits: list[Limit], fail_on: str = "error") -> Che
     m = report.metrics
     diag = report.diagnosis or {}
     res = CheckResult(diag.get("regime"))
+    unusable = next((f for f in diag.get("findings", []) if f["id"] == INPUT_FINDING), None)
+    if unusable is not None:  # an input problem, not a verdict: whatever the limits and --fail-on say
+        res.input_problem = unusable["title"]
+        return res
     for lim in limits:
         value = m.get(lim.metric)
         if value is None:

@@ -19,7 +19,7 @@ import math
 import numpy as np
 
 from ..catalogue import findings
-from ..config import DETECTOR_MAX_TOKENS, ONSET_MAX_POINTS, DiagnosisThresholds
+from ..config import DETECTOR_MAX_TOKENS, KERNEL_POW2_MIN, KERNEL_TILE, ONSET_MAX_POINTS, DiagnosisThresholds
 from ..model import StepBatch
 from .changepoints import change_points
 from .detectors import _thin
@@ -131,14 +131,28 @@ def detect_position_onset(tok: Tokens, dt: DiagnosisThresholds, explained_by: st
         onset = int(positions[_best_split(sums[positions], counts[positions], lo, hi)])
     scanned = pos <= positions[-1]
     before, after = ad[scanned & (pos < onset)], ad[scanned & (pos >= onset)]
+    boundary = kernel_boundary(onset)
     return findings.make(
         "position_onset",
-        {"position": onset, "abs_delta_mean_before": float(before.mean()), "abs_delta_mean_after": float(after.mean()),
+        {"position": onset, "kernel_boundary": boundary, "abs_delta_mean_before": float(before.mean()),
+         "abs_delta_mean_after": float(after.mean()),
          "abs_delta_median_before": float(np.median(before)), "abs_delta_median_after": float(np.median(after)),
          "ratio": rise, "z": cp.z, "tokens_before": int(before.shape[0]), "tokens_after": int(after.shape[0]),
          "positions_scanned": int(positions.shape[0]), "min_tokens_per_position": dt.onset_min_tokens,
          "every_nth_token": step, "threshold_ratio": dt.onset_ratio, "explained_by_other_finding": explained_by is not None},
         dt, explained_by=explained_by)
+
+
+def kernel_boundary(position: int) -> int | None:
+    """The tile or power-of-two boundary `position` sits on or one past (96 for 97, 128 for 128 or 129), else None.
+
+    Response positions count from 0, so an onset at 97 is the first token after 96 + 1 tokens of context from the
+    response's start: a kernel that changes path at a block size (split-KV decode, a KV-cache page, chunked prefill)
+    switches on there."""
+    for b in (position, position - 1):
+        if b >= KERNEL_POW2_MIN and (b % KERNEL_TILE == 0 or b & (b - 1) == 0):
+            return b
+    return None
 
 
 def _widest_level_gap(values: np.ndarray, w: np.ndarray, m: int) -> float:
@@ -183,7 +197,11 @@ def detect_turn_boundary(tok: Tokens, turn: np.ndarray | None, dt: DiagnosisThre
     ad = np.abs(tok.delta)
     ref = np.sort(ad[body])
     pct = (np.searchsorted(ref, ad[head], "left") + np.searchsorted(ref, ad[head], "right")) / (2.0 * ref.shape[0])
-    u = np.bincount(run[head], weights=pct)[runs] / np.bincount(run[head])[runs]  # one rank per turn
+    # one rank per turn: the largest of its h head percentiles, raised to h (uniform under the null, as the max of
+    # h uniforms is Beta(h, 1)), so a turn whose first token alone is off counts as fully as one whose whole head is
+    firsts = np.flatnonzero(np.diff(np.concatenate([[-1], run[head]])))
+    h = np.diff(np.append(firsts, pct.shape[0]))
+    u = np.maximum.reduceat(pct, firsts) ** h
     z = _rank_z(u)
     body_mean = float(ad[body].mean())
     ratio = float(ad[head].mean()) / body_mean if body_mean > 0 else math.inf

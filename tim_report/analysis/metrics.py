@@ -43,6 +43,7 @@ def summary_metrics(tok: Tokens, th: Thresholds) -> dict:
     _probabilities(tok, m, ladder)
     m["seq_log_ratio_mean"], m["seq_log_ratio_mean_se"] = mean_se(seq_sum)
     m["seq_log_ratio_abs_max"] = float(np.abs(seq_sum).max())
+    m["seq_log_ratio_abs_mean"], m["seq_log_ratio_abs_mean_se"] = mean_se(np.abs(seq_sum))
     m["percentiles"] = {"q": list(PERCENTILES), **ladder}
     m["thresholds"] = {
         "ppo_clip": list(th.ppo_clip),

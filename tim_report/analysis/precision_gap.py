@@ -19,7 +19,6 @@ import math
 import numpy as np
 
 from ..config import (
-    POSITIVE_LOGP_TOLERANCE,
     PPO_EPS_HIGH,
     PPO_EPS_LOW,
     PROB_EDGES,
@@ -28,7 +27,7 @@ from ..config import (
 from ..model import StepBatch
 from .histograms import ProbBuckets
 from .stats import cluster_mean_se, pearson
-from .tokens import Tokens
+from .tokens import Tokens, third_side
 
 HOW_TO_GET = ("tim-report capture --shadow ... : re-scores the rollout tokens with the trainer's weights in the "
               "rollout engine's dtype and saves them as shadow_logp (or pass an existing array with --key shadow=NAME)")
@@ -43,16 +42,13 @@ def precision_gap(batch: StepBatch, tok: Tokens, eps_low: float = PPO_EPS_LOW, e
     if batch.shadow_logp is None:
         return _unavailable("the batch has no shadow_logp (the trainer's weights evaluated in the rollout's precision), "
                             "so precision cannot be told apart from the rest of the mismatch")
-    shadow_all = np.asarray(batch.shadow_logp, dtype=np.float64)
-    if shadow_all.shape[0] != batch.n_tokens:
-        return _unavailable(f"shadow_logp has {shadow_all.shape[0]} tokens, the batch {batch.n_tokens}")
-    shadow = shadow_all[tok.index]
-    ok = np.isfinite(shadow) & (shadow <= POSITIVE_LOGP_TOLERANCE)
-    if not ok.any():
-        return _unavailable("no valid token has a finite shadow log-prob")
+    found = third_side(batch.shadow_logp, "shadow_logp", batch.n_tokens, tok)
+    if isinstance(found, str):
+        return _unavailable(found)
+    shadow, ok = found
     part = tok.subset(ok)
-    beta = part.trainer - shadow[ok]
-    alpha = shadow[ok] - part.rollout
+    beta = part.trainer - shadow
+    alpha = shadow - part.rollout
     out: dict = {"available": True, "tokens": int(ok.sum()), "tokens_without_shadow": int((~ok).sum()),
                  "definition": "log r = α + β; β = trainer − shadow (precision), α = shadow − rollout (the rest)",
                  "eps": [eps_low, eps_high]}

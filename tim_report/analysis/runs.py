@@ -19,6 +19,7 @@ from ..catalogue import metrics as catalogue
 from ..config import HEALTH_ORDER, health
 from .run_verdict import run_verdict
 from .stats import finite
+from .sweep import length_sweep
 from .trend import trend
 
 
@@ -66,7 +67,7 @@ def run_row(report: Any) -> dict:
         "model": _text(meta.get("model") or meta.get("model_name")),
         "rollout_engine": _label(meta.get("rollout_engine")), "rollout_dtype": _label(meta.get("rollout_dtype")),
         "trainer_engine": _label(meta.get("trainer_engine")), "trainer_dtype": _label(meta.get("trainer_dtype")),
-        "device": _text(meta.get("device")), "step": _step(meta),
+        "device": _text(meta.get("device")), "step": _step(meta), "max_new_tokens": _max_new_tokens(meta),
         **{key: m.get(key) if finite(m.get(key)) is not None else None for key in catalogue.ROW},
         "routing": {k: counts.get(k) for k in ("train", "train_with_correction", "quarantine")},
         "routing_unit": routing.get("unit") or "group",
@@ -106,6 +107,12 @@ def env_trend(rows: list[dict]) -> list[dict] | None:
                     "last": pts[-1][1], "worst_step": worst[0], "worst": worst[1], "worst_run": worst[2],
                     "last_over_first": pts[-1][1] / pts[0][1] if pts[0][1] > 0 else None})
     return sorted(out, key=lambda e: -e["worst"]) or None
+
+
+def _max_new_tokens(meta: dict) -> int | None:
+    """The generation length cap a capture recorded (meta.sampling.max_new_tokens): a length sweep's axis."""
+    v = (meta.get("sampling") or {}).get("max_new_tokens") if isinstance(meta.get("sampling"), dict) else None
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0 else None
 
 
 def known(row: dict) -> bool:
@@ -183,4 +190,5 @@ def index_from_rows(rows: list[dict]) -> dict:
     return {"runs": rows, "health_counts": counts, "regimes": dict(sorted(regimes.items())),
             "engine_pairs": engine_pairs(rows), "unpaired_runs": [r["id"] for r in rows if not known(r)],
             "precision": precision_matrix(rows), "run": verdict, "envs": env_trend(rows),
+            "sweep": length_sweep(rows),
             "trend": trend(rows, verdict["findings"] if verdict else None)}

@@ -12,10 +12,12 @@ from functools import cached_property
 
 import numpy as np
 
-from ..config import POSITIVE_LOGP_TOLERANCE, SAFETY_BOUND
+from ..config import POSITIVE_LOGP_TOLERANCE, SAFETY_BOUND, DiagnosisThresholds
 from ..errors import BadInput
 from ..model import INPUT_PROBLEMS, StepBatch
 from .stats import cluster_mean_se, run_starts
+
+PROBABILITY_SHARE = DiagnosisThresholds.probability_share  # the default; the diagnosis reads its own thresholds
 
 
 @dataclass
@@ -114,6 +116,21 @@ class Tokens:
         return self.seq_sum(values)[self.present] / self.counts[self.present]
 
 
+def probability_sides(batch: StepBatch, share: float) -> list[str]:
+    """The sides whose finite masked values all lie in [0, 1] with more than `share` of them above 0: probabilities
+    (or ratios) saved where log-probs belong. A side whose values are all ≤ 0 is settled in one pass."""
+    out = []
+    for side, arr in (("rollout", batch.rollout_logp), ("trainer", batch.trainer_logp)):
+        if arr.max(initial=-np.inf) <= POSITIVE_LOGP_TOLERANCE:
+            continue  # the usual case: all ≤ 0 (a NaN makes the max NaN and the test False), no temporary array
+        values = arr[batch.mask]
+        values = values[np.isfinite(values)]
+        if values.shape[0] and values.min() >= -POSITIVE_LOGP_TOLERANCE and values.max() <= 1 + POSITIVE_LOGP_TOLERANCE \
+                and float(np.mean(values > POSITIVE_LOGP_TOLERANCE)) > share:
+            out.append(side)
+    return out
+
+
 def valid_tokens(batch: StepBatch) -> tuple[Tokens, dict]:
     """Split the masked tokens into valid ones and counted data problems."""
     ro, tr, m = batch.rollout_logp, batch.trainer_logp, batch.mask
@@ -147,8 +164,11 @@ def valid_tokens(batch: StepBatch) -> tuple[Tokens, dict]:
         "positive_tolerance": POSITIVE_LOGP_TOLERANCE,
     }
     if n_valid == 0:
-        raise BadInput(batch.meta.get("file") or batch.meta.get("source", "batch"),
-                       f"no usable tokens: all {masked} masked tokens have NaN, inf or positive log-probs")
+        probs = probability_sides(batch, PROBABILITY_SHARE)
+        whose = "both sides'" if len(probs) == 2 else f"the {probs[0]} side's" if probs else ""
+        why = (f"{whose} values look like probabilities (all in [0, 1]), not log-probs" if probs
+               else f"all {masked} masked tokens have NaN, inf or positive log-probs")
+        raise BadInput(batch.meta.get("file") or batch.meta.get("source", "batch"), f"no usable tokens: {why}")
     seq_all = np.repeat(np.arange(batch.n_seqs, dtype=np.int32), batch.seq_lengths)
     if n_valid == batch.n_tokens:
         index, seq, rollout, trainer = None, seq_all, ro, tr
@@ -161,3 +181,18 @@ def valid_tokens(batch: StepBatch) -> tuple[Tokens, dict]:
     log_r = np.clip(delta, -SAFETY_BOUND, SAFETY_BOUND) if big else delta
     tokens = Tokens(rollout, trainer, delta, log_r, seq, index, batch.offsets, batch.n_seqs)
     return tokens, report
+
+
+def third_side(values: np.ndarray | None, name: str, n_tokens: int, tok: Tokens) -> tuple[np.ndarray, np.ndarray] | str:
+    """A third per-token log-prob array of the batch (the shadow pass, the trainer floor) on the valid tokens:
+    (its values where they are valid log-probs, that mask over `tok`), or why it cannot be used."""
+    if values is None:
+        return f"the batch has no {name}"
+    whole = np.asarray(values, dtype=np.float64)
+    if whole.shape[0] != n_tokens:
+        return f"{name} has {whole.shape[0]} tokens, the batch {n_tokens}"
+    on_tok = whole[tok.index]
+    ok = np.isfinite(on_tok) & (on_tok <= POSITIVE_LOGP_TOLERANCE)
+    if not ok.any():
+        return f"no valid token has a finite {name}"
+    return on_tok[ok], ok

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import FLOOR_CLIP_WARN, SEVERITIES, DiagnosisThresholds
-from .numbers import fixed, fmt, pct
+from .numbers import fixed, fmt, pct, sci
 
 Words = dict[str, Any]  # a finding's evidence and its context, by name
 Text = Callable[[Words], str]
@@ -54,22 +54,89 @@ def _drift_severity(w: Words, dt: DiagnosisThresholds) -> str:
 
 
 def _broken_title(w: Words) -> str:
+    if w["broken_side_basis"] == "constant":
+        return (f"The {w['broken_side']} side's log-probs are all {fmt(w['constant_value'])}: it never scored these tokens "
+                f"(perplexity {_x(w['ppl_ratio'])} apart)")
     if w["ppl_ratio"] < w["threshold_ppl_ratio_warn"]:
-        return f"Log-prob correlation is only {fixed(w['corr_logp'], 2)}: the two sides do not score the same model or context"
+        return (f"Log-prob correlation is only {fixed(w['corr_logp'], 2)}: the two sides do not score the same model or "
+                f"context" + _blamed(w))
     low_corr = w["corr_logp"] is not None and w["corr_logp"] < w["threshold_corr"]
     return (f"The {w['higher']} side's perplexity is {_x(w['ppl_ratio'])} the other's on the same tokens"
-            + (f" (log-prob correlation {fixed(w['corr_logp'], 2)})" if low_corr else ""))
+            + (f" (log-prob correlation {fixed(w['corr_logp'], 2)})" if low_corr else "") + _blamed(w))
+
+
+def _blamed(w: Words) -> str:
+    """Which side is off, when the sampler identity says it (the higher perplexity alone is not said twice)."""
+    if w["broken_side_basis"] != "sampler":
+        return ""
+    sampler = "trainer" if w["broken_side"] == "rollout" else "rollout"
+    return (f"; the tokens were sampled from the {sampler}'s distribution (mean importance ratio ≈ 1 on that side), so the "
+            f"{w['broken_side']} side is the one that is off")
+
+
+def _broken_problem(w: Words) -> str:
+    if w["broken_side_basis"] == "constant":
+        return f"{w['broken_side']} log-probs that are all {fmt(w['constant_value'])} (that side never scored the tokens)"
+    if w["ppl_ratio"] >= w["threshold_ppl_ratio_warn"] or w["broken_side_basis"] == "sampler":
+        return (f"the {w['broken_side']} side scoring another model or context (perplexity {_x(w['ppl_ratio'])} apart)")
+    return f"the two sides scoring different models or contexts (log-prob correlation only {fixed(w['corr_logp'], 2)})"
+
+
+def _temperature_range(w: Words) -> str:
+    return f"T_rollout / T_trainer between {fixed(w['temperature_ratio'], 2)} and {fixed(w['temperature_ratio_far'], 2)}"
 
 
 def _temperature_how(w: Words) -> str:
-    ratio = w["temperature_ratio"]
-    if ratio > 1:
-        return (f"the rollout's log-probs are flatter, as if at temperature ≈ {fixed(ratio, 2)}× the trainer's or further from it "
-                f"(e.g. rollout sampled and scored at T={fmt(ratio, 2)} while the trainer used T=1, or the trainer "
-                f"divided logits by 1/{fmt(ratio, 2)})")
-    return (f"the rollout's log-probs are sharper, as if at temperature ≈ {fixed(ratio, 2)}× the trainer's or further from it "
-            f"(e.g. rollout sampled and scored at T={fmt(ratio, 2)} while the trainer scored at T=1, or the trainer "
-            f"divided logits by T={fmt(1 / ratio, 2)} and the rollout returned raw log-probs)")
+    ratio, far = w["temperature_ratio"], w["temperature_ratio_far"]
+    look = "flatter" if ratio > 1 else "sharper"
+    if w["sampler_side"] == "rollout":
+        return (f"the rollout's log-probs are those of the distribution it sampled from (their mean importance ratio is 1), "
+                f"and the trainer's are {'sharper' if ratio > 1 else 'flatter'}: the trainer scores at another temperature "
+                f"than the rollout sampled at (e.g. the rollout sampled at T between {fmt(ratio, 2)} and {fmt(far, 2)} "
+                "while the trainer scored at T=1, without dividing its logits by T)")
+    if w["sampler_side"] == "trainer":
+        return (f"the trainer's log-probs are those of the distribution the tokens were sampled from (the mean inverse "
+                f"ratio is 1) and the rollout's, {look}, are not: the engine returned log-probs at another temperature "
+                f"than it sampled at (e.g. it sampled at T between {fmt(1 / ratio, 2)} and {fmt(1 / far, 2)}, the trainer "
+                "divided its logits by that T, and the engine returned raw log-probs)")
+    return (f"the rollout's log-probs are {look}, as if at a temperature {_temperature_range(w)} times the trainer's "
+            f"(e.g. rollout sampled and scored at T={fmt(ratio, 2)} or further from 1 while the trainer used T=1, or "
+            f"the trainer divided logits by T={fmt(1 / ratio, 2)} or further from 1 and the rollout returned raw log-probs)")
+
+
+def _whose(sides: list[str]) -> str:
+    return "both sides'" if len(sides) == 2 else f"the {sides[0]} side's"
+
+
+def _unusable_parts(w: Words) -> list[str]:
+    """What makes the input unusable: probabilities on a side, too small a usable share, too few tokens."""
+    parts = []
+    if w["probability_sides"]:
+        parts.append(f"{_whose(w['probability_sides'])} values look like probabilities, not log-probs (all in [0, 1], most "
+                     "above 0)")
+    if w["usable_share"] < w["min_usable_share"]:
+        why = "; ".join(f"{name} {side} log-probs on {pct(w[f'{side}_{kind}'] / w['masked_tokens'])}"
+                        for side in ("rollout", "trainer") for kind, name in (("nan", "NaN"), ("inf", "inf"), ("positive", "positive"))
+                        if w[f"{side}_{kind}"] and not w[f"{side}_probabilities"])
+        if why or not w["probability_sides"]:  # else the probabilities are why
+            parts.append(f"only {pct(w['usable_share'])} of the {fmt(w['masked_tokens'])} masked tokens are usable"
+                         + (f" ({why})" if why else "") + f", below the {pct(w['min_usable_share'])} a verdict needs")
+    elif w["usable_tokens"] < w["min_usable_tokens"]:
+        parts.append(f"only {fmt(w['usable_tokens'])} usable tokens, below the {fmt(w['min_usable_tokens'])} a verdict needs")
+    return parts
+
+
+def _boundary_words(w: Words) -> str:
+    """'97 = 96 + 1, one past a multiple of 32' / '128, a power of two'."""
+    b, p = w["kernel_boundary"], w["position"]
+    kind = " and ".join(k for k, yes in (("a multiple of 32", b % 32 == 0), ("a power of two", b & (b - 1) == 0)) if yes)
+    return f"{p} = {b} + 1, one past {kind}" if p == b + 1 else f"{p} is {kind}"
+
+
+def _kernel_hint(w: Words) -> str:
+    return (f"Kernel-boundary hint: {_boundary_words(w)}, where attention and decode kernels change block (FlashAttention "
+            "tiles of 64 / 128 rows, split-KV decode, 16-token KV-cache pages, chunked prefill), so look first at a "
+            "kernel that takes another path past that length.")
 
 
 def _offset(w: Words) -> str:
@@ -77,6 +144,20 @@ def _offset(w: Words) -> str:
 
 
 FINDINGS: dict[str, Finding] = {f.id: f for f in (
+    Finding(
+        "unusable_input", _always("error"),
+        lambda w: "Unusable input: " + "; ".join(_unusable_parts(w)),
+        lambda w: "an input that cannot be measured (" + "; ".join(_unusable_parts(w)) + ")",
+        lambda w: ("The exporter saved probabilities (exp of the log-probs) or ratios where log-probs belong. "
+                   if w["probability_sides"] else "")
+                  + ("The excluded tokens are not a sample of the batch: NaN / inf log-probs come from a forward pass "
+                     "that overflowed (fp16 / bf16 logits), a side that never scored those tokens (placeholders), or a "
+                     "loader that read the wrong array, so the few tokens left cannot stand for the rest."
+                     if w["usable_share"] < w["min_usable_share"] or not w["probability_sides"] else ""),
+        lambda w: "Fix the input before reading any number: check which array each side was read from "
+                  "(`tim-report inspect FILE`), that both hold log-probs (≤ 0; `torch.log_softmax`, not `softmax`), and "
+                  "where the NaN / inf come from (`torch.isfinite` on the logits). The limits are the diagnosis "
+                  "thresholds min_usable_share and min_usable_tokens (`check --set`)."),
     Finding(
         "shift", _always("error"),
         lambda w: f"Off-by-one: trainer log-probs match the rollout's at position t{_offset(w)}",
@@ -91,8 +172,10 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
         "temperature", _always("error"),
         lambda w: (f"Temperature on one side only: the rollout's log-probs are "
                    f"{'flatter' if w['temperature_ratio'] > 1 else 'sharper'} than the trainer's "
-                   f"(T_rollout / T_trainer ≈ {fixed(w['temperature_ratio'], 2)} or further from 1)"),
-        lambda w: f"a temperature applied on one side only (T_rollout / T_trainer ≈ {fixed(w['temperature_ratio'], 2)} or further from 1)",
+                   f"({_temperature_range(w)})"
+                   + {"rollout": "; the trainer is off (the rollout's are the sampler's)",
+                      "trainer": "; the rollout is off (the trainer's are the sampler's)"}.get(w["sampler_side"] or "", "")),
+        lambda w: f"a temperature applied on one side only ({_temperature_range(w)})",
         lambda w: ("Sampling temperature is applied on one side only: " + _temperature_how(w) + ". Tempered log-probs "
                    "satisfy log p_T = log p / T − log Z_T, so δ = (T−1)·rollout_logp + per-position constant."),
         lambda w: "Make both sides use the same temperature: divide the trainer's logits by the rollout temperature "
@@ -121,21 +204,28 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
                    "(≈ top_p).")),
     Finding(
         "dummy_zero", lambda w, dt: "error" if w["tokens"] >= dt.dummy_error_count else "warn",
-        lambda w: f"{fmt(w['tokens'])} masked-in tokens have rollout log-prob exactly 0.0 (placeholder values)",
-        lambda w: f"placeholder rollout log-probs of exactly 0.0 on {fmt(w['tokens'])} masked-in tokens",
-        lambda w: "Tokens the engine did not sample (tool / environment output, padding, prompt) carry a placeholder "
-                  "log-prob of 0.0 but are inside the loss mask, so the trainer's real log-prob is compared with p = 1.",
-        lambda w: "Mask tool and environment tokens out of the loss (`response_mask` / `loss_mask`), and check the padding "
-                  "value of the rollout log-prob array; if every rollout log-prob is 0, the engine returned processed "
-                  "log-probs of greedy decoding."),
+        lambda w: (f"{fmt(w['tokens'])} masked-in tokens have {w.get('side', 'rollout')} log-prob exactly 0.0 (placeholder values)"
+                   + (f"; every {w.get('side', 'rollout')} log-prob is 0.0" if w.get("all_exact_zero") else "")),
+        lambda w: f"placeholder {w.get('side', 'rollout')} log-probs of exactly 0.0 on {fmt(w['tokens'])} masked-in tokens",
+        lambda w: ("Tokens the engine did not sample (tool / environment output, padding, prompt) carry a placeholder "
+                   "log-prob of 0.0 but are inside the loss mask, so the trainer's real log-prob is compared with p = 1."
+                   if w.get("side", "rollout") == "rollout" else
+                   "The trainer's log-probs were never recomputed on these tokens: an array initialised with zeros (or a "
+                   "masked-out recompute, `old_log_probs` left at its default) is compared with the rollout's real "
+                   "log-probs as if the trainer gave p = 1."),
+        lambda w: ("Mask tool and environment tokens out of the loss (`response_mask` / `loss_mask`), and check the padding "
+                   "value of the rollout log-prob array; if every rollout log-prob is 0, the engine returned processed "
+                   "log-probs of greedy decoding." if w.get("side", "rollout") == "rollout" else
+                   "Check that the trainer's log-prob pass ran on this batch (recompute of `old_log_probs` enabled, its "
+                   "output written back before the dump) and that its mask covers every trained token.")),
     Finding(
-        "one_side_broken", _broken_severity, _broken_title,
-        lambda w: (f"the {w['higher']} side scoring another model or context (its perplexity {_x(w['ppl_ratio'])} the "
-                   "other's)" if w["ppl_ratio"] >= w["threshold_ppl_ratio_warn"] else
-                   f"the two sides scoring different models or contexts (log-prob correlation only {fixed(w['corr_logp'], 2)})"),
-        lambda w: f"The {w['higher']} side is not scoring the same model or context: different or stale weights (wrong "
-                  "checkpoint, weight sync not applied, LoRA not merged, quantisation), a different prompt / chat template, "
-                  "truncated context, or a different tokenizer.",
+        "one_side_broken", _broken_severity, _broken_title, _broken_problem,
+        lambda w: (f"The {w['broken_side']} side's log-probs were never computed: an output initialised to "
+                   f"{fmt(w['constant_value'])} and not filled, or a recompute step that was skipped and its placeholder "
+                   "exported.") if w["broken_side_basis"] == "constant" else
+                  (f"The {w['broken_side']} side is not scoring the same model or context: different or stale weights (wrong "
+                   "checkpoint, weight sync not applied, LoRA not merged, quantisation), a different prompt / chat "
+                   "template, truncated context, or a different tokenizer."),
         lambda w: "Compare weight checksums / the step of both sides, the exact prompt token ids each side saw, the "
                   "tokenizer and chat template, and any quantisation; re-score a few sequences with both sides by hand."),
     Finding(
@@ -165,9 +255,11 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
         "position_onset", lambda w, dt: "info" if w["explained_by_other_finding"] else "warn",
         lambda w: (f"The mismatch switches on at response position {w['position']}: mean |δ| "
                    f"{fmt(w['abs_delta_mean_before'])} → {fmt(w['abs_delta_mean_after'])} nats ({_x(w['ratio'])} in typical "
-                   f"|δ|)" + (f", where the {w['explained_by']} finding starts" if w.get("explained_by") else "")),
+                   f"|δ|)" + (f", where the {w['explained_by']} finding starts" if w.get("explained_by") else "")
+                   + (f"; {_boundary_words(w)}: a kernel-boundary hint" if w.get("kernel_boundary") else "")),
         lambda w: f"a mismatch that switches on at response position {w['position']} ({_x(w['ratio'])} from there on)",
-        lambda w: "A second error source switches on part-way through the response: a quantised (fp8) KV cache or a "
+        lambda w: (_kernel_hint(w) + " " if w.get("kernel_boundary") else "")
+                  + "A second error source switches on part-way through the response: a quantised (fp8) KV cache or a "
                   "sliding / chunked attention window that starts to matter at that length, a RoPE scaling or position "
                   "limit, prefill vs decode kernels that differ beyond a chunk size, or a context the trainer truncated.",
         lambda w: f"Look at what happens at position {w['position']} plus the prompt length: the engine's KV-cache dtype, "
@@ -190,8 +282,10 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
         lambda w: f"a mismatch concentrated on tokens with p < {fmt(w['tail_p'], 6)} ({pct(w['k3_share'])} of the KL)",
         lambda w: "Low-probability tokens sit where small logit errors change log p most (the softmax tail); precision "
                   "noise concentrates there, and so do the tokens that importance-sampling corrections clip.",
-        lambda w: "Expected for numerical noise. If the mismatch matters, look at the probability-bucket table; an fp32 LM "
-                  "head / fp16 rollout narrows the tail most."),
+        lambda w: ("Expected for numerical noise. If the mismatch matters, look at the probability-bucket table; an fp32 "
+                   "LM head / fp16 rollout narrows the tail most." if w.get("regime") in (None, "identical", "numerical_noise")
+                   else f"This batch is {w['regime'].replace('_', ' ')}, beyond numerical noise: the tail is not only noise "
+                        "here, so read the findings above first; the probability-bucket table shows where the rest sits.")),
     Finding(
         "drift_with_length", _drift_severity,
         lambda w: f"|Σδ| grows as length^{fixed(w['exponent'], 2)} (a random walk would be length^0.5)",
@@ -285,7 +379,11 @@ def verdict(regime: str, metrics: dict, lead: dict | None, band: str, has_shadow
     nums = (f"KL k3 {fmt(metrics['kl_k3'], missing='n/a')}, mean |δ| {fmt(metrics['abs_delta_mean'], missing='n/a')} nats, "
             f"log-prob correlation {fmt(metrics.get('corr_logp'), missing='n/a')}")
     title = lead["title"][0].lower() + lead["title"][1:] if lead else None
-    if regime == "identical":
+    if lead is not None and lead["id"] == "unusable_input":
+        n = lead["evidence"]["usable_tokens"]
+        text = (f"{lead['title']}. No verdict is drawn: the numbers below describe only the {fmt(n)} usable "
+                f"token{'' if n == 1 else 's'}.")
+    elif regime == "identical":
         text = f"Identical: no token's log-prob differs beyond float rounding (max |δ| {fmt(metrics['abs_delta_max'])})."
     elif regime == "numerical_noise":
         size = ("the size bf16/fp16 engine differences produce" if band == "dense bf16"
@@ -307,7 +405,7 @@ def blocked_message(problem: str) -> str:
 
 def band_reading(kl: float, band: str, lo: float, hi: float, where: str, dense: tuple[str, str] | None) -> str:
     """'KL k3 3e-3 is typical for an MoE bf16 model (1e-3 to 0.1); for a dense bf16 model it would be high.'"""
-    text = f"KL k3 {fmt(kl, 2)} is {where} for {_article(band)} {band} model ({fmt(lo, 2)} to {fmt(hi, 2)})"
+    text = f"KL k3 {fmt(kl, 2)} is {where} for {_article(band)} {band} model ({sci(lo)} to {sci(hi)}: the KL band table)"
     if dense is not None:
         text += f"; for a {dense[0]} model it would be {dense[1]}"
     return text + "."

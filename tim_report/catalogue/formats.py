@@ -18,10 +18,11 @@ class Format:
     run_files: tuple[str, ...]  # what it writes into each run folder
     index_files: tuple[str, ...]  # into the site's root
     help: str
+    assets: tuple[str, ...] = ()  # shared by every page of a site, in its ASSETS folder (not with --self-contained)
 
 
 FORMATS: dict[str, Format] = {f.name: f for f in (
-    Format("html", "html", ("index.html",), ("index.html",), "the pages"),
+    Format("html", "html", ("index.html",), ("index.html",), "the pages", ("vega.js", "tim.js", "style.css")),
     Format("md", "markdown", ("report.md",), ("report.md",), "GitHub-flavoured markdown for a PR comment"),
     Format("json", "json", ("summary.json", "samples.json"), (), "every number, for scripts"),
 )}
@@ -29,3 +30,7 @@ FORMATS: dict[str, Format] = {f.name: f for f in (
 # The site's own files beside the run folders, whatever the formats: index.json is what the cache, `check
 # --history` and `watch` read back, so every build writes it (tim_report.site.index_json).
 SITE_FILES = ("index.json",)
+
+# The folder at a site's root (and a comparison's) holding one copy of what every page shares: the chart runtime,
+# the script that draws the charts, the stylesheet. Each page links them by a relative path.
+ASSETS = "assets"

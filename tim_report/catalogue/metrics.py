@@ -25,6 +25,7 @@ from ..config import (
     OUTSIDE_2X_FEW,
     OUTSIDE_5X_FEW,
     PHANTOM_CLIP_MANY,
+    PUBLISHED_BANDS,
     PUBLISHED_BF16_KL,
     SAFETY_BOUND,
     TOKEN_MULT_PROB_ERROR_SUSPICIOUS,
@@ -130,7 +131,8 @@ class Metric:
 
 
 _TH, _DT = Thresholds(), DiagnosisThresholds()
-_KL_LO, _KL_HI = (sci(x) for x in PUBLISHED_BF16_KL)
+_DENSE = PUBLISHED_BANDS[("dense", "bf16")]
+_KL_LO, _KL_HI = (sci(x) for x in _DENSE.kl_k3)
 _MED_NOISE, _MED_LARGE = sci(MEDIAN_ABS_DELTA_NOISE), sci(MEDIAN_ABS_DELTA_LARGE)
 HEALTH_LEGEND = f"green ≥ {plain(HEALTH.green)}, amber {plain(HEALTH.amber)}–{plain(HEALTH.green)}, red < {plain(HEALTH.amber)}"
 
@@ -140,10 +142,23 @@ def _p(x: float) -> str:
     return pct(x, 2)
 
 
+# The one KL band table (every place that says what KL k3 is normal reads it): the published bands of config.
+KL_BANDS = tuple((b.name, sci(b.kl_k3[0]), sci(b.kl_k3[1])) for b in PUBLISHED_BANDS.values())
+KL_BANDS_SENTENCE = "; ".join(f"{name} {lo} to {hi}" for name, lo, hi in KL_BANDS)
+
+
+def kl_band_table() -> dict:
+    """The KL band table as the page, report.md and the index show it: band, typical KL k3 of published runs, the
+    noise ceilings the diagnosis reads a batch of that band against, and the source."""
+    return {"columns": ["band", "KL k3 of published runs", "noise ceiling (KL k3, mean |δ|)", "source"],
+            "rows": [[b.name, f"{sci(b.kl_k3[0])} to {sci(b.kl_k3[1])}", f"{sci(b.kl_k3[1])}, {sci(b.abs_delta_mean_max)}",
+                      b.source] for b in PUBLISHED_BANDS.values()]}
+
+
 KL_READINGS = (
     Reading(1e-9, "ok", "identical distributions on these tokens"),
-    Reading(PUBLISHED_BF16_KL[0], "ok", f"below the range of published bf16 runs ({_KL_LO} to {_KL_HI}): fp16-sized or a small model"),
-    Reading(PUBLISHED_BF16_KL[1], "ok", f"within the range of published bf16 runs ({_KL_LO} to {_KL_HI})"),
+    Reading(_DENSE.kl_k3[0], "ok", f"below the published {_DENSE.name} band ({_KL_LO} to {_KL_HI}): fp16-sized or a small model"),
+    Reading(_DENSE.kl_k3[1], "ok", f"within the published {_DENSE.name} band ({_KL_LO} to {_KL_HI})"),
     Reading(VERL_ALERTS.max_kl_k3, "warn", "elevated: above what precision noise usually gives"),
     Reading(math.inf, "bad", f"above verl's |kl| > {plain(VERL_ALERTS.max_kl)} alert"),
 )
@@ -206,8 +221,8 @@ CATALOGUE: tuple[Metric, ...] = (
            plain="Pearson correlation between the two sides' token probabilities.",
            formula="pearson(p_rollout, p_train)", verl="training/rollout_actor_probs_pearson_corr"),
     Metric("kl_k3", "KL k3", "kl", 0, "up",
-           plain=f"An always-positive estimate of KL(rollout ‖ trainer) per token. Published dense bf16 runs sit around "
-                 f"{_KL_LO} to {_KL_HI}.",
+           plain=f"An always-positive estimate of KL(rollout ‖ trainer) per token. Published runs sit at: {KL_BANDS_SENTENCE} "
+                 "(the KL band table).",
            formula="token-mean (r_t − 1 − δ_t)", verl="rollout_corr/k3_kl (same formula; verl does not clamp δ)",
            readings=KL_READINGS, trend=_KL_TREND, history_floor=PUBLISHED_BF16_KL[0],
            gate=Gate("--max-kl-k3", VERL_ALERTS.max_kl_k3, "Fail when kl_k3 exceeds this.")),
@@ -359,6 +374,7 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric("abs_dp_max", "max |Δp|", "number", 0, "up"),
     Metric("seq_log_ratio_abs_max", "max |Σδ| of a sequence", "nats", 0, "up"),
     Metric("seq_log_ratio_mean", "mean Σδ", "nats", 0, "both"),
+    Metric("seq_log_ratio_abs_mean", "mean |Σδ| of a sequence", "nats", 0, "up"),
     Metric("data_problems", "data problems", "count", 0, "up", trend=Trend("difference", 1.5, 1.0)),
 )
 
@@ -382,10 +398,15 @@ ARMS = INDEX  # an A/B comparison of arms (compare A/ B/): each arm's level with
 # the metrics an index row (index.json, the cache) carries: what the index, the trend, the history gate and the
 # engine-pair table read without the Report
 ROW = ("tokens", "sequences", "ess", "kl_k3", "abs_delta_median", "abs_delta_mean", "abs_delta_max", "outside_2x",
-       "outside_5x", "phantom_clip", "veto_token_fraction", "veto_seq_fraction", "seq_log_ratio_mean")
+       "outside_5x", "phantom_clip", "veto_token_fraction", "veto_seq_fraction", "seq_log_ratio_mean",
+       "seq_log_ratio_abs_mean")
+
+# what an experiment logger gets (Report.scalars(), `export --tensorboard`), as "tim/<key>": the headline and the summary's
+# numbers and the batch's size; `export` from index.json rows gives those of them a row carries (ROW)
+SCALARS = (*HEADLINE, *SUMMARY_EXTRA, "tokens", "sequences")
 
 VIEWS = {"headline": HEADLINE, "summary_extra": SUMMARY_EXTRA, "index": INDEX, "trend": TREND, "history": HISTORY,
-         "gates": GATES, "compare": COMPARE, "arms": ARMS, "row": ROW}
+         "gates": GATES, "compare": COMPARE, "arms": ARMS, "row": ROW, "scalars": SCALARS}
 
 
 def metric(key: str) -> Metric:

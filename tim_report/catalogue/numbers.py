@@ -47,6 +47,8 @@ def pct(x: Any, digits: int = 3) -> str:
     if x == 0:
         return "0%"
     v = 100.0 * x
+    if not math.isfinite(v):  # a fraction no batch has (a forged row): written as a number, not a crash
+        return fmt(x)
     if abs(v) >= 1:  # never an exponent for a whole percentage: 100%, not 1e2%
         digits = max(digits, math.floor(math.log10(abs(v))) + 1)
     return fmt(v, digits) + "%"

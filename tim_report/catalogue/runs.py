@@ -17,10 +17,12 @@ from .numbers import fmt, plain
 # What each batch finding means for a stretch of steps, in words a run sentence is made of ("from step 12 the
 # trainer's log-probs are shifted by one position"), and its short name; a finding without an entry is named by id.
 STEP_FINDING = {
+    "unusable_input": ("unusable input", "the batches cannot be measured (too few usable tokens, or probabilities "
+                                         "saved as log-probs)"),
     "shift": ("off-by-one", "the trainer's log-probs are shifted by one position against the rollout's"),
     "temperature": ("one-sided temperature", "a temperature is applied on one side only"),
     "processed_logprobs": ("processed log-probs", "the rollout's log-probs are renormalised by top-p / top-k"),
-    "dummy_zero": ("placeholder zeros", "placeholder 0.0 rollout log-probs sit inside the loss mask"),
+    "dummy_zero": ("placeholder zeros", "placeholder 0.0 log-probs on one side sit inside the loss mask"),
     "one_side_broken": ("one side broken", "one side scores another model or context"),
     "first_token": ("first token", "the first response token disagrees far more than the rest"),
     "turn_boundary": ("turn boundary", "the first tokens after each tool span disagree"),

@@ -14,8 +14,9 @@ from pathlib import Path
 import click
 
 from ..catalogue.formats import FORMATS
-from ..catalogue.numbers import fixed
-from ..errors import BadInput
+from ..catalogue.numbers import fixed, fmt
+from ..config import NOTES_MAX_BYTES
+from ..errors import BadInput, regular_file
 from .options import (
     executor_option,
     fail_cleanly,
@@ -24,6 +25,7 @@ from .options import (
     output_path,
     ppo_eps_option,
     ray_address_option,
+    self_contained_option,
     timestamp_now,
     timestamp_option,
 )
@@ -44,6 +46,7 @@ CHANGE_LINES_MAX = 10
 @click.option("--notes", "notes", type=click.Path(path_type=Path, dir_okay=False),
               help="Markdown file with your narrative, shown after the headline (raw HTML is escaped).")
 @timestamp_option
+@self_contained_option
 @click.option("--format", "formats", multiple=True, type=click.Choice(list(FORMATS)),
               help="Write only these formats (repeatable; default all): "
                    + "; ".join(f"{f.name}: {f.help}" for f in FORMATS.values()) + ". index.json is always written.")
@@ -56,7 +59,8 @@ CHANGE_LINES_MAX = 10
 @ray_address_option
 @fail_cleanly
 @load_options
-def build_command(files, out, run_ids, load, ppo_eps, notes, timestamp, formats, base_url, jobs, executor, ray_address):
+def build_command(files, out, run_ids, load, ppo_eps, notes, timestamp, self_contained, formats, base_url, jobs, executor,
+                  ray_address):
     """Analyse step batches and write the report site into OUTPUT.
 
     FILES are step batch files, one step's folder (prime-rl step_S/), or run folders (prime-rl token_exports/,
@@ -69,16 +73,12 @@ def build_command(files, out, run_ids, load, ppo_eps, notes, timestamp, formats,
     out = output_path(out)
     if ray_address is not None and executor != "ray":
         raise BadInput("--ray-address", "applies to --executor ray only")
-    notes_md = None
-    if notes is not None:
-        try:
-            notes_md = notes.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise BadInput(notes, f"cannot read notes: {exc}") from None
+    notes_md = read_notes(notes) if notes is not None else None
     opts = BuildOptions(load=load, thresholds=Thresholds(ppo_eps_low=ppo_eps[0], ppo_eps_high=ppo_eps[1]),
                         formats=tuple(f for f in FORMATS if f in formats) if formats else tuple(FORMATS),
                         render=RenderOptions(notes_md=notes_md, base_url=base_url or None,
-                                             timestamp=timestamp_now() if timestamp else None),
+                                             timestamp=timestamp_now() if timestamp else None,
+                                             self_contained=self_contained),
                         jobs=jobs, executor=executor, ray_address=ray_address)
     with build_progress(len(files)) as progress:
         result = build(list(files), out, opts, list(run_ids) or None, progress=progress)
@@ -100,3 +100,16 @@ def build_command(files, out, run_ids, load, ppo_eps, notes, timestamp, formats,
                    "built)", err=True)
     if result.unreadable:
         sys.exit(EXIT_UNREADABLE_STEP)
+
+
+def read_notes(path: Path) -> str:
+    """--notes: a regular file (a FIFO would block, /dev/zero never end) of at most NOTES_MAX_BYTES, UTF-8."""
+    regular_file(path, "markdown file")
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(NOTES_MAX_BYTES + 1)
+        if len(data) > NOTES_MAX_BYTES:
+            raise BadInput(path, f"notes are larger than {fmt(NOTES_MAX_BYTES)} bytes, more than a page should carry")
+        return data.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise BadInput(path, f"cannot read notes: {exc}") from None

@@ -2,13 +2,15 @@
 
 One rollout and one trainer: `-o` is the `.npz` file. Several (or `--matrix`): `-o` is a folder with
 one file per pair, named `<rollout engine>-<dtype>__<trainer engine>-<dtype>.npz`
-(e.g. `vllm-bf16__hf-fp32.npz`). vLLM's own output goes to a log file beside them (`capture.log` in the
+(e.g. `vllm-bf16__hf-fp32.npz`). A length sweep (`--max-new-tokens 128,512,2048`) captures the same prompts and
+seeds once per length into a folder, `<pair>_len<N>.npz`. vLLM's own output goes to a log file beside them (`capture.log` in the
 folder, `<name>.log` beside one file) unless `--verbose`. When an engine fails, the pairs captured before it
 are written and listed, then one error line. Heavy imports happen inside the command (tim_report.capture).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import click
@@ -36,7 +38,9 @@ from .text import safe
               help="Score the tokens twice with each hf trainer, under two batch compositions (floor_logp: the trainer's own "
                    "noise floor, beside the mismatch).")
 @click.option("--n-samples", type=int, default=4, show_default=True, help="Completions per prompt (one group each).")
-@click.option("--max-new-tokens", type=int, default=256, show_default=True)
+@click.option("--max-new-tokens", default="256", show_default=True, metavar="N[,N...]",
+              help="Generation length cap; several (128,512,2048) capture a length sweep: one batch per length and pair "
+                   "into a folder, for the index's length-sweep section.")
 @click.option("--temperature", type=float, default=1.0, show_default=True)
 @click.option("--top-p", type=float, default=1.0, show_default=True)
 @click.option("--top-k", type=int, default=0, show_default=True, help="0 turns top-k off.")
@@ -68,37 +72,54 @@ def capture_command(model, prompts, rollouts, trainers, matrix, shadow, trainer_
     if matrix:
         r_specs, t_specs = matrix_specs(r_specs), matrix_specs(t_specs)
     r_specs, t_specs = list(dict.fromkeys(r_specs)), list(dict.fromkeys(t_specs))
+    lengths = _lengths(max_new_tokens)
     opts = CaptureOptions(model=str(model), prompts=str(prompts), rollouts=r_specs, trainers=t_specs,
                           sampling=Sampling(temperature=temperature, top_p=top_p, top_k=top_k,
-                                            max_new_tokens=max_new_tokens, n_samples=n_samples),
+                                            max_new_tokens=lengths[0], n_samples=n_samples),
                           seed=seed, shadow=shadow, trainer_floor=trainer_floor, lm_head_fp32=lm_head_fp32,
                           chat_template=not no_chat_template,
                           device=device, max_prompts=max_prompts, kv_cache_gib=kv_cache_gib, top_k_logprobs=top_k_logprobs,
                           verbose=verbose)
     pairs = opts.pairs()
-    single = len(pairs) == 1
+    single = len(pairs) == 1 and len(lengths) == 1
     if single:
         if out.is_dir():
             raise BadInput(out, "is a folder; one pair is written to a .npz file")
         if out.suffix.lower() != ".npz":
             raise BadInput(out, "the output file must end in .npz")
     elif out.exists() and not out.is_dir():
-        raise BadInput(out, f"{len(pairs)} pairs are written into a folder, and this is a file")
+        raise BadInput(out, f"{len(pairs) * len(lengths)} batches are written into a folder, and this is a file")
     if not verbose:
         opts.engine_log = str(out.with_suffix(".log") if single else out / "capture.log")
 
-    def target(r, t) -> Path:
-        return out if single else out / pair_filename(r, t)
+    def target(r, t, n: int) -> Path:
+        if single:
+            return out
+        name = pair_filename(r, t)
+        return out / (name if len(lengths) == 1 else f"{Path(name).stem}_len{n}.npz")
 
-    try:
-        batches = capture(opts, progress=step_progress)
-    except EngineFailed as exc:
-        _write({target(r, t): b for (r, t), b in exc.kept.items()})
-        kept = f"the {len(exc.kept)} of {len(pairs)} pairs captured before it are written above" if exc.kept else "no pair was written"
-        raise BadInput(exc.source, f"{exc.problem}; {kept}") from None
-    _write({target(r, t): batches[(r, t)] for r, t in pairs})
+    for n in lengths:  # a length sweep: the same prompts and seeds, one capture per length cap
+        opts.sampling = dataclasses.replace(opts.sampling, max_new_tokens=n)
+        try:
+            batches = capture(opts, progress=step_progress)
+        except EngineFailed as exc:
+            _write({target(r, t, n): b for (r, t), b in exc.kept.items()})
+            kept = f"the {len(exc.kept)} of {len(pairs)} pairs captured before it are written above" if exc.kept else "no pair was written"
+            raise BadInput(exc.source, f"{exc.problem}; {kept}") from None
+        _write({target(r, t, n): batches[(r, t)] for r, t in pairs})
     if opts.engine_log and Path(opts.engine_log).exists():
         click.echo(f"vLLM's own log: {safe(opts.engine_log)}", err=True)
+
+
+def _lengths(text: str) -> list[int]:
+    """`--max-new-tokens 256` or a sweep `128,512,2048`: positive integers, each once, in the order given."""
+    try:
+        values = [int(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{text!r}: expected N or N,N,... (positive integers)", param_hint="--max-new-tokens") from None
+    if not values or min(values) < 1:
+        raise click.BadParameter(f"{text!r}: expected N or N,N,... (positive integers)", param_hint="--max-new-tokens")
+    return list(dict.fromkeys(values))
 
 
 def _write(batches: dict) -> None:

@@ -1,14 +1,17 @@
 """`tim-report check`: a CI gate on the metrics and the diagnosis.
 
 Exit 0 when every batch is within its limits and has no finding at or above `--fail-on`, 1 on any
-violation, 2 on bad input. A run folder is checked step by step; a step of it that cannot be read is a line
-naming it (`FILE: unreadable: why`) and exit 2, after the other steps are checked. One line per violated limit
-or finding:
+violation, 2 on bad input. A batch that cannot be measured (too few usable tokens, probabilities saved
+as log-probs: the `unusable_input` finding) is bad input too: one line, exit 2 whatever the limits and
+`--fail-on`, and the other files are still checked. A run folder is checked step by step; a step of it that
+cannot be read is a line naming it (`FILE: unreadable: why`) and exit 2, after the other steps are checked. One
+line per violated limit or finding:
 
     FILE: limit ess = 0.21 < 0.3 (--min-ess)
     FILE: error shift: Off-by-one: trainer log-probs match the rollout's at position t+1
     FILE: history kl_k3 = 0.0123 > 0.00456, above the run's band (median 0.00228 of steps 3-12; margin 1×, floor 0.0004)
     FILE: ok (numerical_noise; KL k3 4.1e-04, ESS 0.9987)
+    tim-report: error: FILE: Unusable input: only 35.2% of the 8,819 masked tokens are usable (NaN trainer …
 
 The metric limits, their options and defaults (verl's documented rollout-correction alerts) come from the
 catalogue (catalogue.metrics, each gated entry's `gate`). `--history SITE` adds the run's own band: the rolling
@@ -88,34 +91,38 @@ def check_command(files, bounds, no_limits, fail_on, overrides, history, history
     options = CheckOptions(limits=limits, fail_on=fail_on, thresholds=th, diagnosis=dth, history=history,
                            history_window=history_window, history_margin=history_margin,
                            history_floors=_floors(history_floors))
-    failed = unreadable = False
+    failed = unusable = False
     for checked in check(list(files), load, options):
         if isinstance(checked, Unread):
-            unreadable = True
+            unusable = True
             click.echo(json.dumps({"file": str(checked.path), "ok": False, "unreadable": checked.reason}, sort_keys=True)
                        if as_json else f"{safe(str(checked.path))}: unreadable: {safe(checked.reason)}")
             continue
         path, report, res, hres = checked.path, checked.report, checked.result, checked.history
         failed |= not res.ok
+        unusable |= res.input_problem is not None
         if as_json:
-            click.echo(json.dumps({"file": str(path), "ok": res.ok, "regime": res.regime,
+            click.echo(json.dumps({"file": str(path), "ok": res.ok, "regime": res.regime, "input_problem": res.input_problem,
                                    "violations": [v.__dict__ for v in res.violations],
                                    "excluded_tokens": report.data_problems["excluded_tokens"],
                                    "input_problems": report.data_problems["input"],
                                    **({"history": {"basis": hres.basis, "note": hres.note}} if hres else {})}, sort_keys=True))
             continue
         name = safe(str(path))
+        if res.input_problem is not None:
+            click.echo(f"tim-report: error: {name}: {safe(res.input_problem)}", err=True)  # as BadInput says it
+            continue
         if hres is not None and hres.note:
             click.echo(f"{name}: {safe(hres.note)}")
-        for v in res.violations:
-            click.echo(v.line(name))
+        for v in res.violations:  # a history band names run ids from index.json: escaped like every file's string
+            click.echo(safe(v.line(name)))
         if report.routing.get("blocked_by_bug"):
             click.echo(f"{name}: {report.routing['blocked_by_bug']['message']}")
         if res.ok:
             click.echo(f"{name}: ok ({res.summary}{excluded_note(checked.row)})")
         elif excluded_note(checked.row):
             click.echo(f"{name}: note:{excluded_note(checked.row).lstrip(';')}")
-    sys.exit(2 if unreadable else 1 if failed else 0)
+    sys.exit(2 if unusable else 1 if failed else 0)
 
 
 def _floors(values: tuple[str, ...]) -> dict[str, float]:

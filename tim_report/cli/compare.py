@@ -2,8 +2,8 @@
 
 Each side one batch: compared token by token (`tim_report.analysis.compare`). A side with several steps (a run
 folder, a folder of step files): the two are A/B arms, compared step by step with intervals (`analysis/arms.py`).
-DIR gets index.html, compare.json and compare.md (GitHub-flavoured, links to the HTML), written all or nothing
-like `build`.
+DIR gets index.html, compare.json and compare.md (GitHub-flavoured, links to the HTML), and the page's shared
+assets/ (unless --self-contained), written all or nothing like `build`.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from ..catalogue.numbers import fmt
-from .options import fail_cleanly, load_options, output_path, timestamp_now
+from .options import fail_cleanly, load_options, output_path, self_contained_option, timestamp_now
 from .text import safe
 
 
@@ -25,9 +25,10 @@ from .text import safe
 @click.option("--label-before", default=None, help="Name of the first batch on the page (default: its file stem).")
 @click.option("--label-after", default=None, help="Name of the second batch on the page (default: its file stem).")
 @click.option("--timestamp", is_flag=True, help="Stamp the build time into the page (off: same input, same bytes).")
+@self_contained_option
 @fail_cleanly
 @load_options
-def compare_command(before, after, out, label_before, label_after, timestamp, load):
+def compare_command(before, after, out, label_before, label_after, timestamp, self_contained, load):
     """Before/after report of two batches (metrics side by side, overlaid distributions, per-token change), or of two
     arms of several steps each (a run folder per side: each metric per arm with its interval, a verdict per metric)."""
     from ..render import RenderOptions
@@ -35,7 +36,8 @@ def compare_command(before, after, out, label_before, label_after, timestamp, lo
 
     out = output_path(out)
     comparison = arms_or_pair(before, after, load, labels=(label_before, label_after))
-    write_compare(comparison, out, options=RenderOptions(timestamp=timestamp_now() if timestamp else None))
+    write_compare(comparison, out, options=RenderOptions(timestamp=timestamp_now() if timestamp else None,
+                                                         self_contained=self_contained))
     data = comparison.to_dict()
     lb, la = data["labels"]["before"], data["labels"]["after"]
     if data.get("kind") == "arms":

@@ -6,6 +6,7 @@ A leaf module: it imports no command, so commands can use plain decorators from 
 from __future__ import annotations
 
 import functools
+import os
 import signal
 import sys
 import warnings
@@ -37,10 +38,32 @@ def fail_cleanly(fn):
         except KeyboardInterrupt:
             click.echo("tim-report: interrupted; the staging folder was removed", err=True)
             sys.exit(130)
+        except OSError as exc:
+            if not _stdout_broken():
+                raise
+            click.echo(f"tim-report: error: cannot write to standard output ({exc.strerror or exc})", err=True)
+            sys.exit(2)
         finally:
             signal.signal(signal.SIGTERM, previous)
 
     return wrapper
+
+
+def _stdout_broken() -> bool:
+    """True when standard output refuses writes (`>/dev/full`: even an empty write fails); it is then pointed at
+    /dev/null, so that Python's own flush at exit does not print a second error."""
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError):  # not a file (a test runner's buffer): it cannot be full
+        return False
+    try:
+        os.write(fd, b"")
+        return False
+    except OSError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, fd)
+        os.close(devnull)
+        return True
 
 
 def _interrupt(signum, frame):
@@ -117,7 +140,8 @@ def load_options(fn):
 
 
 key_option = click.option("--key", "keys", multiple=True, metavar="ROLE=NAME",
-                          help="Use key NAME for ROLE (rollout, trainer, mask, tokens, text, group, reward, advantage, shadow, prompt).")
+                          help="Use key NAME for ROLE (rollout, trainer, mask, tokens, text, group, reward, advantage, shadow, "
+                               "floor, prompt, tool, turn).")
 pickle_option = click.option("--allow-pickle", is_flag=True,
                              help="Allow full unpickling (e.g. verl DataProto). Runs code from the file: trusted files only.")
 format_hint_option = click.option(
@@ -140,6 +164,10 @@ max_tokens_option = click.option("--max-tokens", type=click.IntRange(min=1), def
                                  help=f"Refuse a batch of more than N token positions, before reading it (default {fmt(MAX_TOKENS)}: "
                                       "about 4 GB of analysis memory).")
 timestamp_option = click.option("--timestamp", is_flag=True, help="Stamp the build time into the pages (off: same input, same bytes).")
+self_contained_option = click.option(
+    "--self-contained", is_flag=True,
+    help="Every page carries its own chart runtime and stylesheet (about 0.9 MB a page), to attach one page anywhere; "
+         "by default the pages share one copy in the output's assets/ folder.")
 executor_option = click.option(
     "--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
     help="Where each step is analysed: here (and in --jobs processes), or as Ray tasks (pip install -e \".[ray]\"; "

@@ -4,6 +4,7 @@
     load(src, options)    a Source or a path holding one batch → StepBatch (BadInput with a one-line reason otherwise)
     describe(src, options) what `tim-report inspect` prints: framework, layout, keys, the role mapping, exclusions and why
     save_batch(b, p)      the canonical `.npz`
+    save_step(p, ...)     a training loop's tensors → the canonical `.npz` of one rank of a step (save_step.py)
     LoadOptions           how to read (keys, meta, pickling, tokenizer, format hint, size limit): one object for all
 
 Framework dumps (prime-rl, slime, miles, NeMo-RL, SkyRL, verl) are read by their own module in
@@ -20,18 +21,20 @@ import numpy as np
 
 from ..catalogue.numbers import fmt
 from ..config import MAX_TOKENS, MODEL_CLASSES
-from ..errors import BadInput
+from ..errors import BadInput, parser_limits
 from ..model import META_KEYS, StepBatch
 from .assemble import build_batch
 from .canonical import save_batch
 from .detect import FRAMEWORKS
-from .discover import Source, Unreadable, scan, settle_step, sources
+from .discover import SAVED_STEP, Source, Unreadable, scan, settle_step, sources
 from .files import RawFile, raw_file, read_file
 from .limits import limited
 from .options import LoadOptions
 from .roles import ROLE_ALIASES, USER_ROLES, choose_roles
 from .text import clean_strings
 from .tokenizer import load_decoder
+
+MAX_STEP = 2**53  # a step beyond this is no step a run reaches, and would not survive a float (the trend, index.json)
 
 __all__ = ["FRAMEWORKS", "ROLE_ALIASES", "USER_ROLES", "LoadOptions", "RawFile", "Source", "describe", "load",
            "Unreadable", "meta_overrides", "read_file", "save_batch", "scan", "sources"]
@@ -44,11 +47,11 @@ def load(src: str | Path | Source, options: LoadOptions | None = None) -> StepBa
     `options.max_tokens` (`--max-tokens`) bounds what is read (io/limits.py)."""
     opts = options or LoadOptions()
     src = _one(src, opts.format_hint)
-    with limited(opts.max_tokens):
+    with limited(opts.max_tokens), parser_limits(src.origin):
         batch, _, _ = _read(src, opts.keys, opts.allow_pickle)
-    _finish(batch, src, opts.max_tokens)
+        _finish(batch, src, opts.max_tokens)
     if opts.tokenizer:
-        batch.decoder = load_decoder(opts.tokenizer)
+        batch.decoder = load_decoder(opts.tokenizer, batch.token_ids, src.origin)
     batch.meta.update(meta_overrides(opts.meta))
     return batch
 
@@ -56,6 +59,8 @@ def load(src: str | Path | Source, options: LoadOptions | None = None) -> StepBa
 def _finish(batch: StepBatch, src: Source, max_tokens: int | None) -> None:
     """What every reader's batch gets: its step settled, its file named, its size checked, its strings valid UTF-8."""
     step = settle_step(src, batch.meta.pop("step", None), batch.notes)
+    if isinstance(step, (int, float)) and not abs(step) < MAX_STEP:  # a step no run reaches, or inf/NaN
+        raise BadInput(src.origin, f"records a step beyond ±{fmt(MAX_STEP)} (or not finite): not a training step")
     if step is not None:
         batch.meta["step"] = step
     limit = max_tokens or MAX_TOKENS
@@ -85,7 +90,9 @@ def meta_overrides(pairs: dict[str, str]) -> dict:
             try:
                 out[key] = int(value)
             except ValueError:
-                raise BadInput("--meta", f"step={value}: not an integer") from None
+                raise BadInput("--meta", f"step={value[:40]}: not an integer") from None
+            if abs(out[key]) >= MAX_STEP:
+                raise BadInput("--meta", f"step={value[:40]}: beyond ±{fmt(MAX_STEP)}, not a training step")
         elif key == "model_class":
             if value.lower() not in MODEL_CLASSES:
                 raise BadInput("--meta", f"model_class={value}: use one of {', '.join(MODEL_CLASSES)}")
@@ -103,9 +110,11 @@ def describe(src: str | Path | Source, options: LoadOptions | None = None) -> di
         if len(found) > 1:
             return {"file": str(src), "sources": [_source_info(s) for s in found]}
         src = found[0]
-    with limited(opts.max_tokens):
+    with limited(opts.max_tokens), parser_limits(src.origin):
         batch, fields, roles = _read(src, opts.keys, opts.allow_pickle)
-    _finish(batch, src, opts.max_tokens)
+        _finish(batch, src, opts.max_tokens)
+    if opts.tokenizer:  # not used to describe, but named: said now if it cannot be used
+        load_decoder(opts.tokenizer, batch.token_ids, src.origin)
     fields, _ = clean_strings(fields)
     return {
         **_source_info(src),
@@ -137,6 +146,11 @@ def _one(src: str | Path | Source, format_hint: str | None) -> Source:
 
 def _read(src: Source, keys: dict[str, str] | None, allow_pickle: bool) -> tuple[StepBatch, list[dict], dict]:
     """Dispatch on the framework. For `inspect`: the fields the file holds, and which filled which role and why."""
+    if src.kind.startswith(SAVED_STEP):  # save_step's rank files of one step
+        from .ranks import merge_ranks
+
+        parts = [_read_dict(Source((p,), "dict", src.step, src.run_id, p), keys, allow_pickle) for p in src.paths]
+        return merge_ranks(src.origin, [b for b, _, _ in parts]), parts[0][1], parts[0][2]
     if src.framework in ("dict", "verl"):
         return _read_dict(src, keys, allow_pickle)
     if keys:
@@ -148,7 +162,14 @@ def _read(src: Source, keys: dict[str, str] | None, allow_pickle: bool) -> tuple
     batch, fields = reader.read(src, allow_pickle)
     batch.meta.setdefault("source", str(src.origin))
     why = f"fixed by the {src.framework} format"
-    return batch, fields, {r: {"key": k, "reason": why} for r, k in batch.meta.get("keys", {}).items()}
+    filled = {r: k for r, k in batch.meta.get("keys", {}).items() if getattr(batch, _ROLE_FIELDS.get(r, "mask")) is not None}
+    batch.meta["keys"] = filled
+    return batch, fields, {r: {"key": k, "reason": why} for r, k in filled.items()}
+
+
+# The StepBatch field each optional role fills: a framework reader's role is listed only when its field is.
+_ROLE_FIELDS = {"tokens": "token_ids", "text": "token_text", "group": "group", "reward": "reward", "advantage": "advantage",
+                "shadow": "shadow_logp", "prompt": "prompt_ids", "turn": "turn"}
 
 
 def _read_dict(src: Source, keys: dict[str, str] | None, allow_pickle: bool) -> tuple[StepBatch, list[dict], dict]:

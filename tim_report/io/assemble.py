@@ -10,7 +10,7 @@ The rollout log-prob value decides the layout; every other token-level role is r
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +22,8 @@ from ..model import StepBatch
 from .canonical import TOPK_FIELDS
 from .files import RawFile
 from .roles import RoleChoice, key_list
-from .sequences import Exclusions, count_placeholders
-from .text import decoded
+from .sequences import Exclusions, count_placeholders, turn_index
+from .text import as_text, decoded
 
 ALIGNMENT = ("same position: trainer_logp[t] and rollout_logp[t] score token t "
              "(no shift applied; OpenRLHF [1:] / AReaL roll(-1) layouts must be aligned before saving)")
@@ -64,6 +64,7 @@ class _Layout:
     mask: np.ndarray
     flat: _Flattener
     problems: dict[str, int]
+    removed: dict[str, int] = field(default_factory=dict)  # [B, L] positions left out, by reason (padded layout)
 
 
 def _trained(values: np.ndarray) -> tuple[np.ndarray, dict[str, int]]:
@@ -112,25 +113,30 @@ def build_batch(raw: RawFile, roles: dict[str, RoleChoice]) -> StepBatch:
         _canonical_fields(p, raw, batch)
     else:
         batch.meta.setdefault("framework", "dict")
-        batch.meta["exclusions"] = _exclusions(layout, tokens, batch)
+        batch.meta["exclusions"] = _exclusions(tokens, batch)
+    if batch.turn is None:  # no explicit turn ids: the tool spans inside the loss mask
+        batch.turn = turn_index(batch.mask, batch.rollout_logp, batch.offsets)
     return batch
 
 
-def _exclusions(layout: str, tokens: _Layout, batch: StepBatch) -> list[dict]:
-    """What a plain dict's layout left out: padding positions, and untrained tokens kept in the tables."""
+PADDING_WHY = ("padded positions of the [B, L] arrays: outside the attention mask; without one, before a row's first "
+               "or after its last trained token (or, with no mask either, where both log-probs are 0.0)")
+LEAD_WHY = ("prompt of a whole-sequence layout (OpenRLHF): the untrained 0.0 placeholders before a row's first trained "
+            "token; left out, so positions count from the response's first token")
+
+
+def _exclusions(tokens: _Layout, batch: StepBatch) -> list[dict]:
+    """What a plain dict's layout left out: padding and prompt positions, and untrained tokens kept in the tables."""
     ex = Exclusions()
-    if layout == "padded":
-        keep = tokens.flat.keep2d
-        assert keep is not None  # a padded layout always has its [B, L] mask
-        ex.add("padding", int(keep.size - keep.sum()), "padded positions of the [B, L] arrays (outside the attention "
-               "mask, or outside the mask where both log-probs are 0.0)")
+    ex.add("padding", tokens.removed.get("padding", 0), PADDING_WHY)
+    ex.add("prompt positions", tokens.removed.get("prompt", 0), LEAD_WHY)
     count_placeholders(batch.rollout_logp, batch.mask, ex, batch.notes)
     return ex.to_list()
 
 
 def _canonical_fields(p: Path, raw: RawFile, batch: StepBatch) -> None:
-    """The optional per-token turn and per-sequence version / environment of a canonical file."""
-    for name, shape, dtype in (("turn", batch.n_tokens, np.int32), ("weight_version", batch.n_seqs, str), ("env", batch.n_seqs, str)):
+    """The optional per-sequence version / environment of a canonical file (its `turn` is a role)."""
+    for name, shape, dtype in (("weight_version", batch.n_seqs, str), ("env", batch.n_seqs, str)):
         value = raw.values.get(name)
         if value is None:
             continue
@@ -202,31 +208,51 @@ def _logprobs(p: Path, roles: dict[str, RoleChoice], get: Callable, layout: str)
 
 
 def _padded_layout(p: Path, roles: dict[str, RoleChoice], get: Callable, notes: list[str]) -> _Layout:
-    """Real tokens from `attention_mask` (its last L columns) or the loss mask; else both log-probs 0.0 is padding."""
+    """Which [B, L] positions are tokens, and which of those are trained.
+
+    Real tokens: `attention_mask` (its last L columns); else, with a mask, each row from its first to its last
+    trained token, the untrained gaps between kept (tool output: turns and positions survive); else positions
+    where both log-probs are not exactly 0.0. TRL's `tool_mask` takes tool-result tokens out of the trained ones
+    (its loss mask is completion_mask * tool_mask; the completion mask says which tokens are real). A row whose
+    tokens before its first trained one are all 0.0 rollout placeholders starts with a prompt (OpenRLHF's
+    whole-sequence [B, T−1] layout, both sides 0.0 there): those positions are left out."""
     rollout, trainer = _logprobs(p, roles, get, "padded")
     cols = rollout.shape[1]
     mask2d = _aligned(p, "mask", roles, get("mask"), rollout.shape, notes)
     problems: dict[str, int] = {}
     if mask2d is not None:
         mask2d, problems = _trained(mask2d)
-        if rollout.size and not mask2d.any():
-            raise BadInput(p, f"mask '{roles['mask'].key}' selects no tokens")
+    real = None
     attn = get("attention")
     if attn is not None:
         attn = _numeric(p, roles["attention"].key, attn, "padded")
         if attn.shape[0] != rollout.shape[0] or attn.shape[1] < cols:
             raise BadInput(p, f"'attention_mask' has shape {attn.shape}, expected [{rollout.shape[0]}, >= {cols}]")
-        keep2d = attn[:, -cols:] > 0
-        if mask2d is not None:
-            keep2d &= ~(~mask2d & (rollout == 0) & (trainer == 0))
-    elif mask2d is not None:
-        keep2d = mask2d
+        real = attn[:, -cols:] > 0
+    tool = _aligned(p, "tool", roles, get("tool"), rollout.shape, notes)
+    if tool is not None:
+        base = mask2d if mask2d is not None else np.ones(rollout.shape, bool)
+        real = base if real is None else real
+        mask2d = _without_tools(base & real, tool, roles, notes)
+    if mask2d is None:
+        if real is None:
+            real = ~((rollout == 0) & (trainer == 0))
+            notes.append("no mask key: positions where both log-probs are exactly 0.0 were taken as padding")
+        keep2d, mask, lead = real, np.ones(int(real.sum()), bool), 0
     else:
-        keep2d = ~((rollout == 0) & (trainer == 0))
-        notes.append("no mask key: positions where both log-probs are exactly 0.0 were taken as padding")
+        if rollout.size and not mask2d.any():
+            raise BadInput(p, f"mask '{roles['mask'].key}' selects no tokens")
+        before = np.cumsum(mask2d, axis=1) == 0
+        if real is None:
+            real = ~before & ~(np.cumsum(mask2d[:, ::-1], axis=1)[:, ::-1] == 0)
+        pre = before & real
+        whole = mask2d.any(axis=1) & ~(pre & (rollout != 0)).any(axis=1)  # rows that start with a placeholder prompt
+        lead2d = pre & whole[:, None]
+        keep2d = real & ~lead2d
+        mask, lead = mask2d[keep2d], int(lead2d.sum())
     flat = _Flattener.padded(keep2d)
-    mask = mask2d[keep2d] if mask2d is not None else np.ones(int(keep2d.sum()), bool)
-    return _Layout(flat.take(rollout), flat.take(trainer), mask, flat, problems)
+    removed = {"prompt": lead, "padding": int(keep2d.size - keep2d.sum()) - lead}
+    return _Layout(flat.take(rollout), flat.take(trainer), mask, flat, problems, removed)
 
 
 def _ragged_layout(p: Path, roles: dict[str, RoleChoice], get: Callable, notes: list[str]) -> _Layout:
@@ -236,6 +262,9 @@ def _ragged_layout(p: Path, roles: dict[str, RoleChoice], get: Callable, notes: 
     m = get("mask")
     mask, problems = (_trained(flat.cat(_numeric(p, roles["mask"].key, m, "ragged", lengths))) if m is not None
                       else (np.ones(flat.n_tokens, bool), {}))
+    tool = get("tool")
+    if tool is not None:
+        mask = _without_tools(mask, flat.cat(_numeric(p, roles["tool"].key, tool, "ragged", lengths)), roles, notes)
     return _Layout(flat.cat(rollout), flat.cat(trainer), mask, flat, problems)
 
 
@@ -246,7 +275,20 @@ def _flat_layout(p: Path, roles: dict[str, RoleChoice], get: Callable, notes: li
     m = get("mask")
     mask, problems = _trained(_numeric(p, roles["mask"].key, m, "flat")) if m is not None else (np.ones(flat.n_tokens, bool), {})
     _same_shape(p, rollout, mask, roles["rollout"].key, roles["mask"].key)
+    tool = get("tool")
+    if tool is not None:
+        tool = _numeric(p, roles["tool"].key, tool, "flat")
+        _same_shape(p, rollout, tool, roles["rollout"].key, roles["tool"].key)
+        mask = _without_tools(mask, tool, roles, notes)
     return _Layout(rollout, trainer, mask, flat, problems)
+
+
+def _without_tools(mask: np.ndarray, tool: np.ndarray, roles: dict[str, RoleChoice], notes: list[str]) -> np.ndarray:
+    """The trained tokens less the tool-result ones (`tool_mask` 0), as TRL's loss mask is completion_mask * tool_mask."""
+    out = mask & (tool > 0)
+    notes.append(f"'{roles['tool'].key}': {int((mask & ~out).sum())} tool-result tokens kept in the token tables but "
+                 "out of the metrics (TRL's loss mask is completion_mask * tool_mask)")
+    return out
 
 
 _LAYOUTS = {"padded": _padded_layout, "ragged": _ragged_layout, "flat": _flat_layout}
@@ -263,6 +305,10 @@ def _optional_roles(p, roles, get, layout, flat, rollout_raw, raw: RawFile, batc
     value = get("reward")
     batch.reward = None if value is None else _per_seq(p, roles["reward"].key, value, layout, flat, batch)
     batch.advantage = _advantage_role(p, roles, get("advantage"), layout, flat, batch)
+    turn = _token_role(p, "turn", roles, get("turn"), layout, flat, rollout_raw, notes, np.float64)
+    if turn is not None and not (np.isfinite(turn).all() and (turn == np.round(turn)).all() and (turn >= 0).all()):
+        raise BadInput(p, f"'{roles['turn'].key}' holds values that are not turn numbers (whole numbers ≥ 0)")
+    batch.turn = None if turn is None else turn.astype(np.int32)
     _prompt_roles(p, roles, get("prompt"), get("prompt_text"), get("attention"), raw, batch)
 
 
@@ -345,8 +391,9 @@ def _text_role(p, roles, value, layout, flat) -> np.ndarray | None:
     if value is None:
         return None
     key = roles["text"].key
-    if isinstance(value, np.ndarray) and value.dtype.kind == "S":  # bytes: decode, bad UTF-8 shown as U+FFFD
-        value = decoded(value)
+    if isinstance(value, (str, bytes)) or (isinstance(value, np.ndarray) and value.ndim == 0):
+        raise BadInput(p, f"'{key}' is a single {type(value).__name__} value, not one string per token")
+    value = as_text(value)  # bytes: decoded, bad UTF-8 shown as U+FFFD
     if layout == "padded":
         arr = np.asarray(value, dtype=object) if isinstance(value, list) else value
         if arr.ndim != 2 or not flat.keep2d.shape == arr.shape:

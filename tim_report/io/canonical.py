@@ -7,6 +7,8 @@ An `.npz` (no pickled objects) holding the StepBatch's flat arrays and a JSON he
 from __future__ import annotations
 
 import json
+import os
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -21,16 +23,22 @@ TOPK_FIELDS = {"rollout_topk_ids": np.int32, "rollout_topk_logp": np.float32,
                "trainer_topk_ids": np.int32, "trainer_topk_logp": np.float32}
 
 
-def save_batch(batch: StepBatch, path: str | Path) -> None:
-    """Write the canonical `.npz` (no pickled objects; meta as JSON), atomically: a temporary file, then a rename."""
+def save_batch(batch: StepBatch, path: str | Path, *, compact: bool = False) -> None:
+    """Write the canonical `.npz` (no pickled objects; meta as JSON), atomically (write_npz).
+
+    `compact` (save_step, every training step): the log-probs in the float dtype they come in (float32 from
+    float32 or narrower tensors: exact, the reader widens them to float64), token ids as int32 when the
+    vocabulary fits, and the fastest deflate level."""
     arrays: dict[str, Any] = {
-        "rollout_logp": batch.rollout_logp.astype(np.float64),
-        "trainer_logp": batch.trainer_logp.astype(np.float64),
-        "offsets": batch.offsets.astype(np.int64),
-        "mask": batch.mask.astype(bool),
+        "rollout_logp": batch.rollout_logp if compact else batch.rollout_logp.astype(np.float64),
+        "trainer_logp": batch.trainer_logp if compact else batch.trainer_logp.astype(np.float64),
+        "offsets": batch.offsets.astype(np.int64, copy=False),
+        "mask": batch.mask.astype(bool, copy=False),
     }
     if batch.token_ids is not None:
-        arrays["token_ids"] = np.asarray(batch.token_ids, dtype=np.int64)
+        ids = np.asarray(batch.token_ids)
+        small = ids.size == 0 or (ids.min() >= 0 and ids.max() < 2**31)  # a vocabulary fits int32: half the bytes
+        arrays["token_ids"] = ids.astype(np.int32 if compact and small else np.int64, copy=False)
     if batch.token_text is not None:
         arrays["token_text"] = np.asarray([str(t) for t in batch.token_text[: batch.n_tokens]], dtype=str)
     if batch.prompt_ids is not None:
@@ -51,8 +59,38 @@ def save_batch(batch: StepBatch, path: str | Path) -> None:
             arrays[name] = np.asarray(value, dtype=dtype)
     header = {"format": CANONICAL_FORMAT, "version": CANONICAL_VERSION, "meta": batch.meta}
     arrays["meta"] = np.asarray(json.dumps(header, sort_keys=True, default=str))
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        np.savez_compressed(fh, **arrays)
-    tmp.replace(path)
+    write_npz(arrays, Path(path), 1 if compact else 6)
+
+
+def write_npz(arrays: dict[str, np.ndarray], path: Path, compresslevel: int) -> None:
+    """An `.npz` as numpy writes one (a zip of `.npy` members), made durable before it appears: a hidden temporary
+    file beside it, fsync'ed, renamed over `path` (atomic on POSIX), then the folder fsync'ed. A reader that
+    lists the folder sees the whole file or nothing. Level 1 deflate (save_step) is 2-3x faster than numpy's 6."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            with zipfile.ZipFile(fh, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=compresslevel, allowZip64=True) as zf:
+                for name, value in arrays.items():
+                    with zf.open(f"{name}.npy", "w", force_zip64=True) as member:
+                        np.lib.format.write_array(member, np.asanyarray(value), allow_pickle=False)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(folder: Path) -> None:
+    """Make the rename itself durable (POSIX); a platform without directory fds skips it."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import pickletools
+import re
 import zipfile
 from pathlib import Path
 
@@ -40,16 +41,48 @@ def detect_file(path: Path) -> str:
 
 
 def first_record(path: Path) -> dict:
-    """The first JSON object of a JSON-lines file (an empty file has none)."""
+    """The first JSON object of a JSON-lines file (an empty file has none). Only its first PEEK_BYTES are read: a
+    longer first line (a sample's per-token lists) gives its top-level keys, and the integers among its values, from
+    that prefix, so detection costs the same for a 2 GiB line as for a short one."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            for line in fh:
-                if line.strip():
-                    rec = json.loads(line)
-                    return rec if isinstance(rec, dict) else {}
+        with open(path, "rb") as fh:
+            while raw := fh.readline(PEEK_BYTES):
+                if not raw.strip():
+                    continue
+                if len(raw) == PEEK_BYTES and not raw.endswith(b"\n"):
+                    return _top_level(raw.decode("utf-8", "ignore"))  # a cut multi-byte character is dropped
+                rec = json.loads(raw.decode("utf-8"))
+                return rec if isinstance(rec, dict) else {}
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise BadInput(path, f"not valid JSON lines ({first_line(exc)})") from exc
     return {}
+
+
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"\s*:?|[\[\]{}]')
+_INT_VALUE = re.compile(r"\s*(-?\d{1,18})\s*[,}]")
+
+
+def _top_level(prefix: str) -> dict:
+    """The top-level keys of the JSON object that `prefix` starts (None for each value, or the value when it is a
+    plain integer), without parsing its values: strings and brackets are matched, numbers skipped."""
+    if not prefix.lstrip().startswith("{"):
+        return {}
+    out: dict = {}
+    depth = 0
+    for m in _TOKEN.finditer(prefix):
+        token = m.group(0)
+        if token in "[{":
+            depth += 1
+        elif token in "]}":
+            depth -= 1
+        elif depth == 1 and token.endswith(":"):
+            try:
+                key = json.loads(token[:-1].rstrip())
+            except ValueError:
+                continue
+            value = _INT_VALUE.match(prefix, m.end())
+            out[key] = int(value.group(1)) if value else None
+    return out
 
 
 def jsonl_framework(record: dict) -> str:

@@ -2,6 +2,7 @@
 
     a file, or one step's folder       one Source
     prime-rl token_exports/            one per step_S/ folder (all its rank_*.jsonl files)
+    a save_step run folder             one per step_S/ folder (all its rank_*.npz files, merged by io/ranks.py)
     a NeMo-RL log dir                  one per train_data_stepN.jsonl
     a slime / miles dump dir           one per rollout id in train_data/ (slime joined with rollout_data/)
     a SkyRL export dir                 one per dumped_data/global_step_N_training_input.pkl
@@ -22,11 +23,13 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from ..errors import BadInput
+from ..errors import BadInput, parser_limits, regular_file
 from .detect import INPUT_SUFFIXES, check_hint, detect_file, first_record
 
 STEP_RE = re.compile(r"(?:global[_-]?)?step[_-]?(\d+)", re.IGNORECASE)
 RANK_FILE = re.compile(r"rank_(\d+)\.jsonl$")
+RANK_NPZ = re.compile(r"rank_(\d+)\.npz$")  # save_step's step_S/rank_R.npz
+SAVED_STEP = "save_step step"  # the kind of such a Source: io.load merges its rank files
 STEP_DIR = re.compile(r"step_(\d+)$")
 NEMO_FILE = re.compile(r"train_data_step(\d+)\.jsonl$")
 SKYRL_FILE = re.compile(r"global_step_(\d+)_training_input\.pkl$")
@@ -96,11 +99,25 @@ def scan(path: str | Path, format_hint: str | None = None) -> tuple[list[Source]
     hint = check_hint(format_hint)
     if not path.exists():
         raise BadInput(path, "no such file or folder")
+    regular_file(path)
     bad: list[Unreadable] = []
-    found = _folder(path, hint, bad) if path.is_dir() else [file_source(path, hint)]
+    with parser_limits(path):  # a first record nested too deep, or an integer of too many digits
+        found = _folder(path, hint, bad) if path.is_dir() else [file_source(path, hint)]
     if not found and not bad:
         raise BadInput(path, "no step batch found here")
-    return _unique_ids(sorted(found, key=step_order)), sorted(bad, key=step_order)
+    several = len(found) + len(bad) > 1
+    readable = []
+    for s in found:  # every file a step holds, before anything hashes or reads it (the cache key hashes them all)
+        try:
+            for p in s.paths:
+                regular_file(p)
+        except BadInput as exc:
+            if not several:
+                raise
+            bad.append(replace(Unreadable.of(s.origin, exc), step=s.step, run_id=s.run_id))
+            continue
+        readable.append(s)
+    return _unique_ids(sorted(readable, key=step_order)), sorted(bad, key=step_order)
 
 
 def step_order(s: Source | Unreadable) -> tuple:
@@ -121,6 +138,7 @@ def _each(items: list[Path], make, bad: list[Unreadable]) -> list[Source]:
 
 def file_source(path: Path, hint: str | None = None) -> Source:
     """One file: its framework from its content (or the hint), its step from its path or content."""
+    regular_file(path)
     if path.stat().st_size == 0:
         raise BadInput(path, "file is empty")
     framework = hint or detect_file(path)
@@ -147,7 +165,8 @@ def _folder(path: Path, hint: str | None, bad: list[Unreadable]) -> list[Source]
         path = path / "dumped_data"
     kinds = {
         "prime-rl step folder": sorted(f for f in path.glob("rank_*.jsonl") if RANK_FILE.search(f.name)),
-        "prime-rl token_exports": sorted(d for d in path.iterdir() if d.is_dir() and STEP_DIR.match(d.name)),
+        "save_step step folder": _rank_npz(path),
+        "step_S folders": sorted(d for d in path.iterdir() if d.is_dir() and STEP_DIR.match(d.name)),
         "NeMo-RL log dir": sorted(f for f in path.iterdir() if NEMO_FILE.match(f.name)),
         "SkyRL dumped_data": sorted(f for f in path.iterdir() if SKYRL_FILE.match(f.name)),
     }
@@ -156,8 +175,10 @@ def _folder(path: Path, hint: str | None, bad: list[Unreadable]) -> list[Source]
         raise BadInput(path, f"holds dumps of several layouts ({', '.join(present)}): point at one of them")
     if present == ["prime-rl step folder"] or (not present and _looks_like_prime_step(path)):
         return [_prime_step(path, hint)]
-    if present == ["prime-rl token_exports"]:
-        return _each(kinds["prime-rl token_exports"], lambda d: _prime_step(d, hint), bad)
+    if present == ["save_step step folder"]:
+        return [_saved_step(path, hint)]
+    if present == ["step_S folders"]:
+        return _each(kinds["step_S folders"], lambda d: _saved_step(d, hint) if _rank_npz(d) else _prime_step(d, hint), bad)
     if present:
         framework = "nemo-rl" if present == ["NeMo-RL log dir"] else "skyrl"
         return _each(kinds[present[0]], lambda f: file_source(f, hint) if hint else _confirmed(f, framework), bad)
@@ -178,10 +199,32 @@ def _prime_step(step_dir: Path, hint: str | None) -> Source:
     if hint not in (None, "prime-rl") and len(ranks) > 1:
         raise BadInput(step_dir, f"--format-hint {hint} reads one file, and this prime-rl step has {len(ranks)} rank "
                                  "files: point at one of them")
+    for f in ranks:
+        regular_file(f)
     step = _int(STEP_DIR, step_dir.name)
     step = step if step is not None else _record_step(ranks[0])
     return Source(tuple(ranks), hint or "prime-rl", step, _step_id(step, step_dir.name), step_dir,
                   f"prime-rl step folder ({len(ranks)} rank file{'s' if len(ranks) != 1 else ''})")
+
+
+def _rank_npz(folder: Path) -> list[Path]:
+    """save_step's rank files of one step, in rank order (a hidden `.rank_0.npz.*.tmp` being written is not one)."""
+    found = [f for f in folder.glob("rank_*.npz") if RANK_NPZ.fullmatch(f.name)]
+    return sorted(found, key=lambda f: _int(RANK_NPZ, f.name) or 0)
+
+
+def _saved_step(step_dir: Path, hint: str | None) -> Source:
+    """A step written by save_step: the canonical files of its ranks, read as one batch."""
+    ranks = _rank_npz(step_dir)
+    if not ranks:
+        raise BadInput(step_dir, "step folder with no rank_*.jsonl (prime-rl) or rank_*.npz (save_step) file")
+    if any(step_dir.glob("rank_*.jsonl")):
+        raise BadInput(step_dir, "holds both prime-rl rank_*.jsonl and save_step rank_*.npz files: keep one kind per step")
+    if hint not in (None, "dict"):
+        raise BadInput(step_dir, f"--format-hint {hint}: these rank_*.npz files are tim-report's canonical format (hint dict)")
+    step = _int(STEP_DIR, step_dir.name)
+    return Source(tuple(ranks), "dict", step, _step_id(step, step_dir.name), step_dir,
+                  f"{SAVED_STEP} folder ({len(ranks)} rank file{'s' if len(ranks) != 1 else ''})")
 
 
 def _train_data(folder: Path, hint: str | None, bad: list[Unreadable]) -> list[Source]:

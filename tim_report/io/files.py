@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import BadInput
+from ..errors import BadInput, parser_limit, regular_file
 from .canonical import CANONICAL_FORMAT
 from .readers.jsonl import read_jsonl
 from .readers.npz import NpzMembers, read_npz
@@ -35,6 +35,7 @@ def read_file(path: str | Path, *, allow_pickle: bool = False) -> RawFile:
         raise BadInput(path, "no such file")
     if path.is_dir():
         raise BadInput(path, "is a directory, expected a .pt, .npz or .jsonl file")
+    regular_file(path)
     if path.stat().st_size == 0:
         raise BadInput(path, "file is empty")
     suffix = path.suffix.lower()
@@ -82,6 +83,11 @@ def _extract_meta(path: Path, values: Any) -> dict[str, Any]:
                 raw = json.loads(raw)
             except json.JSONDecodeError as exc:
                 raise BadInput(path, f"'{key}' is not valid JSON") from exc
+            except (RecursionError, ValueError) as exc:  # nested too deep, an integer of too many digits
+                bad = parser_limit(path, exc)
+                if bad is None:
+                    raise
+                raise BadInput(path, f"'{key}' {bad.problem}") from None
         if isinstance(raw, dict):
             if raw.get("format") == CANONICAL_FORMAT:
                 meta["__canonical__"] = True

@@ -27,6 +27,12 @@ class Limits:
         return 4 * self.max_tokens
 
     @property
+    def max_bytes(self) -> int:
+        """One array's bytes: a float64 for each of its elements, and never less than MIN_ARRAY_BYTES. Counting elements
+        alone let a string array of a wide dtype (`<U1000000`: 4 MB an element) take gigabytes in a few elements."""
+        return max(8 * self.max_elements, MIN_ARRAY_BYTES)
+
+    @property
     def max_pickle_bytes(self) -> int:
         """A pickle's own records (Python numbers in lists cost ~4× their pickled size in memory)."""
         return 8 * self.max_tokens
@@ -36,6 +42,8 @@ class Limits:
         """One JSON line: a sample of the longest context, every per-token field, with room to spare."""
         return min(64 * self.max_tokens, 1 << 30)
 
+
+MIN_ARRAY_BYTES = 1 << 28  # 256 MiB: room for a small run's token and prompt text, whatever --max-tokens says
 
 _CURRENT: contextvars.ContextVar[Limits] = contextvars.ContextVar("tim_report_limits", default=Limits())  # noqa: B039 (frozen)
 

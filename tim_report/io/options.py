@@ -15,5 +15,8 @@ class LoadOptions:
     max_tokens: int | None = None  # --max-tokens (None: config.MAX_TOKENS)
 
     def to_dict(self) -> dict:
-        """Every field, JSON-able: part of the per-step cache key (a changed option re-reads every step)."""
-        return asdict(self)
+        """Every field, JSON-able: part of the per-step cache key (a changed option re-reads every step). The tokenizer
+        counts by its files' content, not only its path: a changed tokenizer re-renders the pages it decoded."""
+        from .tokenizer import digest
+
+        return {**asdict(self), "tokenizer_content": digest(self.tokenizer) if self.tokenizer else None}

@@ -23,11 +23,14 @@ ROLE_ALIASES: dict[str, tuple[str, ...]] = {
     "shadow": ("shadow_logp", "shadow_log_probs", "shadow_logprobs"),
     "floor": ("floor_logp", "trainer_floor_logp"),
     "prompt": ("prompt_ids", "prompts", "prompt_token_ids", "prompt_input_ids"),
+    "tool": ("tool_mask",),
+    "turn": ("turn", "turn_ids", "turn_index"),
     "prompt_text": ("prompt_text", "raw_prompt", "prompt"),
     "attention": ("attention_mask",),
     "offsets": ("offsets", "cu_seqlens"),
 }
-USER_ROLES = ("rollout", "trainer", "mask", "tokens", "text", "group", "reward", "advantage", "shadow", "floor", "prompt")
+USER_ROLES = ("rollout", "trainer", "mask", "tokens", "text", "group", "reward", "advantage", "shadow", "floor", "prompt", "tool",
+              "turn")
 
 
 @dataclass

@@ -70,11 +70,33 @@ def split_at_first_trained(mask: np.ndarray) -> int | None:
     return int(hits[0]) if hits.size else None
 
 
-def turn_index(mask: np.ndarray) -> np.ndarray:
-    """[L] turn of each token: k for the k-th trained span and the untrained tokens after it (tool output)."""
-    m = mask.astype(bool)
-    starts = m & ~np.concatenate([[False], m[:-1]])
-    return np.maximum(np.cumsum(starts) - 1, 0).astype(np.int32)
+def turn_index(mask: np.ndarray, rollout: np.ndarray, offsets: np.ndarray) -> np.ndarray | None:
+    """[T] turn of each token in its sequence: k for the k-th assistant span and the untrained tokens after it.
+
+    A trained token starts a new turn when the untrained run before it, inside the same sequence and after a
+    trained token, holds only 0.0 rollout placeholders: tool and environment output, which no engine sampled
+    (verl, SkyRL, slime, prime-rl, NeMo-RL, OpenRLHF and TRL all write 0.0 there). A run of sampled tokens taken
+    out of the loss (verl's token-level rejection, a veto) is not a turn. None when no sequence has a second turn.
+    Works on the untrained runs' ends only, so a 16M-token batch costs a few passes."""
+    m, ro = np.asarray(mask, bool), np.asarray(rollout)
+    untrained = ~m
+    if not (untrained & (ro == 0.0)).any():
+        return None  # single-turn, the usual case
+    edges = np.diff(untrained.view(np.int8), prepend=np.int8(0), append=np.int8(0))
+    a, b = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)  # each untrained run is [a, b)
+    inside = (a > 0) & (b < m.shape[0])  # a trained token on both sides
+    a, b = a[inside], b[inside]
+    same_seq = np.searchsorted(offsets, a - 1, side="right") == np.searchsorted(offsets, b, side="right")
+    sampled = np.flatnonzero(untrained & (ro != 0.0))
+    clean = np.searchsorted(sampled, b) == np.searchsorted(sampled, a)
+    starts = b[same_seq & clean]
+    if not starts.size:
+        return None
+    marks = np.zeros(m.shape[0], np.int32)
+    marks[starts] = 1
+    running = np.cumsum(marks, dtype=np.int32)
+    before = np.searchsorted(starts, offsets[:-1]).astype(np.int32)  # turn starts before each sequence
+    return running - np.repeat(before, np.diff(offsets))
 
 
 def joined_versions(versions: Any) -> str | None:
@@ -115,9 +137,7 @@ def assemble_seqs(path: Path | str, seqs: list[Seq], meta: dict, exclusions: Exc
     if batch.env is not None:
         counts = Counter(batch.env.tolist())
         batch.meta["environments"] = " · ".join(f"{name} {n}" for name, n in sorted(counts.items()))
-    turns = [turn_index(s.mask) for s in seqs]
-    if any(t.size and t[-1] > 0 for t in turns):
-        batch.turn = np.concatenate(turns)
+    batch.turn = turn_index(batch.mask, batch.rollout_logp, batch.offsets)
     batch.meta["exclusions"] = exclusions.to_list()
     batch.meta.setdefault("source", str(path))
     return batch

@@ -33,6 +33,22 @@ def decoded(values: np.ndarray) -> np.ndarray:
     return np.asarray([v.decode("utf-8", "replace") for v in values.ravel()], dtype=str).reshape(values.shape)
 
 
+def as_text(value: Any) -> Any:
+    """Token text as str wherever it is bytes (a list of lists of bytes, a bytes or object array), bytes that are not
+    UTF-8 replaced by U+FFFD; anything else as it is."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, np.ndarray):
+        if value.dtype.kind == "S":
+            return decoded(value)
+        if value.dtype.kind == "O":
+            return np.array([as_text(v) for v in value.ravel()], dtype=object).reshape(value.shape)
+        return value
+    if isinstance(value, (list, tuple)):
+        return [as_text(v) for v in value]
+    return value
+
+
 def clean_strings(value: Any) -> tuple[Any, int]:
     """`value` (a str, a numpy str array, a list / dict of them) with every string valid; and how many were not."""
     if isinstance(value, str):

@@ -24,11 +24,42 @@ from ..catalogue.formats import FORMATS
 
 @dataclass(frozen=True)
 class RenderOptions:
-    """What a page says beyond the data: the author's notes, absolute links, the build time."""
+    """What a page says beyond the data: the author's notes, absolute links, the build time; and whether each page
+    carries its own assets."""
 
     notes_md: str | None = None  # --notes: markdown shown on every page
     base_url: str | None = None  # --base-url: the markdown's links made absolute
     timestamp: str | None = None  # --timestamp: stamped into the pages
+    self_contained: bool = False  # --self-contained: every page inlines the chart runtime and stylesheet
+
+    def __post_init__(self):
+        if self.base_url is not None:
+            check_base_url(self.base_url)
+
+
+URL_SCHEMES = ("http", "https")  # --base-url: a web address (or a path relative to the page), never javascript:/data:
+
+
+def check_base_url(url: str) -> None:
+    """A base URL for the markdown's links: http(s) with a host, or a relative path; no other scheme (javascript:,
+    data:, file:), no whitespace or control character (a link target cannot hold them unescaped)."""
+    from urllib.parse import urlsplit
+
+    from ..errors import BadInput
+
+    if not url or any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7f for c in url):
+        raise BadInput("--base-url", "is empty or holds whitespace or a control character")
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:
+        raise BadInput("--base-url", f"is not a URL ({exc})") from None
+    if parts.scheme.lower() in URL_SCHEMES and not parts.netloc:
+        raise BadInput("--base-url", f"names no host after '{parts.scheme}:': write {parts.scheme}://HOST/...")
+    if parts.scheme and parts.scheme.lower() not in URL_SCHEMES:
+        raise BadInput("--base-url", f"scheme '{parts.scheme[:20]}:' is not allowed: give an http(s):// address "
+                                     "(e.g. https://you.github.io/site) or a relative path")
+    if not parts.scheme and ":" in url.split("/", 1)[0]:  # 'javascript&colon;' aside, a colon before any slash
+        raise BadInput("--base-url", "has a colon before its first '/': give an http(s):// address or a relative path")
 
 
 class Renderer(Protocol):

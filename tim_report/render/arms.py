@@ -43,10 +43,11 @@ def rows(cmp: dict, marks: dict) -> list[dict]:
              "cls": {"lower": "better", "higher": "worse"}.get(m["direction"] or "", "")} for m in cmp["metrics"]]
 
 
-def render_arms_html(cmp: dict, timestamp: str | None = None) -> str:
+def render_arms_html(cmp: dict, timestamp: str | None = None, assets: str | None = None) -> str:
+    """The arms page; `assets` as html.render_run's (None: self-contained)."""
     return environment().get_template("arms.html").render(c=cmp, labels=cmp["labels"], tally=cmp["tally"],
                                                           rows=rows(cmp, MARK), level=round(ARM_LEVEL * 100),
-                                                          **page_context([], timestamp))
+                                                          **page_context([], timestamp, assets))
 
 
 def render_arms_md(cmp: dict, html_url: str | None = "index.html") -> str:

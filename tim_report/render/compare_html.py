@@ -2,7 +2,7 @@
 
 Display only: formatting, symbols and Altair specs from the pre-binned data in compare.json.
 
-    render_compare_html(cmp, timestamp=None) -> str     DIR/index.html
+    render_compare_html(cmp, timestamp=None, assets=None) -> str     DIR/index.html (assets: as html.render_run's)
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def compare_charts(cmp: dict) -> list[dict]:
 
 # ---- pages --------------------------------------------------------------------------------------
 
-def compare_context(cmp: dict, timestamp: str | None = None) -> dict:
+def compare_context(cmp: dict, timestamp: str | None = None, assets: str | None = None) -> dict:
     charts = compare_charts(cmp)
     pt = cmp.get("per_token") or {}
     per_token = None
@@ -129,8 +129,8 @@ def compare_context(cmp: dict, timestamp: str | None = None) -> dict:
                      "change_median": signed("abs_delta", pt["abs_delta_change_median"])}
     return {"c": cmp, "labels": cmp["labels"], "runs": cmp["runs"], "rows": metric_rows(cmp, HTML_MARK), "tally": cmp["tally"],
             "per_token": per_token, "per_token_reason": None if pt.get("available") else pt.get("reason"),
-            **page_context(charts, timestamp), "mark": HTML_MARK}
+            **page_context(charts, timestamp, assets), "mark": HTML_MARK}
 
 
-def render_compare_html(cmp: dict, timestamp: str | None = None) -> str:
-    return environment().get_template("compare.html").render(**compare_context(cmp, timestamp))
+def render_compare_html(cmp: dict, timestamp: str | None = None, assets: str | None = None) -> str:
+    return environment().get_template("compare.html").render(**compare_context(cmp, timestamp, assets))

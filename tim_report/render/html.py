@@ -1,8 +1,11 @@
 """HTML pages: one per run and the index. Jinja2 with autoescape; charts via Altair specs; no statistics here.
 
 Entry points (`RENDERER`, the html format of `tim_report.render`):
-    render_run(report, notes_md=None, timestamp=None) -> str      site/<run-id>/index.html
-    render_index(index, timestamp=None) -> str                     site/index.html (index: analysis.runs.index_summary)
+    render_run(report, notes_md=None, timestamp=None, assets=None) -> str   site/<run-id>/index.html
+    render_index(index, timestamp=None, assets=None) -> str                  site/index.html (analysis.runs.index_summary)
+
+`assets` is the relative folder of the site's shared assets (pages.assets_href); None makes a self-contained page.
+The renderer writes the assets once, with the site's index (and with a comparison).
 """
 
 from __future__ import annotations
@@ -10,9 +13,10 @@ from __future__ import annotations
 from ..catalogue import metrics as catalogue
 from ..config import HOT_DIFF, TREND_LOG_AXIS_SPAN, health
 from . import charts as ch
-from .pages import environment, page_context, render_notes
+from .pages import asset_files, assets_href, environment, page_context, render_notes
 from .views import (
-    TOKEN_ROWS_OPEN,
+    SAMPLES_OPEN,
+    TOP_TOKENS,
     env_view,
     flat_metrics,
     groups_view,
@@ -24,48 +28,56 @@ from .views import (
 )
 
 
-def run_context(report, notes_md: str | None = None, timestamp: str | None = None) -> dict:
+def run_context(report, notes_md: str | None = None, timestamp: str | None = None, assets: str | None = None) -> dict:
     charts = ch.run_charts(report)
     th = report.run.get("thresholds") or {}
     return {
-        **page_context(charts, timestamp),
+        **page_context(charts, timestamp, assets),
         "r": report, "t": title_parts(report), "m": report.metrics, "headline": headline(report),
         "health_colour": health(report.metrics.get("ess")),
         "groups": groups_view(report), "envs": env_view(report), "samples": samples_view(report), "metrics_table": flat_metrics(report),
         "percentiles": percentile_rows(report), "notes": render_notes(notes_md), "th": th,
-        "hot_diff": HOT_DIFF, "token_rows_open": TOKEN_ROWS_OPEN, "diagnosis": report.diagnosis,
+        "hot_diff": HOT_DIFF, "samples_open": SAMPLES_OPEN, "top_tokens": TOP_TOKENS, "diagnosis": report.diagnosis,
         "topk": topk_view(report),
     }
 
 
-def render_run(report, notes_md: str | None = None, timestamp: str | None = None) -> str:
-    return environment().get_template("run.html").render(**run_context(report, notes_md, timestamp))
+def render_run(report, notes_md: str | None = None, timestamp: str | None = None, assets: str | None = None) -> str:
+    return environment().get_template("run.html").render(**run_context(report, notes_md, timestamp, assets))
 
 
-def render_index(index: dict, timestamp: str | None = None, notes_md: str | None = None) -> str:
+def render_index(index: dict, timestamp: str | None = None, notes_md: str | None = None, assets: str | None = None) -> str:
     """site/index.html from the index summary (analysis.runs.index_summary)."""
     charts = ch.trend_charts(index["trend"]) if index.get("trend") else []
     return environment().get_template("index.html").render(rows=index["runs"], ix=index, notes=render_notes(notes_md),
                                                            columns=[catalogue.metric(k) for k in catalogue.INDEX],
                                                            log_span=TREND_LOG_AXIS_SPAN,
-                                                           **page_context(charts, timestamp))
+                                                           **page_context(charts, timestamp, assets))
 
 
 class HtmlRenderer:
+    """A run page one folder below the site's root; the index and a comparison at their folder's root, with the assets."""
+
     def run(self, report, options) -> dict[str, str]:
-        return {"index.html": render_run(report, notes_md=options.notes_md, timestamp=options.timestamp)}
+        return {"index.html": render_run(report, notes_md=options.notes_md, timestamp=options.timestamp,
+                                         assets=assets_href(options.self_contained, 1))}
 
     def index(self, index: dict, options) -> dict[str, str]:
-        return {"index.html": render_index(index, timestamp=options.timestamp, notes_md=options.notes_md)}
+        page = render_index(index, timestamp=options.timestamp, notes_md=options.notes_md,
+                            assets=assets_href(options.self_contained, 0))
+        return {"index.html": page, **({} if options.self_contained else asset_files())}
 
     def compare(self, comparison: dict, options) -> dict[str, str]:
+        assets = assets_href(options.self_contained, 0)
         if comparison.get("kind") == "arms":
             from .arms import render_arms_html
 
-            return {"index.html": render_arms_html(comparison, options.timestamp)}
-        from .compare_html import render_compare_html
+            page = render_arms_html(comparison, options.timestamp, assets)
+        else:
+            from .compare_html import render_compare_html
 
-        return {"index.html": render_compare_html(comparison, options.timestamp)}
+            page = render_compare_html(comparison, options.timestamp, assets)
+        return {"index.html": page, **({} if options.self_contained else asset_files())}
 
 
 RENDERER = HtmlRenderer()

@@ -232,8 +232,8 @@ def _samples(report, html: str) -> str:
             head.append(f"▲▼ {s['out5']} outside 5x")
         rows = [[str(x["pos"]), esc(x["flag"], None) if x["flag"] else "", esc(x["token"], TOKEN_CHARS), x["ro"], x["tr"],
                  esc(x["diff"]), x["pr"], x["pt"], esc(x["r"])]
-                for x in (s["head"] + s["more"])[:SAMPLE_TOKENS]]
-        n = len(s["head"]) + len(s["more"])
+                for x in s["all"][:SAMPLE_TOKENS]]
+        n = len(s["all"])
         more = f"\n\nFirst {SAMPLE_TOKENS} of {n} tokens; the rest are in the {html}." if n > SAMPLE_TOKENS else ""
         blocks.append(" · ".join(head) + "\n\n"
                       + table(["pos", "", "token", "rollout logp", "trainer logp", "diff", "p_rollout", "p_trainer", "r"], rows,
@@ -281,7 +281,14 @@ def _glossary() -> str:
         if e.verl:
             line += f" verl: {esc(e.verl, None, own=True)}."
         lines.append(line)
-    return details("Glossary", "\n".join(lines))
+    return details("Glossary", "\n".join([*lines, "", _kl_bands()]))
+
+
+def _kl_bands() -> str:
+    """The KL band table (catalogue.metrics.kl_band_table), as the page and the index show it."""
+    kb = catalogue.kl_band_table()
+    return "The KL band table:\n\n" + table([esc(c, None, own=True) for c in kb["columns"]],
+                                            [[esc(v, None, own=True) for v in r] for r in kb["rows"]])
 
 
 def render_run_md(report, base_url: str | None = None) -> str:
@@ -425,6 +432,19 @@ def _trend_table(index: dict, base_url: str | None = None) -> str:
     return f"## Over training steps\n\n{tr['steps']} steps.{note}\n\n{changes}\n\n{body}"
 
 
+def _sweep(index: dict) -> str:
+    blocks = []
+    for s in index.get("sweep") or []:
+        rows = [[fmt(p["max_new_tokens"]), fmt(p["mean_length"]), fmt(p["sequences"]), fmt(p["abs_sum"]), fmt(p["kl_k3"]),
+                 fmt(p["kl_seq"])] for p in s["points"]]
+        lines = [f"- {name} grows {esc(s[k]['reading'], None, own=True) if s[k] else '— (a value of 0)'}"
+                 for name, k in (("\\|Σδ\\|", "abs_sum"), ("KL per sequence", "kl_seq"))]
+        blocks.append(f"### {esc(' '.join(s['pair'][:2]))} → {esc(' '.join(s['pair'][2:]))}\n\n"
+                      + table(["max new tokens", "mean length", "sequences", "mean \\|Σδ\\|", "KL k3 per token",
+                               "KL per sequence"], rows, numeric=range(6)) + "\n\n" + "\n".join(lines))
+    return "## Length sweep\n\n" + "\n\n".join(blocks) if blocks else ""
+
+
 def _env_table(index: dict) -> str:
     envs = index.get("envs")
     if not envs:
@@ -448,10 +468,10 @@ def render_index_md(index: dict, base_url: str | None = None) -> str:
              f"🔴 < {plain(HEALTH.amber)} · {html}")
     columns = "\n".join(["The columns (each run's report has the whole glossary):", ""] + [
         f"- **{esc(m.name, None, own=True)}**: {esc(m.plain, None, own=True)}"
-        for m in (catalogue.metric(k) for k in (*catalogue.INDEX, "routing"))])
+        for m in (catalogue.metric(k) for k in (*catalogue.INDEX, "routing"))] + ["", _kl_bands()])
     core = [title, *filter(None, [_run_verdict(index, base_url)]), _runs_table(index, base_url)]
     sections = [("engine pairs", _pairs_table(index) if len(runs) > 1 else ""), ("precision matrix", _precision_table(index)),
-                ("trend over steps", _trend_table(index, base_url)), ("by environment", _env_table(index)),
+                ("trend over steps", _trend_table(index, base_url)), ("length sweep", _sweep(index)), ("by environment", _env_table(index)),
                 ("columns", columns)]
     return assemble(core, [(n, s) for n, s in sections if s], html)
 

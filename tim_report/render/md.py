@@ -22,6 +22,11 @@ NAME_CHARS = 80  # model, engine, group names in tables
 _CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]")
 _SPECIAL = re.compile(r"([\\`*_\[\]|~#$@!{}=:])")  # = and : too: no "style=", "data:", "http://" survives as such
 _SPECIAL_OWN = re.compile(r"([\\`*_\[\]|~#$@!{}])")
+# GFM's extended autolinks turn `www.host` and `user@host.tld` in plain text into links, and a backslash escape does not
+# stop the e-mail one (it is found after escapes are resolved): `www\.` breaks the first, a zero-width joiner after '@'
+# the second (checked with cmark-gfm --extension autolink, GitHub's own renderer).
+_WWW = re.compile(r"(?i)(www)\.")
+ZWJ = "\u200d"
 
 
 def esc(text: Any, limit: int | None = NAME_CHARS, own: bool = False) -> str:
@@ -46,7 +51,8 @@ def esc(text: Any, limit: int | None = NAME_CHARS, own: bool = False) -> str:
 
 def _inline(s: str, own: bool) -> str:
     s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-    return (_SPECIAL_OWN if own else _SPECIAL).sub(r"\\\1", s)
+    s = (_SPECIAL_OWN if own else _SPECIAL).sub(r"\\\1", s)
+    return _WWW.sub(r"\1\\.", s).replace("@", "@" + ZWJ)
 
 
 def width(text: str) -> int:

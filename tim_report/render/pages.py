@@ -1,6 +1,10 @@
-"""What every HTML page shares: the Jinja2 environment over the package's templates, the notes, the page frame.
+"""What every HTML page shares: the Jinja2 environment over the package's templates, the notes, the page frame,
+and the shared assets.
 
-Used by the run page and the index (html.py) and by the comparison (compare_html.py).
+Used by the run page and the index (html.py) and by the comparison (compare_html.py). A page either links the
+site's one copy of the assets (`assets/vega.js`, `assets/tim.js`, `assets/style.css`, by a relative path: a run
+page is one folder down) or, self-contained, carries them inline (`--self-contained`, the API's `to_html()`,
+Jupyter). Either way it loads nothing from the network, and its Content-Security-Policy says so.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from jinja2 import Environment, FileSystemLoader
 from markupsafe import Markup, escape
 
 from ..catalogue import metrics as catalogue
+from ..catalogue.formats import ASSETS
 from ..catalogue.numbers import fixed, fmt, pct
 from ..config import HEALTH, health
 from .format import visible
@@ -56,7 +61,7 @@ def environment(path: str | None = None) -> Environment:
     env.filters.update(fmt=fmt, pct=pct, fixed=fixed, visible=visible, code=code_spans)
     env.globals.update(metric=catalogue.metric, glossary=catalogue.glossary, conventions=catalogue.CONVENTIONS,
                        health=health, health_bands=HEALTH, health_legend=catalogue.HEALTH_LEGEND, kv_items=kv_items,
-                       kv_tables=kv_tables)
+                       kv_tables=kv_tables, kl_band_table=catalogue.kl_band_table)
     return env
 
 
@@ -69,7 +74,28 @@ def tool_version() -> str:
         return "dev"
 
 
-def page_context(charts: list[dict], timestamp: str | None) -> dict:
-    """What every page's base template needs: the charts, their specs, the Vega bundle (only with charts), the footer."""
-    return {"charts": charts, "chart_specs": [{"id": c["id"], "spec": c["spec"]} for c in charts],
-            "vega_js": Markup(javascript_bundle()) if charts else None, "timestamp": timestamp, "version": tool_version()}
+def assets_href(self_contained: bool, depth: int) -> str | None:
+    """Where a page `depth` folders below the site's root finds the shared assets; None: it carries them inline."""
+    return None if self_contained else "../" * depth + ASSETS + "/"
+
+
+def asset_files() -> dict[str, str]:
+    """The shared assets, by their path in the site: written once per site (and per comparison folder)."""
+    return {f"{ASSETS}/vega.js": javascript_bundle(), f"{ASSETS}/tim.js": asset_text("embed.js"),
+            f"{ASSETS}/style.css": asset_text("style.css")}
+
+
+@functools.lru_cache(maxsize=4)
+def asset_text(name: str) -> str:
+    return (templates_dir() / name).read_text(encoding="utf-8")
+
+
+def page_context(charts: list[dict], timestamp: str | None, assets: str | None = None) -> dict:
+    """What every page's base template needs: the charts, their specs, the footer, and the assets: linked from
+    `assets` (a relative folder), or inline when it is None (the Vega bundle only with charts)."""
+    inline = assets is None
+    return {"charts": charts, "chart_specs": [{"id": c["id"], "spec": c["spec"]} for c in charts], "assets": assets,
+            "vega_js": Markup(javascript_bundle()) if charts and inline else None,
+            "css": Markup(asset_text("style.css")) if inline else None,
+            "embed_js": Markup(asset_text("embed.js")) if charts and inline else None,
+            "timestamp": timestamp, "version": tool_version()}

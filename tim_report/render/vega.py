@@ -1,4 +1,5 @@
-"""The Vega / Vega-Lite / vega-embed JavaScript, inlined once per page so reports work offline."""
+"""The Vega / Vega-Lite / vega-embed JavaScript: one copy per site (assets/vega.js), or inlined in a self-contained
+page, so reports work offline."""
 
 from __future__ import annotations
 

@@ -13,7 +13,8 @@ from ..catalogue.numbers import fixed, fmt, pct, with_se
 from ..config import HOT_DIFF
 from .format import visible
 
-TOKEN_ROWS_OPEN = 50  # per-token rows shown before the rest are collapsed
+SAMPLES_OPEN = 3  # the worst sequences the run page shows open, each with its largest differences
+TOP_TOKENS = 8  # the rows of an open sequence's compact table: its tokens with the largest |diff| (a shorter one: all)
 GROUP_ROWS = 50  # by-group rows shown (worst first)
 ROUTE_ORDER = {"quarantine": 0, "train_with_correction": 1, "train": 2}
 
@@ -82,10 +83,14 @@ def token_rows(sample: dict, band5: tuple[float, float], band2: tuple[float, flo
 def samples_view(report) -> list[dict]:
     th = report.run.get("thresholds") or {}
     b5, b2 = th.get("band_5x", 5.0), th.get("band_2x", 2.0)
-    out = []
+    out: list[dict] = []
     for s in report.samples:
         rows = token_rows(s, (1.0 / b5, b5), (1.0 / b2, b2))
-        out.append({**s, "head": rows[:TOKEN_ROWS_OPEN], "more": rows[TOKEN_ROWS_OPEN:],
+        largest = sorted((i for i, t in enumerate(s["rows"]) if t.get("diff") is not None),
+                         key=lambda i: (-abs(s["rows"][i]["diff"]), i))[:TOP_TOKENS]
+        out.append({**s, "all": rows,
+                    "top": [rows[i] for i in largest] if len(rows) > TOP_TOKENS else [],
+                    "open": s["kind"] == "worst" and len(out) < SAMPLES_OPEN,
                     "hot": sum(1 for r in rows if "hot" in r["cls"]), "out5": sum(1 for r in rows if r["r_cls"] == "o5")})
     return out
 

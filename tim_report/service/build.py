@@ -1,6 +1,6 @@
 """`build`: the output site, one folder per batch plus the index, written all or nothing.
 
-load → analyze → render → write. Everything is rendered into a staging folder beside the output and moved
+load → analyze → render → write. Everything is rendered into a staging folder inside the output and moved
 into place only when every input has succeeded, so a bad input never leaves a half-written site. Renderers
 are imported only for the formats asked for: a markdown-only build never loads Altair or Jinja2.
 
@@ -89,17 +89,25 @@ def unique_ids(names: list[str], given: bool = False) -> list[str]:
                 raise BadInput("--run-id", f"'{g}' cannot name a run folder (reserved for the site's own files, or longer "
                                            f"than {MAX_RUN_ID} characters)")
     taken = set(RESERVED)
+    tried: dict[str, int] = {}  # per name, the last suffix tried: the next one starts there (linear, not quadratic)
     out = []
     for rid in (safe_run_id(n) for n in names):
-        candidate, n = rid, 1
+        n = tried.get(rid.lower(), 1)
+        candidate = _candidate(rid, n)
         while candidate.lower() in taken:
             n += 1
-            candidate = f"{rid}-{n}"
+            candidate = _candidate(rid, n)
+        tried[rid.lower()] = n
         if given and candidate != rid:
             raise BadInput("--run-id", f"'{rid}' is given twice")
         taken.add(candidate.lower())
         out.append(candidate)
     return out
+
+
+def _candidate(rid: str, n: int) -> str:
+    """The n-th name a run id may take: itself, then rid-2, rid-3, ... (cut to stay within MAX_RUN_ID)."""
+    return rid if n == 1 else f"{rid[:MAX_RUN_ID - len(str(n)) - 1]}-{n}"
 
 
 @dataclass
@@ -179,7 +187,8 @@ def analyze_and_render(analyse, opts: BuildOptions, in_run: frozenset[str], src:
 def cache_options(opts: BuildOptions) -> str:
     """Every option that changes what a run folder holds (not the timestamp, not how the work is spread)."""
     return options_fingerprint({"load": opts.load.to_dict(), "thresholds": opts.thresholds.to_dict(),
-                                "formats": opts.formats, "notes": opts.render.notes_md, "base_url": opts.render.base_url})
+                                "formats": opts.formats, "notes": opts.render.notes_md, "base_url": opts.render.base_url,
+                                "self_contained": opts.render.self_contained})
 
 
 def build(paths: list[Path], out: Path, opts: BuildOptions, run_ids: list[str] | None = None,

@@ -53,8 +53,8 @@ def arms_or_pair(before: str | Path, after: str | Path, load_options: LoadOption
 
 def write_compare(comparison: Comparison, out: Path, formats: tuple[str, ...] = tuple(FORMATS),
                   options: RenderOptions | None = None) -> Path:
-    """The comparison's files (index.html, compare.md, compare.json) rendered into a staging folder beside `out`,
-    then moved in."""
+    """The comparison's files (index.html and its assets/ unless self-contained, compare.md, compare.json) rendered
+    into a staging folder inside `out`, then moved in."""
     with staging(out) as folder:
         write_files(folder, render("compare", comparison.to_dict(), formats, options))
         move_into(folder, out)

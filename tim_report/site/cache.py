@@ -85,10 +85,11 @@ def cached_row(out: Path, run_id: str, key: str, formats: tuple[str, ...]) -> di
         return None
     try:
         path = folder / CACHE_FILE
-        if path.is_symlink() or path.stat().st_size > MAX_CACHE_BYTES:
+        info = path.lstat()  # never follows a link; a FIFO or device (which would block or never end) is not ours
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_CACHE_BYTES:
             return None
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: nested past the parser's limit
         return None
     if not isinstance(data, dict) or data.get("key") != key:
         return None

@@ -21,7 +21,7 @@ from pathlib import Path
 from ..catalogue import metrics as catalogue
 from ..catalogue.numbers import fmt
 from ..config import HISTORY_MAX_BYTES
-from ..errors import BadInput
+from ..errors import BadInput, regular_file
 from ..model import dumps
 from .layout import INDEX_JSON
 
@@ -42,10 +42,24 @@ def text(index: dict) -> str:
 
 def read_history(path: str | Path, max_bytes: int = HISTORY_MAX_BYTES) -> list[dict]:
     """The rows of `path` (a site folder, or its index.json): each with id, step (or None) and the headline metrics."""
+    index, doc = read_document(path, max_bytes)
+    return [_row(index, i, r) for i, r in enumerate(doc["runs"])]
+
+
+def read_rows(path: str | Path, keys: tuple[str, ...], max_bytes: int = HISTORY_MAX_BYTES) -> tuple[dict, list[dict]]:
+    """The document of `path` and its rows, each with id, step and the metrics `keys` (None where absent or not
+    finite): what `export` reads back."""
+    index, doc = read_document(path, max_bytes)
+    return doc, [_row(index, i, r, keys) for i, r in enumerate(doc["runs"])]
+
+
+def read_document(path: str | Path, max_bytes: int = HISTORY_MAX_BYTES) -> tuple[Path, dict]:
+    """(the index.json file, its document) of a site folder or index.json; BadInput, one line, when it is not one."""
     path = Path(path)
     if not path.exists():
-        raise BadInput(path, "no such folder (--history names a site built with `tim-report build`)")
+        raise BadInput(path, "no such folder (expected a site built with `tim-report build`)")
     index = path / INDEX_JSON if path.is_dir() else path
+    regular_file(index)  # a FIFO would block the read, /dev/zero never end
     if not index.is_file():
         raise BadInput(index, "no such file: build the run first (`tim-report build RUN -o SITE`, json format on)")
     try:
@@ -64,16 +78,16 @@ def read_history(path: str | Path, max_bytes: int = HISTORY_MAX_BYTES) -> list[d
     version = doc.get("schema_version", 1)
     if version != SCHEMA_VERSION:
         raise BadInput(index, f"has schema_version {str(version)[:20]}; this tim-report reads {SCHEMA_VERSION} (rebuild the site)")
-    return [_row(index, i, r) for i, r in enumerate(doc["runs"])]
+    return index, doc
 
 
-def _row(index: Path, i: int, r: object) -> dict:
+def _row(index: Path, i: int, r: object, keys: tuple[str, ...] = catalogue.HISTORY) -> dict:
     if not isinstance(r, dict):
         raise BadInput(index, f"runs[{i}] is not an object")
     rid = r.get("id")
     row = {"id": str(rid) if isinstance(rid, (str, int)) and not isinstance(rid, bool) else f"runs[{i}]",
            "step": _number(index, i, r, "step")}
-    for key in catalogue.HISTORY:
+    for key in keys:
         row[key] = _number(index, i, r, key)
     return row
 
@@ -85,4 +99,7 @@ def _number(index: Path, i: int, r: dict, key: str) -> float | int | None:
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)):
         raise BadInput(index, f"runs[{i}].{key} is not a number")
-    return v if math.isfinite(v) else None
+    try:
+        return v if math.isfinite(v) else None
+    except OverflowError:  # an integer beyond a float's range
+        raise BadInput(index, f"runs[{i}].{key} is beyond the range of a float") from None

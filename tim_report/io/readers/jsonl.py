@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ...catalogue.numbers import fmt
-from ...errors import BadInput
+from ...errors import BadInput, parser_limit
 from ..limits import current
 from ..text import first_line
 
@@ -76,6 +76,11 @@ def _parse(path: Path, n: int, raw: bytes) -> dict:
             raise BadInput(path, f"line {n} is cut mid-record (the file ends without a newline): "
                                  "still being written, or truncated") from exc
         raise BadInput(path, f"line {n} is not valid JSON ({first_line(exc)})") from exc
+    except (RecursionError, ValueError) as exc:  # nested too deep, an integer of too many digits
+        bad = parser_limit(path, exc)
+        if bad is None:
+            raise
+        raise BadInput(path, f"line {n} {bad.problem}") from None
     if not isinstance(row, dict):
         raise BadInput(path, f"line {n} is not a JSON object")
     return row

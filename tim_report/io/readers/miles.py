@@ -3,7 +3,8 @@
 `{"rollout_id", "rank", "cp_rank", "cp_size", "qkv_format", "rollout_data": {column: one entry per local
 sample}}`, with slime's column names (`tokens`, `response_lengths`, `total_lengths`, `loss_masks`,
 `log_probs`, `rollout_log_probs`, `advantages`, `rewards`, `weight_versions`, `sample_indices`).
-Needs full unpickling (numpy arrays inside): only with --allow-pickle. Tensor-parallel replicas write
+Written with miles' default Ray object store it holds torch tensors and lists and loads with weights_only=True;
+numpy arrays (the Mooncake codecs) need full unpickling, only with --allow-pickle. Tensor-parallel replicas write
 the same samples twice: the first copy is kept. With context parallelism (cp_size > 1, thd format)
 a per-token field is either whole or the rank's zigzag slice: chunk c = ceil(total / 2cp), rank r
 holds sequence positions [r·c, (r+1)·c) and [(2cp−r−1)·c, (2cp−r)·c); a response field holds the
@@ -23,8 +24,9 @@ from ..sequences import Exclusions, assemble_seqs
 from .pt import to_plain, torch_load
 from .slime import ALIGNMENT, sample_seq
 
-REFUSAL = ("a miles train dump holds numpy arrays, which only full unpickling can load, and unpickling can run "
-           "arbitrary code from the file: re-run with --allow-pickle if you trust it")
+REFUSAL = ("this miles train dump holds objects only full unpickling can load (numpy arrays: the Mooncake transfer "
+           "codecs; the default Ray object store writes tensors that load without), and unpickling can run arbitrary "
+           "code from the file: re-run with --allow-pickle if you trust it")
 RESPONSE_FIELDS = ("rollout_log_probs", "log_probs", "loss_masks", "advantages", "ref_log_probs")
 DUPLICATE_WHY = "a tensor-parallel replica wrote the same sample again: one copy is kept"
 

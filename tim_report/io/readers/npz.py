@@ -100,6 +100,10 @@ class NpzMembers(Mapping):
                                           f"{fmt(limits.max_elements)} rows (from --max-tokens {fmt(limits.max_tokens)})")
         elif count > limits.max_elements:
             raise BadInput(self.path, too_large(f"'{key}'", count, limits))
+        if count * h.dtype.itemsize > limits.max_bytes:
+            raise BadInput(self.path, f"'{key}' declares {fmt(count)} elements of {h.dtype.itemsize} bytes ({h.dtype}): "
+                                      f"{fmt(count * h.dtype.itemsize)} bytes, more than this run reads "
+                                      f"({fmt(limits.max_bytes)}, from --max-tokens {fmt(limits.max_tokens)})")
         if not h.dtype.hasobject and count * h.dtype.itemsize > h.stored:
             raise BadInput(self.path, f"'{key}' declares {fmt(count)} elements but holds only {fmt(h.stored)} bytes: "
                                       "truncated or corrupt")

@@ -1,10 +1,11 @@
-"""prime-rl token export: `token_exports/step_S/rank_R.jsonl`, one packed sample per line (schema 1).
+"""prime-rl token export: `token_exports/step_S/rank_R.jsonl`, one sample per line (schema 1).
 
 Whole-sequence layout: `token_ids`, `loss_mask`, `inference_logprobs` and `trainer_logprobs` cover prompt
-and completion, index i scoring token i. A line may pack several samples; `position_ids` restart at
-0 at each one, so that is where they are cut. Each sample's response starts at its first loss-mask
-token. `trainer_logprobs[0]` is a filler (log 1/V) and `inference_logprobs` is 0.0 on every token that
-was not sampled: neither enters a metric, and nothing is shifted to "fix" them.
+and completion, index i scoring token i. prime-rl's writer splits packed micro-batches by `sequence_lengths`,
+so a line is one sample; a line whose `position_ids` restart at 0 part-way is still cut there. Each
+sample's response starts at its first loss-mask token. `trainer_logprobs[0]` is a filler (log 1/V) and
+`inference_logprobs` is 0.0 on every token that was not sampled: neither enters a metric, and nothing is
+shifted to "fix" them.
 """
 
 from __future__ import annotations

@@ -23,7 +23,10 @@ NEEDS_PICKLE = ("needs full unpickling (pickled objects such as verl DataProto),
 
 
 def read_pt(path: Path, allow_pickle: bool) -> Any:
-    return to_plain(unwrap_dataproto(torch_load(path, allow_pickle)), path)
+    obj = torch_load(path, allow_pickle)
+    with warnings.catch_warnings():  # torch's notes on odd tensors (nested: "prototype stage") are not ours to say
+        warnings.simplefilter("ignore")
+        return to_plain(unwrap_dataproto(obj), path)
 
 
 def file_kind(path: Path) -> str | None:
@@ -51,10 +54,74 @@ def check_zip(path: Path) -> None:
                 if info.filename.endswith("data.pkl") and info.file_size > limits.max_pickle_bytes:
                     raise BadInput(path, f"its pickle holds {fmt(info.file_size)} bytes of Python objects, more than this run "
                                          f"reads (from --max-tokens {fmt(limits.max_tokens)})")
+            check_storage_records(path, zf)
     except BadInput:
         raise
     except Exception as exc:
         raise BadInput(path, f"not a readable PyTorch file: truncated or corrupt ({first_line(exc)})") from exc
+
+
+def check_storage_records(path: Path, zf: zipfile.ZipFile) -> None:
+    """Every storage the pickle names must be whole in its record: memory-mapped, a record cut short would be read
+    past its end, into the next record's bytes (torch checks this only when it reads records without mmap)."""
+    pickle_name = next((n for n in zf.namelist() if n.endswith("data.pkl")), None)
+    if pickle_name is None:
+        return
+    prefix = pickle_name[: -len("data.pkl")]
+    sizes = {info.filename[len(prefix) + 5:]: info.file_size for info in zf.infolist()
+             if info.filename.startswith(prefix + "data/")}
+    if not sizes:  # no storage at all: nothing to map (and a large pickle of Python objects is not scanned)
+        return
+    for key, cls, numel in storage_ids(zf.read(pickle_name)):
+        itemsize = STORAGE_BYTES.get(cls.rpartition(" ")[2])
+        if not isinstance(numel, int) or itemsize is None:
+            continue  # a storage kind we cannot size: torch's own reading judges it
+        if key not in sizes:
+            raise BadInput(path, f"its pickle names storage record 'data/{key}', which the archive lacks: truncated or corrupt")
+        if sizes[key] < numel * itemsize:
+            raise BadInput(path, f"storage record 'data/{key}' holds {fmt(sizes[key])} bytes where its tensor needs "
+                                 f"{fmt(numel * itemsize)}: cut short (truncated or corrupt)")
+
+
+# Bytes per element of each storage class a torch.save pickle names (`torch.FloatStorage`, ...).
+STORAGE_BYTES = {"DoubleStorage": 8, "FloatStorage": 4, "HalfStorage": 2, "BFloat16Storage": 2, "LongStorage": 8,
+                 "IntStorage": 4, "ShortStorage": 2, "CharStorage": 1, "ByteStorage": 1, "BoolStorage": 1,
+                 "ComplexFloatStorage": 8, "ComplexDoubleStorage": 16, "UntypedStorage": 1}
+_TO_MARK = {"TUPLE", "LIST", "DICT", "SETITEMS", "APPENDS", "OBJ", "INST", "POP_MARK", "FROZENSET", "ADDITEMS"}
+
+
+def storage_ids(data: bytes) -> list[tuple]:
+    """(key, storage class, element count) of every storage a torch.save pickle names, read from its opcodes (the
+    persistent id `('storage', class, key, location, numel)`) without unpickling anything."""
+    import pickletools
+
+    frames: list[list] = [[]]  # what was pushed since each MARK: enough to rebuild the small tuples ids are made of
+    memo: dict = {}
+    last: object = None
+    found = []
+    for op, arg, _ in pickletools.genops(data):
+        name = op.name
+        if name == "MARK":
+            frames.append([])
+            continue
+        if name in ("BINPUT", "LONG_BINPUT", "PUT", "MEMOIZE"):
+            memo[len(memo) if name == "MEMOIZE" else arg] = last
+            continue
+        if name in _TO_MARK:
+            frame = frames.pop() if len(frames) > 1 else []
+            last = tuple(frame) if name == "TUPLE" else None
+        elif name in ("BINGET", "LONG_BINGET", "GET"):
+            last = memo.get(arg)
+        elif name == "BINPERSID":
+            if frames[-1]:
+                frames[-1].pop()
+            if isinstance(last, tuple) and len(last) == 5 and last[0] == "storage":
+                found.append((str(last[2]), str(last[1]), last[4]))
+            last = None
+        else:
+            last = arg
+        frames[-1].append(last)
+    return found
 
 
 def torch_load(path: Path, allow_pickle: bool, refusal: str = NEEDS_PICKLE) -> Any:
@@ -133,6 +200,11 @@ def to_plain(obj: Any, path: Path) -> Any:
 
 
 def _tensor(t, path: Path, torch) -> Any:
+    if t.is_nested or t.layout != torch.strided or t.is_quantized or t.device.type != "cpu":
+        kind = ("nested" if t.is_nested else "quantized" if t.is_quantized else f"{t.device.type}-device"
+                if t.device.type != "cpu" else str(t.layout).removeprefix("torch."))
+        raise BadInput(path, f"holds a {kind} tensor ({t.dtype}): save plain dense tensors (tensor.dequantize(), "
+                             ".to_dense(), .cpu())")
     n = t.numel()
     if n and t.layout == torch.strided and n * t.element_size() > t.untyped_storage().nbytes():
         raise BadInput(path, f"a tensor of shape {list(t.shape)} is drawn from a storage of {fmt(t.untyped_storage().nbytes())} "
@@ -141,5 +213,7 @@ def _tensor(t, path: Path, torch) -> Any:
     limits = current()
     if copy and n > limits.max_elements:
         raise BadInput(path, too_large(f"a {t.dtype} tensor of shape {list(t.shape)}", n, limits))
-    t = t.cpu()
-    return (t.float() if copy else t).numpy()
+    try:
+        return (t.float() if copy else t).numpy()
+    except (TypeError, RuntimeError) as exc:  # a dtype numpy has no counterpart for
+        raise BadInput(path, f"holds a {t.dtype} tensor numpy cannot hold ({first_line(exc)})") from None

@@ -9,6 +9,11 @@ Response tensors `[B, R]` (`response_mask`, `loss_mask`, `rollout_logprobs`, `ac
 `advantages`, `rewards`) are right-aligned (leading zeros, recent SkyRL) or right-padded (older):
 `response_mask` says which, row by row. `sequences[:, -R:]` lines up with them in both. Rows SkyRL
 added to fill the batch (`metadata["pad_size"]`, at the end, loss mask 0) are dropped.
+
+SkyRL's trainers pop `rewards` and `metadata["uids"]` before `dump_data` (skyrl/train/trainer.py,
+`RayPPOTrainer.train`), so a real dump has neither; the groups come from
+`metadata["policy_prompt_boundaries"]` (`compute_prompt_boundaries(uids)`: one (start, end) row range
+per prompt, over the rows before the filler), where the SkyRL version writes it.
 """
 
 from __future__ import annotations
@@ -41,18 +46,19 @@ def read(src, allow_pickle: bool = False):
         if _arr(values, key) is None:
             raise BadInput(path, f"no '{key}' in this SkyRL batch (keys: {', '.join(sorted(values)) or 'none'}); "
                                  "rollout_logprobs is there only when the generator returned log-probs")
-    ex, notes = Exclusions(), []
+    ex, notes = Exclusions(), list[str]()
     rows = _rows(path, values, metadata, ex)
     how = _alignment(path, _need(values, "response_mask")[rows])
-    seqs = [_row(values, metadata, b, ex) for b in rows]
+    groups, group_key = _groups(metadata, len(rows), notes)
+    seqs = [_row(values, b, groups, ex) for b in rows]
+    keys = {"rollout": "rollout_logprobs", "trainer": "action_log_probs",
+            "mask": "loss_mask" if _arr(values, "loss_mask") is not None else "response_mask", "tokens": "sequences",
+            "advantage": "advantages", "reward": "rewards", "group": group_key}
     meta = {"framework": "skyrl", "layout": f"response tensors [B, R], {how}", "alignment": ALIGNMENT.format(how=how),
             "step": metadata.get("global_step"),
-            "keys": {"rollout": "rollout_logprobs", "trainer": "action_log_probs", "mask": "loss_mask",
-                     "tokens": "sequences", "advantage": "advantages", "reward": "rewards", "group": "metadata.uids"}}
+            "keys": {role: key for role, key in keys.items() if key is not None and (key in values or "." in key)}}
     if _arr(values, "rollout_expert_indices") is not None:
         meta["routed_experts"] = "rollout_expert_indices present (kept for later, not analysed)"
-    if "uids" not in metadata:
-        notes.append("no metadata['uids'] in the dump: no groups")
     batch = assemble_seqs(path, [s for s in seqs if s is not None], meta, ex, notes)
     fields = [{"key": k, "type": f"{v.dtype} {list(v.shape)}" if isinstance(v, np.ndarray) else type(v).__name__}
               for k, v in sorted(values.items())]
@@ -150,7 +156,28 @@ def _alignment(path: Path, resp_mask: np.ndarray) -> str:
     return "right-aligned (leading zeros)" if leading or not trailing else "right-padded"
 
 
-def _row(values: dict, metadata: dict, b: int, ex: Exclusions) -> Seq | None:
+def _groups(metadata: dict, n: int, notes: list[str]) -> tuple[list[str] | None, str | None]:
+    """One group per prompt: `policy_prompt_boundaries` (what SkyRL dumps), else `uids` (kept by a custom trainer)."""
+    bounds = metadata.get("policy_prompt_boundaries")
+    if isinstance(bounds, (list, tuple)) and bounds:
+        try:
+            spans = [(int(a), int(b)) for a, b in bounds]
+        except (TypeError, ValueError):
+            spans = []
+        if spans and spans[0][0] == 0 and spans[-1][1] == n and all(a < b for a, b in spans) and \
+                all(spans[k][1] == spans[k + 1][0] for k in range(len(spans) - 1)):
+            return [str(k) for k, (a, b) in enumerate(spans) for _ in range(b - a)], "metadata.policy_prompt_boundaries"
+        notes.append(f"metadata['policy_prompt_boundaries'] does not tile the {n} rows: no groups")
+        return None, None
+    uids = metadata.get("uids")
+    if isinstance(uids, list) and len(uids) >= n:
+        return [str(u) for u in uids[:n]], "metadata.uids"
+    notes.append("no metadata['policy_prompt_boundaries'] (SkyRL before prompt_mean) and no 'uids' (popped before "
+                 "dumping): no groups")
+    return None, None
+
+
+def _row(values: dict, b: int, groups: list[str] | None, ex: Exclusions) -> Seq | None:
     resp = _need(values, "response_mask")[b] > 0
     width = resp.shape[0]
     ex.add("response padding (response_mask 0)", int((~resp).sum()), "padding of the [B, R] response tensors")
@@ -166,9 +193,8 @@ def _row(values: dict, metadata: dict, b: int, ex: Exclusions) -> Seq | None:
         real = seqs[b][attn[b] > 0]
         prompt = real[: max(len(real) - int(resp.sum()), 0)].astype(np.int64)
     adv, rew = _arr(values, "advantages"), _arr(values, "rewards")
-    uids = metadata.get("uids")
     return Seq(rollout=floats(_need(values, "rollout_logprobs")[b][resp]), trainer=floats(_need(values, "action_log_probs")[b][resp]),
                mask=mask[resp], token_ids=tokens, prompt_ids=prompt,
                advantage=floats(adv[b][resp]) if adv is not None and adv.ndim == 2 else None,
                reward=float(rew[b][resp].sum()) if rew is not None and rew.ndim == 2 else None,
-               group=str(uids[b]) if isinstance(uids, list) and len(uids) > b else None)
+               group=groups[b] if groups is not None else None)

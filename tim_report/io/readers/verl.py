@@ -19,7 +19,6 @@ import numpy as np
 
 from ...errors import BadInput
 from ..detect import is_zip
-from ..sequences import turn_index
 from .pt import (
     to_plain,
     torch_load,
@@ -54,7 +53,7 @@ def read_values(path: Path, allow_pickle: bool) -> dict:
 
 
 def annotate(batch, values: Mapping[str, Any]) -> None:
-    """What the generic assembly does not know: versions, turns, routed experts, and that this is verl."""
+    """What the generic assembly does not know: versions, routed experts, and that this is verl (turns: assemble.py)."""
     batch.meta.update(framework="verl", alignment=ALIGNMENT)
     if batch.meta.get("step") is None and isinstance(batch.meta.get("global_steps"), int):
         batch.meta["step"] = batch.meta["global_steps"]  # meta_info's training step
@@ -62,9 +61,6 @@ def annotate(batch, values: Mapping[str, Any]) -> None:
     versions = _versions(values, batch.n_seqs)
     if versions is not None:
         batch.weight_version = versions
-    turns = [turn_index(batch.mask[batch.tokens_of(i)]) for i in range(batch.n_seqs)]
-    if any(t.size and t[-1] > 0 for t in turns):
-        batch.turn = np.concatenate(turns)
     if values.get("routed_experts") is not None:
         batch.meta["routed_experts"] = "routed_experts present (kept for later, not analysed)"
     num_turns = values.get("__num_turns__")

@@ -1,0 +1,147 @@
+"""The numbers where the team already looks: `Report.scalars()`, `tim-report export --tensorboard` read back with
+TensorBoard's own event reader, and the logger snippets of docs/watch.md run as they are written."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+import types
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from helpers import ROOT, skip_or_fail
+
+import tim_report
+from tim_report.catalogue.metrics import HEADLINE, SCALARS, SUMMARY_EXTRA
+from tim_report.cli import main
+from tim_report.io import save_batch
+from tim_report.testing import make_batch, write_prime_rl_run
+
+JUMP = 8
+
+
+def event_accumulator(path: Path):
+    try:
+        from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    except ImportError:
+        skip_or_fail("tensorboard is not installed (pip install -e \".[tensorboard]\")")
+    acc = EventAccumulator(str(path), size_guidance={"scalars": 0, "tensors": 0})
+    acc.Reload()
+    return acc
+
+
+def test_scalars_are_the_catalogues_metrics_as_flat_floats():
+    report = tim_report.analyze(make_batch(n_seqs=16, mean_len=32))
+    got = report.scalars()
+    assert list(got) == [f"tim/{k}" for k in SCALARS]
+    assert set(HEADLINE) | set(SUMMARY_EXTRA) <= {k.removeprefix("tim/") for k in got}
+    assert all(type(v) is float and math.isfinite(v) for v in got.values())
+    assert got["tim/kl_k3"] == report.metrics["kl_k3"] and got["tim/tokens"] == report.metrics["tokens"]
+    assert set(report.scalars(prefix="mismatch.")) == {f"mismatch.{k}" for k in SCALARS}
+    report.metrics["corr_logp"], report.metrics["kl_k3"] = float("nan"), None  # NaN policy: left out, not logged
+    assert "tim/corr_logp" not in report.scalars() and "tim/kl_k3" not in report.scalars()
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("export")
+    write_prime_rl_run(tmp / "run", steps=14, n_seqs=8, mean_len=24, noise=lambda s: 0.01 if s < JUMP else 0.05)
+    r = CliRunner().invoke(main, ["build", str(tmp / "run"), "-o", str(tmp / "site"), "--format", "json"])
+    assert r.exit_code == 0, r.output
+    return tmp / "site"
+
+
+def test_export_tensorboard_reads_back_with_tensorboards_reader(site, tmp_path):
+    r = CliRunner().invoke(main, ["export", str(site), "--tensorboard", str(tmp_path / "tb")])
+    assert r.exit_code == 0, r.output
+    acc = event_accumulator(tmp_path / "tb")
+    doc = json.loads((site / "index.json").read_text())
+    rows = doc["runs"]
+    assert "tim/kl_k3" in acc.Tags()["scalars"] and "tim/ess" in acc.Tags()["scalars"]
+    for key in ("kl_k3", "ess", "abs_delta_median", "tokens"):
+        events = acc.Scalars(f"tim/{key}")
+        assert [e.step for e in events] == [r["step"] for r in rows]
+        assert [e.value for e in events] == pytest.approx([r[key] for r in rows], rel=1e-6)  # stored as float32
+    changes = acc.Tensors("tim/change_points/text_summary")
+    assert [e.step for e in changes] == [c["step"] for c in doc["change_steps"]] and changes[0].step == JUMP
+    assert changes[0].tensor_proto.string_val[0].decode() == doc["change_steps"][0]["sentence"]
+    verdict = acc.Tensors("tim/run_verdict/text_summary")
+    assert verdict[0].tensor_proto.string_val[0].decode() == doc["run"]["verdict"] and verdict[0].step == 13
+    assert r.output.startswith("14 steps: ")
+
+
+def test_export_bad_input_is_one_line(tmp_path):
+    r = CliRunner().invoke(main, ["export", str(tmp_path / "nope"), "--tensorboard", str(tmp_path / "tb")])
+    assert r.exit_code == 2 and r.output.count("\n") == 1 and "no such folder" in r.output
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "index.json").write_text("{not json")
+    r = CliRunner().invoke(main, ["export", str(tmp_path / "site"), "--tensorboard", str(tmp_path / "tb")])
+    assert r.exit_code == 2 and "is not valid JSON" in r.output and not (tmp_path / "tb").exists()
+    r = CliRunner().invoke(main, ["export", str(tmp_path / "site")])
+    assert r.exit_code == 2 and "--tensorboard" in r.output
+
+
+# ---- the docs' logger snippets, run as written -------------------------------------------------------------------
+
+def snippet(heading: str) -> str:
+    """The first python block after the paragraph starting with `heading` in docs/watch.md."""
+    doc = (ROOT / "docs" / "watch.md").read_text(encoding="utf-8")
+    m = re.search(re.escape(heading) + r".*?```python\n(.*?)```", doc, re.DOTALL)
+    assert m, heading
+    return m.group(1)
+
+
+class Recorder:
+    """Stands in for a logger module or run: records each call (name, args, kwargs), returns itself."""
+
+    def __init__(self, calls: list):
+        self.calls = calls
+
+    def __getattr__(self, name):
+        def call(*args, **kwargs):
+            self.calls.append((name, args, kwargs))
+            return self
+
+        return call
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.calls.append(("__exit__", (), {}))
+
+
+@pytest.fixture
+def step_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    save_batch(make_batch(n_seqs=8, mean_len=24), tmp_path / "step_7.npz")
+    return tim_report.analyze(tim_report.load(tmp_path / "step_7.npz")).scalars()
+
+
+def test_tensorboard_snippet(step_file, tmp_path):
+    exec(snippet("**TensorBoard**"), {})
+    acc = event_accumulator(tmp_path / "tb" / "tim")
+    assert sorted(acc.Tags()["scalars"]) == sorted(step_file)
+    assert acc.Scalars("tim/kl_k3")[0].step == 7
+    assert acc.Scalars("tim/kl_k3")[0].value == pytest.approx(step_file["tim/kl_k3"], rel=1e-6)
+
+
+@pytest.mark.parametrize("module, heading", [("wandb", "**Weights & Biases**"), ("mlflow", "**MLflow**")])
+def test_logger_snippets_with_stand_ins(step_file, monkeypatch, module, heading):
+    """W&B and MLflow are not dependencies: their snippets run against a stand-in recording the same calls."""
+    calls: list = []
+    monkeypatch.setitem(sys.modules, module, types.SimpleNamespace(**{
+        name: getattr(Recorder(calls), name) for name in ("init", "set_tracking_uri", "start_run", "log_metrics")}))
+    exec(snippet(heading), {})
+    names = [c[0] for c in calls]
+    if module == "wandb":
+        assert calls[0] == ("init", (), {"project": "rl-mismatch", "mode": "offline"})
+        assert calls[1] == ("log", (step_file,), {"step": 7}) and names[-1] == "finish"
+    else:
+        assert calls[0] == ("set_tracking_uri", ("file:./mlruns",), {}) and names[1] == "start_run"
+        assert ("log_metrics", (step_file,), {"step": 7}) in calls and names[-1] == "__exit__"
+    logged = next(c[1][0] for c in calls if c[0] in ("log", "log_metrics"))
+    assert all(isinstance(k, str) and type(v) is float for k, v in logged.items())  # what both loggers accept

@@ -1,0 +1,276 @@
+"""`tim-report watch`: a run folder that a second process fills step by step, followed into a site.
+
+After every poll the site equals a fresh `build` of the steps it holds (index.json and each step's summary.json), no
+step is read before all its files are written (a half-written rank file, a rank file that arrives later), and the
+band alarm fires on the step where the mismatch jumps, not before. The command line stops cleanly on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tim_report.service.build import BuildOptions, build
+from tim_report.service.watch import Poller, Watch, WatchOptions, temporary
+from tim_report.testing import write_prime_rl_run
+
+STEPS, JUMP, RANKS = 10, 7, 2
+JSON = BuildOptions(formats=("json",))
+
+# The second process: copies a prepared run's rank files into the watched folder on command, one stdin line each:
+# "copy S R" (whole file), "half S R" (its first half), "rest S R" (the other half), "stable S"; answers "ok".
+WRITER = r"""
+import shutil, sys
+from pathlib import Path
+src, dst = Path(sys.argv[1]), Path(sys.argv[2])
+for line in sys.stdin:
+    cmd, step, *rank = line.split()
+    folder = dst / f"step_{step}"
+    folder.mkdir(parents=True, exist_ok=True)
+    if cmd == "stable":
+        (folder / "STABLE").write_text("")
+    else:
+        name = f"rank_{rank[0]}.jsonl"
+        data = (src / f"step_{step}" / name).read_bytes()
+        with open(folder / name, "ab" if cmd == "rest" else "wb") as f:
+            f.write(data if cmd == "copy" else data[: len(data) // 2] if cmd == "half" else data[len(data) // 2:])
+    print("ok", flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory):
+    """A 10-step, 2-rank prime-rl run whose mismatch jumps 5× at step 7, and each step's true token count."""
+    src = tmp_path_factory.mktemp("prepared")
+    write_prime_rl_run(src, steps=STEPS, n_seqs=8, mean_len=24, noise=lambda s: 0.01 if s < JUMP else 0.05, ranks=RANKS)
+    full = build([src / "token_exports"], src / "site", JSON)
+    return src / "token_exports", {r["id"]: r["tokens"] for r in full.rows}
+
+
+class Writer:
+    def __init__(self, src: Path, dst: Path):
+        self.proc = subprocess.Popen([sys.executable, "-c", WRITER, str(src), str(dst)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True)
+
+    def __call__(self, *commands: str) -> None:
+        for c in commands:
+            assert self.proc.stdin and self.proc.stdout
+            self.proc.stdin.write(c + "\n")
+            self.proc.stdin.flush()
+            assert self.proc.stdout.readline().strip() == "ok"
+
+    def close(self) -> None:
+        assert self.proc.stdin
+        self.proc.stdin.close()
+        self.proc.wait(timeout=10)
+
+
+def site_equals_fresh_build(site: Path, run: Path, scratch: Path) -> list[str]:
+    """The ids the site holds, after checking it is byte for byte what a fresh build of those steps writes."""
+    doc = json.loads((site / "index.json").read_text())
+    ids = [r["id"] for r in doc["runs"]]
+    fresh = scratch / "fresh"
+    shutil.rmtree(fresh, ignore_errors=True)
+    build([run / i if (run / i).exists() else run / f"{i}.npz" for i in ids], fresh, JSON)  # a step folder or file
+    assert (fresh / "index.json").read_text() == (site / "index.json").read_text()
+    for i in ids:
+        assert (fresh / i / "summary.json").read_text() == (site / i / "summary.json").read_text(), i
+    return ids
+
+
+def test_watch_follows_a_run_written_step_by_step(prepared, tmp_path):
+    src, tokens = prepared
+    run, site = tmp_path / "run" / "token_exports", tmp_path / "site"
+    watch = Watch(tmp_path / "run", site, WatchOptions(build=JSON, interval=0))
+    writer = Writer(src, run)
+    alarms, seen = [], []
+
+    def poll(expect: list[str]) -> None:
+        rnd = watch.step()
+        alarms.extend(rnd.alarms)
+        ids = site_equals_fresh_build(site, run, tmp_path) if (site / "index.json").exists() else []
+        assert ids == expect
+        doc = json.loads((site / "index.json").read_text()) if ids else {"runs": []}
+        assert all(r["tokens"] == tokens[r["id"]] for r in doc["runs"])  # never a half-written step
+        seen.append(ids)
+
+    try:
+        poll([])  # the folder does not exist yet
+        done: list[str] = []
+        for s in range(STEPS):
+            if s == 4:  # a rank file written in two halves, the other rank only polls later
+                writer("half 4 0")
+                poll(done)
+                writer("rest 4 0")
+                poll(done)
+                poll(done)  # rank 0 is settled, but steps have 2 ranks: step 4 waits for rank 1
+                writer("copy 4 1")
+                poll(done)  # rank 1 not settled yet
+            else:
+                writer(*(f"copy {s} {r}" for r in range(RANKS)))
+                poll(done)  # new files: not settled until the next poll
+            done = [*done, f"step_{s}"]
+            poll(done)
+            band = [a for a in alarms if a.kind == "band"]
+            assert [a.step for a in band][:1] == ([JUMP] if s >= JUMP else [])  # the first alarm is at the jump
+    finally:
+        writer.close()
+    assert seen[-1] == sorted(tokens, key=lambda i: int(i.split("_")[1]))
+    band = [a for a in alarms if a.kind == "band"]
+    assert "kl_k3" in band[0].metrics and band[0].line.startswith(f"step_{JUMP}: outside the run's band: ")
+    assert band[0].env(site)["TIM_REPORT_STEP"] == str(JUMP)
+    # the site a watch wrote is the site `build RUN` writes: same index, every step reused from the cache
+    again = build([tmp_path / "run"], site, JSON)
+    assert again.analysed == 0 and again.reused == STEPS
+    # a watch restarted on its own site raises no alarm for what the site already holds
+    restarted = Watch(tmp_path / "run", site, WatchOptions(build=JSON, interval=0))
+    rounds = [restarted.step(), restarted.step()]
+    assert rounds[1].result is not None and rounds[1].result.analysed == 0
+    assert not [a for r in rounds for a in r.alarms] and not [row for r in rounds for row in r.new_rows]
+
+
+def test_stable_marker_and_temporary_names(prepared, tmp_path):
+    src, _ = prepared
+    run = tmp_path / "token_exports"
+    writer = Writer(src, run)
+    try:
+        writer("copy 0 0", "copy 0 1", "stable 0", "copy 1 0", "copy 1 1")
+        poller = Poller(run)
+        assert poller.poll()[0] == []
+        assert [s.run_id for s in poller.poll()[0]] == ["step_0"]  # step_1 has no STABLE yet, though its ranks settled
+        writer("stable 1")
+        (run / "step_2").mkdir()  # prime-rl made the next step's folder and wrote nothing yet: the others go on
+        assert [s.run_id for s in poller.poll()[0]] == ["step_0", "step_1"]
+    finally:
+        writer.close()
+    for name in (".step_3.npz", "step_3.npz.tmp", "step_3.tmp.npz", "step_3.npz~", "step_3.npz.part", "#step_3.npz"):
+        assert temporary(Path(name)), name
+    assert not temporary(Path("step_3.npz")) and not temporary(Path("rank_0.jsonl"))
+
+
+def test_declared_ranks_hold_the_first_step(prepared, tmp_path):
+    src, _ = prepared
+    run = tmp_path / "token_exports"
+    writer = Writer(src, run)
+    try:
+        writer("copy 0 0")
+        poller = Poller(run, ranks=2)
+        poller.poll()
+        assert poller.poll()[0] == []  # settled, but one of two ranks
+        writer("copy 0 1")
+        poller.poll()
+        assert [s.run_id for s in poller.poll()[0]] == ["step_0"]
+    finally:
+        writer.close()
+
+
+def test_cli_on_alarm_and_sigterm_leave_a_complete_site(prepared, tmp_path):
+    """The command itself: a live writer, an alarm command given its data in the environment (no shell), SIGTERM."""
+    src, _ = prepared
+    run, site, log = tmp_path / "run" / "token_exports", tmp_path / "site", tmp_path / "alarms.txt"
+    hook = tmp_path / "hook.py"
+    hook.write_text("import os, sys\nwith open(sys.argv[1], 'a') as f:\n"
+                    "    f.write(os.environ['TIM_REPORT_ALARM'] + ' ' + os.environ['TIM_REPORT_STEP'] + ' '"
+                    " + os.environ['TIM_REPORT_METRICS'] + '\\n')\n")
+    cmd = [sys.executable, "-m", "tim_report", "watch", str(tmp_path / "run"), "-o", str(site), "--interval", "0.1",
+           "--format", "json", "--on-alarm", f"{sys.executable} {hook} '{log}' ; touch {tmp_path / 'injected'}"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    writer = Writer(src, run)
+    try:
+        for s in range(STEPS - 1):
+            writer(*(f"copy {s} {r}" for r in range(RANKS)))
+            _wait_for(lambda s=s: f'"step_{s}"' in _read(site / "index.json"))
+        _wait_for(lambda: log.exists() and f"band {JUMP} " in log.read_text())
+        writer(*(f"copy {STEPS - 1} {r}" for r in range(RANKS)))
+        time.sleep(0.25)  # the last step is being taken: SIGTERM may land before, during or after its build
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        writer.close()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    held = site_equals_fresh_build(site, run, tmp_path)  # whatever it holds, the site is a complete one
+    assert held in ([f"step_{s}" for s in range(n)] for n in (STEPS - 1, STEPS))
+    assert out.strip().splitlines()[-1] == f"stopped: {site}/ holds {len(held)} steps"
+    assert f"alarm: step_{JUMP}: outside the run's band: " in out
+    first = log.read_text().splitlines()[0].split()
+    assert first[:2] == ["band", str(JUMP)] and "kl_k3" in first[2].split(",")
+    assert not (tmp_path / "injected").exists()  # the alarm command is an argument list, never a shell line
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tim-report-")]  # no staging folder left
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def _wait_for(cond, timeout: float = 30.0) -> None:
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.05)
+
+
+def test_a_broken_or_half_written_file_holds_back_only_its_own_step(tmp_path):
+    """A folder of step files: a broken JSON-lines file is said once and the other steps go on; a half-written .npz
+    that looks settled fails to load, is left out (never published) and is taken once it is whole."""
+    from tim_report.io import save_batch
+    from tim_report.testing import make_batch
+
+    run, site = tmp_path / "run", tmp_path / "site"
+    run.mkdir()
+    for s in range(6):
+        save_batch(make_batch(n_seqs=6, mean_len=16, seed=s), run / f"step_{s}.npz")
+    (run / "step_9.jsonl").write_text('{"rollout_log_probs": [-0.5, ')
+    save_batch(make_batch(n_seqs=6, mean_len=16, seed=6), tmp_path / "step_6.npz")
+    whole = (tmp_path / "step_6.npz").read_bytes()
+    (run / "step_6.npz").write_bytes(whole[: len(whole) // 2])
+    watch = Watch(run, site, WatchOptions(build=JSON, interval=0))
+    notes = watch.step().notes + watch.step().notes
+    assert len([n for n in notes if n.startswith(f"waiting: {run / 'step_9.jsonl'}: ")]) == 1, notes
+    assert [n for n in notes if n.startswith(f"skipped: {run / 'step_6.npz'}: ")], notes
+    assert site_equals_fresh_build(site, run, tmp_path) == [f"step_{s}" for s in range(6)]
+    assert not [n for n in watch.step().notes if "step_9" in n or "step_6" in n]  # each said once while it lasts
+    (run / "step_6.npz").write_bytes(whole)
+    watch.step()
+    rnd = watch.step()
+    assert [r["id"] for r in rnd.new_rows] == ["step_6"]
+    assert site_equals_fresh_build(site, run, tmp_path) == [f"step_{s}" for s in range(7)]
+
+
+@pytest.mark.parametrize("args, problem", [
+    (["--on-alarm", ""], "--on-alarm: is empty"),
+    (["--on-alarm", "notify 'unclosed"], "--on-alarm: cannot split the command"),
+])
+def test_cli_bad_options_are_one_line(tmp_path, args, problem):
+    from click.testing import CliRunner
+
+    from tim_report.cli import main
+
+    r = CliRunner().invoke(main, ["watch", str(tmp_path), "-o", str(tmp_path / "site"), "--once", *args])
+    assert r.exit_code == 2 and r.output.count("\n") == 1 and problem in r.output, r.output
+
+
+def test_cli_refuses_a_foreign_output_folder(prepared, tmp_path):
+    from click.testing import CliRunner
+
+    from tim_report.cli import main
+
+    src, _ = prepared
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "thesis.txt").write_text("mine")
+    r = CliRunner().invoke(main, ["watch", str(src), "-o", str(tmp_path / "site"), "--once", "--interval", "0.05"])
+    assert r.exit_code == 2 and r.output.count("\n") == 1 and "was not written by tim-report" in r.output, r.output
+    assert sorted(p.name for p in (tmp_path / "site").iterdir()) == ["thesis.txt"]

@@ -1,0 +1,54 @@
+"""verl: a `DataProto` after the old log-probs → one step file (read duck-typed; verl is never imported).
+
+Call it in `RayPPOTrainer.fit` (verl/trainer/ppo/ray_trainer.py), after `batch = compute_advantage(...)`, as
+`save_dataproto(batch, "tim_steps/")`. The keys, as verl 0.9.1 names them (ray_trainer.py, rollout_corr_helper.py):
+
+    batch["rollout_log_probs"]   [B, R] the rollout engine's log-probs (rollout.calculate_log_probs=True keeps them)
+    batch["old_log_probs"]       [B, R] the trainer's recomputation (`_compute_old_log_prob`)
+    batch["response_mask"]       [B, R] the loss mask (tool outputs of a multi-turn rollout are 0 here)
+    batch["attention_mask"]      [B, P + R] real tokens (its last R columns cover the response)
+    batch["responses"], batch["prompts"]   [B, R] and [B, P] token ids (prompts left-padded)
+    batch["advantages"], batch["token_level_rewards"]   [B, R]
+    non_tensor_batch["uid"]      [B] the prompt's id: GRPO's group
+    meta_info["global_steps"]    the step
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from ..errors import BadInput
+from ..io.save_step import save_step
+
+WHO = "verl DataProto"
+
+
+def save_dataproto(data: Any, path: str | Path, *, step: int | None = None, **options: Any) -> Path:
+    """Save a verl DataProto's step (both log-probs, mask, ids, groups, rewards, advantages); returns the file's path.
+    `options` are save_step's (rank, model, rollout_engine, rollout_dtype, trainer_dtype, background, ...)."""
+    batch, extra = data.batch, getattr(data, "non_tensor_batch", None) or {}
+    keys = set(batch.keys())
+    if "rollout_log_probs" not in keys:
+        raise BadInput(WHO, "has no 'rollout_log_probs': set actor_rollout_ref.rollout.calculate_log_probs=True so verl "
+                            "keeps the rollout engine's log-probs")
+    if "old_log_probs" not in keys:
+        raise BadInput(WHO, "has no 'old_log_probs' yet: call save_dataproto after verl computes them "
+                            "(RayPPOTrainer.fit, after compute_advantage)")
+    rollout, trainer = batch["rollout_log_probs"], batch["old_log_probs"]
+    if rollout.data_ptr() == trainer.data_ptr():
+        raise BadInput(WHO, "'old_log_probs' is 'rollout_log_probs' (algorithm.rollout_correction.bypass_mode=True): "
+                            "verl recomputed no trainer log-probs to compare")
+    width = rollout.shape[1]
+    attention = batch["attention_mask"] if "attention_mask" in keys else None
+    mask = batch["response_mask"] if "response_mask" in keys else (attention[:, -width:] if attention is not None else None)
+    prompts = batch["prompts"] if "prompts" in keys else None
+    rewards = next((batch[k] for k in ("token_level_rewards", "token_level_scores") if k in keys), None)
+    if step is None:
+        step = (getattr(data, "meta_info", None) or {}).get("global_steps")
+    return save_step(
+        path, rollout, trainer, mask=mask, attention_mask=attention,
+        token_ids=batch["responses"] if "responses" in keys else None,
+        prompt_ids=prompts, prompt_mask=attention[:, : prompts.shape[1]] if prompts is not None and attention is not None else None,
+        group=extra.get("uid"), reward=rewards, advantage=batch["advantages"] if "advantages" in keys else None,
+        step=step, **{**options, "meta": {"framework": "verl", **options.get("meta", {})}})

@@ -1,0 +1,292 @@
+"""`save_step`: one training step's tensors → the canonical `.npz`, from inside a training loop.
+
+Takes torch tensors (any device, any float dtype: bf16 and fp16 are widened with `.float()`, exactly) or numpy
+arrays, in either layout the frameworks use:
+
+    padded   [B, T] arrays; the real tokens are `attention_mask`'s (its last T columns when wider, as verl's
+             [B, prompt + response] mask is) or, without one, every position up to each row's last trained token
+    flat     [T] arrays plus `offsets` [N + 1] (sequence i is tokens offsets[i]:offsets[i + 1])
+
+and writes what `tim-report build` reads back token for token. The file goes to `path` when it ends in `.npz`,
+else to `path/step_{step}/rank_{rank}.npz`, the layout `build` merges per step (io/discover.py). Torch is
+never imported: a tensor is recognised by its `detach` and `cpu` methods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..errors import BadInput
+from ..model import StepBatch
+from .canonical import TOPK_FIELDS
+from .step_writer import StepWriter, shared_writer, write
+
+WHO = "save_step"
+NARROW_FLOATS = ("float16", "bfloat16", "float32")  # widened to float32 exactly; float64 stays float64
+
+
+def step_path(path: str | Path, step: int | None, rank: int) -> Path:
+    """Where a step's rank file goes: `path` itself when it names an `.npz`, else `path/step_{step}/rank_{rank}.npz`."""
+    path = Path(path)
+    if path.suffix.lower() == ".npz":
+        return path
+    if step is None:
+        raise BadInput(WHO, f"{path} is a folder: give step= so the file can be named step_S/rank_R.npz")
+    return path / f"step_{int(step)}" / f"rank_{int(rank)}.npz"
+
+
+@dataclass
+class Converted:
+    """The arrays on the CPU as numpy, with the dtype each log-prob tensor had (said in the file's meta)."""
+
+    arrays: dict[str, np.ndarray]
+    logp_dtypes: dict[str, str]
+
+
+def to_numpy(name: str, value: Any) -> np.ndarray:
+    """A tensor (any device; bf16/fp16 widened to float32) or array-like → a numpy array of its own, which the
+    training loop may overwrite its buffers after (a CPU tensor's `.numpy()` shares memory: copied)."""
+    if hasattr(value, "detach") and hasattr(value, "cpu"):
+        t = value.detach()
+        widened = t.is_floating_point() and str(t.dtype).removeprefix("torch.") in ("bfloat16", "float16")
+        if widened:
+            t = t.float()
+        arr = t.cpu().numpy()  # from an accelerator: a fresh host copy (blocking)
+        return arr.copy() if value.device.type == "cpu" and not widened else arr
+    try:
+        return np.array(value, copy=True)
+    except (ValueError, TypeError) as exc:
+        raise BadInput(WHO, f"'{name}' is not an array ({type(value).__name__}: {exc})") from None
+
+
+def convert(arrays: dict[str, Any]) -> Converted:
+    """Every given array onto the CPU as numpy: the part of a save the training loop waits for."""
+    out, dtypes = {}, {}
+    for name, value in arrays.items():
+        if value is None:
+            continue
+        out[name] = to_numpy(name, value)
+        if name in ("rollout_logp", "trainer_logp") or name.endswith("topk_logp"):
+            dtypes[name] = str(value.dtype if hasattr(value, "dtype") else out[name].dtype).removeprefix("torch.")
+    return Converted(out, dtypes)
+
+
+def build_step(c: Converted, meta: dict[str, Any]) -> StepBatch:
+    """The converted arrays → a StepBatch in the canonical layout, every shape checked (BadInput naming the array)."""
+    a = c.arrays
+    for name in ("rollout_logp", "trainer_logp"):
+        if name not in a:
+            raise BadInput(WHO, f"'{name}' is required")
+        if a[name].dtype.kind != "f":
+            raise BadInput(WHO, f"'{name}' holds {a[name].dtype}, expected floats (log-probabilities)")
+    rollout, trainer = a["rollout_logp"], a["trainer_logp"]
+    if rollout.shape != trainer.shape:
+        raise BadInput(WHO, f"'trainer_logp' is {list(trainer.shape)} but 'rollout_logp' is {list(rollout.shape)}")
+    narrow = all(c.logp_dtypes[n] in NARROW_FLOATS for n in ("rollout_logp", "trainer_logp"))
+    logp_dtype = np.float32 if narrow else np.float64
+    take: _Padded | _Flat
+    if rollout.ndim == 2:
+        if "offsets" in a:
+            raise BadInput(WHO, "'offsets' goes with flat [T] log-probs; these are padded [B, T]")
+        keep, mask = _padded_keep(a, rollout.shape)
+        take = _Padded(keep)
+    elif rollout.ndim == 1:
+        if "offsets" not in a:
+            raise BadInput(WHO, f"'rollout_logp' is flat {list(rollout.shape)}: give 'offsets' [N + 1], or pass padded [B, T] arrays")
+        offsets = _offsets(a["offsets"], rollout.shape[0])
+        take = _Flat(offsets)
+        mask = _bool("mask", take(a, "mask", rollout.shape)) if "mask" in a else np.ones(rollout.shape, bool)
+    else:
+        raise BadInput(WHO, f"'rollout_logp' has shape {list(rollout.shape)}: expected [B, T] or flat [T] with offsets")
+    batch = StepBatch(rollout_logp=take(a, "rollout_logp", rollout.shape).astype(logp_dtype, copy=False),
+                      trainer_logp=take(a, "trainer_logp", rollout.shape).astype(logp_dtype, copy=False),
+                      offsets=take.offsets, mask=mask, meta=dict(meta))
+    if "tool_mask" in a:  # tool results: in the sequence, never sampled by the policy, never trained
+        tool = ~_bool("tool_mask", take(a, "tool_mask", rollout.shape))
+        batch.meta["tool_tokens"] = int(tool.sum())
+        batch.mask = batch.mask & ~tool
+    if not batch.mask.any():
+        raise BadInput(WHO, "the mask selects no tokens: nothing in this step is trained")
+    _optional(a, take, rollout.shape, batch)
+    batch.meta["logp_dtypes"] = {k.removesuffix("_logp"): v for k, v in c.logp_dtypes.items()}
+    return batch
+
+
+def save_step(path: str | Path, rollout_logp: Any, trainer_logp: Any, *, mask: Any = None, attention_mask: Any = None,
+              offsets: Any = None, token_ids: Any = None, prompt_ids: Any = None, prompt_mask: Any = None,
+              group: Any = None, reward: Any = None, advantage: Any = None, turn: Any = None, tool_mask: Any = None,
+              rollout_topk_ids: Any = None, rollout_topk_logp: Any = None, trainer_topk_ids: Any = None,
+              trainer_topk_logp: Any = None, step: int | None = None, rank: int = 0, world_size: int | None = None,
+              model: str | None = None, rollout_engine: str | None = None, rollout_dtype: str | None = None,
+              trainer_engine: str | None = None, trainer_dtype: str | None = None, meta: dict | None = None,
+              background: bool | StepWriter = False) -> Path:
+    """Save one step's rollout and trainer log-probs (and what else is given) as the canonical `.npz`; returns its path.
+
+    `mask` is the loss mask (1 = trained); `tool_mask` (0 = a tool's output) is folded into it. `prompt_ids` is
+    [B, P] with `prompt_mask` (left padding) or a list of 1-D arrays; `group` and `reward` are per sequence (a
+    [B, T] reward is summed per sequence); `advantage` per sequence or per token. Everything is checked here
+    (BadInput naming the array). `background=True` (or a StepWriter) returns once the arrays are on the CPU and
+    checked, and leaves compressing and writing to a writer thread (flushed at exit)."""
+    arrays = dict(rollout_logp=rollout_logp, trainer_logp=trainer_logp, mask=mask, attention_mask=attention_mask,
+                  offsets=offsets, token_ids=token_ids, group=group, reward=reward, advantage=advantage, turn=turn,
+                  tool_mask=tool_mask, rollout_topk_ids=rollout_topk_ids, rollout_topk_logp=rollout_topk_logp,
+                  trainer_topk_ids=trainer_topk_ids, trainer_topk_logp=trainer_topk_logp, prompt_mask=prompt_mask)
+    info = dict(model=model, rollout_engine=rollout_engine, rollout_dtype=rollout_dtype, trainer_engine=trainer_engine,
+                trainer_dtype=trainer_dtype)
+    header = {**(meta or {}), **{k: v for k, v in info.items() if v is not None}, "rank": int(rank)}
+    if step is not None:
+        header["step"] = int(step)
+    if world_size is not None:
+        if not 0 <= int(rank) < int(world_size):
+            raise BadInput(WHO, f"rank {rank} is not in 0 … world_size - 1 ({int(world_size) - 1})")
+        header["world_size"] = int(world_size)
+    target = step_path(path, step, rank)
+    converted = convert(arrays)
+    prompts = _prompts(prompt_ids, converted.arrays.pop("prompt_mask", None))
+    batch = build_step(converted, header)
+    if prompts is not None:
+        if len(prompts) != batch.n_seqs:
+            raise BadInput(WHO, f"'prompt_ids' has {len(prompts)} prompts for {batch.n_seqs} sequences")
+        batch.prompt_ids = prompts
+    if background is not False:
+        writer = background if isinstance(background, StepWriter) else shared_writer()
+        writer.put(target, batch)
+    else:
+        write(target, batch)
+    return target
+
+
+class _Padded:
+    """Takes [B, T] arrays' real positions row by row (a copy: the caller's buffers may change after the call)."""
+
+    def __init__(self, keep: np.ndarray):
+        self.keep = keep
+        self.offsets = np.concatenate([[0], np.cumsum(keep.sum(axis=1))]).astype(np.int64)
+        self.n_seqs = keep.shape[0]
+
+    def __call__(self, a: dict, name: str, shape: tuple) -> np.ndarray:
+        arr = a[name]
+        if arr.shape[:2] != shape:
+            raise BadInput(WHO, f"'{name}' is {list(arr.shape)} but the log-probs are {list(shape)}")
+        return arr[self.keep]
+
+
+class _Flat:
+    """Flat [T] arrays are already in the canonical layout; each is checked to have T rows."""
+
+    def __init__(self, offsets: np.ndarray):
+        self.offsets = offsets
+        self.n_seqs = offsets.shape[0] - 1
+
+    def __call__(self, a: dict, name: str, shape: tuple) -> np.ndarray:
+        arr = a[name]
+        if arr.shape[:1] != shape:
+            raise BadInput(WHO, f"'{name}' is {list(arr.shape)} but the log-probs are {list(shape)}")
+        return arr
+
+
+def _padded_keep(a: dict, shape: tuple) -> tuple[np.ndarray, np.ndarray]:
+    """[B, T] real positions and the flat trained mask over them."""
+    mask2d = _bool("mask", a["mask"]) if "mask" in a else None
+    if mask2d is not None and mask2d.shape != shape:
+        raise BadInput(WHO, f"'mask' is {list(mask2d.shape)} but the log-probs are {list(shape)}")
+    if "attention_mask" in a:
+        att = a["attention_mask"]
+        if att.ndim != 2 or att.shape[0] != shape[0] or att.shape[1] < shape[1]:
+            raise BadInput(WHO, f"'attention_mask' is {list(att.shape)}: expected [{shape[0]}, >= {shape[1]}] "
+                                "(its last T columns cover the response)")
+        keep = _bool("attention_mask", att[:, att.shape[1] - shape[1]:])
+        if mask2d is not None and (mask2d & ~keep).any():
+            raise BadInput(WHO, "'mask' marks positions outside 'attention_mask' as trained")
+    elif mask2d is not None:  # right padding: a row's tokens end at its last trained one
+        last = np.where(mask2d.any(axis=1), shape[1] - 1 - np.argmax(mask2d[:, ::-1], axis=1), -1)
+        keep = np.arange(shape[1])[None, :] <= last[:, None]
+    else:
+        keep = np.ones(shape, bool)
+    mask = mask2d[keep] if mask2d is not None else np.ones(int(keep.sum()), bool)
+    return keep, mask
+
+
+def _optional(a: dict, take: _Padded | _Flat, shape: tuple, batch: StepBatch) -> None:
+    if "token_ids" in a:
+        batch.token_ids = _ints("token_ids", take(a, "token_ids", shape)).astype(np.int64, copy=False)
+    if "turn" in a:
+        batch.turn = _ints("turn", take(a, "turn", shape)).astype(np.int32)
+    if "advantage" in a:
+        adv = a["advantage"]
+        batch.advantage = (np.repeat(_floats("advantage", adv), np.diff(batch.offsets)) if adv.shape == (take.n_seqs,)
+                           else _floats("advantage", take(a, "advantage", shape)))
+    if "reward" in a:
+        batch.reward = _reward(a["reward"], take, shape, batch)
+    if "group" in a:
+        g = a["group"]
+        if g.shape != (take.n_seqs,):
+            raise BadInput(WHO, f"'group' is {list(g.shape)}: expected one id per sequence ({take.n_seqs})")
+        batch.group = g.astype(str)
+    present = [n for n in TOPK_FIELDS if n in a]
+    if present and len(present) != len(TOPK_FIELDS):
+        raise BadInput(WHO, "top-k arrays come as all four (rollout_topk_ids, rollout_topk_logp, trainer_topk_ids, "
+                            f"trainer_topk_logp); got {', '.join(present)}")
+    for name, dtype in TOPK_FIELDS.items() if present else ():
+        value = take(a, name, shape)
+        if value.ndim != 2:
+            raise BadInput(WHO, f"'{name}' is {list(a[name].shape)}: expected [B, T, k] or flat [T, k]")
+        setattr(batch, name, value.astype(dtype, copy=False))
+
+
+def _reward(value: np.ndarray, take: _Padded | _Flat, shape: tuple, batch: StepBatch) -> np.ndarray:
+    """Per sequence; token-level rewards (verl's token_level_rewards) summed over each sequence's tokens."""
+    r = _floats("reward", value)
+    if r.shape == (take.n_seqs,):
+        return r
+    per_token = take({"reward": r}, "reward", shape)
+    return np.bincount(batch.seq_index(), weights=per_token, minlength=batch.n_seqs)
+
+
+def _prompts(ids: Any, mask: np.ndarray | None) -> list[np.ndarray] | None:
+    """[B, P] prompt ids (with `prompt_mask`: left padding removed) or a list of 1-D arrays → one array per sequence."""
+    if ids is None:
+        return None
+    if isinstance(ids, Sequence) and not isinstance(ids, (str, bytes)) and ids and np.ndim(to_numpy("prompt_ids", ids[0])) == 1:
+        return [_ints("prompt_ids", to_numpy("prompt_ids", p)).astype(np.int64) for p in ids]
+    arr = _ints("prompt_ids", to_numpy("prompt_ids", ids))
+    if arr.ndim != 2:
+        raise BadInput(WHO, f"'prompt_ids' is {list(arr.shape)}: expected [B, P] or a list of 1-D arrays")
+    if mask is None:
+        return [row.astype(np.int64) for row in arr]
+    if mask.shape[0] != arr.shape[0] or mask.shape[1] < arr.shape[1]:
+        raise BadInput(WHO, f"'prompt_mask' is {list(mask.shape)} but 'prompt_ids' is {list(arr.shape)}")
+    keep = _bool("prompt_mask", mask[:, : arr.shape[1]])
+    return [row[k].astype(np.int64) for row, k in zip(arr, keep)]
+
+
+def _offsets(value: np.ndarray, n: int) -> np.ndarray:
+    off = _ints("offsets", value).astype(np.int64)
+    if off.ndim != 1 or off.size < 2 or off[0] != 0 or off[-1] != n or np.any(np.diff(off) < 0):
+        raise BadInput(WHO, f"'offsets' must rise from 0 to the token count {n} (got {off.size} values)")
+    return off
+
+
+def _bool(name: str, arr: np.ndarray) -> np.ndarray:
+    if arr.dtype.kind == "b":
+        return arr
+    if arr.dtype.kind not in "iuf":
+        raise BadInput(WHO, f"'{name}' holds {arr.dtype}, expected 0/1 or booleans")
+    return arr > 0
+
+
+def _ints(name: str, arr: np.ndarray) -> np.ndarray:
+    if arr.dtype.kind not in "iub":
+        raise BadInput(WHO, f"'{name}' holds {arr.dtype}, expected integers")
+    return arr
+
+
+def _floats(name: str, arr: np.ndarray) -> np.ndarray:
+    if arr.dtype.kind not in "iuf":
+        raise BadInput(WHO, f"'{name}' holds {arr.dtype}, expected numbers")
+    return arr.astype(np.float64, copy=False)

@@ -1,0 +1,256 @@
+"""`watch`: follow a live run folder, rebuilding its site each time a step is complete, and raising alarms.
+
+Plain polling, not file-system events: a run folder usually sits on NFS, Lustre or a shared volume written by other
+machines, where inotify/FSEvents see nothing, and a poll of `stat()` works the same on every file system. A step is
+taken only once it is complete (`Poller`):
+
+- every one of its files is settled: the same size, mtime and inode on two polls in a row, and not empty;
+- no file of it has a temporary name (`*.tmp`, `*.part`, a hidden `.name`, ...): a writer that saves to a temporary
+  name and renames it into place (tim-report's own `save_step`, `torch.save` to a temp file) is seen only after the
+  rename;
+- a prime-rl step folder has its `STABLE` marker, once any step of the run has one (prime-rl writes it when every
+  rank has flushed);
+- it has as many files (ranks) as `--ranks` declares, else as many as the most any earlier complete step had.
+
+A round rebuilds the site from the complete steps with `service.build.build` (the per-step cache keeps the unchanged
+steps' folders as they are; the index is rewritten; the publish is all or nothing), then reports what the site did not
+hold before it: a step outside the run's own band (`check --history`'s rule, analysis/history.py) and a new change
+point (the run view's, analysis/trend.py). Each is one line and, with an alarm command, one run of it.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..analysis.history import check_history
+from ..config import HISTORY_MARGIN, HISTORY_WINDOW
+from ..errors import BadInput
+from ..io import Source, sources
+from ..io.detect import INPUT_SUFFIXES
+from ..io.discover import STEP_DIR
+from ..site.index_json import read_document
+from ..site.layout import INDEX_JSON
+from ..site.publish import check_target
+from .build import BuildOptions, BuildResult, build
+
+TEMP_NAME = re.compile(r"(^[.#~])|([.~](tmp|temp|part|partial|incomplete|swp|crdownload)$)|(~$)|(\.tmp\.)", re.IGNORECASE)
+ALARM_TIMEOUT = 60.0  # seconds an alarm command may run before it is stopped: a hung notifier must not stop the watch
+
+
+@dataclass
+class WatchOptions:
+    build: BuildOptions = field(default_factory=BuildOptions)
+    interval: float = 5.0  # seconds between polls; a step is taken at the earliest one poll after its last write
+    ranks: int | None = None  # --ranks: the files (ranks) every step has; None: as many as earlier steps had
+    history_window: int = HISTORY_WINDOW
+    history_margin: float = HISTORY_MARGIN
+
+
+@dataclass
+class Alarm:
+    """A step outside the run's band ("band") or a new change point ("change_point"), as one line and as data."""
+
+    kind: str
+    step: int | float | None
+    run_id: str
+    metrics: list[str]
+    value: float | None  # the first metric's value at the step (band) or its level after the change (change point)
+    line: str
+
+    def env(self, site: Path) -> dict[str, str]:
+        """What an alarm command is told, as environment variables (never as shell text)."""
+        return {"TIM_REPORT_ALARM": self.kind, "TIM_REPORT_STEP": "" if self.step is None else str(self.step),
+                "TIM_REPORT_RUN_ID": self.run_id, "TIM_REPORT_METRIC": self.metrics[0] if self.metrics else "",
+                "TIM_REPORT_METRICS": ",".join(self.metrics), "TIM_REPORT_VALUE": "" if self.value is None else repr(self.value),
+                "TIM_REPORT_MESSAGE": self.line, "TIM_REPORT_SITE": str(site)}
+
+
+@dataclass
+class Round:
+    """What one poll did: the build (None when no step changed), the new rows, the alarms, and notes to print."""
+
+    result: BuildResult | None = None
+    new_rows: list[dict] = field(default_factory=list)
+    alarms: list[Alarm] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+Stat = tuple[int, int, int]  # size, mtime_ns, inode
+
+
+def _stat(path: Path) -> Stat | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_size, st.st_mtime_ns, st.st_ino
+
+
+def temporary(path: Path) -> bool:
+    """A name writers give a file before renaming it into place."""
+    return TEMP_NAME.search(path.name) is not None
+
+
+class Poller:
+    """Which steps of a run folder are complete; call `poll()` once per interval (settling needs two polls)."""
+
+    def __init__(self, run_dir: Path, format_hint: str | None = None, ranks: int | None = None):
+        self.run_dir, self.hint, self.declared = run_dir, format_hint, ranks
+        self.seen: dict[Path, Stat | None] = {}  # every file of every step at the previous poll
+        self.ranks = 0  # the most files an accepted step had
+        self.stable = False  # a prime-rl step folder of this run has had its STABLE marker
+        self.pending: set[str] = set()  # the problems the previous poll met: one met on two polls in a row is said
+        self.said: set[str] = set()  # the problems said, each once while it lasts (a file being written meets one)
+
+    def poll(self) -> tuple[list[Source], list[str]]:
+        """The complete steps now, and notes: a problem met on two polls in a row, said once while it lasts."""
+        found, notes = self._discover()
+        fresh = [n for n in notes if n in self.pending and n not in self.said]  # a problem that lasts, said once
+        self.pending, self.said = set(notes), (self.said & set(notes)) | set(fresh)
+        now = {p: _stat(p) for s in found for p in s.paths}
+        previous, self.seen = self.seen, now
+        self.stable |= any(_prime_step(s) and (s.origin / "STABLE").is_file() for s in found)
+        settled = [s for s in found if self._settled(s, now, previous)]
+        if self.declared is None and settled:
+            self.ranks = max(self.ranks, *(len(s.paths) for s in settled))
+        need = self.declared if self.declared is not None else self.ranks
+        return [s for s in settled if len(s.paths) >= need], fresh
+
+    def _discover(self) -> tuple[list[Source], list[str]]:
+        """Every step `build` would find; when one file or step folder makes the run unreadable as a whole (a JSON-lines
+        file half written or broken, a prime-rl step folder with no rank file yet), its steps one by one, so that the
+        others still go on."""
+        if not self.run_dir.exists():
+            return [], []
+        try:
+            return sources(self.run_dir, self.hint), []
+        except BadInput as exc:
+            if not self.run_dir.is_dir():
+                return [], [f"waiting: {exc}"]
+            base = self.run_dir / "token_exports" if (self.run_dir / "token_exports").is_dir() else self.run_dir
+            found, notes = [], []
+            for entry in sorted(base.iterdir()):
+                step_file = entry.is_file() and entry.suffix.lower() in INPUT_SUFFIXES and not temporary(entry)
+                if step_file or (entry.is_dir() and STEP_DIR.match(entry.name)):
+                    try:
+                        found += sources(entry, self.hint)
+                    except BadInput as one:
+                        notes.append(f"waiting: {one}")
+            return found, notes or [f"waiting: {exc}"]
+
+    def _settled(self, s: Source, now: dict, previous: dict) -> bool:
+        """Every file unchanged since the previous poll, none temporary or empty, and the STABLE marker if the run uses it."""
+        if any(temporary(p) for p in s.paths):
+            return False
+        if any(now[p] is None or now[p] != previous.get(p) or now[p][0] == 0 for p in s.paths):
+            return False
+        return not (_prime_step(s) and self.stable and not (s.origin / "STABLE").is_file())
+
+
+def _prime_step(s: Source) -> bool:
+    return s.framework == "prime-rl" and s.origin.is_dir()
+
+
+def build_path(s: Source) -> Path:
+    """The path `build` reads this one step from: its step folder or file (a miles step: any of its rank files)."""
+    return s.origin if s.origin.exists() else s.paths[0]
+
+
+class Watch:
+    """A run folder followed into a site: `step()` is one poll and, when a complete step is new or changed, one build."""
+
+    def __init__(self, run_dir: Path, out: Path, options: WatchOptions):
+        check_target(out)  # a folder that cannot be a site is refused before the first poll
+        self.run_dir, self.out, self.opts = run_dir, out, options
+        self.poller = Poller(run_dir, options.build.load.format_hint, options.ranks)
+        self.built: tuple | None = None  # the complete steps and their files' stats at the last build
+        self.bad: dict[Path, tuple] = {}  # a step's path that was bad input → its stats then (retried once they change)
+        self.known_ids, self.known_changes = _known(out)
+
+    def step(self) -> Round:
+        ready, notes = self.poller.poll()
+        rnd = Round(notes=notes)
+        ready = [s for s in ready if self.bad.get(build_path(s)) != _stats(s)]
+        state = tuple((s.run_id, _stats(s)) for s in ready)
+        if not ready or state == self.built:
+            return rnd
+        while ready:
+            try:
+                rnd.result = build([build_path(s) for s in ready], self.out, self.opts.build)
+                break
+            except BadInput as exc:  # one bad step: said, left out until its files change; the others still build
+                culprit = next((s for s in ready if _names(s, exc.source)), None)
+                if culprit is None:
+                    raise
+                rnd.notes.append(f"skipped: {exc}")
+                self.bad[build_path(culprit)] = _stats(culprit)
+                ready = [s for s in ready if s is not culprit]
+        self.built = state
+        if rnd.result is not None:
+            self._news(rnd, rnd.result)
+        return rnd
+
+    def _news(self, rnd: Round, result: BuildResult) -> None:
+        """The rows and change points the site did not hold before, and the alarms they raise."""
+        rnd.new_rows = [r for r in result.rows if r["id"] not in self.known_ids]
+        for row in rnd.new_rows:
+            band = check_history(row, [r for r in result.rows if r is not row], self.opts.history_window, self.opts.history_margin)
+            if band.violations:
+                first = band.violations[0].id
+                rnd.alarms.append(Alarm("band", row.get("step"), row["id"], [v.id for v in band.violations], row.get(first),
+                                        f"{row['id']}: outside the run's band: " + "; ".join(v.message for v in band.violations)))
+        for cp in result.change_steps:
+            pairs = {(cp["step"], m) for m in cp["metrics"]}
+            if pairs - self.known_changes:
+                rnd.alarms.append(Alarm("change_point", cp["step"], cp["run"], list(cp["metrics"]), None,
+                                        f"change point: {cp['sentence']}"))
+            self.known_changes |= pairs
+        self.known_ids |= {r["id"] for r in result.rows}
+
+
+def _stats(s: Source) -> tuple:
+    return tuple(_stat(p) for p in s.paths)
+
+
+def _names(s: Source, named: str) -> bool:
+    return named in {str(p) for p in (*s.paths, s.origin)} or named.startswith(str(s.origin) + os.sep)
+
+
+def _known(out: Path) -> tuple[set[str], set[tuple]]:
+    """The steps and change points a site already holds (a watch restarted on its own site raises no alarm twice)."""
+    if not (out / INDEX_JSON).is_file():
+        return set(), set()
+    _, doc = read_document(out)  # capped and checked, or one line saying why not
+    ids = {str(r.get("id")) for r in doc["runs"] if isinstance(r, dict)}
+    changes = {(c.get("step"), m) for c in doc.get("change_steps") or [] if isinstance(c, dict)
+               for m in c.get("metrics") or [] if isinstance(m, str)}
+    return ids, changes
+
+
+def run_alarm(argv: list[str], alarm: Alarm, site: Path) -> str | None:
+    """Run the alarm command (an argument list: no shell) with the alarm in its environment; a line when it failed."""
+    try:
+        done = subprocess.run(argv, env={**os.environ, **alarm.env(site)}, stdin=subprocess.DEVNULL, timeout=ALARM_TIMEOUT,
+                              check=False)
+    except FileNotFoundError:
+        return f"alarm command not found: {argv[0]}"
+    except subprocess.TimeoutExpired:
+        return f"alarm command stopped after {ALARM_TIMEOUT:g} s: {argv[0]}"
+    except OSError as exc:
+        return f"alarm command failed: {argv[0]}: {exc.strerror or exc}"
+    return f"alarm command exited {done.returncode}: {argv[0]}" if done.returncode != 0 else None
+
+
+def follow(watch: Watch, report: Callable[[Round], None], stopped: Callable[[float], bool], once: bool = False) -> None:
+    """Poll until `stopped(interval)` (which waits the interval, or less when asked to stop) says to stop. `once`:
+    two polls an interval apart (settling needs two), then stop."""
+    report(watch.step())
+    while not stopped(watch.opts.interval):
+        report(watch.step())
+        if once:
+            return
