@@ -162,7 +162,7 @@ def test_run_page_reads_on_one_screen_first(browser, site):
     worst = json.loads((site / "step7" / "samples.json").read_text(encoding="utf-8"))["samples"][0]
     page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
     shown = page.locator(f"#seq-{worst['sequence']} table.tok tbody tr").count()
-    n = len(worst["rows"])
+    n = len(worst["rows"]["pos"])  # samples.json's rows are columns
     assert shown == (n + 8 if n > 8 else n)  # its largest differences, then every row
     page.close()
 

@@ -42,9 +42,13 @@ def test_build_writes_summary_and_samples(tmp_path, verl_pt, trl_npz):
                      "rollout_corr/rollout_ppl", "rollout_corr/log_ppl_diff", "training/rollout_probs_diff_max",
                      "training/rollout_actor_probs_pearson_corr"):
             assert isinstance(verl[name], float), name
-        samples = json.loads((out / rid / "samples.json").read_text())["samples"]
+        doc = json.loads((out / rid / "samples.json").read_text())
+        samples = doc["samples"]
         assert [s["kind"] for s in samples].count("worst") == 8
-        assert {"token", "rollout_logp", "trainer_logp", "diff", "p_rollout", "p_trainer", "r"} <= set(samples[0]["rows"][0])
+        assert doc["schema_version"] == 2 and set(doc["derived"]) == {"diff", "r", "p_rollout", "p_trainer"}
+        cols = samples[0]["rows"]  # one array per field, one value per token row
+        assert {"pos", "token", "rollout_logp", "trainer_logp", "mask", "valid"} <= set(cols)
+        assert len({len(v) for v in cols.values()}) == 1 and len(cols["pos"]) == samples[0]["tokens"]
     assert "verl_step_7" in res.output
 
 
@@ -55,6 +59,20 @@ def test_worst_samples_really_are_worst(tmp_path):
     assert run("build", tmp_path / "w.npz", "-o", tmp_path / "s").exit_code == 0
     samples = json.loads((tmp_path / "s" / "w" / "samples.json").read_text())["samples"]
     assert samples[0]["sequence"] == 17 and samples[0]["kind"] == "worst"
+
+
+def test_samples_json_columns_hold_every_float32_log_prob_exactly(tmp_path):
+    """samples.json (schema 2) writes each sample's rows as columns to 9 significant digits: read back as float32,
+    every float32 log-prob is exactly the one saved."""
+    b = make_batch(6, 20, seed=4)
+    b.rollout_logp = b.rollout_logp.astype(np.float32).astype(np.float64)
+    save_batch(b, tmp_path / "c.npz")
+    assert run("build", tmp_path / "c.npz", "-o", tmp_path / "s").exit_code == 0
+    doc = json.loads((tmp_path / "s" / "c" / "samples.json").read_text())
+    for s in doc["samples"]:
+        cols, sl = s["rows"], b.tokens_of(s["sequence"])
+        want = b.rollout_logp[sl][np.asarray(cols["pos"])]
+        assert np.array_equal(np.asarray(cols["rollout_logp"], dtype=np.float32), want.astype(np.float32))
 
 
 def test_run_id_option_and_safe_names(tmp_path, trl_npz):

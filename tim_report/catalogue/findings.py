@@ -35,6 +35,15 @@ def _always(level: str) -> Callable[[Words, DiagnosisThresholds], str]:
     return lambda w, dt: level
 
 
+def _floor_share(share: float | None) -> str:
+    """The floor's KL against the mismatch's: a share, or a multiple when the mismatch lies inside the floor."""
+    if share is None:
+        return ""
+    if share > 1:
+        return f", {fmt(share, 3)}× the mismatch's: the mismatch is within the trainer's own noise"
+    return f", {pct(share)} of the mismatch's"
+
+
 def _x(x: float, digits: int = 3) -> str:
     return fmt(x, digits) + "×"
 
@@ -301,7 +310,7 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
     Finding(
         "trainer_floor", lambda w, dt: "warn" if w["clip_fraction"] >= FLOOR_CLIP_WARN else "info",
         lambda w: (f"The trainer's own floor: scoring the same tokens under another batch composition moves its log-probs "
-                   f"by KL k3 {fmt(w['kl_k3'])}" + (f", {pct(w['kl_share'])} of the mismatch's" if w["kl_share"] is not None else "")
+                   f"by KL k3 {fmt(w['kl_k3'])}" + _floor_share(w["kl_share"])
                    + f"; PPO clips {pct(w['clip_fraction'])} of tokens on that alone"),
         lambda w: "the trainer's own noise floor (the same tokens scored twice by the trainer)",
         lambda w: ("Batch composition (micro-batch size, padding, sequence order) changes the reduction order of the "
