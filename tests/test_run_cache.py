@@ -45,7 +45,7 @@ def test_the_same_run_reached_from_another_folder_or_spelling_reuses_every_step(
     assert "0 analysed, 6 reused" in run_cli("build", "./run/", "-o", "../site").output  # another working directory
     assert files(site) == before
     summary = json.loads((site / "step_3" / "summary.json").read_text(encoding="utf-8"))
-    assert summary["run"]["meta"]["file"] == "run/token_exports/step_3"  # its place in the run: no spelling, no home dir
+    assert summary["run"]["meta"]["file"] == "step_3"  # its own name: no spelling, no home dir
     assert str(tmp_path) not in (site / "step_3" / "index.html").read_text(encoding="utf-8")
 
 
@@ -79,7 +79,7 @@ def test_a_truncated_and_an_empty_step_are_rows_that_say_why_and_the_rest_is_bui
     index = index_of(site)
     assert [r["id"] for r in index["runs"]] == [f"step_{s}" for s in range(6)]
     assert [(u["id"], u["step"], u["path"]) for u in index["unreadable"]] == [
-        ("step_6", 6, "run/token_exports/step_6"), ("step_7", 7, "run/token_exports/step_7")]
+        ("step_6", 6, "step_6"), ("step_7", 7, "step_7")]
     assert "cut mid-record" in index["unreadable"][0]["reason"]
     assert not (site / "step_6").exists() and (site / "step_5" / "index.html").is_file()
     html = (site / "index.html").read_text(encoding="utf-8")

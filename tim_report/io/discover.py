@@ -47,7 +47,7 @@ class Source:
     run_id: str
     origin: Path  # the file or step folder, named in messages and as the report's source
     kind: str = "file"  # how it was found, said by `inspect`
-    shown: str | None = None  # how pages name it: its path within the run folder built (service.build); None: origin
+    shown: str | None = None  # how pages name it: its own name (service.build.shown_path); None: origin as given
 
 
 @dataclass(frozen=True)

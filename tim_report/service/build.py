@@ -125,7 +125,7 @@ def expand(paths: list[Path], given: list[str] | None, format_hint: str | None =
     """Every batch under the command-line paths (a run folder gives one per step) and its run id.
 
     `--run-id` is given once per path; a path holding several steps prefixes each step's id with it. Each Source
-    carries `shown`, its path within the folder named on the command line (the cache key's and the page's path).
+    carries `shown`, the name pages and the cache key give it (`shown_path`).
     """
     if given and len(given) != len(paths):
         raise BadInput("--run-id", f"given {len(given)} times for {len(paths)} inputs")
@@ -135,7 +135,7 @@ def expand(paths: list[Path], given: list[str] | None, format_hint: str | None =
         batches, unreadable = scan(path, format_hint)
         several = len(batches) + len(unreadable) > 1
         each: list[Source | Unreadable] = [*batches, *unreadable]
-        for st in (replace(x, shown=shown_path(path, x.origin)) for x in each):
+        for st in (replace(x, shown=shown_path(x.origin)) for x in each):
             steps.append((st, several))
             names.append(st.run_id if not given else given[i] if not several else f"{given[i]}-{st.run_id}")
     ids = unique_ids(names, given=bool(given))
@@ -145,18 +145,11 @@ def expand(paths: list[Path], given: list[str] | None, format_hint: str | None =
     return Expanded([s for s, _ in found], [rid for _, rid in found], bad, in_run)
 
 
-def shown_path(arg: Path, origin: Path) -> str:
-    """How pages and the cache name a step: its path within the folder named on the command line, under that
-    folder's name (a file named alone: its name), so the site is the same whichever working directory, spelling
-    (`inc/run`, `/abs/inc/run`) or place of the run folder built it."""
-    base = os.path.abspath(arg)
-    if not os.path.isdir(base):
-        return os.path.basename(base)
-    try:
-        inside = Path(os.path.abspath(origin)).relative_to(base)
-    except ValueError:  # not under the folder (a slime rollout dump beside train_data/): name it from the parent
-        inside = Path(os.path.relpath(os.path.abspath(origin), os.path.dirname(base)))
-    return (Path(os.path.basename(base)) / inside).as_posix()
+def shown_path(origin: Path) -> str:
+    """How pages and the cache name a step: its file's or step folder's own name (`step_7`, `global_step_3.pt`), so
+    the site is the same whichever working directory, spelling (`inc/run`, `/abs/inc/run`) or place of the run folder
+    built it, and whether `build RUN` or `watch` (which builds step folders one by one) wrote it."""
+    return Path(os.path.abspath(origin)).name
 
 
 def analyze_file(opts: BuildOptions, src: Source, run_id: str) -> Report:

@@ -1,9 +1,10 @@
 """The per-step cache: a step whose input, options and tool are unchanged keeps its run folder as it is.
 
 Each run folder a build writes holds `.tim-report-cache.json`: the step's key and its index row. The key
-hashes the input's bytes (every file of the step), its framework and its path *within the run folder built*
-(the page names both; service.build makes that path, so the same run reached from another working directory,
-spelled `inc/run` or `/abs/inc/run`, or moved elsewhere, keeps every key), the run id,
+hashes the input's bytes (every file of the step), its framework and the name the page gives it (its file's or
+step folder's own name, `service.build.shown_path`: never the path as spelled, so the same run reached from another
+working directory, spelled `inc/run` or `/abs/inc/run`, moved elsewhere, or written by `watch`, keeps every key),
+the run id,
 every option that changes what is written (keys, meta, thresholds, formats, notes, base URL, ...; not `--timestamp`, which only stamps
 pages) and the tool itself (its version and a digest of its own code and templates, so a changed
 tim-report never serves a page an older one wrote). A rebuild re-analyses only the steps whose key
