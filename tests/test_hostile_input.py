@@ -289,7 +289,7 @@ def cached_site(tmp_path_factory) -> tuple[Path, str, bytes]:
     save_batch(make_batch(n_seqs=4, mean_len=8), tmp / "s.npz")
     opts = BuildOptions(formats=("json",))
     build([tmp / "s.npz"], tmp / "site", opts)
-    key = step_key((tmp / "s.npz",), f"dict\0{tmp / 's.npz'}", "s", cache_options(opts))
+    key = step_key((tmp / "s.npz",), "dict\0s.npz", "s", cache_options(opts))  # a file named alone: its name
     return tmp / "site", key, (tmp / "site" / "s" / ".tim-report-cache.json").read_bytes()
 
 

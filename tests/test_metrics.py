@@ -288,3 +288,17 @@ def test_numbers_do_not_depend_on_how_many_blas_threads_run():
         env = {**os.environ, "OPENBLAS_NUM_THREADS": threads, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
         outs.append(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout)
     assert outs[0] == outs[1]
+
+
+def test_the_abs_ladder_read_off_the_signed_sort_is_bit_identical_to_sorting_abs():
+    """|x|'s percentiles come from x's one sort (a binary search over its two sides), exactly as a second sort gives them."""
+    from tim_report.analysis.stats import percentile_ladder, signed_and_abs_ladders
+
+    rng = np.random.default_rng(1)
+    cases = [rng.standard_normal(1001), np.round(rng.standard_normal(5000), 1), np.array([0.5]), np.array([-0.5]),
+             -np.abs(rng.standard_normal(50)), np.abs(rng.standard_normal(50)), np.array([-0.0, 0.0, -0.0, 1.0, -1.0]),
+             np.zeros(10), np.array([-3.0, -2.0, -1.0]), rng.standard_normal(100_001) * 1e-3]
+    for x in cases:
+        signed, absolute = signed_and_abs_ladders(x)
+        assert [v.hex() for v in signed] == [v.hex() for v in percentile_ladder(x)]
+        assert [v.hex() for v in absolute] == [v.hex() for v in percentile_ladder(np.abs(x))]

@@ -99,14 +99,22 @@ def shared_ray():
 
 @pytest.mark.slow
 def test_bad_input_in_a_ray_task_is_one_line_exit_2(tmp_path, shared_ray):
+    """A bad step of a run folder found in a Ray task is left out (exit 3, the rest built, one line); a bad file given
+    on its own is exit 2 with nothing written."""
     run = run_folder(tmp_path / "run", 3)
     (run / "step_2.npz").write_bytes(b"not a zip file")
     out = tmp_path / "site"
     res = cli("build", run, "-o", out, "--executor", "ray")
+    assert res.exit_code == 3, res.output
+    assert res.stderr.strip().splitlines() == [
+        f"tim-report: error: {run / 'step_2.npz'}: not an .npz archive (numpy writes a zip of .npy files; this is not a zip) "
+        "(step_2 left out; the rest was built)"]
+    assert (out / "step_1" / "index.html").is_file() and not (out / "step_2").exists()
+    res = cli("build", run / "step_2.npz", "-o", tmp_path / "alone", "--executor", "ray")
     assert res.exit_code == 2, res.output
     assert res.stderr.strip().splitlines() == [
         f"tim-report: error: {run / 'step_2.npz'}: not an .npz archive (numpy writes a zip of .npy files; this is not a zip)"]
-    assert not out.exists() and not list(tmp_path.rglob(".tim-report-staging-*"))
+    assert not (tmp_path / "alone").exists() and not list(tmp_path.rglob(".tim-report-staging-*"))
     assert shared_ray.is_initialized()  # the caller's Ray is the caller's to stop
 
 

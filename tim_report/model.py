@@ -215,8 +215,20 @@ def _is_kind(v: Any, kind: str, optional: bool) -> bool:
     return False
 
 
+_PLAIN = frozenset({str, int, bool, type(None)})  # values JSON writes as they are
+
+
 def clean(obj: Any) -> Any:
-    """NaN / inf become null so the JSON is valid everywhere (browsers, jq, GitHub)."""
+    """NaN / inf become null so the JSON is valid everywhere (browsers, jq, GitHub).
+
+    Plain values and floats are handled in line rather than by a call each: a page's JSON holds tens of thousands
+    of them (a finite x has x − x = 0; inf and NaN give NaN)."""
+    t = type(obj)
+    if t is dict:
+        return {k if type(k) is str else str(k): v if type(v) in _PLAIN else (v if v - v == 0.0 else None)
+                if type(v) is float else clean(v) for k, v in obj.items()}
+    if t is list or t is tuple:
+        return [v if type(v) in _PLAIN else (v if v - v == 0.0 else None) if type(v) is float else clean(v) for v in obj]
     if isinstance(obj, float):
         return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):

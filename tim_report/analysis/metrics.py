@@ -20,6 +20,7 @@ from .stats import (
     mean_se,
     pearson,
     percentile_ladder,
+    signed_and_abs_ladders,
     spearman,
     top_share,
 )
@@ -34,7 +35,7 @@ def summary_metrics(tok: Tokens, th: Thresholds) -> dict:
     """
     seq_sum = tok.seq_sum(tok.delta)[tok.present]
     m: dict = {"tokens": tok.n, "sequences": int(tok.present.sum()), "sequences_in_batch": tok.n_seqs}
-    ladder: dict[str, list[float]] = {"delta": percentile_ladder(tok.delta)}
+    ladder: dict[str, list[float]] = dict(zip(("delta", "abs_delta"), signed_and_abs_ladders(tok.delta)))  # one sort
     _kl(tok, m, ladder)
     _weights(tok, th, np.clip(seq_sum, -SAFETY_BOUND, SAFETY_BOUND), m)
     _sizes(tok, th, m, ladder)
@@ -104,7 +105,6 @@ def _sizes(tok: Tokens, th: Thresholds, m: dict, ladder: dict) -> None:
     m["outside_5x"] = float(np.count_nonzero(abs_d > math.log(th.band_5x)) / tok.n)
     m["abs_delta_max"] = float(abs_d.max())
     m["token_mult_prob_error"], m["token_mult_prob_error_se"] = tok.mean_se(np.exp(np.minimum(abs_d, SAFETY_BOUND)))
-    ladder["abs_delta"] = percentile_ladder(abs_d, scratch=True)  # reorders abs_d: last use
     m["abs_delta_median"] = ladder["abs_delta"][PERCENTILES.index(50)]
     m["abs_delta_p90"] = ladder["abs_delta"][PERCENTILES.index(90)]
     m["abs_delta_p99"] = ladder["abs_delta"][PERCENTILES.index(99)]

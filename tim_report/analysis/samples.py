@@ -44,24 +44,17 @@ def sample_rows(batch: StepBatch, tok: Tokens, th: Thresholds) -> list[dict]:
             diff = tr - ro
             r = np.exp(np.clip(diff, -SAFETY_BOUND, SAFETY_BOUND))
         text = [_cut(t, MAX_TOKEN_CHARS) for t in batch.token_strings(shown)]
-        ids = batch.token_ids[shown] if batch.token_ids is not None else None
+        ids = batch.token_ids[shown].tolist() if batch.token_ids is not None else None
         sel = tok.seq == i
         d = tok.delta[sel]
-        rows = [
-            {
-                "pos": j,
-                "token": text[j],
-                "token_id": int(ids[j]) if ids is not None else None,
-                "rollout_logp": finite(ro[j]),
-                "trainer_logp": finite(tr[j]),
-                "diff": finite(diff[j]),
-                "p_rollout": finite(np.exp(ro[j])),
-                "p_trainer": finite(np.exp(tr[j])),
-                "r": finite(r[j]),
-                "mask": bool(batch.mask[shown.start + j]),
-                "valid": bool(valid[shown.start + j]),
-            }
-            for j in range(shown.stop - shown.start)
+        with np.errstate(over="ignore"):
+            columns = [_finite_list(a) for a in (ro, tr, diff, np.exp(ro), np.exp(tr), r)]
+        mask, ok = batch.mask[shown].astype(bool).tolist(), valid[shown].tolist()
+        rows = [  # whole columns converted at once: a call per value was most of the analysis of a small step
+            {"pos": j, "token": text[j], "token_id": int(ids[j]) if ids is not None else None,
+             "rollout_logp": rl, "trainer_logp": tl, "diff": df, "p_rollout": pr, "p_trainer": pt, "r": rr,
+             "mask": mask[j], "valid": ok[j]}
+            for j, (rl, tl, df, pr, pt, rr) in enumerate(zip(*columns))
         ]
         out.append({
             "sequence": i,
@@ -78,6 +71,11 @@ def sample_rows(batch: StepBatch, tok: Tokens, th: Thresholds) -> list[dict]:
             "rows_truncated": n > th.sample_max_tokens,
         })
     return out
+
+
+def _finite_list(a: np.ndarray) -> list[float | None]:
+    """The values as Python floats, None where not finite (what `stats.finite` gives each)."""
+    return [v if keep else None for v, keep in zip(a.astype(np.float64).tolist(), np.isfinite(a).tolist())]
 
 
 def _response_text(batch: StepBatch, sl: slice) -> str | None:

@@ -1,7 +1,14 @@
-"""`tim-report build FILES -o DIR`: one report per batch plus the index."""
+"""`tim-report build FILES -o DIR`: one report per batch plus the index.
+
+Exit 0 when every batch was built; 2 on bad input, nothing written; 3 when a run folder's step could not be read:
+everything else was built and the index says why that step is missing, with one line per such step on stderr:
+
+    tim-report: error: RUN/token_exports/step_7: rank_0.jsonl: not valid JSON lines (...) (step_7 left out; the rest was built)
+"""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -26,6 +33,7 @@ from .progress import build_progress
 from .text import safe, summary_line
 
 RUN_LINES_MAX = 20  # a longer run prints its summary line only: the index lists every step
+EXIT_UNREADABLE_STEP = 3  # the site was written, but a step of a run folder could not be read
 CHANGE_LINES_MAX = 10
 
 
@@ -87,6 +95,11 @@ def build_command(files, out, run_ids, load, ppo_eps, notes, timestamp, self_con
                f"in {fixed(result.seconds, 1)} s; wrote {safe(out)}/")
     if result.run:  # last, where a reader of a CI log looks first
         click.echo(f"run verdict: {safe(result.run['verdict'])}")
+    for u in result.unreadable:
+        click.echo(f"tim-report: error: {safe(u['file'])}: {safe(u['reason'])} ({safe(u['id'])} left out; the rest was "
+                   "built)", err=True)
+    if result.unreadable:
+        sys.exit(EXIT_UNREADABLE_STEP)
 
 
 def read_notes(path: Path) -> str:

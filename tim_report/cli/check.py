@@ -3,7 +3,9 @@
 Exit 0 when every batch is within its limits and has no finding at or above `--fail-on`, 1 on any
 violation, 2 on bad input. A batch that cannot be measured (too few usable tokens, probabilities saved
 as log-probs: the `unusable_input` finding) is bad input too: one line, exit 2 whatever the limits and
-`--fail-on`, and the other files are still checked. One line per violated limit or finding:
+`--fail-on`, and the other files are still checked. A run folder is checked step by step; a step of it that
+cannot be read is a line naming it (`FILE: unreadable: why`) and exit 2, after the other steps are checked. One
+line per violated limit or finding:
 
     FILE: limit ess = 0.21 < 0.3 (--min-ess)
     FILE: error shift: Off-by-one: trainer log-probs match the rollout's at position t+1
@@ -70,10 +72,12 @@ def gate_options(fn):
 @load_options
 def check_command(files, bounds, no_limits, fail_on, overrides, history, history_window, history_margin, history_floors,
                   ppo_eps, as_json, load):
-    """Exit 1 when a batch breaks a limit or has a diagnosis finding (CI gate); 0 when clean; 2 on bad input."""
+    """Exit 1 when a batch breaks a limit or has a diagnosis finding (CI gate); 0 when clean; 2 on bad input.
+
+    FILES are batch files or run folders (each step checked; a step that cannot be read is named, exit 2)."""
     from ..analysis.gate import limits as gate_limits
     from ..config import DiagnosisThresholds, Thresholds
-    from ..service.check import CheckOptions, check
+    from ..service.check import CheckOptions, Unread, check
 
     values = parse_pairs(overrides, "--set", "NAME=VALUE")
     try:
@@ -89,6 +93,11 @@ def check_command(files, bounds, no_limits, fail_on, overrides, history, history
                            history_floors=_floors(history_floors))
     failed = unusable = False
     for checked in check(list(files), load, options):
+        if isinstance(checked, Unread):
+            unusable = True
+            click.echo(json.dumps({"file": str(checked.path), "ok": False, "unreadable": checked.reason}, sort_keys=True)
+                       if as_json else f"{safe(str(checked.path))}: unreadable: {safe(checked.reason)}")
+            continue
         path, report, res, hres = checked.path, checked.report, checked.result, checked.history
         failed |= not res.ok
         unusable |= res.input_problem is not None

@@ -26,7 +26,7 @@ from ..model import META_KEYS, StepBatch
 from .assemble import build_batch
 from .canonical import save_batch
 from .detect import FRAMEWORKS
-from .discover import SAVED_STEP, Source, settle_step, sources
+from .discover import SAVED_STEP, Source, Unreadable, scan, settle_step, sources
 from .files import RawFile, raw_file, read_file
 from .limits import limited
 from .options import LoadOptions
@@ -37,7 +37,7 @@ from .tokenizer import load_decoder
 MAX_STEP = 2**53  # a step beyond this is no step a run reaches, and would not survive a float (the trend, index.json)
 
 __all__ = ["FRAMEWORKS", "ROLE_ALIASES", "USER_ROLES", "LoadOptions", "RawFile", "Source", "describe", "load",
-           "meta_overrides", "read_file", "save_batch", "sources"]
+           "Unreadable", "meta_overrides", "read_file", "save_batch", "scan", "sources"]
 
 
 def load(src: str | Path | Source, options: LoadOptions | None = None) -> StepBatch:
@@ -66,7 +66,9 @@ def _finish(batch: StepBatch, src: Source, max_tokens: int | None) -> None:
     limit = max_tokens or MAX_TOKENS
     if batch.n_tokens > limit:
         raise BadInput(src.origin, f"holds {fmt(batch.n_tokens)} tokens, more than --max-tokens {fmt(limit)}")
-    batch.meta["file"] = str(src.origin)
+    batch.meta["file"] = src.shown or str(src.origin)
+    if src.shown and batch.meta.get("source") == str(src.origin):
+        batch.meta["source"] = src.shown
     repaired = 0
     for name in ("token_text", "prompt_text", "group", "weight_version", "env", "meta"):
         value = getattr(batch, name)

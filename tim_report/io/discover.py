@@ -11,12 +11,16 @@
 Sources come sorted by step, with run ids unique within the folder. Layouts are told apart by the
 names the frameworks give their files and folders, and the framework is confirmed from each file's
 content (`detect.py`); a folder mixing frameworks, or holding nothing readable, is bad input.
+
+`scan(path)` is what `build` and `check` use on a run folder: a step of it that cannot be read (an empty or
+truncated file, a step folder with no rank file) is an `Unreadable` with its reason, beside the steps that can,
+so one bad step does not stop the run. `sources(path)` is strict: the first such step is bad input.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import BadInput, parser_limits, regular_file
@@ -43,6 +47,29 @@ class Source:
     run_id: str
     origin: Path  # the file or step folder, named in messages and as the report's source
     kind: str = "file"  # how it was found, said by `inspect`
+    shown: str | None = None  # how pages name it: its own name (service.build.shown_path); None: origin as given
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A step of a run folder that cannot be read: where it is, its step and run id, and why (one line)."""
+
+    origin: Path
+    step: int | None
+    run_id: str
+    reason: str
+    shown: str | None = None  # as Source.shown
+
+    def entry(self) -> dict:
+        """Its line of index.json's `unreadable` (docs/index-json.md)."""
+        return {"id": self.run_id, "step": self.step, "path": self.shown or str(self.origin), "reason": self.reason}
+
+    @classmethod
+    def of(cls, path: Path, exc: BadInput) -> Unreadable:
+        step = _int(STEP_DIR, path.name) if path.is_dir() else _step_of(path)
+        named = exc.source if exc.source not in (str(path), "") else None  # a rank file inside a step folder
+        reason = f"{Path(named).name}: {exc.problem}" if named else exc.problem
+        return cls(path, step, _step_id(step, path.name if path.is_dir() else path.stem), reason)
 
 
 def settle_step(src: Source, own: object, notes: list[str]) -> object:
@@ -57,20 +84,56 @@ def settle_step(src: Source, own: object, notes: list[str]) -> object:
 
 
 def sources(path: str | Path, format_hint: str | None = None) -> list[Source]:
-    """Every batch under `path`, sorted by step (BadInput when there is none or the folder mixes frameworks)."""
+    """Every batch under `path`, sorted by step (BadInput when there is none, the folder mixes frameworks, or a
+    step cannot be read)."""
+    found, bad = scan(path, format_hint)
+    if bad:
+        raise BadInput(bad[0].origin, bad[0].reason)
+    return found
+
+
+def scan(path: str | Path, format_hint: str | None = None) -> tuple[list[Source], list[Unreadable]]:
+    """Every batch under `path` sorted by step, and the steps of a run folder that cannot be read (sorted too).
+    A file, or a folder of one step, that cannot be read is BadInput, as is a folder with no step at all."""
     path = Path(path)
     hint = check_hint(format_hint)
     if not path.exists():
         raise BadInput(path, "no such file or folder")
     regular_file(path)
+    bad: list[Unreadable] = []
     with parser_limits(path):  # a first record nested too deep, or an integer of too many digits
-        found = _folder(path, hint) if path.is_dir() else [file_source(path, hint)]
-    if not found:
+        found = _folder(path, hint, bad) if path.is_dir() else [file_source(path, hint)]
+    if not found and not bad:
         raise BadInput(path, "no step batch found here")
+    several = len(found) + len(bad) > 1
+    readable = []
     for s in found:  # every file a step holds, before anything hashes or reads it (the cache key hashes them all)
-        for p in s.paths:
-            regular_file(p)
-    return _unique_ids(sorted(found, key=lambda s: (s.step is None, s.step or 0, str(s.origin))))
+        try:
+            for p in s.paths:
+                regular_file(p)
+        except BadInput as exc:
+            if not several:
+                raise
+            bad.append(replace(Unreadable.of(s.origin, exc), step=s.step, run_id=s.run_id))
+            continue
+        readable.append(s)
+    return _unique_ids(sorted(readable, key=step_order)), sorted(bad, key=step_order)
+
+
+def step_order(s: Source | Unreadable) -> tuple:
+    """Steps in order, those without a step last, then by path."""
+    return s.step is None, s.step or 0, str(s.origin)
+
+
+def _each(items: list[Path], make, bad: list[Unreadable]) -> list[Source]:
+    """`make(item)` for each step of a run folder; a step that is bad input joins `bad` instead of stopping the run."""
+    out = []
+    for item in items:
+        try:
+            out.append(make(item))
+        except BadInput as exc:
+            bad.append(Unreadable.of(item, exc))
+    return out
 
 
 def file_source(path: Path, hint: str | None = None) -> Source:
@@ -93,9 +156,9 @@ def file_source(path: Path, hint: str | None = None) -> Source:
     return Source((path,), framework, step, path.stem, path, "file")
 
 
-def _folder(path: Path, hint: str | None) -> list[Source]:
+def _folder(path: Path, hint: str | None, bad: list[Unreadable]) -> list[Source]:
     if path.name == "train_data" or (path / "train_data").is_dir():
-        return _train_data(path if path.name == "train_data" else path / "train_data", hint)
+        return _train_data(path if path.name == "train_data" else path / "train_data", hint, bad)
     if (path / "token_exports").is_dir():
         path = path / "token_exports"
     if (path / "dumped_data").is_dir():
@@ -115,11 +178,11 @@ def _folder(path: Path, hint: str | None) -> list[Source]:
     if present == ["save_step step folder"]:
         return [_saved_step(path, hint)]
     if present == ["step_S folders"]:
-        return [_saved_step(d, hint) if _rank_npz(d) else _prime_step(d, hint) for d in kinds["step_S folders"]]
+        return _each(kinds["step_S folders"], lambda d: _saved_step(d, hint) if _rank_npz(d) else _prime_step(d, hint), bad)
     if present:
         framework = "nemo-rl" if present == ["NeMo-RL log dir"] else "skyrl"
-        return [file_source(f, hint) if hint else _confirmed(f, framework) for f in kinds[present[0]]]
-    return _plain_files(path, hint)
+        return _each(kinds[present[0]], lambda f: file_source(f, hint) if hint else _confirmed(f, framework), bad)
+    return _plain_files(path, hint, bad)
 
 
 def _looks_like_prime_step(path: Path) -> bool:
@@ -164,20 +227,32 @@ def _saved_step(step_dir: Path, hint: str | None) -> Source:
                   f"{SAVED_STEP} folder ({len(ranks)} rank file{'s' if len(ranks) != 1 else ''})")
 
 
-def _train_data(folder: Path, hint: str | None) -> list[Source]:
+def _train_data(folder: Path, hint: str | None, bad: list[Unreadable]) -> list[Source]:
     """slime `train_data/{id}.pt` (one per rollout id) or miles `train_data/{id}_{rank}.pt` (all ranks of an id)."""
     files = sorted(f for f in folder.glob("*.pt") if SLIME_FILE.fullmatch(f.name) or MILES_FILE.fullmatch(f.name))
     if not files:
         raise BadInput(folder, "no train dump in this folder (expected {rollout_id}.pt or {rollout_id}_{rank}.pt)")
-    framework = hint or detect_file(files[0])
+    framework = hint or _first_framework(files)
     if hint not in (None, "slime", "miles"):
-        return [file_source(f, hint) for f in files]
+        return _each(files, lambda f: file_source(f, hint), bad)
     if framework == "miles":
         firsts = {m.group(1): f for f in reversed(files) if (m := MILES_FILE.fullmatch(f.name))}
         return [_miles_source(f) for f in firsts.values()]
     if framework == "slime":  # {rollout_id}.pt joins its rollout dump; a per-rank template's files stand alone
         return [_slime_source(f) if SLIME_FILE.fullmatch(f.name) else file_source(f, "slime") for f in files]
-    return [file_source(f, hint) if hint else _confirmed(f, framework) for f in files]
+    return _each(files, lambda f: file_source(f, hint) if hint else _confirmed(f, framework), bad)
+
+
+def _first_framework(files: list[Path]) -> str:
+    """The framework of the first dump that can be read (a truncated first dump does not decide the folder's)."""
+    first: BadInput | None = None
+    for f in files:
+        try:
+            return detect_file(f)
+        except BadInput as exc:
+            first = first or exc
+    assert first is not None  # files is not empty
+    raise first
 
 
 def _slime_source(train: Path) -> Source:
@@ -203,13 +278,13 @@ def _miles_source(path: Path) -> Source:
                   f"miles train dump ({len(ranks)} rank file{'s' if len(ranks) != 1 else ''})")
 
 
-def _plain_files(folder: Path, hint: str | None) -> list[Source]:
+def _plain_files(folder: Path, hint: str | None, bad: list[Unreadable]) -> list[Source]:
     """A folder of step files: one Source each; their frameworks must agree."""
     files = sorted(f for f in folder.iterdir() if f.is_file() and f.suffix.lower() in INPUT_SUFFIXES)
     if not files:
         raise BadInput(folder, "is a directory with no step batch in it: expected .pt, .npz, .jsonl or .pkl files, a prime-rl step or "
                                "token_exports folder, a NeMo-RL log dir, a slime/miles dump dir or a SkyRL export")
-    found = [file_source(f, hint) for f in files]
+    found = _each(files, lambda f: file_source(f, hint), bad)
     frameworks = sorted({s.framework for s in found})
     if len(frameworks) > 1:
         raise BadInput(folder, f"mixes files of several frameworks ({', '.join(frameworks)}): point at one kind")
@@ -252,5 +327,5 @@ def _unique_ids(found: list[Source]) -> list[Source]:
     for s in found:
         seen[s.run_id] = seen.get(s.run_id, 0) + 1
         n = seen[s.run_id]
-        out.append(s if n == 1 else Source(s.paths, s.framework, s.step, f"{s.run_id}-{n}", s.origin, s.kind))
+        out.append(s if n == 1 else replace(s, run_id=f"{s.run_id}-{n}"))
     return out

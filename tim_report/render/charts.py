@@ -1,4 +1,6 @@
-"""Altair chart specs from the Report's pre-binned data. Reshaping and rounding only: no statistics here.
+"""Vega-Lite chart specs from the Report's pre-binned data. Reshaping and rounding only: no statistics here.
+
+The run page's charts and the index's trend panels are written as dicts; compare's charts go through Altair.
 
 Each chart is a dict {id, title, caption, spec}; `spec` is a Vega-Lite dict embedded with `|tojson`.
 Floats are rounded to a few significant digits so pages stay small and files stay byte-stable.
@@ -7,10 +9,7 @@ Floats are rounded to a few significant digits so pages stay small and files sta
 from __future__ import annotations
 
 import math
-from typing import Any
-
-import altair as alt
-from altair.utils.schemapi import debug_mode  # imported by name: a Ray worker once lacked alt.utils.schemapi
+from typing import TYPE_CHECKING, Any
 
 from ..catalogue.numbers import fixed, fmt, plain, sig
 from ..config import (
@@ -19,6 +18,9 @@ from ..config import (
     VERL_PROBS_DIFF_PROBLEM,
     DiagnosisThresholds,
 )
+
+if TYPE_CHECKING:  # Altair is imported where it is used (compare): a build needs none of it
+    import altair as alt
 
 HEIGHT = 220
 ORANGE = "#e08a00"
@@ -33,6 +35,8 @@ def finish(chart: alt.TopLevelMixin, **datasets: list) -> dict:
     `datasets` are the chart's bulky data, which its layers name (`alt.Data(name=...)`): they go straight into
     the spec's top-level `datasets`, where Vega-Lite finds them by name, instead of through Altair, which
     validates, hashes and deep-copies every value (most of a page's rendering time)."""
+    from altair.utils.schemapi import debug_mode  # imported by name: a Ray worker once lacked alt.utils.schemapi
+
     with debug_mode(False):  # no validation at instantiation either, for the same reason
         spec = chart.to_dict(validate=False)
     spec.pop("$schema", None)  # never fetched, but keep every URL out of the page
@@ -71,19 +75,43 @@ def ratio_ticks(lo: float, hi: float, c: float, bands: dict) -> list[float]:
 RATIO_LABEL = "format(exp(datum.value), abs(datum.value) < 0.05 ? '.7~g' : '.3~g')"
 
 
-def ratio_axis(lo: float, hi: float, c: float, bands: dict) -> tuple[alt.Scale, alt.Axis]:
-    """The symlog x-axis of log r shared by the run page and the comparison, labelled in r."""
-    scale = alt.Scale(type="symlog", constant=c, domain=[lo, hi], nice=False)
+def ratio_axis_spec(lo: float, hi: float, c: float, bands: dict) -> tuple[dict, dict]:
+    """The symlog x-axis of log r shared by the run page and the comparison, labelled in r: (scale, axis)."""
     ticks = [v for v in (sig(t, 6) for t in ratio_ticks(lo, hi, c, bands)) if v is not None]
-    axis = alt.Axis(values=ticks, labelExpr=RATIO_LABEL,
-                    title="r = p_train / p_rollout (stretched near 1: symlog of log r)", labelOverlap=True, grid=False)
-    return scale, axis
+    return ({"type": "symlog", "constant": c, "domain": [lo, hi], "nice": False},
+            {"values": ticks, "labelExpr": RATIO_LABEL, "title": "r = p_train / p_rollout (stretched near 1: symlog of log r)",
+             "labelOverlap": True, "grid": False})
+
+
+def ratio_axis(lo: float, hi: float, c: float, bands: dict) -> tuple[alt.Scale, alt.Axis]:
+    import altair as alt
+
+    scale, axis = ratio_axis_spec(lo, hi, c, bands)
+    return alt.Scale(**scale), alt.Axis(**axis)
 
 
 def density_floor(values: list[float]) -> float:
     """Where log-scale bars start: a third of the smallest non-zero density, so the thinnest bar shows."""
     nonzero = [v for v in values if v and v > 0]
     return sig(min(nonzero) / 3, 3) or 1e-9 if nonzero else 1e-9
+
+
+# ---- the run page's charts (and the index's trend panels below), as Vega-Lite dicts --------------------
+# Written as the dicts Altair produced (tests/test_html.py validates them against the schema; the gold files hold
+# Altair's): a page's six charts cost 60% of its rendering through Altair, which validates, hashes and deep-copies
+# its schema objects at every step; a dict costs nothing (docs/performance.md).
+
+def q(field: str, **kw: Any) -> dict:
+    return {"field": field, "type": "quantitative", **kw}
+
+
+def page_spec(spec: dict, height: int = HEIGHT, **datasets: list) -> dict:
+    """A top-level chart that fills its container's width, with its bulky data in `datasets` (see `finish`)."""
+    out = {"config": {"view": {"continuousHeight": 300, "continuousWidth": 300}}, **spec, "height": height,
+           "width": "container"}
+    if datasets:
+        out["datasets"] = datasets
+    return out
 
 
 def ratio_chart(ratio: dict) -> dict:
@@ -93,28 +121,26 @@ def ratio_chart(ratio: dict) -> dict:
     bars = [{"a": sig(edges[i], 6), "b": sig(edges[i + 1], 6), "d": sig(density[i], 4), "n": counts[i], "f": floor}
             for i in range(len(counts)) if counts[i]]
     b2, b5 = ratio["bands"]["2x"], ratio["bands"]["5x"]
-    x_scale, x_axis = ratio_axis(lo, hi, c, ratio["bands"])
-    bands = alt.Data(values=[{"a": b5[0], "b": b5[1], "band": "5x"}, {"a": b2[0], "b": b2[1], "band": "2x"}])
-    band = alt.Chart(bands).mark_rect(opacity=0.1).encode(
-        x=alt.X("a:Q", scale=x_scale, axis=x_axis), x2="b:Q",
-        color=alt.Color("band:N", scale=alt.Scale(domain=["2x", "5x"], range=[ORANGE, RED]),
-                        legend=alt.Legend(title="verl band", orient="top-right")))
-    edges_ = alt.Data(values=[{"x": v, "band": "2x"} for v in b2] + [{"x": v, "band": "5x"} for v in b5])
-    rule2 = alt.Chart(edges_).transform_filter("datum.band == '2x'").mark_rule(
-        color=ORANGE, strokeDash=[2, 2], strokeWidth=1.5).encode(x="x:Q")
-    rule5 = alt.Chart(edges_).transform_filter("datum.band == '5x'").mark_rule(
-        color=RED, strokeDash=[6, 3], strokeWidth=1.5).encode(x="x:Q")
-    hist = alt.Chart(alt.Data(name="bars")).mark_rect(color=BLUE).encode(
-        x="a:Q", x2="b:Q",
-        y=alt.Y("d:Q", title="share of tokens per unit of log r (log scale)", scale=alt.Scale(type="log", domainMin=floor),
-                axis=alt.Axis(format="~g")),
-        y2="f:Q",
-        tooltip=[alt.Tooltip("a:Q", title="log r from", format=".3g"), alt.Tooltip("b:Q", title="log r to", format=".3g"),
-                 alt.Tooltip("n:Q", title="tokens"), alt.Tooltip("d:Q", title="share per unit log r", format=".3g")])
-    one = alt.Chart(alt.Data(values=[{"x": 0}])).mark_rule(color="currentColor", strokeWidth=1.5).encode(
-        x="x:Q")
-    one = one.encode(color=alt.value("#111"))
-    return finish(sized(alt.layer(band, hist, rule2, rule5, one)), bars=bars)
+    x_scale, x_axis = ratio_axis_spec(lo, hi, c, ratio["bands"])
+    band = {"data": {"values": [{"a": b5[0], "b": b5[1], "band": "5x"}, {"a": b2[0], "b": b2[1], "band": "2x"}]},
+            "mark": {"type": "rect", "opacity": 0.1},
+            "encoding": {"x": q("a", scale=x_scale, axis=x_axis), "x2": {"field": "b"},
+                         "color": {"field": "band", "type": "nominal", "scale": {"domain": ["2x", "5x"], "range": [ORANGE, RED]},
+                                   "legend": {"title": "verl band", "orient": "top-right"}}}}
+    edges_ = {"values": [{"x": v, "band": "2x"} for v in b2] + [{"x": v, "band": "5x"} for v in b5]}
+    rules = [{"data": edges_, "mark": {"type": "rule", "color": colour, "strokeDash": dash, "strokeWidth": 1.5},
+              "encoding": {"x": q("x")}, "transform": [{"filter": f"datum.band == '{name}'"}]}
+             for name, colour, dash in (("2x", ORANGE, [2, 2]), ("5x", RED, [6, 3]))]
+    hist = {"data": {"name": "bars"}, "mark": {"type": "rect", "color": BLUE},
+            "encoding": {"x": q("a"), "x2": {"field": "b"},
+                         "y": q("d", title="share of tokens per unit of log r (log scale)",
+                                scale={"type": "log", "domainMin": floor}, axis={"format": "~g"}),
+                         "y2": {"field": "f"},
+                         "tooltip": [q("a", title="log r from", format=".3g"), q("b", title="log r to", format=".3g"),
+                                     q("n", title="tokens"), q("d", title="share per unit log r", format=".3g")]}}
+    one = {"data": {"values": [{"x": 0}]}, "mark": {"type": "rule", "color": "currentColor", "strokeWidth": 1.5},
+           "encoding": {"x": q("x"), "color": {"value": "#111"}}}
+    return page_spec({"layer": [band, hist, *rules, one]}, bars=bars)
 
 
 # ---- |Δp| histogram ------------------------------------------------------------------------------
@@ -122,13 +148,12 @@ def ratio_chart(ratio: dict) -> dict:
 def abs_dp_chart(d: dict) -> dict:
     e, counts = d["edges"], d["counts"]
     bars = [{"a": sig(e[i], 4), "b": sig(e[i + 1], 4), "n": counts[i]} for i in range(len(counts)) if counts[i]]
-    chart = alt.Chart(alt.Data(name="bars")).mark_rect(color=BLUE).encode(
-        x=alt.X("a:Q", scale=alt.Scale(type="log", domain=[e[0], e[-1]], nice=False),
-                axis=alt.Axis(format="~e", title="|Δp| = |p_train − p_rollout| (log scale)", grid=False, tickCount=9)),
-        x2="b:Q", y=alt.Y("n:Q", title="tokens"),
-        tooltip=[alt.Tooltip("a:Q", title="|Δp| from", format=".2e"), alt.Tooltip("b:Q", title="to", format=".2e"),
-                 alt.Tooltip("n:Q", title="tokens")])
-    return finish(sized(chart), bars=bars)
+    return page_spec({"data": {"name": "bars"}, "mark": {"type": "rect", "color": BLUE}, "encoding": {
+        "x": q("a", scale={"type": "log", "domain": [e[0], e[-1]], "nice": False},
+               axis={"format": "~e", "title": "|Δp| = |p_train − p_rollout| (log scale)", "grid": False, "tickCount": 9}),
+        "x2": {"field": "b"}, "y": q("n", title="tokens"),
+        "tooltip": [q("a", title="|Δp| from", format=".2e"), q("b", title="to", format=".2e"), q("n", title="tokens")]}},
+        bars=bars)
 
 
 # ---- rollout vs trainer log-prob density --------------------------------------------------------
@@ -138,21 +163,23 @@ def density_chart(d: dict, corr: float | None) -> dict:
     lo, hi = e[0], e[-1]
     w = (hi - lo) / (len(e) - 1)
     cells = [{"i": i, "j": j, "n": n} for i, j, n in d["cells"]]
-    xs = alt.Scale(domain=[lo, hi], nice=False, zero=False)
-    rects = alt.Chart(alt.Data(name="cells")).transform_calculate(
-        x0=f"{lo!r} + datum.i * {w!r}", x1=f"{lo!r} + (datum.i + 1) * {w!r}",
-        y0=f"{lo!r} + datum.j * {w!r}", y1=f"{lo!r} + (datum.j + 1) * {w!r}",
-    ).mark_rect().encode(
-        x=alt.X("x0:Q", scale=xs, title="rollout log-prob"), x2="x1:Q",
-        y=alt.Y("y0:Q", scale=xs, title="trainer log-prob"), y2="y1:Q",
-        color=alt.Color("n:Q", scale=alt.Scale(type="log", scheme="blues"), title="tokens"),
-        tooltip=[alt.Tooltip("x0:Q", title="rollout logp from", format=".2f"), alt.Tooltip("y0:Q", title="trainer logp from", format=".2f"),
-                 alt.Tooltip("n:Q", title="tokens")])
-    line = alt.Chart(alt.Data(values=[{"x": lo, "y": lo}, {"x": hi, "y": hi}])).mark_line(
-        color=RED, strokeDash=[4, 3], strokeWidth=1).encode(x="x:Q", y="y:Q")
+    xs = {"domain": [lo, hi], "nice": False, "zero": False}
+    rects = {"data": {"name": "cells"}, "mark": {"type": "rect"},
+             "transform": [{"calculate": f"{lo!r} + datum.i * {w!r}", "as": "x0"},
+                           {"calculate": f"{lo!r} + (datum.i + 1) * {w!r}", "as": "x1"},
+                           {"calculate": f"{lo!r} + datum.j * {w!r}", "as": "y0"},
+                           {"calculate": f"{lo!r} + (datum.j + 1) * {w!r}", "as": "y1"}],
+             "encoding": {"x": q("x0", scale=xs, title="rollout log-prob"), "x2": {"field": "x1"},
+                          "y": q("y0", scale=dict(xs), title="trainer log-prob"), "y2": {"field": "y1"},
+                          "color": q("n", scale={"type": "log", "scheme": "blues"}, title="tokens"),
+                          "tooltip": [q("x0", title="rollout logp from", format=".2f"),
+                                      q("y0", title="trainer logp from", format=".2f"), q("n", title="tokens")]}}
+    line = {"data": {"values": [{"x": lo, "y": lo}, {"x": hi, "y": hi}]},
+            "mark": {"type": "line", "color": RED, "strokeDash": [4, 3], "strokeWidth": 1},
+            "encoding": {"x": q("x"), "y": q("y")}}
     title = f"Pearson r = {fixed(corr, 6)}" if corr is not None else ""
-    return finish(sized(alt.layer(rects, line), 300).properties(title=alt.Title(title, fontSize=12, fontWeight="normal", anchor="start")),
-                  cells=cells)
+    return page_spec({"layer": [rects, line],
+                      "title": {"text": title, "fontSize": 12, "fontWeight": "normal", "anchor": "start"}}, 300, cells=cells)
 
 
 # ---- |δ| by bucket -------------------------------------------------------------------------------
@@ -164,29 +191,28 @@ def bucket_chart(rows: list[dict], x_title: str, mark: str = "bar") -> dict:
              "tokens": r["tokens"], "share": sig(r["token_share"], 3), "dshare": sig(r["abs_delta_share"], 3)}
             for k, r in enumerate(rows)]
     order = [r["bucket"] for r in rows]
-    x = alt.X("bucket:N", sort=order, title=x_title, axis=alt.Axis(labelAngle=-30))
-    base = alt.Chart(alt.Data(name="buckets"))
-    tooltip = [alt.Tooltip("bucket:N"), alt.Tooltip("m:Q", title="mean |δ|", format=".3g"),
-               alt.Tooltip("se:Q", title="± s.e.", format=".2g"),
-               alt.Tooltip("tokens:Q"), alt.Tooltip("share:Q", title="share of tokens", format=".1%"),
-               alt.Tooltip("dshare:Q", title="share of Σ|δ|", format=".1%")]
-    if mark == "bar":
-        main = base.mark_bar(color=BLUE).encode(x=x, y=alt.Y("m:Q", title="mean |δ| (nats)"), tooltip=tooltip)
-    else:
-        main = base.mark_line(point=True, color=BLUE).encode(x=x, y=alt.Y("m:Q", title="mean |δ| (nats)"), tooltip=tooltip)
-    err = base.mark_rule(color="#555").encode(x=x, y="lo:Q", y2="hi:Q")
-    return finish(sized(alt.layer(main, err)), buckets=data)
+
+    def x() -> dict:
+        return {"field": "bucket", "type": "nominal", "sort": list(order), "title": x_title, "axis": {"labelAngle": -30}}
+
+    tooltip = [{"field": "bucket", "type": "nominal"}, q("m", title="mean |δ|", format=".3g"),
+               q("se", title="± s.e.", format=".2g"), q("tokens"), q("share", title="share of tokens", format=".1%"),
+               q("dshare", title="share of Σ|δ|", format=".1%")]
+    main = {"mark": {"type": "bar", "color": BLUE} if mark == "bar" else {"type": "line", "point": True, "color": BLUE},
+            "encoding": {"x": x(), "y": q("m", title="mean |δ| (nats)"), "tooltip": tooltip}}
+    err = {"mark": {"type": "rule", "color": "#555"}, "encoding": {"x": x(), "y": q("lo"), "y2": {"field": "hi"}}}
+    return page_spec({"data": {"name": "buckets"}, "layer": [main, err]}, buckets=data)
 
 
 # ---- sequence log-ratio vs length -----------------------------------------------------------------
 
 def seq_chart(d: dict) -> dict:
     pts = [{"L": L, "s": sig(s), "i": i} for L, s, i in zip(d["length"], d["seq_log_ratio"], d["sequence"]) if s is not None]
-    points = alt.Chart(alt.Data(name="sequences")).mark_circle(size=14, opacity=0.6, color=BLUE).encode(
-        x=alt.X("L:Q", title="response length (tokens)"), y=alt.Y("s:Q", title="Σδ (nats)"),
-        tooltip=[alt.Tooltip("i:Q", title="row"), alt.Tooltip("L:Q", title="tokens"), alt.Tooltip("s:Q", title="Σδ", format=".3g")])
-    zero = alt.Chart(alt.Data(values=[{"y": 0}])).mark_rule(color="#888").encode(y="y:Q")
-    return finish(sized(alt.layer(points, zero)), sequences=pts)
+    points = {"data": {"name": "sequences"}, "mark": {"type": "circle", "size": 14, "opacity": 0.6, "color": BLUE},
+              "encoding": {"x": q("L", title="response length (tokens)"), "y": q("s", title="Σδ (nats)"),
+                           "tooltip": [q("i", title="row"), q("L", title="tokens"), q("s", title="Σδ", format=".3g")]}}
+    zero = {"data": {"values": [{"y": 0}]}, "mark": {"type": "rule", "color": "#888"}, "encoding": {"y": q("y")}}
+    return page_spec({"layer": [points, zero]}, sequences=pts)
 
 
 # ---- index: trend over steps ---------------------------------------------------------------------
@@ -203,21 +229,34 @@ def trend_charts(trend: dict) -> list[dict]:
         pts = [{"step": r["step"], "run": r["run"], "v": sig(r[m["key"]], 4)} for r in trend["rows"] if r[m["key"]] is not None]
         if not pts:
             continue
-        scale = alt.Scale(type="log") if m["log_axis"] else alt.Scale(zero=False)
-        x = alt.X("step:Q", title="training step", axis=alt.Axis(format="d", tickMinStep=1))
-        # run ids are safe path segments (build.safe_run_id): the link is computed in the page, not stored per point
-        base = alt.Chart(alt.Data(name="steps")).transform_calculate(href="datum.run + '/index.html'").encode(
-            x=x, y=alt.Y("v:Q", title=m["name"], scale=scale))
-        line = base.mark_line(color=BLUE, strokeWidth=1 if dense else 1.5)
-        dots = base.mark_circle(color=BLUE, size=10 if dense else 28, opacity=0.35 if dense else 0.9, cursor="pointer").encode(
-            href="href:N", tooltip=[alt.Tooltip("run:N"), alt.Tooltip("step:Q"), alt.Tooltip("v:Q", title=m["name"], format=".4g")])
+        line = {**_steps(), "mark": {"type": "line", "color": BLUE, "strokeWidth": 1 if dense else 1.5}, "encoding": _xy(m)}
+        dots = {**_steps(), "mark": {"type": "circle", "color": BLUE, "size": 10 if dense else 28,
+                                     "opacity": 0.35 if dense else 0.9, "cursor": "pointer"},
+                "encoding": {**_xy(m), "href": {"field": "href", "type": "nominal"},
+                             "tooltip": [{"field": "run", "type": "nominal"}, q("step"), q("v", title=m["name"], format=".4g")]}}
         layers = [line, dots]
+        spec: dict = {"layer": layers}
         cps = [{"step": c["step"]} for c in trend.get("change_points") or [] if c["metric"] == m["key"]]
         if cps:
-            layers.append(alt.Chart(alt.Data(values=cps)).mark_rule(color=RED, strokeDash=[4, 3]).encode(x="step:Q"))
+            layers.append({"data": {"values": cps}, "mark": {"type": "rule", "color": RED, "strokeDash": [4, 3]},
+                           "encoding": {"x": q("step")}})
+        else:  # the two layers share their data: said once, at the top (as Altair writes it)
+            for layer in layers:
+                del layer["data"]
+            spec = {"data": {"name": "steps"}, "layer": layers}
         out.append({"id": f"trend-{m['key']}", "title": m["name"], "log_axis": m["log_axis"],
-                    "spec": finish(sized(alt.layer(*layers), height=120), steps=pts)})
+                    "spec": page_spec(spec, 120, steps=pts)})
     return out
+
+
+def _xy(m: dict) -> dict:
+    return {"x": q("step", title="training step", axis={"format": "d", "tickMinStep": 1}),
+            "y": q("v", title=m["name"], scale={"type": "log"} if m["log_axis"] else {"zero": False})}
+
+
+def _steps() -> dict:
+    """A trend layer's data; run ids are safe path segments (build.safe_run_id): the link is computed in the page."""
+    return {"data": {"name": "steps"}, "transform": [{"calculate": "datum.run + '/index.html'", "as": "href"}]}
 
 
 def run_charts(report) -> list[dict[str, Any]]:

@@ -13,19 +13,13 @@ _VISIBLE = {
 }
 
 
+# every character `visible` changes, as one table for str.translate (a page has thousands of tokens)
+_TABLE = {**{c: chr(0x2400 + c) for c in range(0x20)}, 0x7F: "␡", **{ord(k): v for k, v in _VISIBLE.items()}}
+
+
 def visible(text: str | None) -> str:
     """Whitespace and control characters as visible symbols (C0 controls → Control Pictures), so ' the',
     'the' and '\\n' can be told apart."""
     if text is None:
         return ""
-    out = []
-    for ch in str(text):
-        if ch in _VISIBLE:
-            out.append(_VISIBLE[ch])
-        elif ord(ch) < 0x20:
-            out.append(chr(0x2400 + ord(ch)))
-        elif ord(ch) == 0x7F:
-            out.append("␡")
-        else:
-            out.append(ch)
-    return "".join(out) if out else "∅"
+    return str(text).translate(_TABLE) or "∅"

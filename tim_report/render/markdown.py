@@ -358,6 +358,21 @@ def _runs_table(index: dict, base_url: str | None) -> str:
                                  rows, numeric=range(6, 8 + len(columns)))
     if len(runs) > INDEX_RUN_ROWS:
         out += f"\n\nThe first {INDEX_RUN_ROWS} of {fmt(len(runs))} runs; all are in index.html."
+    return out + _unreadable(index)
+
+
+def _unreadable(index: dict) -> str:
+    """The steps of the run that could not be read, each with why: they are in no table above or below."""
+    bad = index.get("unreadable") or []
+    if not bad:
+        return ""
+    rows = [["❌", esc(u["id"]), fmt(u["step"]) if u["step"] is not None else "—", esc(u["path"], None),
+             esc(u["reason"], None)] for u in bad[:INDEX_RUN_ROWS]]  # the reason may quote the file: not our words
+    out = (f"\n\n**{len(bad)} step{'s' if len(bad) != 1 else ''} could not be read**, so "
+           f"{'they are' if len(bad) != 1 else 'it is'} left out of everything here:\n\n"
+           + table(["", "run", "step", "path", "why"], rows, numeric=[2]))
+    if len(bad) > INDEX_RUN_ROWS:
+        out += f"\n\nThe first {INDEX_RUN_ROWS} of {fmt(len(bad))}; all are in index.json's `unreadable`."
     return out
 
 

@@ -3,15 +3,21 @@
 load → analyze → render → write. Everything is rendered into a staging folder inside the output and moved
 into place only when every input has succeeded, so a bad input never leaves a half-written site. Renderers
 are imported only for the formats asked for: a markdown-only build never loads Altair or Jinja2.
+
+A step of a run folder (a folder argument holding several steps) that cannot be read (an empty or truncated
+file, a FIFO, a step folder with no rank file) does not stop the run: it is left out, said in the index (a row
+saying why; index.json's `unreadable`) and in `BuildResult.unreadable`, and the rest is built. A file given on
+its own, or a run whose every step is unreadable, is bad input as before: nothing is written.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..analysis import analyze
@@ -19,7 +25,7 @@ from ..analysis.runs import index_from_rows, run_row
 from ..catalogue.formats import FORMATS
 from ..config import Thresholds
 from ..errors import BadInput
-from ..io import LoadOptions, Source, load, sources
+from ..io import LoadOptions, Source, Unreadable, load, scan
 from ..model import Report
 from ..render import RenderOptions, render
 from ..site import index_json
@@ -49,7 +55,8 @@ class BuildOptions:
 @dataclass
 class BuildResult:
     """What a build did: every run's index row (input order), the steps where the run changed, the run's verdict over its
-    steps (None under two steps), how many steps it analysed and reused, how long it took."""
+    steps (None under two steps), how many steps it analysed and reused, how long it took, and the steps of a run
+    folder it could not read (index.json's `unreadable`: id, step, path, reason; and `file`, the path as given)."""
 
     rows: list[dict]
     change_steps: list[dict]
@@ -57,6 +64,7 @@ class BuildResult:
     analysed: int
     reused: int
     seconds: float
+    unreadable: list[dict] = field(default_factory=list)
 
 
 RAY_CHUNK = 256  # steps in flight at once on Ray: enough to keep a cluster busy, a few hundred MB of Reports
@@ -102,30 +110,70 @@ def _candidate(rid: str, n: int) -> str:
     return rid if n == 1 else f"{rid[:MAX_RUN_ID - len(str(n)) - 1]}-{n}"
 
 
-def expand(paths: list[Path], given: list[str] | None, format_hint: str | None = None) -> tuple[list[Source], list[str]]:
+@dataclass
+class Expanded:
+    """The batches under the command-line paths with their run ids, the steps of run folders that cannot be read
+    (ids too), and which run ids belong to a run folder (a step of one that fails later is left out, not fatal)."""
+
+    found: list[Source]
+    ids: list[str]
+    bad: list[Unreadable]
+    in_run: frozenset[str]
+
+
+def expand(paths: list[Path], given: list[str] | None, format_hint: str | None = None) -> Expanded:
     """Every batch under the command-line paths (a run folder gives one per step) and its run id.
 
-    `--run-id` is given once per path; a path holding several steps prefixes each step's id with it.
+    `--run-id` is given once per path; a path holding several steps prefixes each step's id with it. Each Source
+    carries `shown`, the name pages and the cache key give it (`shown_path`).
     """
     if given and len(given) != len(paths):
         raise BadInput("--run-id", f"given {len(given)} times for {len(paths)} inputs")
-    found, names = [], []
+    steps: list[tuple[Source | Unreadable, bool]] = []  # each step, and whether it is one of a run folder's
+    names = []
     for i, path in enumerate(paths):
-        batches = sources(path, format_hint)
-        found += batches
-        names += [s.run_id if not given else given[i] if len(batches) == 1 else f"{given[i]}-{s.run_id}" for s in batches]
-    return found, unique_ids(names, given=bool(given))
+        batches, unreadable = scan(path, format_hint)
+        several = len(batches) + len(unreadable) > 1
+        each: list[Source | Unreadable] = [*batches, *unreadable]
+        for st in (replace(x, shown=shown_path(x.origin)) for x in each):
+            steps.append((st, several))
+            names.append(st.run_id if not given else given[i] if not several else f"{given[i]}-{st.run_id}")
+    ids = unique_ids(names, given=bool(given))
+    found = [(st, rid) for (st, _), rid in zip(steps, ids) if isinstance(st, Source)]
+    bad = [replace(st, run_id=rid) for (st, _), rid in zip(steps, ids) if isinstance(st, Unreadable)]
+    in_run = frozenset(rid for (_, several), rid in zip(steps, ids) if several)
+    return Expanded([s for s, _ in found], [rid for _, rid in found], bad, in_run)
+
+
+def shown_path(origin: Path) -> str:
+    """How pages and the cache name a step: its file's or step folder's own name (`step_7`, `global_step_3.pt`), so
+    the site is the same whichever working directory, spelling (`inc/run`, `/abs/inc/run`) or place of the run folder
+    built it, and whether `build RUN` or `watch` (which builds step folders one by one) wrote it."""
+    return Path(os.path.abspath(origin)).name
 
 
 def analyze_file(opts: BuildOptions, src: Source, run_id: str) -> Report:
-    return analyze(load(src, opts.load), opts.thresholds, run_id=run_id)
+    batch = load(src, opts.load)
+    try:
+        return analyze(batch, opts.thresholds, run_id=run_id)
+    except BadInput as exc:  # the analysis names the batch's file as pages do; a message names it as it was given
+        if exc.source == src.shown:
+            raise BadInput(src.origin, exc.problem) from None
+        raise
 
 
-def analyze_and_render(analyse, opts: BuildOptions, src: Source, run_id: str) -> tuple[dict, dict[str, str]]:
+def analyze_and_render(analyse, opts: BuildOptions, in_run: frozenset[str], src: Source,
+                       run_id: str) -> tuple[dict, dict[str, str]] | BadInput:
     """One step's whole work, wherever it runs (this process, a --jobs worker, a Ray task): its analysis, its
     index row and its rendered files, so rendering is spread over the workers too. `analyse` is passed rather
-    than looked up so that a worker runs the same function as the caller."""
-    report = analyse(opts, src, run_id)
+    than looked up so that a worker runs the same function as the caller. A step of a run folder (`in_run`) that
+    is bad input returns its BadInput, so that the rest of the run goes on."""
+    try:
+        report = analyse(opts, src, run_id)
+    except BadInput as exc:
+        if run_id not in in_run:
+            raise
+        return exc
     return run_row(report), render("run", report, opts.formats, opts.render)
 
 
@@ -143,13 +191,14 @@ def build(paths: list[Path], out: Path, opts: BuildOptions, run_ids: list[str] |
     and tool is reused as it is (build/cache.py); the index is rewritten from every step's row."""
     start = time.monotonic()
     check_target(out)  # before the analysis: refusing after minutes of work would waste them
-    found, ids = expand(paths, run_ids, opts.load.format_hint)
+    ex = expand(paths, run_ids, opts.load.format_hint)
+    found, ids, bad = ex.found, ex.ids, list(ex.bad)
     fingerprint = cache_options(opts)
-    keys = [step_key(s.paths, f"{s.framework}\0{s.origin}", rid, fingerprint) for s, rid in zip(found, ids)]
-    rows: list[dict | None] = [cached_row(out, rid, k, opts.formats) for rid, k in zip(ids, keys)]
-    todo = [i for i, r in enumerate(rows) if r is None]
+    keys: list[str | None] = [_key(s, rid, fingerprint, ex.in_run, bad) for s, rid in zip(found, ids)]
+    rows: list[dict | None] = [cached_row(out, rid, k, opts.formats) if k else None for rid, k in zip(ids, keys)]
+    todo = [i for i, r in enumerate(rows) if r is None and keys[i] is not None]
     check_replaceable(out, [ids[i] for i in todo])  # a user's file in a run folder: refused before the work, too
-    task = functools.partial(analyze_and_render, analyze_file, opts)
+    task = functools.partial(analyze_and_render, analyze_file, opts, ex.in_run)
     with staging(out) as folder, session(opts.executor if todo else "local", opts.jobs, opts.ray_address):
         # in chunks, so that at most a chunk of steps' rendered files is in memory at once
         chunk = max(RAY_CHUNK if opts.executor == "ray" else 32, 8 * opts.jobs)
@@ -158,15 +207,41 @@ def build(paths: list[Path], out: Path, opts: BuildOptions, run_ids: list[str] |
             done = functools.partial(_offset, progress, lo, len(todo)) if progress else None
             steps = analyze_all(task, [found[i] for i in part], [ids[i] for i in part], opts.jobs, done, opts.executor,
                                 opts.ray_address)
-            for i, (row, files) in zip(part, steps):
+            for i, result in zip(part, steps):
+                if isinstance(result, BadInput):
+                    bad.append(_unreadable(found[i], ids[i], result))
+                    continue
+                row, files = result
                 rows[i] = row
-                write_files(folder / ids[i], {**files, CACHE_FILE: cache_entry(keys[i], row)})
+                write_files(folder / ids[i], {**files, CACHE_FILE: cache_entry(keys[i] or "", row)})
         done_rows = [r for r in rows if r is not None]  # every step, cached or analysed
-        index = index_from_rows(done_rows)
+        bad.sort(key=lambda u: (u.step is None, u.step or 0, u.run_id))
+        if not done_rows:  # nothing to build: bad input, as a single bad file is
+            raise BadInput(bad[0].origin, bad[0].reason)
+        index = {**index_from_rows(done_rows), "unreadable": [u.entry() for u in bad]}
         write_files(folder, {**render("index", index, opts.formats, opts.render), index_json.INDEX_JSON: index_json.text(index)})
         move_into(folder, out)
-    return BuildResult(done_rows, (index["trend"] or {}).get("change_steps", []), index["run"], len(todo),
-                       len(found) - len(todo), time.monotonic() - start)
+    reused = len(found) - len(todo) - keys.count(None)
+    return BuildResult(done_rows, (index["trend"] or {}).get("change_steps", []), index["run"],
+                       len(done_rows) - reused, reused, time.monotonic() - start,
+                       [{**u.entry(), "file": str(u.origin)} for u in bad])
+
+
+def _key(src: Source, rid: str, fingerprint: str, in_run: frozenset[str], bad: list[Unreadable]) -> str | None:
+    """The step's cache key (site/cache.py); None, with the step added to `bad`, when a run folder's step cannot be
+    hashed (a FIFO or device among its files, a file that vanished)."""
+    try:
+        return step_key(src.paths, f"{src.framework}\0{src.shown or src.origin}", rid, fingerprint)
+    except BadInput as exc:
+        if rid not in in_run:
+            raise
+        bad.append(_unreadable(src, rid, exc))
+        return None
+
+
+def _unreadable(src: Source, rid: str, exc: BadInput) -> Unreadable:
+    u = Unreadable.of(src.origin, exc)
+    return replace(u, step=src.step, run_id=rid, shown=src.shown)
 
 
 def _offset(progress: Progress, offset: int, total: int, done: int, _chunk_total: int) -> None:

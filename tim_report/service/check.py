@@ -1,4 +1,8 @@
-"""`check`: each batch against fixed limits, the diagnosis's findings and, with a history, the run's own band."""
+"""`check`: each batch against fixed limits, the diagnosis's findings and, with a history, the run's own band.
+
+A run folder is checked step by step; a step of it that cannot be read is an `Unread` naming it and saying why
+(the command exits 2 after checking the others). A file that cannot be read is BadInput, as before.
+"""
 
 from __future__ import annotations
 
@@ -11,8 +15,10 @@ from ..analysis.gate import CheckResult, Limit, evaluate
 from ..analysis.history import HistoryResult, check_history
 from ..analysis.runs import run_row
 from ..config import HISTORY_MARGIN, HISTORY_WINDOW, DiagnosisThresholds, Thresholds
-from ..io import LoadOptions, load
-from ..model import Report
+from ..errors import BadInput
+from ..io import LoadOptions, Source, Unreadable, load, scan
+from ..io.discover import step_order
+from ..model import Report, StepBatch
 from ..site.index_json import read_history
 
 
@@ -39,17 +45,45 @@ class Checked:
     history: HistoryResult | None
 
 
-def check(paths: list[Path], load_options: LoadOptions, options: CheckOptions) -> Iterator[Checked]:
-    """Each batch checked in turn. An unusable history is bad input before any batch is read."""
+@dataclass
+class Unread:
+    """A step of a run folder that could not be read: its file or step folder, and why."""
+
+    path: Path
+    reason: str
+
+
+def check(paths: list[Path], load_options: LoadOptions, options: CheckOptions) -> Iterator[Checked | Unread]:
+    """Each batch checked in turn (a run folder's steps in step order). An unusable history is bad input before any
+    batch is read."""
     rows = read_history(options.history) if options.history is not None else None
     for path in paths:
-        report = analyze(load(path, load_options), options.thresholds, diagnosis_thresholds=options.diagnosis)
-        row = run_row(report)
-        result = evaluate(report, options.limits, options.fail_on)
-        band = None
-        if rows is not None:
-            band = check_history(row, rows, options.history_window, options.history_margin, options.history_floors)
-            result.violations += band.violations
-            if band.note is None:
-                result.summary += f"; within the run's band ({band.basis})"
-        yield Checked(Path(path), report, row, result, band)
+        found, bad = scan(path, load_options.format_hint)
+        several = len(found) + len(bad) > 1
+        steps: list[Source | Unreadable] = sorted([*found, *bad], key=step_order)
+        for src in steps:
+            if isinstance(src, Unreadable):
+                yield Unread(src.origin, src.reason)
+                continue
+            try:
+                batch = load(src, load_options)
+            except BadInput as exc:
+                if not several:
+                    raise
+                yield Unread(src.origin, Unreadable.of(src.origin, exc).reason)
+                continue
+            yield _checked(src.origin if several else Path(path), batch, rows, options)
+
+
+def _checked(path: Path, batch: StepBatch, rows: list[dict] | None, options: CheckOptions) -> Checked:
+    """One batch against the limits, the findings and, with a history, the run's own band."""
+    report = analyze(batch, options.thresholds, diagnosis_thresholds=options.diagnosis)
+    row = run_row(report)
+    result = evaluate(report, options.limits, options.fail_on)
+    band = None
+    if rows is not None:
+        band = check_history(row, rows, options.history_window, options.history_margin, options.history_floors)
+        result.violations += band.violations
+        if band.note is None:
+            result.summary += f"; within the run's band ({band.basis})"
+    return Checked(path, report, row, result, band)

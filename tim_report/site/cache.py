@@ -1,7 +1,10 @@
 """The per-step cache: a step whose input, options and tool are unchanged keeps its run folder as it is.
 
 Each run folder a build writes holds `.tim-report-cache.json`: the step's key and its index row. The key
-hashes the input's bytes (every file of the step), its path and framework (the page names them), the run id,
+hashes the input's bytes (every file of the step), its framework and the name the page gives it (its file's or
+step folder's own name, `service.build.shown_path`: never the path as spelled, so the same run reached from another
+working directory, spelled `inc/run` or `/abs/inc/run`, moved elsewhere, or written by `watch`, keeps every key),
+the run id,
 every option that changes what is written (keys, meta, thresholds, formats, notes, base URL, ...; not `--timestamp`, which only stamps
 pages) and the tool itself (its version and a digest of its own code and templates, so a changed
 tim-report never serves a page an older one wrote). A rebuild re-analyses only the steps whose key
@@ -13,10 +16,12 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import os
 import stat
 from pathlib import Path
 from typing import Any
 
+from ..errors import BadInput
 from ..model import dumps, row_problem
 from .layout import CACHE_FILE, run_files
 
@@ -45,16 +50,31 @@ def options_fingerprint(options: dict[str, Any]) -> str:
 
 
 def step_key(paths: tuple[Path, ...], source: str, run_id: str, options: str) -> str:
-    """The key of one step: its files' bytes, where they are and who wrote them (the page names both), the run id,
-    the options' fingerprint and the tool's."""
+    """The key of one step: its files' bytes and names, `source` (who wrote them and where they sit in the run: the
+    page names both), the run id, the options' fingerprint and the tool's."""
     h = hashlib.sha256()
     for part in (tool_fingerprint(), options, run_id, source):
         h.update(part.encode("utf-8", "replace") + b"\0")
     for p in paths:
         h.update(p.name.encode("utf-8", "replace") + b"\0")
-        with open(p, "rb") as f:
-            h.update(hashlib.file_digest(f, "sha256").digest())
+        h.update(file_digest(p))
     return h.hexdigest()
+
+
+def file_digest(path: Path) -> bytes:
+    """SHA-256 of a regular file's bytes. A FIFO, device or socket is refused before a byte is read (reading one
+    could block, or never end); it is opened without blocking so that the check is of the file actually read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise BadInput(path, f"cannot read: {exc.strerror or exc}") from None
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise BadInput(path, "is not a regular file (a FIFO, device, socket or folder): tim-report reads files only")
+        try:
+            return hashlib.file_digest(f, "sha256").digest()
+        except OSError as exc:
+            raise BadInput(path, f"cannot read: {exc.strerror or exc}") from None
 
 
 def cached_row(out: Path, run_id: str, key: str, formats: tuple[str, ...]) -> dict | None:

@@ -3,7 +3,8 @@
     {"tool": "tim-report", "schema_version": 1,
      "runs": [run row, ...],              one per run folder (analysis.runs.run_row; docs/index-json.md)
      "steps": N, "run": {...} or null,    the run's verdict over its steps (analysis.run_verdict)
-     "change_points": [...], "change_steps": [...]}   the run view (analysis.trend)
+     "change_points": [...], "change_steps": [...],   the run view (analysis.trend)
+     "unreadable": [{"id", "step", "path", "reason"}, ...]}   a run folder's steps that could not be read
 
 Every build writes it, whatever the formats: the per-step cache, `check --history` and `watch` read it
 back. Read back, the file is untrusted: its size is capped before it is parsed, and anything that is not
@@ -31,7 +32,8 @@ def document(index: dict) -> dict:
     """index.json from the index summary (analysis.runs.index_from_rows)."""
     tr = index["trend"] or {}
     return {"tool": "tim-report", "schema_version": SCHEMA_VERSION, "runs": index["runs"], "steps": tr.get("steps", 0),
-            "run": index.get("run"), "change_points": tr.get("change_points", []), "change_steps": tr.get("change_steps", [])}
+            "run": index.get("run"), "change_points": tr.get("change_points", []), "change_steps": tr.get("change_steps", []),
+            "unreadable": index.get("unreadable", [])}
 
 
 def text(index: dict) -> str:
