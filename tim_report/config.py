@@ -370,6 +370,9 @@ COMPARE_REL_TOL = 0.01  # a metric that moved by less than 1% of its (goodness) 
 # The trainer's own floor (analysis/floor.py): a floor that alone puts this share of tokens outside the PPO clip band
 # is a warning (TRL #6789: 8% from bf16 chunking alone; verl #6280: pg_clipfrac > 0 on-policy). Below it, info.
 FLOOR_CLIP_WARN = 1e-3
+# Routing agreement (analysis/routes.py): routing flips that explain this share of the KL k3 or more are a warning
+# (the share a routing fix — replay, an fp32 router — could remove); below it, info.
+ROUTING_EXPLAINS_WARN = 0.25
 # assert_logprobs_match(floor=...): a candidate passes within this many times the reference's own mean |φ| (and its
 # square times the floor's KL k3): two scorings that each differ by rounding differ by up to about twice either's noise.
 FLOOR_BAND_FACTOR = 2.0

@@ -70,6 +70,8 @@ class StepBatch:
     rollout_topk_logp: np.ndarray | None = None  # [T, k] float32
     trainer_topk_ids: np.ndarray | None = None  # [T, k] int32
     trainer_topk_logp: np.ndarray | None = None  # [T, k] float32
+    rollout_routes: np.ndarray | None = None  # [T, layers, k] int32: the experts each MoE layer routed the token to
+    trainer_routes: np.ndarray | None = None  # [T, layers, k] int32, the trainer's (capture --routes)
     meta: dict[str, Any] = field(default_factory=dict)  # step, framework, layout, alignment, exclusions, routed_experts, ...
     notes: list[str] = field(default_factory=list)  # how the loader read the file (alignment, inferred masks)
     problems: dict[str, int] = field(default_factory=dict)  # what the reader had to drop or repair, counted (see INPUT_PROBLEMS)

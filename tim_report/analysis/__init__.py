@@ -19,6 +19,7 @@ from .diagnosis import diagnose
 from .distributions import distributions
 from .floor import trainer_floor
 from .metrics import summary_metrics
+from .routes import routing_agreement
 from .samples import sample_rows
 from .tokens import valid_tokens
 from .topk import topk_analysis
@@ -53,20 +54,38 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
         diagnosis=diagnosis,
         **families,
     )
-    add_floor(report.diagnosis, trainer_floor(batch, tok, th), diagnosis_thresholds)
+    dt = diagnosis_thresholds or DiagnosisThresholds()
+    add_floor(report.diagnosis, trainer_floor(batch, tok, th), dt)
+    add_routes(report.diagnosis, routing_agreement(batch, tok), dt)
     report.routing["blocked_by_bug"] = blocked_by_bug(report.diagnosis or {})
     report.run["thresholds"] = th.to_dict()
     return report
 
 
-def add_floor(diagnosis: dict, floor: dict, dt: DiagnosisThresholds | None) -> None:
+def _add_finding(diagnosis: dict, finding: dict) -> None:
+    diagnosis["findings"].append(finding)
+    diagnosis["findings"].sort(key=lambda f: -SEVERITIES.index(f["severity"]))
+
+
+def add_floor(diagnosis: dict, floor: dict, dt: DiagnosisThresholds) -> None:
     """The trainer's own floor beside the precision gap, and its finding among the others (by severity)."""
     diagnosis["trainer_floor"] = floor
     if floor.get("available"):
         keys = ("kl_k3", "kl_share", "clip_fraction", "clipped_explained", "clip_inside_floor", "tis_fraction",
                 "ess_loss_share", "clip_band", "abs_max")
-        diagnosis["findings"].append(findings.make("trainer_floor", {k: floor[k] for k in keys}, dt or DiagnosisThresholds()))
-        diagnosis["findings"].sort(key=lambda f: -SEVERITIES.index(f["severity"]))
+        _add_finding(diagnosis, findings.make("trainer_floor", {k: floor[k] for k in keys}, dt))
+
+
+def add_routes(diagnosis: dict, routes: dict, dt: DiagnosisThresholds) -> None:
+    """Routing agreement beside the floor: a finding when both sides' routes were compared, or when a routes array
+    cannot be (empty, misaligned)."""
+    diagnosis["routing_agreement"] = routes
+    if routes.get("available"):
+        keys = ("any_flip_share", "decision_flip_share", "kl_k3_flipped", "kl_k3_unflipped", "kl_explained", "identical",
+                "layers", "k")
+        _add_finding(diagnosis, findings.make("routing_flips", {k: routes[k] for k in keys}, dt))
+    elif routes.get("problem") in ("empty", "misaligned"):
+        _add_finding(diagnosis, findings.make("routes_unusable", {"reason": routes["reason"]}, dt))
 
 
 def _side_families(batch: StepBatch, tok, th: Thresholds) -> dict:

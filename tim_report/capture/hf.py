@@ -74,6 +74,10 @@ class HFEngine:
         if cfg.eos_token_id is not None:
             self.eos |= set([cfg.eos_token_id] if isinstance(cfg.eos_token_id, int) else cfg.eos_token_id)
         self.pad_id = cfg.pad_token_id if isinstance(cfg.pad_token_id, int) else 0
+        experts = next((getattr(cfg, k) for k in ("num_local_experts", "num_experts", "n_routed_experts")
+                        if isinstance(getattr(cfg, k, None), int)), 0)
+        self.routes_k = int(getattr(cfg, "num_experts_per_tok", 0) or 0) if experts > 1 else 0  # 0: not an MoE
+        self.last_routes: list | None = None  # score(routes=True): each sequence's [n, layers, k] routed experts
 
     def close(self) -> None:
         del self.model, self.base, self.head
@@ -82,7 +86,8 @@ class HFEngine:
 
     @torch.inference_mode()
     def score(self, prompts: list[list[int]], completions: list[list[int]], temperature: float = 1.0,
-              top_k: int = 0, top_p: float = 1.0, progress=None, topk: int = 0, alone: bool = False) -> list:
+              top_k: int = 0, top_p: float = 1.0, progress=None, topk: int = 0, alone: bool = False,
+              routes: bool = False) -> list:
         """log p(completion token | prompt, earlier completion tokens) for every completion token.
 
         With `topk` K > 0 each sequence's entry is (log-probs, TopK): the K most likely tokens at each
@@ -92,7 +97,11 @@ class HFEngine:
 
         `alone`: one sequence per micro-batch (no padding), in reverse order: the same tokens under another batch
         composition, for the trainer's own floor (`capture --trainer-floor`).
+        `routes` on a mixture-of-experts model: each sequence's routed experts are left in `self.last_routes`
+        ([n, layers, k] int32, in the order of the sequences), None when the model has no router.
         """
+        found: list = []
+        routed: list | None = [None] * len(prompts) if routes and self.routes_k else None
         out: list = [None] * len(prompts)
         order = sorted(range(len(prompts)), key=lambda i: -(len(prompts[i]) + len(completions[i])))
         batches: list[list[int]] = [[i] for i in reversed(range(len(prompts)))] if alone else []
@@ -124,17 +133,20 @@ class HFEngine:
             lp = token_logprobs(self.base, self.head, ids.to(self.device), am.to(self.device),
                                 torch.cat(rows).to(self.device), torch.cat(cols).to(self.device),
                                 torch.cat(targets).to(self.device), self.logit_chunk_rows, temperature, top_k, top_p,
-                                topk_logprobs=topk)
+                                topk_logprobs=topk, routes=found if routed is not None else None, routes_k=self.routes_k)
             lp, top = (lp[0], lp[1:]) if isinstance(lp, tuple) else (lp, None)
             pos = 0
             for i in mb:
                 c = len(completions[i])
+                if routed is not None:
+                    routed[i] = found[-1][pos : pos + c]
                 out[i] = lp[pos : pos + c].numpy()
                 if top is not None:
                     out[i] = (out[i], TopK(top[0][pos : pos + c].numpy(), top[1][pos : pos + c].numpy()))
                 pos += c
             if progress is not None:
                 progress(len(mb))
+        self.last_routes = routed
         return out
 
     # ------------------------------------------------------------------ sampling (rollout side)

@@ -18,6 +18,7 @@ class CaptureOptions:
     seed: int = 0
     shadow: bool = False
     trainer_floor: bool = False  # each hf trainer scores the tokens twice, under two batch compositions
+    routes: bool = False  # hf scoring passes on an MoE model record each token's routed experts
     lm_head_fp32: str | None = None  # None | "rollout" | "trainer" | "both"
     chat_template: bool = True
     device: str = "auto"  # hf engine device: auto | cpu | cuda

@@ -238,6 +238,7 @@ class _Scores:
     trainer: dict[EngineSpec, list[np.ndarray]] = field(default_factory=dict)
     shadow: dict[tuple[EngineSpec, str], list[np.ndarray]] = field(default_factory=dict)  # (trainer spec, rollout dtype)
     floor: dict[EngineSpec, list[np.ndarray]] = field(default_factory=dict)  # the trainer's second scoring
+    routes: dict[tuple[str, EngineSpec], list[np.ndarray]] = field(default_factory=dict)  # ("rollout" | "trainer", spec)
     topk: dict[tuple[str, EngineSpec], list] = field(default_factory=dict)  # ("rollout" | "trainer", spec) → TopK per sequence
     versions: dict[str, str] = field(default_factory=dict)
 
@@ -274,6 +275,8 @@ def _run(jobs: dict[EngineKey, list[Job]], opts: CaptureOptions, prep: _Prepared
                 processed = kind == "rollout"  # a rollout engine's log-probs are after top-k / top-p; a trainer's are not
                 topk = opts.top_k_logprobs if kind in ("rollout", "trainer") else 0
                 extra = {"alone": True} if kind == "floor" else {}
+                if opts.routes and key.engine == "hf" and kind in ("rollout", "trainer"):
+                    extra["routes"] = True
                 with progress(label, n_seq) as advance:
                     lp = engine.score(seq_ids, out.completions, s.temperature, s.top_k if processed else 0,
                                       s.top_p if processed else 1.0, progress=advance, topk=topk, **extra)
@@ -284,6 +287,8 @@ def _run(jobs: dict[EngineKey, list[Job]], opts: CaptureOptions, prep: _Prepared
                     out.rollout[spec] = lp
                 elif kind == "trainer":
                     out.trainer[spec] = lp
+                if extra.get("routes") and getattr(engine, "last_routes", None) is not None:
+                    out.routes[(kind, spec)] = engine.last_routes
                 elif kind == "floor":
                     out.floor[spec] = lp
                 else:
@@ -371,7 +376,19 @@ def _assemble(opts: CaptureOptions, prep: _Prepared, scores: _Scores,
             trainer_logp=np.concatenate(scores.trainer[t]),
             offsets=offsets, mask=np.ones(len(token_ids), bool), token_ids=token_ids,
             token_text=list(token_text), prompt_ids=prompt_arrays, prompt_text=prompt_text, group=group,
-            shadow_logp=shadow, floor_logp=floor, meta=meta, **topk)
+            shadow_logp=shadow, floor_logp=floor, meta=meta, **topk, **_route_arrays(scores, r, t, meta))
+    return out
+
+
+def _route_arrays(scores: _Scores, r: EngineSpec, t: EngineSpec, meta: dict) -> dict[str, Any]:
+    """Each side's [T, layers, k] routed experts where its scoring pass recorded them (a sampler's are not)."""
+    out: dict[str, Any] = {}
+    for side, spec in (("rollout", r), ("trainer", t)):
+        rows = scores.routes.get((side, spec))
+        if rows is not None:
+            out[f"{side}_routes"] = np.concatenate(rows).astype(np.int32)
+    if out:
+        meta["routes"] = {"recorded": sorted(out), "how": "the router's top-k at every scored position, per layer"}
     return out
 
 

@@ -49,14 +49,25 @@ def chunk_rows(vocab: int, logit_chunk_mb: int) -> int:
 def token_logprobs(base, head, input_ids: torch.Tensor, attention_mask: torch.Tensor, rows: torch.Tensor,
                    cols: torch.Tensor, targets: torch.Tensor, rows_per_chunk: int, temperature: float = 1.0,
                    top_k: int = 0, top_p: float = 1.0, position_ids: torch.Tensor | None = None,
-                   topk_logprobs: int = 0):
+                   topk_logprobs: int = 0, routes: list | None = None, routes_k: int = 0):
     """log p(targets[i] | input_ids[rows[i], :cols[i] + 1]) as a float64 CPU tensor.
 
     One decoder pass over the batch; the head runs on the selected hidden states only, chunk by chunk.
     With `topk_logprobs` K > 0 it returns (log-probs, top-K ids [n, K] int32, top-K log-probs [n, K] float32):
-    torch.topk on each fp32 log-softmax chunk, so the whole distribution is summarised in the same pass."""
-    kw = {} if position_ids is None else {"position_ids": position_ids}
-    hidden = base(input_ids=input_ids, attention_mask=attention_mask, **kw).last_hidden_state
+    torch.topk on each fp32 log-softmax chunk, so the whole distribution is summarised in the same pass.
+    With `routes` (a list) and `routes_k` > 0 on a mixture-of-experts decoder, the experts each layer's router picks
+    for every scored position are appended to it: [n, layers, routes_k] int32 (the router's top-k, the order the
+    model's own top-k gives)."""
+    kw: dict = {} if position_ids is None else {"position_ids": position_ids}
+    if routes is not None and routes_k:
+        kw["output_router_logits"] = True
+    output = base(input_ids=input_ids, attention_mask=attention_mask, **kw)
+    hidden = output.last_hidden_state
+    if routes is not None and routes_k:
+        b, s = input_ids.shape
+        per_layer = [logits.reshape(b, s, -1)[rows, cols].float().topk(routes_k, dim=-1).indices
+                     for logits in output.router_logits]
+        routes.append(torch.stack(per_layer, dim=1).to(torch.int32).cpu().numpy())
     sel = hidden[rows, cols]
     del hidden
     n = sel.shape[0]

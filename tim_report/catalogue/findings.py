@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..config import FLOOR_CLIP_WARN, SEVERITIES, DiagnosisThresholds
+from ..config import FLOOR_CLIP_WARN, ROUTING_EXPLAINS_WARN, SEVERITIES, DiagnosisThresholds
 from .numbers import fixed, fmt, pct, sci
 
 Words = dict[str, Any]  # a finding's evidence and its context, by name
@@ -307,6 +307,28 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
         lambda w: "Look at the by-position table: growing |δ| with position points at KV-cache dtype / RoPE / long-context "
                   "kernels; a flat but signed δ points at a one-sided transformation. Prefer token-level or geometric "
                   "corrections over sequence-product ratios for long sequences."),
+    Finding(
+        "routing_flips", lambda w, dt: "warn" if (w["kl_explained"] or 0) >= ROUTING_EXPLAINS_WARN else "info",
+        lambda w: ("Routing is identical on both sides on every token and layer: routing replay (R3) or one routes "
+                   "array recorded twice, so routing explains none of the mismatch") if w["identical"] else
+                  (f"Routing: {pct(w['any_flip_share'])} of tokens go to other experts in at least one layer "
+                   f"({pct(w['decision_flip_share'])} of the {w['layers']}-layer top-{w['k']} decisions); their KL k3 is "
+                   f"{fmt(w['kl_k3_flipped'])} against {fmt(w['kl_k3_unflipped'])}, so routing explains "
+                   f"{pct(w['kl_explained'])} of the KL"),
+        lambda w: "tokens routed to different experts on the two sides",
+        lambda w: ("A token whose router picks other experts is scored by other weights: near-tied router logits flip "
+                   "under bf16 rounding or another kernel, and the flip moves the log-prob far more than rounding "
+                   "alone. No precision fix of the rest removes it."),
+        lambda w: ("If routing explains much of the KL, replay the rollout's routes in the trainer (routing replay, R3) "
+                   "or keep the router in fp32; look at the layers with the most flips (the page's table).")),
+    Finding(
+        "routes_unusable", _always("warn"),
+        lambda w: f"The routed-experts arrays cannot be compared: {w['reason']}",
+        lambda w: "routed-experts arrays that do not line up with the tokens",
+        lambda w: ("A routes array should hold [tokens, layers, k] expert ids for exactly the tokens of the log-probs; an "
+                   "empty or misaligned one was cut, padded or taken from another batch."),
+        lambda w: "Check where the dump takes its routed experts (response-only vs whole sequence, padding) and that "
+                  "both sides record the same tokens."),
     Finding(
         "trainer_floor", lambda w, dt: "warn" if w["clip_fraction"] >= FLOOR_CLIP_WARN else "info",
         lambda w: (f"The trainer's own floor: scoring the same tokens under another batch composition moves its log-probs "

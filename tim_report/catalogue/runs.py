@@ -31,6 +31,8 @@ STEP_FINDING = {
     "low_prob_tail": ("low-probability tail", "the mismatch sits on unlikely tokens"),
     "drift_with_length": ("drift with length", "the mismatch accumulates with length"),
     "precision_gap": ("precision gap", "precision alone explains part of the gap"),
+    "routing_flips": ("routing flips", "tokens are routed to different experts on the two sides"),
+    "routes_unusable": ("routes unusable", "the routed-experts arrays do not line up with the tokens"),
     "trainer_floor": ("trainer floor", "the trainer's own noise (another batch composition) crosses the clip band"),
 }
 REGIME_WORDS = {"identical": "identical", "numerical_noise": "numerical noise", "elevated": "elevated",

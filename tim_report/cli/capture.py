@@ -37,6 +37,9 @@ from .text import safe
 @click.option("--trainer-floor", is_flag=True,
               help="Score the tokens twice with each hf trainer, under two batch compositions (floor_logp: the trainer's own "
                    "noise floor, beside the mismatch).")
+@click.option("--routes", is_flag=True,
+              help="On a mixture-of-experts model, record each side's routed experts at every token (hf scoring "
+                   "passes; the sampler's are not): the report's routing agreement.")
 @click.option("--n-samples", type=int, default=4, show_default=True, help="Completions per prompt (one group each).")
 @click.option("--max-new-tokens", default="256", show_default=True, metavar="N[,N...]",
               help="Generation length cap; several (128,512,2048) capture a length sweep: one batch per length and pair "
@@ -59,9 +62,9 @@ from .text import safe
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path),
               help="Output .npz (one pair) or folder (several pairs).")
 @fail_cleanly
-def capture_command(model, prompts, rollouts, trainers, matrix, shadow, trainer_floor, n_samples, max_new_tokens, temperature, top_p,
-                    top_k, seed, lm_head_fp32, no_chat_template, max_prompts, device, kv_cache_gib, top_k_logprobs, verbose,
-                    out):
+def capture_command(model, prompts, rollouts, trainers, matrix, shadow, trainer_floor, routes, n_samples, max_new_tokens,
+                    temperature, top_p, top_k, seed, lm_head_fp32, no_chat_template, max_prompts, device, kv_cache_gib,
+                    top_k_logprobs, verbose, out):
     """Generate with the rollout engine, re-score the same tokens with the trainer, save step batch(es)."""
     from ..capture import CaptureOptions, EngineFailed, capture, pair_filename, parse_spec
     from ..capture.run import matrix_specs
@@ -76,7 +79,7 @@ def capture_command(model, prompts, rollouts, trainers, matrix, shadow, trainer_
     opts = CaptureOptions(model=str(model), prompts=str(prompts), rollouts=r_specs, trainers=t_specs,
                           sampling=Sampling(temperature=temperature, top_p=top_p, top_k=top_k,
                                             max_new_tokens=lengths[0], n_samples=n_samples),
-                          seed=seed, shadow=shadow, trainer_floor=trainer_floor, lm_head_fp32=lm_head_fp32,
+                          seed=seed, shadow=shadow, trainer_floor=trainer_floor, routes=routes, lm_head_fp32=lm_head_fp32,
                           chat_template=not no_chat_template,
                           device=device, max_prompts=max_prompts, kv_cache_gib=kv_cache_gib, top_k_logprobs=top_k_logprobs,
                           verbose=verbose)

@@ -19,7 +19,7 @@ import numpy as np
 from ..config import TOPK_MAX
 from ..errors import BadInput
 from ..model import StepBatch
-from .canonical import TOPK_FIELDS
+from .canonical import ROUTE_FIELDS, TOPK_FIELDS
 from .files import RawFile
 from .roles import RoleChoice, key_list
 from .sequences import Exclusions, count_placeholders, turn_index
@@ -145,6 +145,18 @@ def _canonical_fields(p: Path, raw: RawFile, batch: StepBatch) -> None:
             raise BadInput(p, f"'{name}' has shape {list(arr.shape)}, expected [{shape}]")
         setattr(batch, name, arr.astype(dtype))
     _topk_fields(p, raw, batch)
+    _route_fields(p, raw, batch)
+
+
+def _route_fields(p: Path, raw: RawFile, batch: StepBatch) -> None:
+    """Either side's routed experts, integers of any shape: whether they line up with the tokens is the analysis's
+    finding (analysis/routes.py), not a reason to refuse the batch."""
+    for name in ROUTE_FIELDS:
+        if name in raw.values:
+            _, dtype = _declared(raw, name)
+            if dtype.kind not in "iu":
+                raise BadInput(p, f"'{name}' holds {dtype}, expected integers (expert ids)")
+            setattr(batch, name, np.asarray(raw.values[name]).astype(np.int32, copy=False))
 
 
 def _topk_fields(p: Path, raw: RawFile, batch: StepBatch) -> None:

@@ -19,6 +19,7 @@ from ..model import StepBatch
 CANONICAL_FORMAT = "tim-report/step-batch"
 CANONICAL_VERSION = 1
 # The optional [T, k] arrays of both sides' k most likely tokens (StepBatch fields of the same names).
+ROUTE_FIELDS = ("rollout_routes", "trainer_routes")  # [T, layers, k] routed experts per token, either side
 TOPK_FIELDS = {"rollout_topk_ids": np.int32, "rollout_topk_logp": np.float32,
                "trainer_topk_ids": np.int32, "trainer_topk_logp": np.float32}
 
@@ -57,6 +58,10 @@ def save_batch(batch: StepBatch, path: str | Path, *, compact: bool = False) -> 
         value = getattr(batch, name)
         if value is not None:
             arrays[name] = np.asarray(value, dtype=dtype)
+    for name in ROUTE_FIELDS:
+        value = getattr(batch, name)
+        if value is not None:
+            arrays[name] = np.asarray(value, dtype=np.int32)
     header = {"format": CANONICAL_FORMAT, "version": CANONICAL_VERSION, "meta": batch.meta}
     arrays["meta"] = np.asarray(json.dumps(header, sort_keys=True, default=str))
     write_npz(arrays, Path(path), 1 if compact else 6)
