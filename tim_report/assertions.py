@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .analysis import analyze
+from .analysis.stats import k3_per_token
 from .catalogue.numbers import fixed, fmt, pct, plain
 from .config import FLOOR_BAND_FACTOR, NOISE_BANDS, POSITIVE_LOGP_TOLERANCE, DiagnosisThresholds, NoiseBand
 from .model import Report, StepBatch
@@ -114,7 +115,7 @@ def floor_band(reference, floor, mask=None) -> NoiseBand:
     if not m.any():
         raise ValueError("floor: no position where both the reference and the floor are finite")
     phi = ref[m] - fl[m]
-    k3 = float(np.maximum(np.expm1(phi) - phi, 0.0).mean())
+    k3 = float(k3_per_token(phi).mean())
     fp32 = NOISE_BANDS["fp32"]
     return NoiseBand("measured floor", max(FLOOR_BAND_FACTOR * float(np.abs(phi).mean()), fp32.abs_delta_mean_max),
                      max(FLOOR_BAND_FACTOR ** 2 * k3, fp32.kl_k3_max),

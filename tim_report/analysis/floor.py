@@ -21,7 +21,7 @@ import numpy as np
 
 from ..config import SAFETY_BOUND, Thresholds
 from ..model import StepBatch
-from .stats import kish_ess
+from .stats import k3_per_token, kish_ess
 from .tokens import Tokens, third_side
 
 HOW_TO_GET = ("tim-report capture --trainer-floor ... : the trainer scores the sampled tokens a second time, one "
@@ -31,11 +31,6 @@ HOW_TO_GET = ("tim-report capture --trainer-floor ... : the trainer scores the s
 
 def _unavailable(reason: str) -> dict:
     return {"available": False, "reason": reason, "how_to_get": HOW_TO_GET}
-
-
-def _k3(log_r: np.ndarray) -> float:
-    out = np.expm1(log_r) - log_r
-    return float(np.maximum(out, 0.0).mean())
 
 
 def trainer_floor(batch: StepBatch, tok: Tokens, th: Thresholds) -> dict:
@@ -52,7 +47,7 @@ def trainer_floor(batch: StepBatch, tok: Tokens, th: Thresholds) -> dict:
     delta = np.clip(part.log_r, -SAFETY_BOUND, SAFETY_BOUND)
     lo, hi = math.log(th.ppo_clip[0]), math.log(th.ppo_clip[1])
     tis = math.log(th.tis_token_cap)
-    floor_kl, kl = _k3(phi), _k3(delta)
+    floor_kl, kl = float(k3_per_token(phi).mean()), float(k3_per_token(delta).mean())
     floor_ess, ess = kish_ess(phi), kish_ess(delta)
     clip_phi, clip_delta = (phi < lo) | (phi > hi), (delta < lo) | (delta > hi)
     n_clip = int(clip_delta.sum())

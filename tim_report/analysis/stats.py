@@ -64,6 +64,13 @@ def mean_se(values: np.ndarray) -> tuple[float, float]:
     return float(values.mean()), (float(values.std(ddof=1) / math.sqrt(n)) if n > 1 else float("nan"))
 
 
+def k3_per_token(log_r: np.ndarray) -> np.ndarray:
+    """k3 = r − 1 − log r per token (≥ 0; expm1 keeps it exact for tiny log r): the one formula of the KL k3."""
+    out = np.expm1(log_r)
+    out -= log_r
+    return np.maximum(out, 0.0, out=out)
+
+
 def kish_ess(log_w: np.ndarray) -> float:
     """(Σw)² / (N·Σw²) in log space, so sequence weights exp(Σδ) never overflow."""
     w = log_w - float(log_w.max())

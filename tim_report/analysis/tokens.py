@@ -15,7 +15,7 @@ import numpy as np
 from ..config import POSITIVE_LOGP_TOLERANCE, SAFETY_BOUND, DiagnosisThresholds
 from ..errors import BadInput
 from ..model import INPUT_PROBLEMS, StepBatch
-from .stats import cluster_mean_se, run_starts
+from .stats import cluster_mean_se, k3_per_token, run_starts
 
 PROBABILITY_SHARE = DiagnosisThresholds.probability_share  # the default; the diagnosis reads its own thresholds
 
@@ -60,10 +60,8 @@ class Tokens:
         return int((index - self.batch_offsets[self.seq[last]]).max())
 
     def k3(self) -> np.ndarray:
-        """Per-token k3 = r − 1 − log r (≥ 0; expm1 keeps it exact for tiny δ)."""
-        out = np.expm1(self.log_r)
-        out -= self.log_r
-        return np.maximum(out, 0.0, out=out)
+        """Per-token k3 = r − 1 − log r (stats.k3_per_token)."""
+        return k3_per_token(self.log_r)
 
     def valid_mask(self) -> np.ndarray:
         """[T] over the batch's flat tokens: True where the token is valid (masked in, finite, ≤ 0)."""
