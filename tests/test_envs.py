@@ -43,6 +43,8 @@ def test_each_environment_gets_its_own_numbers(run):
     # the pooled batch is the token-weighted mean of its environments
     pooled = sum(k * n for k, n in zip(e["k3_mean"], e["tokens"])) / sum(e["tokens"])
     assert pooled == pytest.approx(report.metrics["kl_k3"], rel=1e-9)
+    assert e["k3_vs_batch"][0] == pytest.approx(code / report.metrics["kl_k3"], rel=1e-9)
+    assert sum(e["token_share"]) == pytest.approx(1.0)
 
 
 def test_a_batch_without_environments_has_no_table():

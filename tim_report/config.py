@@ -376,6 +376,9 @@ ROUTING_EXPLAINS_WARN = 0.25
 # assert_logprobs_match(floor=...): a candidate passes within this many times the reference's own mean |φ| (and its
 # square times the floor's KL k3): two scorings that each differ by rounding differ by up to about twice either's noise.
 FLOOR_BAND_FACTOR = 2.0
+# Length sweep (analysis/sweep.py): an exponent within this many standard errors of 1 reads "linear" (of 0.5, for
+# |Σδ|, "as a random walk"); two SE is the usual ~95% margin.
+SWEEP_SLACK_SE = 2.0
 ARM_LEVEL = 0.95  # compare A/ B/: the confidence level of each arm's interval and of the effect between arms (Welch)
 COMPARE_SE_TOL = 2.0  # ... or by less than this many combined standard errors
 COMPARE_TOKEN_TOL = 1e-4  # nats: a token's |δ| must move by more than this to count as better / worse

@@ -138,8 +138,9 @@ def sequence_sums(tok: Tokens, clip_low: float, clip_high: float, veto: float) -
 
 
 def unit_table(tok: Tokens, per_seq: dict[str, np.ndarray], seq_code: np.ndarray, names: np.ndarray, unit: str) -> dict:
-    """Per unit (group, environment): sequences, tokens, mean |δ|, k3, its share of Σk3, PPO-clipped fraction,
-    vetoed tokens, min r. Sums are added up per unit on [N_seqs] arrays."""
+    """Per unit (group, environment): sequences, tokens and their share, mean |δ|, k3, its share of Σk3 and its
+    multiple of the batch's, PPO-clipped fraction, vetoed tokens, min r. Sums are added up per unit on [N_seqs]
+    arrays."""
     ng = len(names)
     n = np.bincount(seq_code, weights=tok.counts, minlength=ng)
     sums = {k: np.bincount(seq_code, weights=per_seq[k], minlength=ng) for k in ("clipped", "vetoed", "abs", "k3")}
@@ -147,7 +148,7 @@ def unit_table(tok: Tokens, per_seq: dict[str, np.ndarray], seq_code: np.ndarray
     np.minimum.at(min_log_r, seq_code, per_seq["min_log_r"])
     seqs = np.bincount(seq_code, weights=tok.present, minlength=ng)
     keep = n > 0
-    total_k3 = float(sums["k3"].sum())
+    total_k3, total_n = float(sums["k3"].sum()), float(n.sum())
     with np.errstate(invalid="ignore", divide="ignore"):
         table = {
             "name": names[keep].tolist(),
@@ -156,6 +157,10 @@ def unit_table(tok: Tokens, per_seq: dict[str, np.ndarray], seq_code: np.ndarray
             "abs_delta_mean": (sums["abs"] / n)[keep].tolist(),
             "k3_mean": (sums["k3"] / n)[keep].tolist(),
             "k3_share": (sums["k3"] / total_k3 if total_k3 > 0 else np.zeros(ng))[keep].tolist(),
+            "token_share": (n / total_n if total_n > 0 else np.zeros(ng))[keep].tolist(),
+            # the unit's KL k3 against the batch's (Σk3 / tokens): 3 means three times the batch's per-token KL
+            "k3_vs_batch": ((sums["k3"] / n / (total_k3 / total_n))[keep].tolist() if total_k3 > 0
+                            else [None] * int(keep.sum())),
             "clipped_fraction": (sums["clipped"] / n)[keep].tolist(),
             "vetoed_tokens": np.rint(sums["vetoed"][keep]).astype(int).tolist(),
             "min_ratio": np.exp(min_log_r)[keep].tolist(),

@@ -59,7 +59,8 @@ def trainer_floor(batch: StepBatch, tok: Tokens, th: Thresholds) -> dict:
         "abs_mean": float(abs_phi.mean()), "abs_max": float(abs_phi.max()), "abs_p99": float(np.quantile(abs_phi, 0.99)),
         "kl_k3": floor_kl, "mismatch_kl_k3": kl,
         "kl_share": floor_kl / kl if kl > 0 else None,  # > 1: the mismatch is inside the trainer's own noise
-        "ess": floor_ess, "mismatch_ess": ess, "ess_loss_share": (1 - floor_ess) / (1 - ess) if ess < 1 else None,
+        "ess": floor_ess, "mismatch_ess": ess, "ess_loss": 1 - floor_ess, "mismatch_ess_loss": 1 - ess,
+        "ess_loss_share": (1 - floor_ess) / (1 - ess) if ess < 1 else None,
         "clip_fraction": float(clip_phi.mean()), "mismatch_clip_fraction": float(clip_delta.mean()),
         "clipped_explained": float((clip_phi & clip_delta).sum() / n_clip) if n_clip else None,
         "tis_fraction": float(np.mean(phi > tis)), "mismatch_tis_fraction": float(np.mean(delta > tis)),

@@ -205,9 +205,9 @@ def _envs(report) -> str:
     rows = [[esc(x["name"]), fmt(x["sequences"]), fmt(x["tokens"]), fmt(x["abs_delta_mean"]), fmt(x["k3_mean"]),
              pct(x["k3_share"]), pct(x["clipped_fraction"]), fmt(x["vetoed_tokens"]), fmt(x["min_ratio"])] for x in v["rows"]]
     w = v["worst"]
-    lead = (f"**{esc(w['name'])}** has the highest KL k3: {fmt(w['k3_mean'])}, {fmt(v['times_batch'], 2)}× the batch's, "
-            f"{pct(w['k3_share'])} of Σk3 from {pct(v['worst_token_share'])} of the tokens."
-            if v["times_batch"] is not None else f"One environment, **{esc(w['name'])}**: its numbers are the batch's.")
+    lead = (f"**{esc(w['name'])}** has the highest KL k3: {fmt(w['k3_mean'])}, {fmt(w['k3_vs_batch'], 2)}× the batch's, "
+            f"{pct(w['k3_share'])} of Σk3 from {pct(w['token_share'])} of the tokens."
+            if v["several"] and w["k3_vs_batch"] is not None else f"One environment, **{esc(w['name'])}**: its numbers are the batch's.")
     body = table(["environment", "seqs", "tokens", "mean \\|δ\\|", "KL k3", "share of Σk3", "PPO-clipped", "vetoed", "min r"],
                  rows, numeric=range(1, 9))
     return f"## By environment\n\n{lead}\n\n{body}"

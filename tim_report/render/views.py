@@ -111,13 +111,10 @@ def env_view(report) -> dict | None:
     e = report.breakdowns.get("by_env")
     if not e or not e.get("name"):
         return None
-    cols = ("name", "sequences", "tokens", "abs_delta_mean", "k3_mean", "k3_share", "clipped_fraction", "vetoed_tokens", "min_ratio")
+    cols = ("name", "sequences", "tokens", "token_share", "abs_delta_mean", "k3_mean", "k3_share", "k3_vs_batch",
+            "clipped_fraction", "vetoed_tokens", "min_ratio")
     rows = sorted(({c: e[c][i] for c in cols} for i in range(len(e["name"]))), key=lambda x: -(x["k3_mean"] or 0.0))
-    batch_k3 = report.metrics.get("kl_k3")
-    worst = rows[0]
-    times = worst["k3_mean"] / batch_k3 if batch_k3 and worst["k3_mean"] is not None and len(rows) > 1 else None
-    token_share = worst["tokens"] / sum(r["tokens"] for r in rows)
-    return {"rows": rows, "worst": worst, "times_batch": times, "worst_token_share": token_share}
+    return {"rows": rows, "worst": rows[0], "several": len(rows) > 1}
 
 
 def flat_metrics(report) -> list[dict]:
