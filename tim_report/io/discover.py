@@ -72,6 +72,12 @@ class Unreadable:
         return cls(path, step, _step_id(step, path.name if path.is_dir() else path.stem), reason)
 
 
+def completion_marker(src: Source) -> Path | None:
+    """The file a framework writes once a step is complete (prime-rl's `step_S/STABLE`), or None when it writes none:
+    what `watch` waits for before it reads a step."""
+    return src.origin / "STABLE" if src.framework == "prime-rl" and src.origin.is_dir() else None
+
+
 def settle_step(src: Source, own: object, notes: list[str]) -> object:
     """The one rule for a batch's step, for every format (`load` and `inspect` both come here): the path's step
     (step_S/, train_data_stepN, {rollout_id}.pt, global_step_N: what the run id and the index order use) when

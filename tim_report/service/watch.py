@@ -30,9 +30,8 @@ from pathlib import Path
 from ..analysis.history import check_history
 from ..config import HISTORY_MARGIN, HISTORY_WINDOW
 from ..errors import BadInput
-from ..io import Source, sources
-from ..io.detect import INPUT_SUFFIXES
-from ..io.discover import STEP_DIR
+from ..io import Source
+from ..io.discover import completion_marker, scan
 from ..site.index_json import read_document
 from ..site.layout import INDEX_JSON
 from ..site.publish import check_target
@@ -103,7 +102,7 @@ class Poller:
         self.run_dir, self.hint, self.declared = run_dir, format_hint, ranks
         self.seen: dict[Path, Stat | None] = {}  # every file of every step at the previous poll
         self.ranks = 0  # the most files an accepted step had
-        self.stable = False  # a prime-rl step folder of this run has had its STABLE marker
+        self.stable = False  # a step of this run has had its completion marker (prime-rl's STABLE)
         self.pending: set[str] = set()  # the problems the previous poll met: one met on two polls in a row is said
         self.said: set[str] = set()  # the problems said, each once while it lasts (a file being written meets one)
 
@@ -114,7 +113,7 @@ class Poller:
         self.pending, self.said = set(notes), (self.said & set(notes)) | set(fresh)
         now = {p: _stat(p) for s in found for p in s.paths}
         previous, self.seen = self.seen, now
-        self.stable |= any(_prime_step(s) and (s.origin / "STABLE").is_file() for s in found)
+        self.stable |= any((m := completion_marker(s)) is not None and m.is_file() for s in found)
         settled = [s for s in found if self._settled(s, now, previous)]
         if self.declared is None and settled:
             self.ranks = max(self.ranks, *(len(s.paths) for s in settled))
@@ -122,26 +121,15 @@ class Poller:
         return [s for s in settled if len(s.paths) >= need], fresh
 
     def _discover(self) -> tuple[list[Source], list[str]]:
-        """Every step `build` would find; when one file or step folder makes the run unreadable as a whole (a JSON-lines
-        file half written or broken, a prime-rl step folder with no rank file yet), its steps one by one, so that the
-        others still go on."""
+        """Every step `build` would find, and a note for each step it cannot read yet (a JSON-lines file half
+        written, a prime-rl step folder with no rank file yet): the others still go on (io.scan)."""
         if not self.run_dir.exists():
             return [], []
         try:
-            return sources(self.run_dir, self.hint), []
+            found, bad = scan(self.run_dir, self.hint)
         except BadInput as exc:
-            if not self.run_dir.is_dir():
-                return [], [f"waiting: {exc}"]
-            base = self.run_dir / "token_exports" if (self.run_dir / "token_exports").is_dir() else self.run_dir
-            found, notes = [], []
-            for entry in sorted(base.iterdir()):
-                step_file = entry.is_file() and entry.suffix.lower() in INPUT_SUFFIXES and not temporary(entry)
-                if step_file or (entry.is_dir() and STEP_DIR.match(entry.name)):
-                    try:
-                        found += sources(entry, self.hint)
-                    except BadInput as one:
-                        notes.append(f"waiting: {one}")
-            return found, notes or [f"waiting: {exc}"]
+            return [], [f"waiting: {exc}"]
+        return found, [f"waiting: {b.origin}: {b.reason}" for b in bad]
 
     def _settled(self, s: Source, now: dict, previous: dict) -> bool:
         """Every file unchanged since the previous poll, none temporary or empty, and the STABLE marker if the run uses it."""
@@ -149,11 +137,8 @@ class Poller:
             return False
         if any(now[p] is None or now[p] != previous.get(p) or now[p][0] == 0 for p in s.paths):
             return False
-        return not (_prime_step(s) and self.stable and not (s.origin / "STABLE").is_file())
-
-
-def _prime_step(s: Source) -> bool:
-    return s.framework == "prime-rl" and s.origin.is_dir()
+        marker = completion_marker(s)
+        return not (marker is not None and self.stable and not marker.is_file())
 
 
 def build_path(s: Source) -> Path:
