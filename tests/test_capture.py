@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from helpers import CI
+from helpers import CI, skip_or_fail
 
 from tim_report.analysis import analyze
 from tim_report.capture import CaptureOptions, EngineSpec, capture, parse_spec
@@ -334,7 +334,10 @@ def test_broken_companion_on_the_transformers_path_is_one_line_before_any_model_
     # the premise: with this torchvision importable, transformers cannot load the model
     probe = subprocess.run([sys.executable, "-c", "from transformers import AutoModelForCausalLM as M; import sys; "
                             "M.from_pretrained(sys.argv[1])", str(MODEL)], env=env, capture_output=True, text=True)
-    assert probe.returncode != 0 and "torchvision" in probe.stderr
+    if probe.returncode != 0 and "torchvision" not in probe.stderr:
+        pytest.fail(probe.stderr[-2000:])
+    if probe.returncode == 0:  # this set of packages loads models without importing torchvision (no vLLM beside it)
+        skip_or_fail("transformers here loads the model despite a broken torchvision: nothing for the check to catch")
     out = tmp_path / "b.npz"
     proc = subprocess.run([sys.executable, "-m", "tim_report", "capture", "--model", str(MODEL), "--prompts", str(PROMPTS),
                            "--rollout", "hf:bf16", "--trainer", "hf:fp32", "-o", str(out)],

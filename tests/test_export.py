@@ -23,6 +23,13 @@ from tim_report.testing import make_batch, write_prime_rl_run
 JUMP = 8
 
 
+def needs_tensorboard() -> None:
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        skip_or_fail("tensorboard is not installed (pip install -e \".[tensorboard]\")")
+
+
 def event_accumulator(path: Path):
     try:
         from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -55,6 +62,7 @@ def site(tmp_path_factory):
 
 
 def test_export_tensorboard_reads_back_with_tensorboards_reader(site, tmp_path):
+    needs_tensorboard()
     r = CliRunner().invoke(main, ["export", str(site), "--tensorboard", str(tmp_path / "tb")])
     assert r.exit_code == 0, r.output
     acc = event_accumulator(tmp_path / "tb")
@@ -122,6 +130,7 @@ def step_file(tmp_path, monkeypatch):
 
 
 def test_tensorboard_snippet(step_file, tmp_path):
+    needs_tensorboard()
     exec(snippet("**TensorBoard**"), {})
     acc = event_accumulator(tmp_path / "tb" / "tim")
     assert sorted(acc.Tags()["scalars"]) == sorted(step_file)
