@@ -9,6 +9,8 @@ judged: a huge `routed_experts` or a damaged extra member does not make a valid 
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import zipfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -65,6 +67,23 @@ def _header(zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> Header:
     return Header(tuple(shape), dtype, info.file_size)
 
 
+# numpy parses each member's .npy header with ast.literal_eval, and CPython 3.11's AST constructor keeps its recursion
+# depth in state shared by threads (python/cpython#106905): two members read side by side (`prefetch`) can fail a
+# valid file with "SystemError: AST constructor recursion depth mismatch". Such a read is done again, under a lock.
+_ALONE = threading.Lock()
+
+
+def _read_member(path: Path, key: str, allow_pickle: bool, tries: int = 3) -> np.ndarray:
+    for attempt in range(tries):
+        try:
+            with _ALONE if attempt else contextlib.nullcontext(), np.load(path, allow_pickle=allow_pickle) as npz:
+                return npz[key]
+        except SystemError as race:
+            if "recursion depth mismatch" not in str(race) or attempt == tries - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
 class NpzMembers(Mapping):
     """The archive's arrays by name, each checked, read (and cached) on first use."""
 
@@ -78,8 +97,7 @@ class NpzMembers(Mapping):
         if key not in self._cache:
             self._check(key)
             try:
-                with np.load(self.path, allow_pickle=self.allow_pickle) as npz:
-                    self._cache[key] = npz[key]
+                self._cache[key] = _read_member(self.path, key, self.allow_pickle)
             except Exception as exc:
                 raise BadInput(self.path, f"member '{key}' cannot be read: truncated or corrupt ({first_line(exc)})") from exc
         return self._cache[key]
