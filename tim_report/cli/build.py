@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from ..catalogue.formats import FORMATS
+from ..catalogue.frameworks import run_folders
 from ..catalogue.numbers import fixed, fmt
 from ..config import NOTES_MAX_BYTES
 from ..errors import BadInput, regular_file
@@ -23,9 +24,9 @@ from .options import (
     input_files,
     load_options,
     output_path,
-    ppo_eps_option,
     ray_address_option,
     self_contained_option,
+    thresholds_option,
     timestamp_now,
     timestamp_option,
 )
@@ -37,12 +38,16 @@ EXIT_UNREADABLE_STEP = 3  # the site was written, but a step of a run folder cou
 CHANGE_LINES_MAX = 10
 
 
-@click.command("build")
+@click.command("build", help=f"""Analyse step batches and write the report site into OUTPUT.
+
+    FILES are step batch files, one step's folder, or run folders ({run_folders()}, a folder of step files): one
+    report per step.
+    """)
 @input_files
 @click.option("-o", "--output", "out", required=True, type=click.Path(), help="Output folder (the site).")
 @click.option("--run-id", "run_ids", multiple=True,
               help="Run folder name, once per input (default: the file's stem, or step_N); a run folder's steps get it as a prefix.")
-@ppo_eps_option
+@thresholds_option
 @click.option("--notes", "notes", type=click.Path(path_type=Path, dir_okay=False),
               help="Markdown file with your narrative, shown after the headline (raw HTML is escaped).")
 @timestamp_option
@@ -59,14 +64,8 @@ CHANGE_LINES_MAX = 10
 @ray_address_option
 @fail_cleanly
 @load_options
-def build_command(files, out, run_ids, load, ppo_eps, notes, timestamp, self_contained, formats, base_url, jobs, executor,
+def build_command(files, out, run_ids, load, thresholds, notes, timestamp, self_contained, formats, base_url, jobs, executor,
                   ray_address):
-    """Analyse step batches and write the report site into OUTPUT.
-
-    FILES are step batch files, one step's folder (prime-rl step_S/), or run folders (prime-rl token_exports/,
-    a NeMo-RL log dir, a slime/miles --dump-details dir, a SkyRL export, a folder of step files): one report per step.
-    """
-    from ..config import Thresholds
     from ..render import RenderOptions
     from ..service.build import BuildOptions, build
 
@@ -74,7 +73,7 @@ def build_command(files, out, run_ids, load, ppo_eps, notes, timestamp, self_con
     if ray_address is not None and executor != "ray":
         raise BadInput("--ray-address", "applies to --executor ray only")
     notes_md = read_notes(notes) if notes is not None else None
-    opts = BuildOptions(load=load, thresholds=Thresholds(ppo_eps_low=ppo_eps[0], ppo_eps_high=ppo_eps[1]),
+    opts = BuildOptions(load=load, thresholds=thresholds,
                         formats=tuple(f for f in FORMATS if f in formats) if formats else tuple(FORMATS),
                         render=RenderOptions(notes_md=notes_md, base_url=base_url or None,
                                              timestamp=timestamp_now() if timestamp else None,

@@ -30,7 +30,7 @@ import click
 from ..catalogue import metrics as catalogue
 from ..config import HISTORY_MARGIN, HISTORY_WINDOW, SEVERITIES
 from ..errors import BadInput
-from .options import fail_cleanly, load_options, parse_pairs, ppo_eps_option
+from .options import fail_cleanly, load_options, parse_pairs, thresholds_option
 from .text import excluded_note, safe
 
 
@@ -66,17 +66,17 @@ def gate_options(fn):
 @click.option("--history-floor", "history_floors", multiple=True, metavar="METRIC=VALUE",
               help="The least the band reaches past the median, per metric (defaults: each metric's history floor in "
                    "docs/diagnosis.md).")
-@ppo_eps_option
+@thresholds_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per file instead of lines.")
 @fail_cleanly
 @load_options
 def check_command(files, bounds, no_limits, fail_on, overrides, history, history_window, history_margin, history_floors,
-                  ppo_eps, as_json, load):
+                  thresholds, as_json, load):
     """Exit 1 when a batch breaks a limit or has a diagnosis finding (CI gate); 0 when clean; 2 on bad input.
 
     FILES are batch files or run folders (each step checked; a step that cannot be read is named, exit 2)."""
     from ..analysis.gate import limits as gate_limits
-    from ..config import DiagnosisThresholds, Thresholds
+    from ..config import DiagnosisThresholds
     from ..service.check import CheckOptions, Unread, check
 
     values = parse_pairs(overrides, "--set", "NAME=VALUE")
@@ -86,9 +86,8 @@ def check_command(files, bounds, no_limits, fail_on, overrides, history, history
         raise BadInput("--set", str(exc).strip("'\"")) from None
     except ValueError as exc:
         raise BadInput("--set", str(exc)) from None
-    th = Thresholds(ppo_eps_low=ppo_eps[0], ppo_eps_high=ppo_eps[1])
     limits = [] if no_limits else gate_limits(bounds)
-    options = CheckOptions(limits=limits, fail_on=fail_on, thresholds=th, diagnosis=dth, history=history,
+    options = CheckOptions(limits=limits, fail_on=fail_on, thresholds=thresholds, diagnosis=dth, history=history,
                            history_window=history_window, history_margin=history_margin,
                            history_floors=_floors(history_floors))
     failed = unusable = False

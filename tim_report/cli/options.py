@@ -15,8 +15,9 @@ from pathlib import Path
 
 import click
 
+from ..catalogue.frameworks import hint_help
 from ..catalogue.numbers import fmt
-from ..config import MAX_TOKENS, PPO_EPS_HIGH, PPO_EPS_LOW
+from ..config import MAX_TOKENS, PPO_EPS_HIGH, PPO_EPS_LOW, Thresholds
 from ..errors import BadInput, UnpicklingWarning
 from .text import safe
 
@@ -144,13 +145,21 @@ key_option = click.option("--key", "keys", multiple=True, metavar="ROLE=NAME",
                                "floor, prompt, tool, turn).")
 pickle_option = click.option("--allow-pickle", is_flag=True,
                              help="Allow full unpickling (e.g. verl DataProto). Runs code from the file: trusted files only.")
-format_hint_option = click.option(
-    "--format-hint", metavar="FRAMEWORK", default=None,
-    help="Read the input as this framework's dump instead of detecting it from the content: prime-rl, slime, miles, "
-         "nemo-rl, skyrl, verl, or dict (a plain dict of arrays).")
+format_hint_option = click.option("--format-hint", metavar="FRAMEWORK", default=None, help=hint_help())
 tokenizer_option = click.option("--tokenizer", type=click.Path(), help="Local tokenizer folder to decode token ids (offline).")
-ppo_eps_option = click.option("--ppo-eps", nargs=2, type=float, default=(PPO_EPS_LOW, PPO_EPS_HIGH), show_default=True,
-                              metavar="LOW HIGH", help="PPO clip ε for phantom clipping, routing and the precision gap.")
+_ppo_eps = click.option("--ppo-eps", nargs=2, type=float, default=(PPO_EPS_LOW, PPO_EPS_HIGH), show_default=True,
+                        metavar="LOW HIGH", help="PPO clip ε for phantom clipping, routing and the precision gap.")
+
+
+def thresholds_option(fn):
+    """`--ppo-eps LOW HIGH`, handed to the command as one `config.Thresholds` named `thresholds` (build, check,
+    compare and watch analyse with it)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, ppo_eps, **kwargs):
+        return fn(*args, thresholds=Thresholds(ppo_eps_low=ppo_eps[0], ppo_eps_high=ppo_eps[1]), **kwargs)
+
+    return _ppo_eps(wrapper)
 meta_option = click.option("--meta", "meta", multiple=True, metavar="KEY=VALUE",
                            help="Name what the file does not say (repeatable): model, rollout_engine, rollout_dtype, "
                                 "trainer_engine, trainer_dtype, device, step. Overrides the file's own meta.")

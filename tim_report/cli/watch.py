@@ -18,12 +18,16 @@ from pathlib import Path
 import click
 
 from ..catalogue.formats import FORMATS
+from ..catalogue.frameworks import run_folders
 from ..errors import BadInput
-from .options import fail_cleanly, load_options, output_path, ppo_eps_option
+from .options import fail_cleanly, load_options, output_path, thresholds_option
 from .text import safe, summary_line
 
 
-@click.command("watch")
+@click.command("watch", help=f"""Follow a run folder while it is written: rebuild the site in OUTPUT each time a step is complete.
+
+    RUN_DIR is a run folder `build` reads ({run_folders()}, a folder of step files); it may not exist yet.
+    """)
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("-o", "--output", "out", required=True, type=click.Path(), help="Output folder (the site), rewritten as steps arrive.")
 @click.option("--interval", type=click.FloatRange(min=0.05), default=5.0, show_default=True, metavar="SECONDS",
@@ -37,22 +41,16 @@ from .text import safe, summary_line
 @click.option("--once", is_flag=True, help="Poll twice, an interval apart, build what is complete, and exit.")
 @click.option("--format", "formats", multiple=True, type=click.Choice(list(FORMATS)),
               help="Write only these formats (repeatable; default all). index.json is always written.")
-@ppo_eps_option
+@thresholds_option
 @fail_cleanly
 @load_options
-def watch_command(run_dir, out, interval, ranks, on_alarm, once, formats, ppo_eps, load):
-    """Follow a run folder while it is written: rebuild the site in OUTPUT each time a step is complete.
-
-    RUN_DIR is a run folder `build` reads (prime-rl token_exports/, a folder of step files, a NeMo-RL log dir, a
-    slime/miles dump dir, a SkyRL export); it may not exist yet.
-    """
-    from ..config import Thresholds
+def watch_command(run_dir, out, interval, ranks, on_alarm, once, formats, thresholds, load):
     from ..service.build import BuildOptions
     from ..service.watch import Watch, WatchOptions, follow
 
     out = output_path(out)
     argv = _alarm_command(on_alarm)
-    opts = WatchOptions(build=BuildOptions(load=load, thresholds=Thresholds(ppo_eps_low=ppo_eps[0], ppo_eps_high=ppo_eps[1]),
+    opts = WatchOptions(build=BuildOptions(load=load, thresholds=thresholds,
                                            formats=tuple(f for f in FORMATS if f in formats) if formats else tuple(FORMATS)),
                         interval=interval, ranks=ranks)
     watch = Watch(run_dir, out, opts)

@@ -22,7 +22,7 @@ NEEDS_PICKLE = ("needs full unpickling (pickled objects such as verl DataProto),
                 "re-run with --allow-pickle if you trust this file")
 
 
-def read_pt(path: Path, allow_pickle: bool) -> Any:
+def read(path: Path, allow_pickle: bool) -> Any:
     obj = torch_load(path, allow_pickle)
     with warnings.catch_warnings():  # torch's notes on odd tensors (nested: "prototype stage") are not ours to say
         warnings.simplefilter("ignore")
