@@ -28,6 +28,7 @@ class Dump:
     # Recognised from the content (never the name alone):
     record_keys: frozenset[str] = frozenset()  # a JSON-lines dump: keys its first record always has
     pickled: Callable[[set[str]], bool] | None = None  # a pickle (.pt zip or raw): from the names its opcodes mention
+    pickled_words: str = ""  # that rule in words, for docs/formats.md
     # Its run folder:
     folder: str | None = None  # the folder an output dir keeps its dumps in (token_exports, dumped_data, ...)
     step_files: tuple[str, ...] = ()  # a step's file, one pattern per kind; inside `folder` only, when it has one

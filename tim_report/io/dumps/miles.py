@@ -185,7 +185,7 @@ def rollout_source(path: Path) -> Source:
 DUMP = Dump(
     name="miles",
     layout="per-rank column dicts (rollout_data) of response-only samples; context-parallel zigzag slices put back in place",
-    pickled=lambda words: {"rollout_data", "rollout_id"} <= words,
+    pickled=lambda words: {"rollout_data", "rollout_id"} <= words, pickled_words="`rollout_data` and `rollout_id`",
     folder="train_data", step_files=(RANK_FILE,),
     read=read, source=rollout_source,
 )

@@ -204,7 +204,7 @@ def _row(values: dict, b: int, groups: list[str] | None, ex: Exclusions) -> Seq 
 DUMP = Dump(
     name="skyrl",
     layout="a pickled TrainingInputBatch: response tensors [B, R], right-aligned (or right-padded in older versions)",
-    pickled=lambda words: any(w.startswith("skyrl") for w in words),
+    pickled=lambda words: any(w.startswith("skyrl") for w in words), pickled_words="a class of the `skyrl` package",
     folder="dumped_data", step_files=("global_step_{N}_training_input.pkl",),
     read=read,
 )

@@ -187,6 +187,7 @@ DUMP = Dump(
     layout="response only, per-sample lists (train dump), joined by rollout_position with the rollout dump of the same id",
     pickled=lambda words: "samples" in words and bool({"format_version", "rollout_position"} & words
                                                       or {"group_index", "rollout_id"} <= words),
+    pickled_words="`samples` with `format_version` or `rollout_position` (train dump) or `group_index` and `rollout_id`",
     folder="train_data", step_files=("{rollout_id}.pt",),
     read=read, source=train_source,
 )

@@ -89,5 +89,6 @@ DUMP = Dump(
     name="verl",
     layout="a pickled DataProto: response only, right-padded [B, R], read as a dict of arrays",
     pickled=lambda words: any(w.startswith("verl.") and w.endswith("DataProto") for w in words),
+    pickled_words="verl's `DataProto` class",
     values=read_values, annotate=annotate,
 )
