@@ -103,8 +103,10 @@ def site_summary(st: SiteStats, min_floor: float) -> dict:
     return out
 
 
-def summarise(acc: Accumulator, precision: str, labels: dict | None = None, rounding_only: bool = False) -> dict:
+def summarise(acc: Accumulator, precision: str, labels: dict | None = None, rounding_only: bool = False,
+              replay: bool = True) -> dict:
     """summary.json's content: every site in forward order, the first beyond its floor (None when clean), the verdict.
+    `replay` False: saved states, where every error is the plain forward's.
 
     `rounding_only`: the candidate is meant to differ from the floor by rounding only (a kernel patch that claims the
     same function), said beside a clean verdict."""
@@ -126,7 +128,9 @@ def summarise(acc: Accumulator, precision: str, labels: dict | None = None, roun
             "first_site": first["name"] if first else None, "first": first,
             "beyond": [s["name"] for s in sites if s["beyond"]],
             "verdict": words.verdict(first, precision, largest, rounding_only),
-            "method": words.METHOD.format(median=f"{BISECT_BEYOND_MEDIAN:g}", p99=f"{BISECT_BEYOND_P99:g}"),
+            "replay": replay,
+            "method": (words.METHOD if replay else words.METHOD_STATES).format(median=f"{BISECT_BEYOND_MEDIAN:g}",
+                                                                               p99=f"{BISECT_BEYOND_P99:g}"),
             "sites": sites}
 
 

@@ -30,6 +30,12 @@ METHOD = ("Each site of the candidate runs on the reference's input for that sit
           "modules and no patch. A site is beyond its floor at {median}× the floor's median or {p99}× its 99th "
           "percentile.")
 
+METHOD_STATES = ("Saved states, compared without replay: each site's error is the plain forward's difference "
+                 "‖candidate − reference‖ / ‖reference‖ per token, which carries every earlier site's; the floor is the "
+                 "same difference of the floor file (the reference's setup in the candidate's precision). A site is "
+                 "beyond its floor at {median}× the floor's median or {p99}× its 99th percentile; the first such site "
+                 "is where the setups start to part, later ones may be beyond only because of it.")
+
 
 def meaning(kind: str) -> str:
     return KINDS[kind][1]

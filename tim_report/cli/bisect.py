@@ -33,8 +33,8 @@ def _device_map(text: str | None):
 
 
 @click.command("bisect")
-@click.option("--model", required=True, metavar="PATH", help="Local transformers model folder (config.json, weights, tokenizer).")
-@click.option("--prompts", required=True, metavar="FILE",
+@click.option("--model", default=None, metavar="PATH", help="Local transformers model folder (config.json, weights, tokenizer).")
+@click.option("--prompts", default=None, metavar="FILE",
               help='Prompts: one per line, or JSONL with {"prompt": ...} or {"messages": [...]} per line.')
 @click.option("--reference", default="hf:fp32", show_default=True, metavar="hf:DTYPE", help="The setup taken as right.")
 @click.option("--candidate", default="hf:bf16", show_default=True, metavar="hf:DTYPE", help="The setup under test.")
@@ -52,27 +52,58 @@ def _device_map(text: str | None):
 @click.option("--max-tokens", type=click.IntRange(min=1), default=2048, show_default=True,
               help="Tokens of each prompt kept (the first ones).")
 @click.option("--no-chat-template", is_flag=True, help="Feed prompts as raw text (default: the tokenizer's chat template).")
+@click.option("--reference-states", default=None, metavar="FILE",
+              help="Instead of --model: the reference's saved site outputs (.safetensors / .npz keyed by site name; "
+                   "docs/bisect.md), compared without replay.")
+@click.option("--candidate-states", default=None, metavar="FILE", help="The candidate's saved site outputs.")
+@click.option("--floor-states", default=None, metavar="FILE",
+              help="The floor's: the reference's setup saved in the candidate's precision (its dtype is --candidate's).")
 @click.option("-o", "--output", "out", required=True, type=click.Path(), help="Output folder: index.html, report.md, summary.json.")
 @click.option("--timestamp", is_flag=True, help="Stamp the build time into the page (off: same input, same bytes).")
 @self_contained_option
 @fail_cleanly
 def bisect_command(model, prompts, reference, candidate, candidate_patch, attn_implementation,
-                   reference_attn_implementation, device, device_map, max_prompts, max_tokens, no_chat_template, out,
-                   timestamp, self_contained):
+                   reference_attn_implementation, device, device_map, max_prompts, max_tokens, no_chat_template,
+                   reference_states, candidate_states, floor_states, out, timestamp, self_contained):
     """Compare two setups of one model site by site (each candidate site replayed on the reference's input) and name
     the first site whose local error is beyond its floor (the reference's weights in the candidate's precision)."""
     out = output_path(out)
-    dmap = _device_map(device_map)
-    from ..capture.bisect_setup import parse_setup
-    from ..service.bisect import BisectOptions, bisect, write_bisect
-    from .progress import step_progress
+    states = (reference_states, candidate_states, floor_states)
+    if any(states):
+        summary = _from_states(states, candidate, model)
+    else:
+        if model is None or prompts is None:
+            raise BadInput("bisect", "name --model and --prompts (or --reference-states, --candidate-states and "
+                                     "--floor-states)")
+        dmap = _device_map(device_map)
+        from ..capture.bisect_setup import parse_setup
+        from ..service.bisect import BisectOptions, bisect
+        from .progress import step_progress
 
-    ref = parse_setup(reference, "--reference", reference_attn_implementation)
-    cand = parse_setup(candidate, "--candidate", attn_implementation, candidate_patch)
-    opts = BisectOptions(model=str(model), prompts=str(prompts), reference=ref, candidate=cand, device=device,
-                         device_map=dmap, max_prompts=max_prompts, max_tokens=max_tokens,
-                         chat_template=not no_chat_template)
-    summary = bisect(opts, progress=step_progress)
+        ref = parse_setup(reference, "--reference", reference_attn_implementation)
+        cand = parse_setup(candidate, "--candidate", attn_implementation, candidate_patch)
+        opts = BisectOptions(model=str(model), prompts=str(prompts), reference=ref, candidate=cand, device=device,
+                             device_map=dmap, max_prompts=max_prompts, max_tokens=max_tokens,
+                             chat_template=not no_chat_template)
+        summary = bisect(opts, progress=step_progress)
+    from ..service.bisect import write_bisect
+
     write_bisect(summary, out, timestamp_now() if timestamp else None, self_contained)
     click.echo(safe(summary["verdict"]))
     raise SystemExit(1 if summary["first_site"] else 0)
+
+
+def _from_states(states: tuple, candidate: str, model) -> dict:
+    from ..capture.spec import parse_spec
+    from ..service.bisect import bisect_states
+
+    names = ("--reference-states", "--candidate-states", "--floor-states")
+    missing = [n for n, v in zip(names, states) if not v]
+    if missing:
+        raise BadInput(missing[0], "saved states need all three files: the reference's, the candidate's and the floor's")
+    if model is not None:
+        raise BadInput("--model", "give either a model or saved states, not both")
+    dtype = parse_spec(candidate, "--candidate").dtype
+    if dtype not in ("fp32", "bf16", "fp16"):
+        raise BadInput("--candidate", f"'{candidate}': the floor of saved states is read for fp32, bf16 or fp16")
+    return bisect_states(*states, precision=dtype)

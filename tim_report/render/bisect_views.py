@@ -76,7 +76,8 @@ def chart(summary: dict) -> dict:
                                                            "color": RED, "fontWeight": "bold"},
                        "encoding": {"x": q("i"), "y": q("median"), "text": {"field": "site"}}})
     return {"id": "bisect", "title": "Local error ÷ floor by site",
-            "caption": ("Each dot is a site's local error (the candidate's module on the reference's input) at the median "
+            "caption": (("Each dot is a site's local error (the candidate's module on the reference's input)" if summary.get("replay", True)
+                         else "Each dot is a site's difference in the saved states (no replay)") + " at the median "
                         f"token, as a multiple of the same site's floor; the tick is its 99th percentile; the grey line the "
                         f"plain forward's difference (which carries every earlier error). Shaded: within the floor "
                         f"(below {fmt(th['median'])}× at the median, {fmt(th['p99'])}× at p99)."),

@@ -143,3 +143,14 @@ def write_bisect(summary: dict, out: Path, timestamp: str | None = None, self_co
         write_files(folder, files)
         move_into(folder, out)
     return out
+
+
+def bisect_states(reference: str, candidate: str, floor: str, precision: str) -> dict:
+    """The same summary from three files of saved states (io.states), compared without replay."""
+    from ..analysis.bisect_states import compare_states
+    from ..io.states import States
+
+    sides = [States(p) for p in (reference, candidate, floor)]
+    acc = compare_states(*sides, where=(reference, candidate, floor))
+    return summarise(acc, precision, {"reference": Path(reference).name, "candidate": Path(candidate).name,
+                                      "model": f"saved states, floor {Path(floor).name}"}, replay=False)
