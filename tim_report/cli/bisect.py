@@ -106,4 +106,4 @@ def _from_states(states: tuple, candidate: str, model) -> dict:
     dtype = parse_spec(candidate, "--candidate").dtype
     if dtype not in ("fp32", "bf16", "fp16"):
         raise BadInput("--candidate", f"'{candidate}': the floor of saved states is read for fp32, bf16 or fp16")
-    return bisect_states(*states, precision=dtype)
+    return bisect_states(states[0], states[1], states[2], dtype)

@@ -150,7 +150,6 @@ def bisect_states(reference: str, candidate: str, floor: str, precision: str) ->
     from ..analysis.bisect_states import compare_states
     from ..io.states import States
 
-    sides = [States(p) for p in (reference, candidate, floor)]
-    acc = compare_states(*sides, where=(reference, candidate, floor))
+    acc = compare_states(States(reference), States(candidate), States(floor), (reference, candidate, floor))
     return summarise(acc, precision, {"reference": Path(reference).name, "candidate": Path(candidate).name,
                                       "model": f"saved states, floor {Path(floor).name}"}, replay=False)
