@@ -239,3 +239,10 @@ def test_the_example_finds_its_planted_bug(capsys):
     mod = runpy.run_path(str(ROOT / "examples" / "bisect_planted_bug.py"))
     assert mod["main"]() == 0
     assert capsys.readouterr().out.startswith("model.layers.2.mlp: local error")
+
+
+def test_an_unpatched_candidate_is_said_to_be_its_own_floor(tmp_path):
+    res = run("bisect", "--model", LLAMA, "--prompts", prompt_file(tmp_path), "-o", tmp_path / "out", "--max-prompts", "1")
+    assert res.exit_code == 0, res.output
+    assert "the candidate is its own floor" in res.stdout
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["floor_is_candidate"] is True

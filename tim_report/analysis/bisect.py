@@ -104,9 +104,10 @@ def site_summary(st: SiteStats, min_floor: float) -> dict:
 
 
 def summarise(acc: Accumulator, precision: str, labels: dict | None = None, rounding_only: bool = False,
-              replay: bool = True) -> dict:
+              replay: bool = True, floor_is_candidate: bool = False) -> dict:
     """summary.json's content: every site in forward order, the first beyond its floor (None when clean), the verdict.
-    `replay` False: saved states, where every error is the plain forward's.
+    `replay` False: saved states, where every error is the plain forward's. `floor_is_candidate`: the candidate is the
+    floor setup itself (no patch, the same attention implementation), said beside the verdict.
 
     `rounding_only`: the candidate is meant to differ from the floor by rounding only (a kernel patch that claims the
     same function), said beside a clean verdict."""
@@ -127,7 +128,8 @@ def summarise(acc: Accumulator, precision: str, labels: dict | None = None, roun
             "prompts": prompts, "tokens": sites[0]["tokens"] if sites else 0,
             "first_site": first["name"] if first else None, "first": first,
             "beyond": [s["name"] for s in sites if s["beyond"]],
-            "verdict": words.verdict(first, precision, largest, rounding_only),
+            "verdict": words.verdict(first, precision, largest, rounding_only, floor_is_candidate),
+            "floor_is_candidate": floor_is_candidate,
             "replay": replay,
             "method": (words.METHOD if replay else words.METHOD_STATES).format(median=f"{BISECT_BEYOND_MEDIAN:g}",
                                                                                p99=f"{BISECT_BEYOND_P99:g}"),

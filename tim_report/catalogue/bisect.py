@@ -41,8 +41,13 @@ def meaning(kind: str) -> str:
     return KINDS[kind][1]
 
 
-def verdict(first: dict | None, precision: str, largest: dict | None, rounding_only: bool) -> str:
+def verdict(first: dict | None, precision: str, largest: dict | None, rounding_only: bool,
+            floor_is_candidate: bool = False) -> str:
     """The one line the terminal prints and the page leads with."""
+    if first is None and floor_is_candidate:
+        return (f"Every site is within its {precision} floor: the candidate is its own floor (no patch, the same "
+                "attention implementation), so only a patch, another attention implementation or saved states can "
+                "part from it.")
     if first is None:
         big = f"; the largest, {largest['name']}, {largest['multiple']['median']:.3g}× at the median" if largest else ""
         noise = " A kernel that only rounds differently is noise." if rounding_only else ""

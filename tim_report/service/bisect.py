@@ -87,7 +87,7 @@ def bisect(opts: BisectOptions, progress: Callable | None = None) -> dict:
             if scope is not None:
                 scope.side(False)
     return summarise(acc, cand.dtype, {"reference": ref.label, "candidate": cand.label, "model": Path(opts.model).name},
-                     rounding_only=bool(cand.patch or cand.attn != ref.attn))
+                     rounding_only=bool(cand.patch or cand.attn != ref.attn), floor_is_candidate=sides.floor is sides.cand)
 
 
 def run_sides(sides, batches) -> Accumulator:
@@ -126,7 +126,7 @@ def bisect_models(reference_model, candidate_model, input_ids, attention_mask=No
     seqs = [row[m.bool()].tolist() for row, m in zip(ids, mask)]
     acc = run_sides(sides, rows([s for s in seqs if s]))
     return summarise(acc, precision, {"reference": "reference_model", "candidate": "candidate_model", "model": ""},
-                     rounding_only=rounding_only)
+                     rounding_only=rounding_only, floor_is_candidate=floor_model is candidate_model)
 
 
 def write_bisect(summary: dict, out: Path, timestamp: str | None = None, self_contained: bool = False) -> Path:
