@@ -13,7 +13,7 @@ from __future__ import annotations
 from ..catalogue import metrics as catalogue
 from ..config import HOT_DIFF, TREND_LOG_AXIS_SPAN, health
 from . import charts as ch
-from . import index_views
+from . import index_views, run_tables
 from .pages import asset_files, assets_href, environment, page_context, render_notes
 from .views import (
     SAMPLES_OPEN,
@@ -40,6 +40,8 @@ def run_context(report, notes_md: str | None = None, timestamp: str | None = Non
         "percentiles": percentile_rows(report), "notes": render_notes(notes_md), "th": th,
         "hot_diff": HOT_DIFF, "samples_open": SAMPLES_OPEN, "top_tokens": TOP_TOKENS, "diagnosis": report.diagnosis,
         "topk": topk_view(report),
+        "tables": {"envs": run_tables.env_table(report), "what_if": run_tables.what_if_table(report),
+                   "by_probability": run_tables.probability_table(report), **run_tables.topk_tables(report)},
     }
 
 

@@ -10,16 +10,11 @@ from __future__ import annotations
 
 from ..catalogue import metrics as catalogue
 from ..catalogue.numbers import fixed, fmt, pct
-from .tables import HTML, MARKDOWN, Cell, Column, Row, Section, Table, plural
+from .tables import HTML, MARKDOWN, Cell, Column, Row, Section, Table, plural, text
 
 REGIME_MARK = {"identical": "✅", "numerical_noise": "✅", "elevated": "⚠️", "systematic": "❌"}
 UNPAIRED_SHOWN = 20  # run ids the unpaired warning names
 PROBLEMS_TIP = "tokens excluded for NaN, inf or positive log-probs / input values the reader had to repair"
-
-
-def _text(value) -> str:
-    """A value as a cell's text; a missing one as —."""
-    return "—" if value is None else str(value)
 
 
 def runs_table(index: dict) -> Table:
@@ -43,9 +38,9 @@ def runs_table(index: dict) -> Table:
             Cell(health=r["health"]), Cell(r["id"], link=r["id"], twin=True, cls="id"),
             Cell(verdict, cls="verdict-cell"), Cell(r["model"] or "unknown model", note=r["device"], note_below=True),
             Cell(keep=(f"{r['rollout_engine']} {r['rollout_dtype']}", f"{r['trainer_engine']} {r['trainer_dtype']}")),
-            Cell(_text(r["model"])), Cell(keep=(r["rollout_engine"], r["trainer_engine"])),
-            Cell(keep=(r["rollout_dtype"], r["trainer_dtype"])), Cell(_text(r["device"])),
-            Cell(_text(r["step"])),
+            Cell(text(r["model"])), Cell(keep=(r["rollout_engine"], r["trainer_engine"])),
+            Cell(keep=(r["rollout_dtype"], r["trainer_dtype"])), Cell(text(r["device"])),
+            Cell(text(r["step"])),
             Cell(fmt(r["tokens"]), warn=warn, tip=PROBLEMS_TIP if warn else None),
             *[Cell(m.write(r[m.key])) for m in metrics],
             Cell("fix the bug first", icon="❌", style="route quarantine") if r["blocked_by_bug"] else
@@ -58,7 +53,7 @@ def runs_table(index: dict) -> Table:
 def unreadable_table(index: dict) -> Table:
     """The steps that could not be read, each with why (the reason may quote the file: not our words)."""
     columns = (Column(""), Column("run"), Column("step", numeric=True), Column("path"), Column("why"))
-    rows = tuple(Row((Cell(icon="❌"), Cell(u["id"]), Cell(_text(u["step"])), Cell(u["path"], long=True),
+    rows = tuple(Row((Cell(icon="❌"), Cell(u["id"]), Cell(text(u["step"])), Cell(u["path"], long=True),
                       Cell(u["reason"], long=True)), cls="unreadable") for u in index.get("unreadable") or [])
     return Table(columns, rows)
 
@@ -94,7 +89,7 @@ def precision_section(index: dict) -> Section | None:
     p = index.get("precision")
     if not p:
         return None
-    columns = (Column("rollout \\ trainer"), *[Column(d) for d in p["trainer_dtypes"]])
+    columns = (Column("rollout \\ trainer"), *[Column(d, user=True) for d in p["trainer_dtypes"]])
     rows = tuple(Row((Cell(ro, head=True), *[
         Cell("—") if c is None else
         Cell(f"median |δ| {fmt(c['mean_abs_delta_median'])} · KL {fmt(c['mean_kl_k3'])} · {plural(c['count'], 'run')}",
@@ -114,7 +109,7 @@ def trend_section(index: dict) -> Section | None:
     intro = f"{fmt(tr['steps'])} steps" + (f" ({plural(n, 'run')} without a step left out)" if n else "") + "."
     metrics = tr["metrics"]
     columns = (Column("step"), Column("run"), *[Column(m["name"], numeric=True) for m in metrics])
-    rows = tuple(Row((Cell(_text(x["step"])), Cell(x["run"]),
+    rows = tuple(Row((Cell(text(x["step"])), Cell(x["run"]),
                       *[Cell(catalogue.metric(m["key"]).write(x[m["key"]])) for m in metrics])) for x in tr["rows"])
     low = tr["steps"] < tr["min_steps_for_change"]
     quiet = (f"Change points need at least {tr['min_steps_for_change']} steps (a level is at least "

@@ -19,7 +19,7 @@ from __future__ import annotations
 from ..catalogue import metrics as catalogue
 from ..catalogue.numbers import fixed, fmt, pct, plain
 from ..config import HEALTH, HOT_DIFF, TREND_TABLE_MAX_STEPS, health
-from . import index_views
+from . import index_views, run_tables
 from .index_views import REGIME_MARK
 from .md import COLOUR, assemble, colour, details, esc, href, run_path, table, write_section, write_table
 from .tables import Section
@@ -134,24 +134,13 @@ def _routing(report) -> str:
     if rules:
         lines += ["", "Rules: " + "; ".join(f"{esc(k)}: {esc(v, None, own=True)}" for k, v in sorted(rules.items())) + "."]
     if report.what_if:
-        rows = [[esc(w.get("name")), esc(w.get("level")), esc(w.get("action")), esc(w.get("rule"), None, own=True),
-                 esc(w.get("source"), None, own=True),
-                 pct(w.get("token_fraction")), pct(w.get("sequence_fraction"))] for w in report.what_if]
-        lines += ["", table(["correction", "level", "action", "rule", "as in", "tokens affected", "sequences affected"], rows,
-                            numeric=[5, 6])]
+        lines += ["", write_table(run_tables.what_if_table(report))]
     return "\n".join(lines)
 
 
 def _by_probability(report) -> str:
-    rows = [[esc(b.get("bucket")), fmt(b.get("tokens")), pct(b.get("token_share")),
-             esc(f"{fmt(b.get('abs_delta_mean'))} ± {fmt(b.get('abs_delta_se'), 2)}"), fmt(b.get("delta_mean")),
-             fmt(b.get("k3_mean")), pct(b.get("abs_delta_share")), pct(b.get("k3_share"))]
-            for b in (report.breakdowns or {}).get("by_probability") or []]
-    if not rows:
-        return ""
-    return ("## |δ| by rollout probability\n\n"
-            + table(["p_rollout", "tokens", "share", "mean \\|δ\\| ± s.e.", "mean δ", "mean k3", "share of Σ\\|δ\\|", "share of Σk3"],
-                    rows, numeric=range(1, 8)))
+    t = run_tables.probability_table(report)
+    return f"## |δ| by rollout probability\n\n{write_table(t)}" if t.rows else ""
 
 
 def _topk(report) -> str:
@@ -171,13 +160,11 @@ def _topk(report) -> str:
     if v["loose"]:
         head += (f"\n\n⚠️ The top-k lists leave {esc(v['unresolved'])} of the mass unresolved: the KL estimate is loose "
                  "(raise --top-k-logprobs).")
-    cols = [esc(c) for c in v["columns"]]
-    tables = [table(["p_rollout", "tokens"] + cols, [[esc(x) for x in r] for r in v["by_probability"]], numeric=range(1, 7))]
-    pos = details("By position in the response", table(["position", "tokens"] + cols, [[esc(x) for x in r] for r in v["by_position"]],
-                                                       numeric=range(1, 7)))
+    tables = run_tables.topk_tables(report)
+    pos = details("By position in the response", write_table(tables["by_position"]))
     return "\n\n".join([head, table(["metric", "value", "reading"], rows, numeric=[1]),
                           "By the sampled token's rollout probability (a KL far above k3 in a row: the distribution moved where "
-                          "the samples did not look):", *tables, pos])
+                          "the samples did not look):", write_table(tables["by_probability"]), pos])
 
 
 def _groups(report) -> str:
@@ -196,18 +183,14 @@ def _groups(report) -> str:
 
 
 def _envs(report) -> str:
-    v = env_view(report)
-    if v is None:
+    v, t = env_view(report), run_tables.env_table(report)
+    if v is None or t is None:
         return ""
-    rows = [[esc(x["name"]), fmt(x["sequences"]), fmt(x["tokens"]), fmt(x["abs_delta_mean"]), fmt(x["k3_mean"]),
-             pct(x["k3_share"]), pct(x["clipped_fraction"]), fmt(x["vetoed_tokens"]), fmt(x["min_ratio"])] for x in v["rows"]]
     w = v["worst"]
     lead = (f"**{esc(w['name'])}** has the highest KL k3: {fmt(w['k3_mean'])}, {fmt(w['k3_vs_batch'], 2)}× the batch's, "
             f"{pct(w['k3_share'])} of Σk3 from {pct(w['token_share'])} of the tokens."
             if v["several"] and w["k3_vs_batch"] is not None else f"One environment, **{esc(w['name'])}**: its numbers are the batch's.")
-    body = table(["environment", "seqs", "tokens", "mean \\|δ\\|", "KL k3", "share of Σk3", "PPO-clipped", "vetoed", "min r"],
-                 rows, numeric=range(1, 9))
-    return f"## By environment\n\n{lead}\n\n{body}"
+    return f"## By environment\n\n{lead}\n\n{write_table(t)}"
 
 
 def _samples(report, html: str) -> str:

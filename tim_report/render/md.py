@@ -15,7 +15,7 @@ from urllib.parse import quote
 from ..catalogue.numbers import fmt
 from ..config import MARKDOWN_MAX_CHARS
 from .format import visible
-from .tables import MARKDOWN, Cell, Section, Table
+from .tables import MARKDOWN, Cell, Column, Section, Table
 
 MAX_CHARS = MARKDOWN_MAX_CHARS
 NAME_CHARS = 80  # model, engine, group names in tables
@@ -106,10 +106,15 @@ def _cell(c: Cell, base_url: str | None) -> str:
     return " ".join([*marks, body] if body else marks)
 
 
+def _header(c: Column) -> str:
+    """A column's header: a user's string escaped as any; our words with only what breaks a table cell escaped."""
+    return esc(c.header) if c.user else c.header.replace("\\", "\\\\").replace("|", "\\|")
+
+
 def write_table(t: Table, base_url: str | None = None, rows: int | None = None) -> str:
     """A view model's table as GFM (its first `rows` rows when given)."""
     columns = t.columns_in(MARKDOWN)
-    return table([esc(c.header, None, own=True) if c.header else "" for c in columns],
+    return table([_header(c) for c in columns],
                  [[_cell(c, base_url) for c in t.cells_in(r, MARKDOWN)] for r in t.rows[:rows]],
                  numeric=[i for i, c in enumerate(columns) if c.numeric])
 

@@ -42,6 +42,7 @@ class Column:
     numeric: bool = False  # right-aligned
     wrap: bool = False  # HTML: the header may wrap (a metric's name)
     formats: frozenset[str] = BOTH  # where the column shows: HTML lays some cells out on two lines, GitHub cannot
+    user: bool = False  # the header is a user's string (a dtype), not our words
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,11 @@ class Section:
     changes: tuple[dict, ...] = ()  # the trend's change points: step, run, sentence, worse
     quiet: str = ""  # the trend: why there is no change point
     quiet_small: bool = False  # HTML: that sentence as small print (too few steps) or plain (a steady run)
+
+
+def text(value) -> str:
+    """A value as a cell's text; a missing one as —."""
+    return "—" if value is None else str(value)
 
 
 def plural(n: int, word: str, many: str | None = None) -> str:
