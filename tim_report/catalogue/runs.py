@@ -11,40 +11,21 @@ from __future__ import annotations
 from typing import Any
 
 from ..config import SEVERITIES, DiagnosisThresholds
-from .findings import Finding, Words
+from .findings import FINDINGS, Finding, Words
 from .numbers import fmt, plain
 
-# What each batch finding means for a stretch of steps, in words a run sentence is made of ("from step 12 the
-# trainer's log-probs are shifted by one position"), and its short name; a finding without an entry is named by id.
-STEP_FINDING = {
-    "unusable_input": ("unusable input", "the batches cannot be measured (too few usable tokens, or probabilities "
-                                         "saved as log-probs)"),
-    "shift": ("off-by-one", "the trainer's log-probs are shifted by one position against the rollout's"),
-    "temperature": ("one-sided temperature", "a temperature is applied on one side only"),
-    "processed_logprobs": ("processed log-probs", "the rollout's log-probs are renormalised by top-p / top-k"),
-    "dummy_zero": ("placeholder zeros", "placeholder 0.0 log-probs on one side sit inside the loss mask"),
-    "one_side_broken": ("one side broken", "one side scores another model or context"),
-    "first_token": ("first token", "the first response token disagrees far more than the rest"),
-    "turn_boundary": ("turn boundary", "the first tokens after each tool span disagree"),
-    "position_onset": ("position onset", "the mismatch switches on part-way through the responses"),
-    "mixed_policy_versions": ("mixed policy versions", "the batches mix policy weight versions (staleness)"),
-    "low_prob_tail": ("low-probability tail", "the mismatch sits on unlikely tokens"),
-    "drift_with_length": ("drift with length", "the mismatch accumulates with length"),
-    "precision_gap": ("precision gap", "precision alone explains part of the gap"),
-    "routing_flips": ("routing flips", "tokens are routed to different experts on the two sides"),
-    "routes_unusable": ("routes unusable", "the routed-experts arrays do not line up with the tokens"),
-    "trainer_floor": ("trainer floor", "the trainer's own noise (another batch composition) crosses the clip band"),
-}
 REGIME_WORDS = {"identical": "identical", "numerical_noise": "numerical noise", "elevated": "elevated",
                 "systematic": "systematic", "unknown": "not diagnosed"}
 
 
 def short(finding_id: str) -> str:
-    return STEP_FINDING.get(finding_id, (finding_id.replace("_", " "), ""))[0]
+    """A batch finding's short name in a run's sentences ("off-by-one"): its catalogue entry's, never a fallback."""
+    return FINDINGS[finding_id].short
 
 
 def meaning(finding_id: str) -> str:
-    return STEP_FINDING.get(finding_id, ("", f"the steps show the `{finding_id}` finding"))[1]
+    """What a batch finding means for a stretch of steps, from its catalogue entry."""
+    return FINDINGS[finding_id].meaning
 
 
 def _n(step: Any) -> str:
