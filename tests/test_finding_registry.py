@@ -16,6 +16,7 @@ from tim_report.analysis import diagnosis  # noqa: F401  (importing the diagnosi
 from tim_report.analysis.registry import DETECTORS
 from tim_report.catalogue import runs
 from tim_report.catalogue.findings import FINDINGS, INPUT_PROBLEM
+from tim_report.catalogue.numbers import times
 
 
 def test_every_finding_is_one_detector_and_one_catalogue_entry():
@@ -29,6 +30,17 @@ def test_every_finding_has_its_step_words(finding_id):
     entry = FINDINGS[finding_id]
     assert entry.short.strip() and entry.meaning.strip()
     assert runs.short(finding_id) == entry.short and runs.meaning(finding_id) == entry.meaning
+
+
+def test_no_renderer_looks_a_finding_up_by_id():
+    """Where a page shows a finding beyond its list (a banner) is its catalogue entry's to say."""
+    files = [p for p in (ROOT / "tim_report" / "render").rglob("*") if p.suffix in (".py", ".html", ".md")]
+    spelled = {(p.name, i) for p in files for i in FINDINGS for q in ('"', "'") if f"{q}{i}{q}" in p.read_text()}
+    assert not spelled
+
+
+def test_one_multiple_formatter():
+    assert times(33.6) == "33.6×" and times(1 / 3) == "0.333×" and times(3.2714) == "3.27×" and times(None) == "—"
 
 
 def test_an_unknown_finding_has_no_made_up_words():

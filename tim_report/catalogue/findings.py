@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import FLOOR_CLIP_WARN, ROUTING_EXPLAINS_WARN, SEVERITIES, DiagnosisThresholds
-from .numbers import fixed, fmt, pct
+from .numbers import fixed, fmt, pct, times
 
 Words = dict[str, Any]  # a finding's evidence and its context, by name
 Text = Callable[[Words], str]
@@ -53,12 +53,8 @@ def _floor_share(share: float | None) -> str:
     if share is None:
         return ""
     if share > 1:
-        return f", {fmt(share, 3)}× the mismatch's: the mismatch is within the trainer's own noise"
+        return f", {times(share)} the mismatch's: the mismatch is within the trainer's own noise"
     return f", {pct(share)} of the mismatch's"
-
-
-def _x(x: float, digits: int = 3) -> str:
-    return fmt(x, digits) + "×"
 
 
 def _broken_severity(w: Words, dt: DiagnosisThresholds) -> str:
@@ -78,12 +74,12 @@ def _drift_severity(w: Words, dt: DiagnosisThresholds) -> str:
 def _broken_title(w: Words) -> str:
     if w["broken_side_basis"] == "constant":
         return (f"The {w['broken_side']} side's log-probs are all {fmt(w['constant_value'])}: it never scored these tokens "
-                f"(perplexity {_x(w['ppl_ratio'])} apart)")
+                f"(perplexity {times(w['ppl_ratio'])} apart)")
     if w["ppl_ratio"] < w["threshold_ppl_ratio_warn"]:
         return (f"Log-prob correlation is only {fixed(w['corr_logp'], 2)}: the two sides do not score the same model or "
                 f"context" + _blamed(w))
     low_corr = w["corr_logp"] is not None and w["corr_logp"] < w["threshold_corr"]
-    return (f"The {w['higher']} side's perplexity is {_x(w['ppl_ratio'])} the other's on the same tokens"
+    return (f"The {w['higher']} side's perplexity is {times(w['ppl_ratio'])} the other's on the same tokens"
             + (f" (log-prob correlation {fixed(w['corr_logp'], 2)})" if low_corr else "") + _blamed(w))
 
 
@@ -100,7 +96,7 @@ def _broken_problem(w: Words) -> str:
     if w["broken_side_basis"] == "constant":
         return f"{w['broken_side']} log-probs that are all {fmt(w['constant_value'])} (that side never scored the tokens)"
     if w["ppl_ratio"] >= w["threshold_ppl_ratio_warn"] or w["broken_side_basis"] == "sampler":
-        return (f"the {w['broken_side']} side scoring another model or context (perplexity {_x(w['ppl_ratio'])} apart)")
+        return (f"the {w['broken_side']} side scoring another model or context (perplexity {times(w['ppl_ratio'])} apart)")
     return f"the two sides scoring different models or contexts (log-prob correlation only {fixed(w['corr_logp'], 2)})"
 
 
@@ -262,8 +258,8 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
     Finding(
         "first_token", _always("warn"),
         lambda w: (f"The first response token carries {pct(w['share_of_abs_delta'])} of the mismatch: its |δ| is "
-                   f"{_x(w['ratio'])} the rest's"),
-        lambda w: (f"a first response token that disagrees {_x(w['ratio'])} more than the rest (a BOS, template or "
+                   f"{times(w['ratio'])} the rest's"),
+        lambda w: (f"a first response token that disagrees {times(w['ratio'])} more than the rest (a BOS, template or "
                    "first-step sampling difference)"),
         lambda w: "Something differs for the first generated token only: a temperature or logit processor applied to the "
                   "first step alone, a BOS token one side adds and the other does not, or a prompt/response boundary "
@@ -274,9 +270,9 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
         short="first token", meaning="the first response token disagrees far more than the rest"),
     Finding(
         "turn_boundary", _always("warn"),
-        lambda w: (f"The first tokens after each tool / environment span disagree: their |δ| is {_x(w['ratio'])} the rest's "
+        lambda w: (f"The first tokens after each tool / environment span disagree: their |δ| is {times(w['ratio'])} the rest's "
                    f"(turns {', '.join(map(str, w['turns_affected'])) or 'none alone'})"),
-        lambda w: f"a different context after each tool call (the first tokens of a turn disagree {_x(w['ratio'])} more)",
+        lambda w: f"a different context after each tool call (the first tokens of a turn disagree {times(w['ratio'])} more)",
         lambda w: "The two sides see a different context after a tool call: the chat template is not prefix-preserving "
                   "(re-rendering the history changes earlier turns, e.g. dropped reasoning or whitespace), or the tool / "
                   "environment response is tokenised differently by the engine (token-in) and the trainer (text "
@@ -287,10 +283,10 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
     Finding(
         "position_onset", lambda w, dt: "info" if w["explained_by_other_finding"] else "warn",
         lambda w: (f"The mismatch switches on at response position {w['position']}: mean |δ| "
-                   f"{fmt(w['abs_delta_mean_before'])} → {fmt(w['abs_delta_mean_after'])} nats ({_x(w['ratio'])} in typical "
+                   f"{fmt(w['abs_delta_mean_before'])} → {fmt(w['abs_delta_mean_after'])} nats ({times(w['ratio'])} in typical "
                    f"|δ|)" + (f", where the {w['explained_by']} finding starts" if w.get("explained_by") else "")
                    + (f"; {_boundary_words(w)}: a kernel-boundary hint" if w.get("kernel_boundary") else "")),
-        lambda w: f"a mismatch that switches on at response position {w['position']} ({_x(w['ratio'])} from there on)",
+        lambda w: f"a mismatch that switches on at response position {w['position']} ({times(w['ratio'])} from there on)",
         lambda w: (_kernel_hint(w) + " " if w.get("kernel_boundary") else "")
                   + "A second error source switches on part-way through the response: a quantised (fp8) KV cache or a "
                   "sliding / chunked attention window that starts to matter at that length, a RoPE scaling or position "

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..config import SEVERITIES, DiagnosisThresholds
 from .findings import FINDINGS, Finding, Words
-from .numbers import fmt, plain
+from .numbers import fmt, plain, times
 
 REGIME_WORDS = {"identical": "identical", "numerical_noise": "numerical noise", "elevated": "elevated",
                 "systematic": "systematic", "unknown": "not diagnosed"}
@@ -37,10 +37,6 @@ def _steps(first: Any, last: Any) -> str:
     return f"step {_n(first)}" if first == last else f"steps {_n(first)}–{_n(last)}"
 
 
-def _x(ratio: float) -> str:
-    return fmt(ratio, 3) + "×"
-
-
 def _explained(w: Words) -> str:
     return (f"; every step from there is diagnosed {short(w['explained_by'])}: {meaning(w['explained_by'])}"
             if w.get("explained_by") else "")
@@ -48,13 +44,13 @@ def _explained(w: Words) -> str:
 
 def _jump_title(w: Words) -> str:
     stay = f"stayed until step {_n(w['back_step'])}" if w.get("back_step") is not None else "stayed"
-    return (f"The mismatch jumped {_x(w['ratio'])} from step {_n(w['previous_step'])} to step {_n(w['step'])} and {stay} (median |δ| "
+    return (f"The mismatch jumped {times(w['ratio'])} from step {_n(w['previous_step'])} to step {_n(w['step'])} and {stay} (median |δ| "
             f"{fmt(w['before'])} → {fmt(w['after'])} nats){_explained(w)}")
 
 
 def _growth_title(w: Words) -> str:
     grew = (f"The mismatch grew step over step from step {_n(w['first_step'])} to step {_n(w['last_step'])} "
-            f"({_x(w['ratio'])}, median |δ| {fmt(w['before'])} → {fmt(w['peak'])} nats)")
+            f"({times(w['ratio'])}, median |δ| {fmt(w['before'])} → {fmt(w['peak'])} nats)")
     if w.get("restart_step") is None:
         return grew + " and is still growing at the last step"
     return grew + f", until step {_n(w['restart_step'])} brought it back to {fmt(w['after'])} nats (a restart)"
@@ -62,14 +58,14 @@ def _growth_title(w: Words) -> str:
 
 def _spike_title(w: Words) -> str:
     where = ", ".join(_steps(a, b) for a, b in w["episodes"])
-    return (f"The mismatch spiked {_x(w['ratio'])} at {where}, then returned to its level (median |δ| {fmt(w['before'])} → "
+    return (f"The mismatch spiked {times(w['ratio'])} at {where}, then returned to its level (median |δ| {fmt(w['before'])} → "
             f"{fmt(w['peak'])} nats)")
 
 
 RUN_FINDINGS: dict[str, Finding] = {f.id: f for f in (
     Finding(
         "level_jump", lambda w, dt: "info" if w.get("explained_by") else "warn", _jump_title,
-        lambda w: f"a jump of the mismatch at step {_n(w['step'])} ({_x(w['ratio'])} in one step)",
+        lambda w: f"a jump of the mismatch at step {_n(w['step'])} ({times(w['ratio'])} in one step)",
         lambda w: (f"The jump is where the {short(w['explained_by'])} finding starts, which the steps from there are "
                    f"diagnosed with ({meaning(w['explained_by'])}): whatever changed at step {_n(w['step'])} brought it in."
                    if w.get("explained_by") else
@@ -85,7 +81,7 @@ RUN_FINDINGS: dict[str, Finding] = {f.id: f for f in (
                    f"{_n(w['step'])} with the checkpoint of step {_n(w['previous_step'])}.")),
     Finding(
         "growing_mismatch", lambda w, dt: "warn" if w.get("restart_step") is not None else "info", _growth_title,
-        lambda w: f"a mismatch that grows step over step from step {_n(w['first_step'])} ({_x(w['ratio'])})",
+        lambda w: f"a mismatch that grows step over step from step {_n(w['first_step'])} ({times(w['ratio'])})",
         lambda w: ("Something accumulates from step to step and a restart resets it: a prefix cache or KV cache that "
                    "keeps entries computed with older weights across weight syncs, so the share of stale context grows "
                    "with every step." if w.get("restart_step") is not None else
@@ -97,7 +93,7 @@ RUN_FINDINGS: dict[str, Finding] = {f.id: f for f in (
                   "follows the trainer's at every step."),
     Finding(
         "resume_spikes", lambda w, dt: "warn", _spike_title,
-        lambda w: f"spikes of the mismatch for a few steps ({_x(w['ratio'])})",
+        lambda w: f"spikes of the mismatch for a few steps ({times(w['ratio'])})",
         lambda w: "A short disturbance that fixes itself, as in the first steps after resuming from a checkpoint: the "
                   "engine serving the weights it had before the resume until the first sync, a trainer that restored "
                   "its weights but not its optimiser or learning-rate state, or caches filled before the resume.",
@@ -172,7 +168,7 @@ CHANGE_ADVICE = {
 def change_clause(name: str, before: str, after: str, up: bool, ratio: float | None) -> str:
     """'KL k3 is 33.6× higher (0.000146 → 0.00491)': one metric's change of level."""
     if ratio:
-        size = f"{_x(ratio)} higher" if up else f"{_x(1 / ratio)} lower"
+        size = f"{times(ratio)} higher" if up else f"{times(1 / ratio)} lower"
     else:
         size = "higher" if up else "lower"
     return f"{name} is {size} ({before} → {after})"
