@@ -3,8 +3,8 @@
 A detector is a function of the `Scene` (the batch, its valid tokens, the summary metrics, the thresholds, and the
 findings of the detectors that ran before it) returning a finding (`findings.make`) or None. Its module registers it:
 
-    @detector("low_prob_tail")
-    def low_prob_tail(scene: Scene) -> dict | None: ...
+    @detector("my_finding")
+    def my_finding(scene: Scene) -> dict | None: ...
 
 and `diagnosis.diagnose` runs every registered detector in the catalogue's order, in one place: a new finding needs
 no line in the diagnosis, the analysis or a renderer. What a detector is to the diagnosis beyond its finding is said
