@@ -24,6 +24,7 @@ from .index_views import REGIME_MARK
 from .md import COLOUR, assemble, colour, details, esc, href, run_path, table, write_section, write_table
 from .tables import Section
 from .views import (
+    banners,
     env_view,
     flat_metrics,
     groups_view,
@@ -233,10 +234,9 @@ def _all_numbers(report) -> str:
     return details("All numbers", body)
 
 
-def _versions_line(report) -> str:
-    """The mixed-weight-versions warning, from the diagnosis's finding (the one source the HTML page reads too)."""
-    f = next((f for f in (report.diagnosis or {}).get("findings") or [] if f.get("id") == "mixed_policy_versions"), None)
-    return f"⚠️ {esc(f.get('title'), None)}." if f else ""
+def _banner_lines(report) -> list[str]:
+    """The findings said again under the title (`Finding.banner`: what the batch is, e.g. mixed weight versions)."""
+    return [f"⚠️ {esc(title, None)}." for title in banners(report)]
 
 
 def _about(report) -> str:
@@ -289,7 +289,7 @@ def render_run_md(report, base_url: str | None = None) -> str:
         sub.append(f"{esc(framework)} dump")
     sub += [f"{fmt(m.get('tokens'))} tokens", f"{fmt(m.get('sequences'))} sequences", html]
     title = f"# {esc(t['model'], TEXT_CHARS)}: {esc(t['rollout'])} → {esc(t['trainer'])}\n\n" + " · ".join(sub)
-    core = [title] + [line for line in (_versions_line(report),) if line] + [_verdict(report), _summary(report)]
+    core = [title] + _banner_lines(report) + [_verdict(report), _summary(report)]
     sections = [("findings", _findings(report)), ("routing and what-if", _routing(report)),
                 ("|δ| by probability", _by_probability(report)), ("whole distribution", _topk(report)),
                 ("by environment", _envs(report)), ("groups", _groups(report)),
