@@ -76,14 +76,9 @@ class HtmlRenderer:
 
     def compare(self, comparison: dict, options) -> dict[str, str]:
         assets = assets_href(options.self_contained, 0)
-        if comparison.get("kind") == "arms":
-            from .arms import render_arms_html
+        from .compare_html import render_compare_html
 
-            page = render_arms_html(comparison, options.timestamp, assets)
-        else:
-            from .compare_html import render_compare_html
-
-            page = render_compare_html(comparison, options.timestamp, assets)
+        page = render_compare_html(comparison, options.timestamp, assets)
         return {"index.html": page, **({} if options.self_contained else asset_files())}
 
 

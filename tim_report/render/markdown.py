@@ -383,10 +383,6 @@ class MarkdownRenderer:
         return {"report.md": render_index_md(index, base_url=options.base_url)}
 
     def compare(self, comparison: dict, options) -> dict[str, str]:
-        if comparison.get("kind") == "arms":
-            from .arms import render_arms_md
-
-            return {"compare.md": render_arms_md(comparison, "index.html")}
         from .compare_md import render_compare_md
 
         return {"compare.md": render_compare_md(comparison, "index.html")}
