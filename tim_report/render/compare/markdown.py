@@ -9,10 +9,10 @@ anything else is cut.
 
 from __future__ import annotations
 
-from ..catalogue.numbers import fmt, pct
-from . import md
-from .compare_views import ARM_MARK, DIRECTION_MARK, arm_rows, metric_rows, signed, token_rows
-from .md import details, esc, table
+from ...catalogue.numbers import fmt, pct
+from .. import md
+from ..md import details, esc, table
+from .views import ARM_MARK, DIRECTION_MARK, arm_rows, metric_rows, signed, token_rows
 
 TOKEN_CHARS = 32
 

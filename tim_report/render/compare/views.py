@@ -6,9 +6,9 @@ Shared by the compare page and compare.md; display only.
 
 from __future__ import annotations
 
-from ..catalogue import metrics as catalogue
-from ..catalogue.numbers import fixed, fmt, times
-from .format import visible
+from ...catalogue import metrics as catalogue
+from ...catalogue.numbers import fixed, fmt, times
+from ..token_text import visible
 
 DIRECTION_MARK = {"better": "🟢", "worse": "🔴", "same": "⚪", "changed": "•", "n/a": ""}  # markdown (GitHub has the emoji)
 HTML_MARK = {"better": "✓", "worse": "✖", "same": "○", "changed": "•", "n/a": ""}  # page: text symbols every font has

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import altair as alt
 
-from ..catalogue.numbers import fmt, sig
-from ..config import ARM_LEVEL
-from . import charts as ch
-from .compare_views import ARM_HTML_MARK, HTML_MARK, arm_rows, metric_rows, seq_rows, signed, token_rows
-from .pages import environment, page_context
+from ...catalogue.numbers import fmt, sig
+from ...config import ARM_LEVEL
+from .. import charts as ch
+from ..pages import environment, page_context
+from .views import ARM_HTML_MARK, HTML_MARK, arm_rows, metric_rows, seq_rows, signed, token_rows
 
 BEFORE_COLOUR = "#8c8c8c"
 AFTER_COLOUR = ch.BLUE
