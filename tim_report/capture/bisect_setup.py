@@ -150,6 +150,7 @@ def load_sides(path: str, ref: Setup, cand: Setup, device: str = "cpu", device_m
             raise BadInput("--candidate-patch", f"{cand.patch} returned a new object; it must change the model in place")
         scope.record()
         scope.side(False)
-    sides = Sides(structure(reference, path), structure(candidate, path), structure(floor, path))
+    cand_st = structure(candidate, path)
+    sides = Sides(structure(reference, path), cand_st, cand_st if floor is candidate else structure(floor, path))
     same_structure(sides.ref, sides.cand, path)
     return sides, scope

@@ -117,8 +117,9 @@ def bisect_models(reference_model, candidate_model, input_ids, attention_mask=No
         ref_dtype = next(reference_model.parameters()).dtype
         floor_model = reference_model if ref_dtype == dtypes[precision] else \
             copy.deepcopy(reference_model).to(dtypes[precision]).eval()
-    sides = Sides(structure(reference_model, "reference_model"), structure(candidate_model, "candidate_model"),
-                  structure(floor_model, "floor_model"))
+    cand = structure(candidate_model, "candidate_model")
+    sides = Sides(structure(reference_model, "reference_model"), cand,
+                  cand if floor_model is candidate_model else structure(floor_model, "floor_model"))
     same_structure(sides.ref, sides.cand, "candidate_model")
     ids = torch.as_tensor(input_ids)
     ids = ids[None] if ids.dim() == 1 else ids
