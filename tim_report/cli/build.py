@@ -60,7 +60,7 @@ CHANGE_LINES_MAX = 10
 @fail_cleanly
 @load_options
 def build_command(files, out, run_ids, load, ppo_eps, notes, timestamp, self_contained, formats, base_url, jobs, executor,
-                  ray_address):
+                  ray_address) -> None:
     """Analyse step batches and write the report site into OUTPUT.
 
     FILES are step batch files, one step's folder (prime-rl step_S/), or run folders (prime-rl token_exports/,

@@ -28,7 +28,7 @@ from .text import safe
 @self_contained_option
 @fail_cleanly
 @load_options
-def compare_command(before, after, out, label_before, label_after, timestamp, self_contained, load):
+def compare_command(before, after, out, label_before, label_after, timestamp, self_contained, load) -> None:
     """Before/after report of two batches (metrics side by side, overlaid distributions, per-token change), or of two
     arms of several steps each (a run folder per side: each metric per arm with its interval, a verdict per metric)."""
     from ..render import RenderOptions

@@ -10,8 +10,10 @@ import os
 import signal
 import sys
 import warnings
+from collections.abc import Callable
 from datetime import UTC
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -21,14 +23,14 @@ from ..errors import BadInput, UnpicklingWarning
 from .text import safe
 
 
-def fail_cleanly(fn):
+def fail_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Turn BadInput into `tim-report: error: FILE: problem` and exit 2, without a traceback.
 
     SIGTERM is handled like Ctrl-C, so a killed build still unwinds: its staging folder is removed and
     its workers are stopped."""
 
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
         previous = signal.signal(signal.SIGTERM, _interrupt)
         try:
             return fn(*args, **kwargs)
@@ -66,7 +68,7 @@ def _stdout_broken() -> bool:
         return True
 
 
-def _interrupt(signum, frame):
+def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
@@ -82,7 +84,7 @@ def start_warnings() -> None:
     warnings.filterwarnings("always", category=UnpicklingWarning)
 
 
-def show_warning(message, category, filename, lineno, file=None, line=None):
+def show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     """warnings.showwarning for the CLI: one line, no source location, never the same line twice."""
     text = f"tim-report: warning: {safe(message)}"
     if text not in _SAID:
@@ -121,13 +123,14 @@ def timestamp_now() -> str:
 input_files = click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 
 
-def load_options(fn):
+def load_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The six options that say how to read a batch (--key, --meta, --format-hint, --max-tokens, --allow-pickle,
     --tokenizer), handed to the command as one `io.LoadOptions` named `load`. Put it under `fail_cleanly`, so a
     malformed value is one line of error."""
 
     @functools.wraps(fn)
-    def wrapper(*args, keys, meta, format_hint, max_tokens, allow_pickle, tokenizer, **kwargs):
+    def wrapper(*args: Any, keys: tuple[str, ...], meta: tuple[str, ...], format_hint: str | None, max_tokens: int,
+                allow_pickle: bool, tokenizer: str | None, **kwargs: Any) -> Any:
         from ..io import LoadOptions, meta_overrides
 
         load = LoadOptions(keys=parse_keys(keys), meta=meta_overrides(parse_meta(meta)), allow_pickle=allow_pickle,

@@ -44,7 +44,7 @@ from .text import safe, summary_line
 @ppo_eps_option
 @fail_cleanly
 @load_options
-def watch_command(run_dir, out, interval, ranks, on_alarm, log_to, once, formats, ppo_eps, load):
+def watch_command(run_dir, out, interval, ranks, on_alarm, log_to, once, formats, ppo_eps, load) -> None:
     """Follow a run folder while it is written: rebuild the site in OUTPUT each time a step is complete.
 
     RUN_DIR is a run folder `build` reads (prime-rl token_exports/, a folder of step files, a NeMo-RL log dir, a
@@ -91,7 +91,7 @@ def _alarm_command(text: str | None) -> list[str] | None:
 
 def _stopper(stop: threading.Event):
     """The first Ctrl-C / SIGTERM asks the loop to stop after the build in progress; a second one stops at once."""
-    def handler(signum, frame):
+    def handler(signum, frame) -> None:
         if stop.is_set():
             raise KeyboardInterrupt
         stop.set()
