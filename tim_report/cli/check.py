@@ -73,12 +73,12 @@ def gate_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 @fail_cleanly
 @load_options
 def check_command(files, bounds, no_limits, fail_on, overrides, history, history_window, history_margin, history_floors,
-                  ppo_eps, as_json, load) -> None:
+                  thresholds, as_json, load) -> None:
     """Exit 1 when a batch breaks a limit or has a diagnosis finding (CI gate); 0 when clean; 2 on bad input.
 
     FILES are batch files or run folders (each step checked; a step that cannot be read is named, exit 2)."""
     from ..analysis.gate import limits as gate_limits
-    from ..config import DiagnosisThresholds, Thresholds
+    from ..config import DiagnosisThresholds
     from ..service.check import CheckOptions, Unread, check
 
     values = parse_pairs(overrides, "--set", "NAME=VALUE")
@@ -88,9 +88,8 @@ def check_command(files, bounds, no_limits, fail_on, overrides, history, history
         raise BadInput("--set", str(exc).strip("'\"")) from None
     except ValueError as exc:
         raise BadInput("--set", str(exc)) from None
-    th = Thresholds(ppo_eps_low=ppo_eps[0], ppo_eps_high=ppo_eps[1])
     limits = [] if no_limits else gate_limits(bounds)
-    options = CheckOptions(limits=limits, fail_on=fail_on, thresholds=th, diagnosis=dth, history=history,
+    options = CheckOptions(limits=limits, fail_on=fail_on, thresholds=thresholds, diagnosis=dth, history=history,
                            history_window=history_window, history_margin=history_margin,
                            history_floors=_floors(history_floors))
     failed = unusable = False

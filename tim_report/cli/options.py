@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from ..catalogue.numbers import fmt
-from ..config import MAX_TOKENS, PPO_EPS_HIGH, PPO_EPS_LOW
+from ..config import MAX_TOKENS, PPO_EPS_HIGH, PPO_EPS_LOW, Thresholds
 from ..errors import BadInput, UnpicklingWarning
 from .text import safe
 
@@ -152,8 +152,14 @@ format_hint_option = click.option(
     help="Read the input as this framework's dump instead of detecting it from the content: prime-rl, slime, miles, "
          "nemo-rl, skyrl, verl, or dict (a plain dict of arrays).")
 tokenizer_option = click.option("--tokenizer", type=click.Path(), help="Local tokenizer folder to decode token ids (offline).")
-ppo_eps_option = click.option("--ppo-eps", nargs=2, type=float, default=(PPO_EPS_LOW, PPO_EPS_HIGH), show_default=True,
-                              metavar="LOW HIGH", help="PPO clip ε for phantom clipping, routing and the precision gap.")
+def _thresholds(_ctx: click.Context, _param: click.Parameter, value: tuple[float, float]) -> Thresholds:
+    return Thresholds(ppo_eps_low=value[0], ppo_eps_high=value[1])
+
+
+# --ppo-eps, handed to the command as the `config.Thresholds` it sets (one place builds them for every command)
+ppo_eps_option = click.option("--ppo-eps", "thresholds", nargs=2, type=float, default=(PPO_EPS_LOW, PPO_EPS_HIGH),
+                              show_default=True, metavar="LOW HIGH", callback=_thresholds,
+                              help="PPO clip ε for phantom clipping, routing and the precision gap.")
 meta_option = click.option("--meta", "meta", multiple=True, metavar="KEY=VALUE",
                            help="Name what the file does not say (repeatable): model, rollout_engine, rollout_dtype, "
                                 "trainer_engine, trainer_dtype, device, step. Overrides the file's own meta.")
