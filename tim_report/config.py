@@ -30,6 +30,9 @@ LENGTH_FIT_MIN_SPAN = 2.0
 LENGTH_FIT_MAX_SAME_LENGTH = 0.5
 # Above this many tokens Spearman ranks an even subsample (ranking is the cost; its SE stays < 2e-3).
 SPEARMAN_MAX_TOKENS = 250_000
+# From this many values on, a percentile ladder is taken by selection or by one sort, whichever a one-time probe
+# finds faster on this CPU (analysis.stats.selection_wins; docs/performance.md): below it either costs milliseconds.
+SELECTION_PROBE_MIN = 1 << 20
 # Detectors that regress or compare neighbours use an even subsample of at most this many tokens
 # (pairs); their z ≥ 5 tests have ample power at 2M and the evidence says how many were used.
 DETECTOR_MAX_TOKENS = 2_000_000
