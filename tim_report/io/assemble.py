@@ -36,6 +36,7 @@ class _Flattener:
     def __init__(self, offsets: np.ndarray, keep2d: np.ndarray | None):
         self.offsets = offsets.astype(np.int64, copy=False)
         self.keep2d = keep2d
+        self.every = keep2d is not None and bool(keep2d.all())  # no padding: a [B, L] array is its tokens, row by row
 
     @property
     def n_tokens(self) -> int:
@@ -50,7 +51,7 @@ class _Flattener:
         return cls(np.concatenate([[0], np.cumsum(lengths)]), None)
 
     def take(self, arr2d: np.ndarray) -> np.ndarray:
-        return arr2d[self.keep2d]
+        return arr2d.reshape(-1) if self.every else arr2d[self.keep2d]  # a view, not a 16M-token gather, if it can be
 
     def cat(self, seqs: list) -> np.ndarray:
         return np.concatenate([np.asarray(s) for s in seqs]) if seqs else np.zeros(0)
