@@ -33,6 +33,8 @@ SPEARMAN_MAX_TOKENS = 250_000
 # From this many values on, a percentile ladder is taken by selection or by one sort, whichever a one-time probe
 # finds faster on this CPU (analysis.stats.selection_wins; docs/performance.md): below it either costs milliseconds.
 SELECTION_PROBE_MIN = 1 << 20
+# The group table keeps its worst rows (the page shows as many) and the distribution of every group's numbers.
+GROUP_TABLE_ROWS = 50
 # Detectors that regress or compare neighbours use an even subsample of at most this many tokens
 # (pairs); their z ≥ 5 tests have ample power at 2M and the evidence says how many were used.
 DETECTOR_MAX_TOKENS = 2_000_000

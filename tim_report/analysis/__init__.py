@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ..catalogue import findings
-from ..config import SEVERITIES, THREAD_MIN_TOKENS, DiagnosisThresholds, Thresholds
+from ..config import GROUP_TABLE_ROWS, SEVERITIES, THREAD_MIN_TOKENS, DiagnosisThresholds, Thresholds
 from ..model import Report, StepBatch
 from . import breakdowns as bd
 from .corrections import blocked_by_bug, routing, what_if
@@ -64,6 +64,7 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
         families.update(what_if=[], distributions={})
     route = routing(groups, th)
     groups["route"] = route.pop("routes")
+    groups = bd.worst_units(groups, GROUP_TABLE_ROWS)
     report = Report(
         run=run_info(batch, run_id),
         metrics=metrics,

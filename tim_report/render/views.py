@@ -10,12 +10,12 @@ from typing import Any
 
 from ..catalogue import metrics as catalogue
 from ..catalogue.numbers import fixed, fmt, pct, with_se
-from ..config import HOT_DIFF
+from ..config import GROUP_TABLE_ROWS, HOT_DIFF
 from .format import visible
 
 SAMPLES_OPEN = 3  # the worst sequences the run page shows open, each with its largest differences
 TOP_TOKENS = 8  # the rows of an open sequence's compact table: its tokens with the largest |diff| (a shorter one: all)
-GROUP_ROWS = 50  # by-group rows shown (worst first)
+GROUP_ROWS = GROUP_TABLE_ROWS  # by-group rows shown (worst first): all the analysis keeps
 ROUTE_ORDER = {"quarantine": 0, "train_with_correction": 1, "train": 2}
 
 
@@ -90,6 +90,7 @@ def samples_view(report) -> list[dict]:
                          key=lambda i: (-abs(s["rows"][i]["diff"]), i))[:TOP_TOKENS]
         out.append({**s, "all": rows,
                     "top": [rows[i] for i in largest] if len(rows) > TOP_TOKENS else [],
+                    "top_index": largest if len(rows) > TOP_TOKENS else [],  # the page's compact table, by row
                     "open": s["kind"] == "worst" and len(out) < SAMPLES_OPEN,
                     "hot": sum(1 for r in rows if "hot" in r["cls"]), "out5": sum(1 for r in rows if r["r_cls"] == "o5")})
     return out
@@ -102,8 +103,17 @@ def groups_view(report) -> dict:
     cols = ("name", "sequences", "tokens", "abs_delta_mean", "k3_mean", "clipped_fraction", "vetoed_tokens", "min_ratio", "route")
     rows = [{c: g[c][i] for c in cols} for i in idx[:GROUP_ROWS]]
     routes = set(g.get("route") or [])
-    return {"unit": g.get("unit", "group"), "rows": rows, "total": len(names), "hidden": max(len(names) - GROUP_ROWS, 0),
-            "uniform": routes.pop() if len(routes) == 1 and len(names) > 1 else None}
+    total = g.get("units", len(names))  # the analysis keeps the worst rows (breakdowns.worst_units)
+    return {"unit": g.get("unit", "group"), "rows": rows, "total": total, "hidden": max(total - GROUP_ROWS, 0),
+            "uniform": _uniform_route(report, routes, total)}
+
+
+def _uniform_route(report, kept: set, total: int) -> str | None:
+    """The one route every unit takes (from the routing's counts: the table keeps only the worst rows)."""
+    counts = (report.routing or {}).get("counts") or {}
+    if counts:
+        return next((r for r, c in counts.items() if c == total and total > 1), None)
+    return kept.pop() if len(kept) == 1 and total > 1 else None
 
 
 def env_view(report) -> dict | None:
