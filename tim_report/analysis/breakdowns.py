@@ -196,7 +196,7 @@ def worst_units(table: dict, k: int) -> dict:
     routes = table.get("route") or [None] * n
     order = sorted(range(n), key=lambda i: (rank.get(routes[i], 3), -(table["abs_delta_mean"][i] or 0.0), i))[:k]
     out = {key: ([v[i] for i in order] if isinstance(v, list) and len(v) == n else v) for key, v in table.items()}
-    dist = {"q": list(UNIT_QUANTILES)}
+    dist: dict[str, list | None] = {"q": list(UNIT_QUANTILES)}
     for key in ("tokens", "abs_delta_mean", "k3_mean", "clipped_fraction"):
         values = np.asarray([v for v in table[key] if v is not None], dtype=np.float64)
         dist[key] = np.percentile(values, UNIT_QUANTILES).tolist() if values.size else None
