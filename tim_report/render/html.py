@@ -41,7 +41,7 @@ def run_context(report, notes_md: str | None = None, timestamp: str | None = Non
         **page_context(charts, timestamp, assets),
         "r": report, "t": title_parts(report), "m": report.metrics, "headline": headline(report),
         "health_colour": health(report.metrics.get("ess")),
-        "groups": groups_view(report), "envs": env_view(report), "samples": samples_view(report), "metrics_table": flat_metrics(report),
+        "groups": groups_view(report), "envs": env_view(report), "samples": samples_view(report, 0), "metrics_table": flat_metrics(report),
         "percentiles": percentile_rows(report), "notes": render_notes(notes_md), "th": th,
         "hot_diff": HOT_DIFF, "samples_open": SAMPLES_OPEN, "top_tokens": TOP_TOKENS, "diagnosis": report.diagnosis,
         "topk": topk_view(report), "banners": banners(report),

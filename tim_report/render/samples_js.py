@@ -21,8 +21,13 @@ _SAFE = str.maketrans({"<": "\\u003c", ">": "\\u003e", "&": "\\u0026", "\u2028":
 
 
 def samples_json(report) -> str:
-    """The samples as one line of JSON, safe inside a <script> element."""
-    return dumps(report.samples_dict(), compact=True).rstrip("\n").translate(_SAFE)
+    """The samples as one line of JSON, safe inside a <script> element (made once per report: the page and the json
+    format both write it)."""
+    made = getattr(report, "_samples_json", None)
+    if made is None or made[0] is not report.samples:
+        made = (report.samples, dumps(report.samples_dict(), compact=True).rstrip("\n").translate(_SAFE))
+        object.__setattr__(report, "_samples_json", made)
+    return made[1]
 
 
 def samples_js(report) -> str:

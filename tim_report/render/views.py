@@ -87,19 +87,25 @@ def token_rows(sample: dict, band5: tuple[float, float], band2: tuple[float, flo
     return rows
 
 
-def samples_view(report) -> list[dict]:
+def samples_view(report, formatted: int | None = None, count: int | None = None) -> list[dict]:
+    """The first `count` samples (None: all), each with its marks counted and its largest differences picked; `all`
+    and `top` are its rows written out (token_rows), the first `formatted` of them (None: every one; the page draws
+    its own from samples.js)."""
     th = report.run.get("thresholds") or {}
     b5, b2 = th.get("band_5x", 5.0), th.get("band_2x", 2.0)
+    bands = (1.0 / b5, b5), (1.0 / b2, b2)
     out: list[dict] = []
-    for s in report.samples:
-        rows = token_rows(s, (1.0 / b5, b5), (1.0 / b2, b2))
-        largest = sorted((i for i, t in enumerate(s["rows"]) if t.get("diff") is not None),
-                         key=lambda i: (-abs(s["rows"][i]["diff"]), i))[:TOP_TOKENS]
-        out.append({**s, "all": rows,
-                    "top": [rows[i] for i in largest] if len(rows) > TOP_TOKENS else [],
-                    "top_index": largest if len(rows) > TOP_TOKENS else [],  # the page's compact table, by row
+    for s in report.samples[:count]:
+        raw = s["rows"]
+        largest = sorted((i for i, t in enumerate(raw) if t.get("diff") is not None),
+                         key=lambda i: (-abs(raw[i]["diff"]), i))[:TOP_TOKENS]
+        top = largest if len(raw) > TOP_TOKENS else []
+        out.append({**s, "all": token_rows({"rows": raw[:formatted]}, *bands), "n_rows": len(raw),
+                    "top": token_rows({"rows": [raw[i] for i in top]}, *bands) if formatted is None else [],
+                    "top_index": top,  # the page's compact table, by row
                     "open": s["kind"] == "worst" and len(out) < SAMPLES_OPEN,
-                    "hot": sum(1 for r in rows if "hot" in r["cls"]), "out5": sum(1 for r in rows if r["r_cls"] == "o5")})
+                    "hot": sum(1 for t in raw if t.get("diff") is not None and abs(t["diff"]) > HOT_DIFF),
+                    "out5": sum(1 for t in raw if t.get("r") is not None and not bands[0][0] <= t["r"] <= bands[0][1])})
     return out
 
 
