@@ -9,7 +9,7 @@ import json
 from helpers import build_site
 from markupsafe import escape
 
-from tim_report.analysis.runs import index_from_rows
+from tim_report.analysis.run_index import index_from_rows
 from tim_report.render import index_views
 from tim_report.render.md import esc, write_section
 from tim_report.render.pages import code_spans, environment

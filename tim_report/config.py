@@ -83,7 +83,7 @@ class Thresholds:
     icepop_high: float = 5.0
     geo_low: float = 0.999  # verl Geo-RS: sequence geometric-mean ratio band
     geo_high: float = 1.001
-    samples_k: int = 8  # worst and random sequences kept in samples.json
+    samples_k: int = 8  # worst and random sequences kept in samples.js
     sample_max_tokens: int = 128  # per-token rows kept per sample (bounded page size; the page shows 50, then a fold)
     seed: int = 0  # random sample selection
 

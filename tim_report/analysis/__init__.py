@@ -1,9 +1,9 @@
-"""Analysis: StepBatch → Report. Pure numpy; no file formats, no rendering.
+"""Analysis: StepBatch → BatchReport. Pure numpy; no file formats, no rendering.
 
-    analyze(batch)                 one batch → Report (metrics, breakdowns, routing, what-if, diagnosis, samples)
-    compare.compare_batches(a, b)  two batches → the compare.json dict
-    runs.index_summary(reports)    many Reports → what the index shows
-    gate.evaluate(report, limits)  `tim-report check`'s limits and violations
+    analyze(batch)                    one batch → BatchReport (metrics, breakdowns, routing, what-if, diagnosis, samples)
+    compare.compare_batches(a, b)     two batches → the compare.json dict
+    run_index.index_summary(reports)  many Reports → what the index shows
+    gate.evaluate(report, limits)     `tim-report check`'s limits and violations
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ..config import GROUP_TABLE_ROWS, THREAD_MIN_TOKENS, DiagnosisThresholds, Thresholds
-from ..model import Report, StepBatch
+from ..model import BatchReport, StepBatch
 from . import breakdowns as bd
 from .corrections import blocked_by_bug, routing, what_if
 from .diagnosis import diagnose
@@ -41,8 +41,8 @@ GATE_HISTORY = Scope(ladders=("abs_delta",), pages=False)  # and the |δ| median
 
 
 def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str | None = None,
-            diagnosis_thresholds: DiagnosisThresholds | None = None, scope: Scope = Scope()) -> Report:
-    """The Report of one batch; with a narrower `scope` (`check`'s GATE) what it leaves out is absent: the
+            diagnosis_thresholds: DiagnosisThresholds | None = None, scope: Scope = Scope()) -> BatchReport:
+    """The BatchReport of one batch; with a narrower `scope` (`check`'s GATE) what it leaves out is absent: the
     breakdowns hold only the group and environment tables, `verl`, `what_if`, `distributions`, `samples` and
     `topk` are empty."""
     th = thresholds or Thresholds()
@@ -62,7 +62,7 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
     route = routing(groups, th)
     groups["route"] = route.pop("routes")
     groups = bd.worst_units(groups, GROUP_TABLE_ROWS)
-    report = Report(
+    report = BatchReport(
         run=run_info(batch, run_id),
         metrics=metrics,
         breakdowns={**families.pop("buckets", {}), **({"length_growth": families.pop("length_growth")}

@@ -2,7 +2,7 @@
 
 Entry points (`RENDERER`, the html format of `tim_report.render`):
     render_run(report, notes_md=None, timestamp=None, assets=None) -> str   site/<run-id>/index.html
-    render_index(index, timestamp=None, assets=None) -> str                  site/index.html (analysis.runs.index_summary)
+    render_index(index, timestamp=None, assets=None) -> str                  site/index.html (analysis.run_index.index_summary)
 
 `assets` is the relative folder of the site's shared assets (pages.assets_href); None makes a self-contained page.
 The renderer writes the assets once, with the site's index (and with a comparison).
@@ -57,7 +57,7 @@ def render_run(report, notes_md: str | None = None, timestamp: str | None = None
 
 
 def render_index(index: dict, timestamp: str | None = None, notes_md: str | None = None, assets: str | None = None) -> str:
-    """site/index.html from the index summary (analysis.runs.index_summary)."""
+    """site/index.html from the index summary (analysis.run_index.index_summary)."""
     charts = ch.trend_charts(index["trend"]) if index.get("trend") else []
     views = {"runs": index_views.runs_table(index), "pairs": index_views.pairs_section(index),
              "precision": index_views.precision_section(index), "trend": index_views.trend_section(index),
@@ -83,14 +83,9 @@ class HtmlRenderer:
 
     def compare(self, comparison: dict, options) -> dict[str, str]:
         assets = assets_href(options.self_contained, 0)
-        if comparison.get("kind") == "arms":
-            from .arms import render_arms_html
+        from .compare.html import render_compare_html
 
-            page = render_arms_html(comparison, options.timestamp, assets)
-        else:
-            from .compare_html import render_compare_html
-
-            page = render_compare_html(comparison, options.timestamp, assets)
+        page = render_compare_html(comparison, options.timestamp, assets)
         return {"index.html": page, **({} if options.self_contained else asset_files())}
 
 

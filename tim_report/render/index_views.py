@@ -1,7 +1,7 @@
 """The index's sections as view models (render/tables.py): each table's title, intro sentence, columns and cells,
 built once from the index summary and shown alike by the HTML index and report.md.
 
-No markup and no statistics here: numbers come from the index summary (analysis.runs.index_summary) and are
+No markup and no statistics here: numbers come from the index summary (analysis.run_index.index_summary) and are
 only formatted. A new index table is one function here, one line in templates/index.html and one in
 markdown.render_index_md.
 """

@@ -2,7 +2,7 @@
 
 Entry points:
     render_run_md(report, base_url=None) -> str            site/<run-id>/report.md
-    render_index_md(index, base_url=None) -> str            site/report.md (index: analysis.runs.index_summary)
+    render_index_md(index, base_url=None) -> str            site/report.md (index: analysis.run_index.index_summary)
 
 Rules: no markup GitHub strips (no style, class, scripts, data: images); colour is never the only signal
 (🟢🟡🔴 go with the word, ✅⚠️❌ with the reading, ▲▼ / △▽ mark ratios outside the 5x / 2x bands); every
@@ -384,11 +384,7 @@ class MarkdownRenderer:
         return {"report.md": render_index_md(index, base_url=options.base_url)}
 
     def compare(self, comparison: dict, options) -> dict[str, str]:
-        if comparison.get("kind") == "arms":
-            from .arms import render_arms_md
-
-            return {"compare.md": render_arms_md(comparison, "index.html")}
-        from .compare_md import render_compare_md
+        from .compare.markdown import render_compare_md
 
         return {"compare.md": render_compare_md(comparison, "index.html")}
 

@@ -13,12 +13,12 @@ from pathlib import Path
 from ..analysis import GATE, GATE_HISTORY, analyze
 from ..analysis.gate import CheckResult, Limit, evaluate
 from ..analysis.history import HistoryResult, check_history
-from ..analysis.runs import run_row
+from ..analysis.run_index import run_row
 from ..config import HISTORY_MARGIN, HISTORY_WINDOW, DiagnosisThresholds, Thresholds
 from ..errors import BadInput
 from ..io import LoadOptions, Source, Unreadable, load, scan
 from ..io.discover import step_order
-from ..model import Report, StepBatch
+from ..model import BatchReport, StepBatch
 from ..site.index_json import read_history
 
 
@@ -40,7 +40,7 @@ class Checked:
     The report holds what the gate reads (analysis.GATE): `build` or `analyze` give the whole of it."""
 
     path: Path
-    report: Report
+    report: BatchReport
     row: dict
     result: CheckResult
     history: HistoryResult | None

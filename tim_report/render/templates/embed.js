@@ -19,7 +19,7 @@
   function fixed(x) { return x === null || !isFinite(x) ? "—" : x.toFixed(4); }
   var VISIBLE = {" ": "␣", "\n": "↵", "\t": "⇥", "\r": "␍", "\u00a0": "⍽", "\u200b": "⟨zwsp⟩", "\ufeff": "⟨bom⟩",
                  "\u007f": "␡"};
-  function visible(t) {  // render/format.py's visible: whitespace and control characters as symbols
+  function visible(t) {  // render/token_text.py's visible: whitespace and control characters as symbols
     if (t === null || t === undefined) { return ""; }
     var out = String(t).replace(/[\u0000-\u001f\u007f\u00a0\u200b\ufeff ]/g, function (c) {
       return VISIBLE[c] || String.fromCharCode(0x2400 + c.charCodeAt(0));
