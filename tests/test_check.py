@@ -150,7 +150,7 @@ def test_check_computes_only_what_the_gate_reads_and_reads_it_as_build_does(tmp_
     """`check` skips the ladders and the page-only families; what the gate, the history band and the routing read is
     the build's number, bit for bit, and the findings are the same."""
     from tim_report import analysis
-    from tim_report.analysis.runs import run_row
+    from tim_report.analysis.run_index import run_row
 
     b = replace(make_batch(n_seqs=40, mean_len=48, noise=0.01, seed=5), group=np.repeat(np.arange(10), 4))
     b.trainer_logp = np.roll(b.trainer_logp, 1)  # a finding to compare
