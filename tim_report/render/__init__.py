@@ -33,7 +33,7 @@ class RenderOptions:
     timestamp: str | None = None  # --timestamp: stamped into the pages
     self_contained: bool = False  # --self-contained: every page inlines the chart runtime and stylesheet
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.base_url is not None:
             check_base_url(self.base_url)
 

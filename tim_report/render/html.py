@@ -59,12 +59,10 @@ def render_run(report, notes_md: str | None = None, timestamp: str | None = None
 def render_index(index: dict, timestamp: str | None = None, notes_md: str | None = None, assets: str | None = None) -> str:
     """site/index.html from the index summary (analysis.run_index.index_summary)."""
     charts = ch.trend_charts(index["trend"]) if index.get("trend") else []
-    views = {"runs": index_views.runs_table(index), "pairs": index_views.pairs_section(index),
-             "precision": index_views.precision_section(index), "trend": index_views.trend_section(index),
-             "sweep": index_views.sweep_section(index), "envs": index_views.envs_section(index)}
     return environment().get_template("index.html").render(rows=index["runs"], ix=index, notes=render_notes(notes_md),
                                                            columns=[catalogue.metric(k) for k in catalogue.INDEX],
-                                                           log_span=TREND_LOG_AXIS_SPAN, **views,
+                                                           log_span=TREND_LOG_AXIS_SPAN, runs=index_views.runs_table(index),
+                                                           sections=index_views.sections(index),
                                                            **page_context(charts, timestamp, assets))
 
 

@@ -338,10 +338,8 @@ def _unreadable(index: dict) -> str:
     return out
 
 
-def _trend(index: dict, base_url: str | None = None) -> str:
-    s = index_views.trend_section(index)
-    if s is None:
-        return ""
+def _trend(s: Section, base_url: str | None = None) -> str:
+    """The trend section: its change points, then the step table (the HTML index draws its columns as charts)."""
     changes = ("**Change points**\n\n" + "\n".join(
         f"- {'▲' if c['worse'] else '▼'} [step {esc(str(c['step']))}]({href(c['run'] + '/index.html', base_url)}): "
         f"{esc(c['sentence'])}" for c in s.changes) if s.changes else esc(s.quiet, None, own=True))
@@ -349,10 +347,6 @@ def _trend(index: dict, base_url: str | None = None) -> str:
     body = (write_table(s.tables[0], base_url) if steps <= TREND_TABLE_MAX_STEPS else
             f"Step by step, the numbers are charts on the HTML index and rows in `index.json` ({steps} steps).")
     return write_section(s, base_url, body=f"{changes}\n\n{body}")
-
-
-def _section(s: Section | None, base_url: str | None) -> str:
-    return write_section(s, base_url) if s else ""
 
 
 def render_index_md(index: dict, base_url: str | None = None) -> str:
@@ -369,10 +363,8 @@ def render_index_md(index: dict, base_url: str | None = None) -> str:
         f"- **{esc(m.name, None, own=True)}**: {esc(m.plain, None, own=True)}"
         for m in (catalogue.metric(k) for k in (*catalogue.INDEX, "routing"))] + ["", _kl_bands()])
     core = [title, *filter(None, [_run_verdict(index, base_url)]), _runs_table(index, base_url)]
-    sections = [("engine pairs", _section(index_views.pairs_section(index), base_url) if len(runs) > 1 else ""),
-                ("precision matrix", _section(index_views.precision_section(index), base_url)),
-                ("trend over steps", _trend(index, base_url)), ("length sweep", _section(index_views.sweep_section(index), base_url)),
-                ("by environment", _section(index_views.envs_section(index), base_url)), ("columns", columns)]
+    sections = [(s.short, _trend(s, base_url) if s.id == "trend" else write_section(s, base_url))
+                for s in index_views.sections(index)] + [("columns", columns)]
     return assemble(core, [(n, s) for n, s in sections if s], html)
 
 
