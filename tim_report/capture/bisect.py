@@ -234,34 +234,7 @@ def _batch(sides: Sides, ids: torch.Tensor, mask: torch.Tensor, start: int) -> I
             runs[n] = _run_layer(st[n], i, h[n], prep[n][1][i])
         if same:
             runs["floor"] = runs["cand"]
-        ref_kids = runs["ref"][1]
-        for sub in SUBS:
-            if sub not in ref_kids:
-                continue
-            a, k, out = ref_kids[sub]
-            x = _hidden_arg(a, k)
-            replay: dict = {}
-            plain: dict = {}
-            for n in ("cand", "floor"):
-                if n == "floor" and same:
-                    replay["floor"], plain["floor"] = replay["cand"], plain["cand"]
-                    continue
-                oa, ok, oo = runs[n][1][sub]
-                sides.on(n)
-                replay[n] = _call(_module(st[n].layers[i], sub), x, _hidden_arg(oa, ok), oa, ok)
-                plain[n] = oo
-            if sub == "mlp.gate":
-                k_ = sides.ref.top_k
-                ref_logits, ref_idx = _routes(out, k_)
-                got = {f"{n}:{w}": _routes(v[n], k_) for w, v in (("l", replay), ("p", plain)) for n in ("cand", "floor")}
-                flips = {"local": _flips(got["cand:l"][1], ref_idx, keep), "floor": _flips(got["floor:l"][1], ref_idx, keep),
-                         "plain": _flips(got["cand:p"][1], ref_idx, keep)}
-                e4 = [errors(got[key][0], ref_logits, keep) for key in ("cand:l", "floor:l", "cand:p", "floor:p")]
-                yield record(e4[0], e4[1], e4[2], e4[3], flips)
-            else:
-                y = _first(out)
-                yield record(errors(_first(replay["cand"]), y, keep), errors(_first(replay["floor"]), y, keep),
-                             errors(_first(plain["cand"]), y, keep), errors(_first(plain["floor"]), y, keep))
+        yield from _children(sides, st, i, runs, keep, record)
         # the whole layer on the reference's input: its residual output's local error
         y = runs["ref"][0]
         local: dict = {}
@@ -275,6 +248,44 @@ def _batch(sides: Sides, ids: torch.Tensor, mask: torch.Tensor, start: int) -> I
                      errors(runs["cand"][0], y, keep), errors(runs["floor"][0], y, keep))
         h = {n: runs[n][0] for n in st}
     yield from _tail(sides, st, h, ids, mask, keep, start, record)
+
+
+def _children(sides: Sides, st: dict, i: int, runs: dict, keep: torch.Tensor, record) -> Iterator[SiteRecord]:
+    """Layer i's children (norms, attention, router, MLP): each candidate and floor child replayed on the
+    reference's input for it, beside the plain forward's outputs `runs` recorded."""
+    same = sides.floor is sides.cand
+    ref_kids = runs["ref"][1]
+    for sub in SUBS:
+        if sub not in ref_kids:
+            continue
+        a, k, out = ref_kids[sub]
+        x = _hidden_arg(a, k)
+        replay: dict = {}
+        plain: dict = {}
+        for n in ("cand", "floor"):
+            if n == "floor" and same:
+                replay["floor"], plain["floor"] = replay["cand"], plain["cand"]
+                continue
+            oa, ok, oo = runs[n][1][sub]
+            sides.on(n)
+            replay[n] = _call(_module(st[n].layers[i], sub), x, _hidden_arg(oa, ok), oa, ok)
+            plain[n] = oo
+        if sub == "mlp.gate":
+            yield _router_record(sides.ref.top_k, out, replay, plain, keep, record)
+        else:
+            y = _first(out)
+            yield record(errors(_first(replay["cand"]), y, keep), errors(_first(replay["floor"]), y, keep),
+                         errors(_first(plain["cand"]), y, keep), errors(_first(plain["floor"]), y, keep))
+
+
+def _router_record(top_k: int, out, replay: dict, plain: dict, keep: torch.Tensor, record) -> SiteRecord:
+    """A router: its logits' errors, and the tokens whose chosen experts differ from the reference's (flips)."""
+    ref_logits, ref_idx = _routes(out, top_k)
+    got = {f"{n}:{w}": _routes(v[n], top_k) for w, v in (("l", replay), ("p", plain)) for n in ("cand", "floor")}
+    flips = {"local": _flips(got["cand:l"][1], ref_idx, keep), "floor": _flips(got["floor:l"][1], ref_idx, keep),
+             "plain": _flips(got["cand:p"][1], ref_idx, keep)}
+    e4 = [errors(got[key][0], ref_logits, keep) for key in ("cand:l", "floor:l", "cand:p", "floor:p")]
+    return record(e4[0], e4[1], e4[2], e4[3], flips)
 
 
 def _tail(sides, st, h, ids, mask, keep, start, record) -> Iterator[SiteRecord]:
