@@ -207,7 +207,7 @@ def run(sides: Sides, batches: Iterator[tuple[torch.Tensor, torch.Tensor, int]])
             yield from _batch(sides, ids, mask, start)
 
 
-def _batch(sides: Sides, ids: torch.Tensor, mask: torch.Tensor, start: int) -> Iterator[SiteRecord]:  # noqa: C901 (one walk, sides in step)
+def _batch(sides: Sides, ids: torch.Tensor, mask: torch.Tensor, start: int) -> Iterator[SiteRecord]:
     same = sides.floor is sides.cand
     names = ("ref", "cand") if same else ("ref", "cand", "floor")
     st = {"ref": sides.ref, "cand": sides.cand, "floor": sides.floor}
