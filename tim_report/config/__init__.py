@@ -39,6 +39,11 @@ LENGTH_FIT_MIN_SPAN = 2.0
 LENGTH_FIT_MAX_SAME_LENGTH = 0.5
 # Above this many tokens Spearman ranks an even subsample (ranking is the cost; its SE stays < 2e-3).
 SPEARMAN_MAX_TOKENS = 250_000
+# From this many values on, a percentile ladder is taken by selection or by one sort, whichever a one-time probe
+# finds faster on this CPU (analysis.stats.selection_wins; docs/performance.md): below it either costs milliseconds.
+SELECTION_PROBE_MIN = 1 << 20
+# The group table keeps its worst rows (the page shows as many) and the distribution of every group's numbers.
+GROUP_TABLE_ROWS = 50
 # Detectors that regress or compare neighbours use an even subsample of at most this many tokens
 # (pairs); their z ≥ 5 tests have ample power at 2M and the evidence says how many were used.
 DETECTOR_MAX_TOKENS = 2_000_000
@@ -87,7 +92,7 @@ class Thresholds:
     icepop_high: float = 5.0
     geo_low: float = 0.999  # verl Geo-RS: sequence geometric-mean ratio band
     geo_high: float = 1.001
-    samples_k: int = 8  # worst and random sequences kept in samples.json
+    samples_k: int = 8  # worst and random sequences kept in samples.js
     sample_max_tokens: int = 128  # per-token rows kept per sample (bounded page size; the page shows 50, then a fold)
     seed: int = 0  # random sample selection
 
