@@ -50,7 +50,8 @@ def router_in_layer_3(model) -> None:
     gate = model.model.layers[3].mlp.gate
     with torch.no_grad():
         gen = torch.Generator().manual_seed(0)
-        gate.weight.add_((torch.randn(gate.weight.shape, generator=gen) * 0.02).to(gate.weight.dtype))
+        noise = torch.randn(gate.weight.shape, generator=gen) * 0.02  # drawn on the CPU: the same on every device
+        gate.weight.add_(noise.to(gate.weight.device, gate.weight.dtype))
 
 
 def eps_in_the_rmsnorm_class(model) -> None:

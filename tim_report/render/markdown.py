@@ -178,7 +178,8 @@ def _groups(report) -> str:
     unit = esc(g["unit"])
     shown = len(rows)
     note = (f"The worst {shown} of {fmt(g['total'])} {unit}s (quarantine first, then train with correction, then by mean |δ|); "
-            "all are in summary.json and the HTML page." if g["total"] > shown else f"All {fmt(g['total'])} {unit}s.")
+            f"the HTML page and summary.json show the worst {fmt(len(g['rows']))}, summary.json the distribution of all."
+            if g["total"] > shown else f"All {fmt(g['total'])} {unit}s.")
     body = table([unit, "routing", "seqs", "tokens", "mean \\|δ\\|", "k3", "PPO-clipped", "vetoed", "min r"], rows, numeric=range(2, 9))
     return details(f"Worst {unit}s ({fmt(g['total'])} in all)", f"{note}\n\n{body}")
 
@@ -195,7 +196,7 @@ def _envs(report) -> str:
 
 
 def _samples(report, html: str) -> str:
-    samples = samples_view(report)[:SAMPLES]
+    samples = samples_view(report, SAMPLE_TOKENS, SAMPLES)
     if not samples:
         return ""
     blocks = ["Marks: ▲/▼ r above 5 / below 1/5 (outside the 5x band); △/▽ outside the 2x band; "
@@ -214,7 +215,7 @@ def _samples(report, html: str) -> str:
         rows = [[str(x["pos"]), esc(x["flag"], None) if x["flag"] else "", esc(x["token"], TOKEN_CHARS), x["ro"], x["tr"],
                  esc(x["diff"]), x["pr"], x["pt"], esc(x["r"])]
                 for x in s["all"][:SAMPLE_TOKENS]]
-        n = len(s["all"])
+        n = s["n_rows"]
         more = f"\n\nFirst {SAMPLE_TOKENS} of {n} tokens; the rest are in the {html}." if n > SAMPLE_TOKENS else ""
         blocks.append(" · ".join(head) + "\n\n"
                       + table(["pos", "", "token", "rollout logp", "trainer logp", "diff", "p_rollout", "p_trainer", "r"], rows,
