@@ -214,6 +214,8 @@ def test_a_class_patch_is_undone_around_the_reference_and_the_floor(tmp_path):
     (["--candidate-patch", "no_such_module_xyz:f"], ["cannot import no_such_module_xyz"]),
     (["--attn-implementation", "magic"], ["--attn-implementation", "magic"]),
     (["--device-map", "{bad"], ["--device-map", "not valid JSON"]),
+    pytest.param(["--device", "cuda:7"], ["--device", "no CUDA device"],
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is here")),
 ])
 def test_bad_options_are_one_line_exit_2(tmp_path, args, phrases):
     res = run("bisect", "--model", LLAMA, "--prompts", prompt_file(tmp_path), "-o", tmp_path / "out", *args)

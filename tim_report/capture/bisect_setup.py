@@ -134,6 +134,10 @@ def load_sides(path: str, ref: Setup, cand: Setup, device: str = "cpu", device_m
 
     if not Path(path).is_dir():
         raise BadInput(path, "no such model folder")
+    import torch
+
+    if str(device).startswith("cuda") and not torch.cuda.is_available():
+        raise BadInput("--device", f"{device}: this torch sees no CUDA device")
     reference = load_model(path, ref, device, device_map)
     candidate = load_model(path, cand, device, device_map)
     floor_setup = Setup(cand.dtype, ref.attn)
