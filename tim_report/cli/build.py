@@ -24,9 +24,9 @@ from .options import (
     input_files,
     load_options,
     output_path,
+    ppo_eps_option,
     ray_address_option,
     self_contained_option,
-    thresholds_option,
     timestamp_now,
     timestamp_option,
 )
@@ -47,7 +47,7 @@ CHANGE_LINES_MAX = 10
 @click.option("-o", "--output", "out", required=True, type=click.Path(), help="Output folder (the site).")
 @click.option("--run-id", "run_ids", multiple=True,
               help="Run folder name, once per input (default: the file's stem, or step_N); a run folder's steps get it as a prefix.")
-@thresholds_option
+@ppo_eps_option
 @click.option("--notes", "notes", type=click.Path(path_type=Path, dir_okay=False),
               help="Markdown file with your narrative, shown after the headline (raw HTML is escaped).")
 @timestamp_option
@@ -65,7 +65,7 @@ CHANGE_LINES_MAX = 10
 @fail_cleanly
 @load_options
 def build_command(files, out, run_ids, load, thresholds, notes, timestamp, self_contained, formats, base_url, jobs, executor,
-                  ray_address):
+                  ray_address) -> None:
     from ..render import RenderOptions
     from ..service.build import BuildOptions, build
 

@@ -23,28 +23,30 @@ from __future__ import annotations
 import functools
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
 from ..catalogue import metrics as catalogue
 from ..config import HISTORY_MARGIN, HISTORY_WINDOW, SEVERITIES
 from ..errors import BadInput
-from .options import fail_cleanly, load_options, parse_pairs, thresholds_option
+from .options import fail_cleanly, load_options, parse_pairs, ppo_eps_option
 from .text import excluded_note, safe
 
 
-def gate_options(fn):
+def gate_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """One option per metric the catalogue gates (--max-kl-k3, --min-ess, ...), handed to the command as `bounds`."""
-    gated = [catalogue.metric(k) for k in catalogue.GATES]
+    gated = [(m.key, m.gate) for m in (catalogue.metric(k) for k in catalogue.GATES) if m.gate is not None]
 
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        return fn(*args, bounds={m.key: kwargs.pop(m.key) for m in gated}, **kwargs)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, bounds={key: kwargs.pop(key) for key, _ in gated}, **kwargs)
 
-    for m in reversed(gated):
-        wrapper = click.option(m.gate.option, m.key, type=float, default=m.gate.default,
-                               show_default=m.gate.default is not None, help=m.gate.help)(wrapper)
+    for key, gate in reversed(gated):
+        wrapper = click.option(gate.option, key, type=float, default=gate.default,
+                               show_default=gate.default is not None, help=gate.help)(wrapper)
     return wrapper
 
 
@@ -66,12 +68,12 @@ def gate_options(fn):
 @click.option("--history-floor", "history_floors", multiple=True, metavar="METRIC=VALUE",
               help="The least the band reaches past the median, per metric (defaults: each metric's history floor in "
                    "docs/diagnosis.md).")
-@thresholds_option
+@ppo_eps_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per file instead of lines.")
 @fail_cleanly
 @load_options
 def check_command(files, bounds, no_limits, fail_on, overrides, history, history_window, history_margin, history_floors,
-                  thresholds, as_json, load):
+                  thresholds, as_json, load) -> None:
     """Exit 1 when a batch breaks a limit or has a diagnosis finding (CI gate); 0 when clean; 2 on bad input.
 
     FILES are batch files or run folders (each step checked; a step that cannot be read is named, exit 2)."""

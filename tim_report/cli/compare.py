@@ -13,15 +13,7 @@ from pathlib import Path
 import click
 
 from ..catalogue.numbers import fmt
-from .options import (
-    fail_cleanly,
-    load_options,
-    output_path,
-    self_contained_option,
-    thresholds_option,
-    timestamp_now,
-    timestamp_option,
-)
+from .options import fail_cleanly, load_options, output_path, ppo_eps_option, self_contained_option, timestamp_now
 from .text import safe
 
 
@@ -32,12 +24,12 @@ from .text import safe
               help="Output folder: index.html, compare.json, compare.md.")
 @click.option("--label-before", default=None, help="Name of the first batch on the page (default: its file stem).")
 @click.option("--label-after", default=None, help="Name of the second batch on the page (default: its file stem).")
-@timestamp_option
+@click.option("--timestamp", is_flag=True, help="Stamp the build time into the page (off: same input, same bytes).")
+@ppo_eps_option
 @self_contained_option
-@thresholds_option
 @fail_cleanly
 @load_options
-def compare_command(before, after, out, label_before, label_after, timestamp, self_contained, thresholds, load):
+def compare_command(before, after, out, label_before, label_after, thresholds, timestamp, self_contained, load) -> None:
     """Before/after report of two batches (metrics side by side, overlaid distributions, per-token change), or of two
     arms of several steps each (a run folder per side: each metric per arm with its interval, a verdict per metric)."""
     from ..render import RenderOptions
