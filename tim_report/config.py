@@ -245,6 +245,15 @@ KERNEL_POW2_MIN = 16
 # (the sampler's side known, unknown) → least share.
 TEMPERATURE_FIT_COVERAGE = {True: 0.33, False: 0.22}
 
+# Severity by consequence (analysis/consequence.py, docs/diagnosis.md "Severity by consequence"): a systematic finding
+# is an `error` ("Do not train") only when it is material on the batch: at least this share of tokens clipped by PPO
+# or pushed beyond the cap because of it (noise inside a published precision band clips well under 1%: 0 on every
+# noise fixture), or a per-token bias / mean |δ| beyond the band's mean-|δ| ceiling. The cap is verl's
+# rollout_is_threshold (2: TIS truncates above it, IcePop masks below 1/2), also the sequence-level weight whose
+# crossing length the finding states.
+CONSEQUENCE_TOKEN_SHARE = 0.01
+CONSEQUENCE_CAP = 2.0
+
 SEVERITIES = ("info", "warn", "error")  # in rising order: `check --fail-on` and the findings' sort use it
 
 

@@ -21,9 +21,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..catalogue import findings as words
+from ..catalogue import severity
 from ..config import PPO_EPS_HIGH, PPO_EPS_LOW, SEVERITIES, DiagnosisThresholds
 from ..model import StepBatch
 from .bands import apply_band, band_summary, choose_band
+from .consequence import consequence, fault_side, side_test
 from .detectors import (
     declared_processing,
     detect_drift,
@@ -59,6 +61,8 @@ def diagnose(batch: StepBatch, tok: Tokens, metrics: dict, thresholds: Diagnosis
         findings = [f for f in (detect_mixed_versions(batch, tok, dt),) if f]  # said even when nothing differs
     else:
         findings = ([unusable] if unusable else []) + _run_detectors(batch, tok, metrics, dt)
+        if unusable is None:
+            findings = _weighed(findings, tok, dt, ppo_eps, band.name)
         regime = _regime(findings, tok, metrics, dt)
         # the tail's advice depends on the regime: "expected for numerical noise" only where it is noise
         findings = [words.make(f["id"], f["evidence"], dt, regime=regime) if f["id"] == "low_prob_tail" else f
@@ -77,6 +81,20 @@ def diagnose(batch: StepBatch, tok: Tokens, metrics: dict, thresholds: Diagnosis
         "band": band_summary(band, why, metrics["kl_k3"], dt),
         "thresholds": dt.to_dict(),
     }
+
+
+def _weighed(findings: list[dict], tok: Tokens, dt: DiagnosisThresholds, ppo_eps: tuple[float, float],
+             band: str) -> list[dict]:
+    """Each systematic finding with what it does to training and its side; an immaterial error becomes a warn."""
+    clip = (1 - ppo_eps[0], 1 + ppo_eps[1])
+    test = None
+    out = []
+    for f in findings:
+        if f["id"] in severity.STATED and f["severity"] != "info":
+            test = test or side_test(tok, dt)
+            f = severity.weigh(f, consequence(tok, f["id"], dt, clip), fault_side(f, test), band)
+        out.append(f)
+    return out
 
 
 def _evidence(tok: Tokens, metrics: dict) -> dict:

@@ -110,6 +110,8 @@ def _findings(report) -> str:
     out = ["## Findings"]
     for f in findings:
         lines = [f"### {SEVERITY.get(f.get('severity'), '➖')}: {esc(f.get('title'), TEXT_CHARS)}", ""]
+        lines += [f"- **{label}:** {esc(f[key], None, own=True)}" for key, label in
+                  (("consequence_text", "Consequence"), ("side_text", "Side")) if f.get(key)]
         if f.get("likely_cause"):
             lines.append(f"- **Likely cause:** {esc(f['likely_cause'], None, own=True)}")
         if f.get("what_to_check"):
