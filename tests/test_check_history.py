@@ -40,7 +40,7 @@ def test_step_inside_the_band_passes(run_site):
     r = cli("check", run_site / "step_8.npz", "--history", run_site / "site")
     assert r.exit_code == 0, r.output
     assert r.output.strip() == r.output.strip().splitlines()[0]  # one line
-    assert "ok (numerical_noise" in r.output and f"within the run's band (steps 1-{STEPS})" in r.output
+    assert "ok: numerical noise; " in r.output and f"within the run's band (steps 1-{STEPS})" in r.output
 
 
 def test_step_outside_the_band_fails_one_line_per_metric(run_site):

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from tim_report.analysis import analyze
 from tim_report.catalogue.findings import FINDINGS, REGIMES
-from tim_report.catalogue.severity import STATED
+from tim_report.catalogue.severity import SIDED, STATED
 from tim_report.config import SEVERITIES, DiagnosisThresholds
 from tim_report.errors import BadInput
 from tim_report.model import StepBatch, dumps
@@ -53,7 +53,9 @@ def test_finding_schema_on_a_fault():
     for f in d["findings"]:
         base = {"id", "severity", "title", "problem", "evidence", "likely_cause", "what_to_check"}
         stated = {"consequence", "consequence_text", "side", "side_text"}  # what a systematic finding does, its side
-        assert set(f) == (base | stated if f["id"] in STATED and f["severity"] != "info" else base)
+        sided = {"side", "side_text"}
+        assert set(f) == (base | stated if f["id"] in STATED and f["severity"] != "info"
+                          else base | sided if f["id"] in SIDED and f["severity"] != "info" else base)
         assert f["id"] in FINDINGS and f["severity"] in SEVERITIES
         assert all(isinstance(v, (int, float)) or v is None for v in f["evidence"].values())
 

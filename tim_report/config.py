@@ -253,6 +253,8 @@ TEMPERATURE_FIT_COVERAGE = {True: 0.33, False: 0.22}
 # crossing length the finding states.
 CONSEQUENCE_TOKEN_SHARE = 0.01
 CONSEQUENCE_CAP = 2.0
+# The one-line verdict names an environment as the place when its KL k3 is at least this multiple of the batch's.
+ENV_LEAD_MULTIPLE = 2.0
 
 SEVERITIES = ("info", "warn", "error")  # in rising order: `check --fail-on` and the findings' sort use it
 

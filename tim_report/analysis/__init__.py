@@ -14,6 +14,7 @@ from ..catalogue import findings
 from ..config import SEVERITIES, THREAD_MIN_TOKENS, DiagnosisThresholds, Thresholds
 from ..model import Report, StepBatch
 from . import breakdowns as bd
+from .consequence import glance_of
 from .corrections import blocked_by_bug, routing, what_if
 from .diagnosis import diagnose
 from .distributions import distributions
@@ -58,6 +59,7 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
     add_floor(report.diagnosis, trainer_floor(batch, tok, th), dt)
     add_routes(report.diagnosis, routing_agreement(batch, tok), dt)
     report.routing["blocked_by_bug"] = blocked_by_bug(report.diagnosis or {})
+    report.diagnosis["glance"] = glance_of(report.diagnosis, envs, metrics.get("kl_k3"))
     report.run["thresholds"] = th.to_dict()
     return report
 

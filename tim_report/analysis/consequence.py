@@ -17,7 +17,8 @@ import math
 
 import numpy as np
 
-from ..config import CONSEQUENCE_CAP, CONSEQUENCE_TOKEN_SHARE, DETECTOR_MAX_TOKENS, DiagnosisThresholds
+from ..catalogue import severity
+from ..config import CONSEQUENCE_CAP, CONSEQUENCE_TOKEN_SHARE, DETECTOR_MAX_TOKENS, ENV_LEAD_MULTIPLE, DiagnosisThresholds
 from .stats import cluster_mean_se
 from .tokens import Tokens
 
@@ -113,6 +114,8 @@ def fault_side(finding: dict, test: dict) -> dict:
     if named is not None:
         basis = {"dummy_zero": "zeros", "one_side_broken": "broken", "temperature": "sampler"}[fid]
         return {"side": "trainer" if named else "rollout", "basis": basis}
+    if fid == "mixed_policy_versions":
+        return {"side": "rollout", "basis": "stale"}
     if fid == "processed_logprobs" and e.get("declared_in_meta"):
         return {"side": "rollout", "basis": "declared"}
     numbers = {k: test[k] for k in ("log_mean_ratio", "log_mean_inverse", "z", "tokens", "tokens_to_decide") if k in test}
@@ -121,3 +124,21 @@ def fault_side(finding: dict, test: dict) -> dict:
     if test.get("sampler"):
         return {"side": "trainer" if test["sampler"] == "rollout" else "rollout", "basis": "sampler_test", **numbers}
     return {"side": "undetermined", "basis": "sampler_test", **numbers}
+
+
+def lead_env(by_env: dict | None, kl: float | None) -> str | None:
+    """The environment that holds most of the mismatch (KL k3 at least ENV_LEAD_MULTIPLE× the batch's), or None."""
+    if not by_env or kl is None or not kl > 0:
+        return None
+    names, k3 = by_env.get("name") or [], by_env.get("k3_mean") or []
+    scored = [(k, str(n)) for n, k in zip(names, k3) if k is not None and math.isfinite(k)]
+    if len(scored) < 2:
+        return None
+    k, name = max(scored)
+    return name if k >= ENV_LEAD_MULTIPLE * kl else None
+
+
+def glance_of(diagnosis: dict, by_env: dict | None, kl: float | None) -> str:
+    """The diagnosis in one line: regime, leading finding with its side and place (catalogue.severity.glance)."""
+    lead = next((f for f in diagnosis.get("findings") or [] if f.get("severity") != "info"), None)
+    return severity.glance(diagnosis.get("regime"), lead, lead_env(by_env, kl))

@@ -90,9 +90,10 @@ def _weighed(findings: list[dict], tok: Tokens, dt: DiagnosisThresholds, ppo_eps
     test = None
     out = []
     for f in findings:
-        if f["id"] in severity.STATED and f["severity"] != "info":
+        if f["id"] in severity.STATED + severity.SIDED and f["severity"] != "info":
             test = test or side_test(tok, dt)
-            f = severity.weigh(f, consequence(tok, f["id"], dt, clip), fault_side(f, test), band)
+            effect = consequence(tok, f["id"], dt, clip) if f["id"] in severity.STATED else None
+            f = severity.weigh(f, effect, fault_side(f, test), band)
         out.append(f)
     return out
 

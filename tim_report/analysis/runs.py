@@ -71,7 +71,8 @@ def run_row(report: Any) -> dict:
         **{key: m.get(key) if finite(m.get(key)) is not None else None for key in catalogue.ROW},
         "routing": {k: counts.get(k) for k in ("train", "train_with_correction", "quarantine")},
         "routing_unit": routing.get("unit") or "group",
-        "regime": diag.get("regime"), "verdict": diag.get("verdict"),
+        "regime": diag.get("regime"), "verdict": diag.get("verdict"), "glance": diag.get("glance"),
+        "side": _lead_side(diag),
         "findings": [str(f.get("id")) for f in diag.get("findings") or [] if f.get("severity") in ("warn", "error")],
         "blocked_by_bug": bool(routing.get("blocked_by_bug")),
         "excluded_tokens": problems.get("excluded_tokens") or 0,
@@ -81,6 +82,13 @@ def run_row(report: Any) -> dict:
         "health": health(finite(m.get("ess"))),
         "env_kl_k3": env_kl_k3(report),
     }
+
+
+def _lead_side(diag: dict) -> str | None:
+    """The side the leading warn / error finding is on: rollout, trainer, undetermined, or None (no such finding)."""
+    lead = next((f for f in diag.get("findings") or [] if f.get("severity") in ("warn", "error")), None)
+    side = (lead or {}).get("side")
+    return str(side.get("side")) if isinstance(side, dict) and side.get("side") else None
 
 
 def env_kl_k3(report: Any) -> dict:

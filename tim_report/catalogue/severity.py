@@ -17,16 +17,19 @@ from .numbers import fmt, pct
 WEIGHED = ("shift", "temperature", "processed_logprobs", "dummy_zero", "one_side_broken")
 # every warn / error finding of these says what it does to training and which side it is on
 STATED = WEIGHED + ("first_token", "turn_boundary", "position_onset", "drift_with_length")
+# these say their side only: staleness is the rollout's (older weights sampled), its share of the mismatch is its own
+SIDED = ("mixed_policy_versions",)
 
 
-def weigh(finding: dict, consequence: dict, side: dict, band: str) -> dict:
+def weigh(finding: dict, consequence: dict | None, side: dict, band: str) -> dict:
     """The finding with its consequence and side attached; an immaterial `error` of a WEIGHED finding is a `warn`."""
     f = dict(finding)
-    f["consequence"] = {k: _plain(v) for k, v in consequence.items()}
+    if consequence is not None:
+        f["consequence"] = {k: _plain(v) for k, v in consequence.items()}
+        if f["id"] in WEIGHED and f["severity"] == "error" and not consequence["material"]:
+            f["severity"] = "warn"
+        f["consequence_text"] = consequence_text(consequence, band, f["id"] in WEIGHED)
     f["side"] = {k: _plain(v) for k, v in side.items()}
-    if f["id"] in WEIGHED and f["severity"] == "error" and not consequence["material"]:
-        f["severity"] = "warn"
-    f["consequence_text"] = consequence_text(consequence, band, f["id"] in WEIGHED)
     f["side_text"] = side_text(side)
     return f
 
@@ -79,6 +82,7 @@ def side_text(side: dict) -> str:
                "broken": "it is the side that does not score the sampled model",
                "sampler": "the other side's log-probs are the sampler's: their mean importance ratio is 1",
                "declared": "the batch declares the rollout's sampling processing",
+               "stale": "older policy weights sampled part of the batch",
                "sampler_test": _sampler_words(side, who)}[basis]
         return f"Side: the {who} ({why})."
     if basis == "alignment":
@@ -105,3 +109,75 @@ def _round(n: int) -> int:
     """About N tokens: two significant digits."""
     digits = max(0, len(str(int(n))) - 2)
     return int(round(n, -digits))
+
+
+# ---- one line a person reads at a glance: the regime, the leading finding, its side and place ----------------
+
+GLANCE_MAX = 160  # characters before the numbers
+
+
+def _ratio_range(a: float, b: float) -> str:
+    lo, hi = sorted((a, b))
+    return f"{fmt(lo, 2)}–{fmt(hi, 2)}"
+
+
+SHORT = {  # the leading finding in a few words
+    "unusable_input": lambda e: "unusable input",
+    "shift": lambda e: f"off-by-one (trainer matches the rollout at t{'+1' if e.get('shift') == 1 else '−1'})",
+    "temperature": lambda e: ("one-sided temperature (T_rollout / T_trainer "
+                              f"{_ratio_range(e['temperature_ratio'], e['temperature_ratio_far'])})"),
+    "processed_logprobs": lambda e: f"processed log-probs (rollout ≥ trainer on {pct(e.get('negative_delta_share'))})",
+    "dummy_zero": lambda e: f"{fmt(e.get('tokens'))} placeholder 0.0 log-probs",
+    "one_side_broken": lambda e: f"another model or context (perplexity {fmt(e.get('ppl_ratio'), 3)}× apart)",
+    "first_token": lambda e: f"first token off ({fmt(e.get('ratio'), 3)}× the rest)",
+    "turn_boundary": lambda e: f"context differs after tool calls ({fmt(e.get('ratio'), 3)}× the rest)",
+    "position_onset": lambda e: f"mismatch switches on ({fmt(e.get('ratio'), 3)}×)",
+    "mixed_policy_versions": lambda e: f"{e.get('versions')} policy versions mixed",
+    "drift_with_length": lambda e: f"|Σδ| grows as length^{fmt(e.get('exponent'), 2)}",
+    "low_prob_tail": lambda e: "mismatch on unlikely tokens",
+    "routing_flips": lambda e: f"routing flips ({pct(e.get('any_flip_share'))} of tokens)",
+    "routes_unusable": lambda e: "routes unusable",
+    "trainer_floor": lambda e: "the trainer's own floor",
+    "precision_gap": lambda e: "precision gap",
+}
+
+
+def place(finding: dict, env: str | None = None) -> str:
+    """Where the finding sits: a position, turns, an environment, or every position."""
+    e, fid = finding.get("evidence") or {}, finding.get("id")
+    where = {"first_token": "position 0", "position_onset": f"from position {e.get('position')}",
+             "turn_boundary": "turn starts" + (f" ({', '.join(map(str, e['turns_affected'][:4]))}"
+                                                 + ("…" if len(e["turns_affected"]) > 4 else "") + ")"
+                                                 if e.get("turns_affected") else "")}.get(str(fid), "every position")
+    return f"{where}, env {env}" if env else where
+
+
+def glance(regime: str | None, lead: dict | None, env: str | None = None) -> str:
+    """'systematic: off-by-one (…), error, side undetermined, every position' (≤ GLANCE_MAX characters)."""
+    words = (regime or "not diagnosed").replace("_", " ")
+    if lead is None:
+        return words + (f", most of it in env {env}" if env else "")
+    try:
+        short = SHORT[lead["id"]](lead.get("evidence") or {})
+    except (KeyError, TypeError):
+        short = str(lead.get("id"))
+    c = lead.get("consequence") or {}
+    sev = lead.get("severity", "")
+    if c and not c.get("material") and lead["id"] in WEIGHED:
+        sev += ", small"
+    parts = [f"{words}: {short} ({sev})"]
+    if lead.get("side"):
+        parts.append(side_short(lead["side"]))
+    if lead["id"] != "unusable_input":
+        parts.append(place(lead, env))
+    text = ", ".join(parts)
+    return text if len(text) <= GLANCE_MAX else text[:GLANCE_MAX - 1] + "…"
+
+
+def side_short(side: dict) -> str:
+    """'trainer side', 'side undetermined (~40,000 tokens would decide)'."""
+    if side.get("side") in ("rollout", "trainer"):
+        return f"{side['side']} side"
+    if side.get("tokens_to_decide"):
+        return f"side undetermined (~{fmt(_round(side['tokens_to_decide']))} tokens would decide)"
+    return "side undetermined"

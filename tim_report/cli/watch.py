@@ -1,8 +1,11 @@
 """`tim-report watch RUN_DIR -o SITE`: follow a live run; one line per new step, band break and change point.
 
-    step_12: 18432 tokens, 64 sequences, median |δ| 0.0041 nats, KL k3 0.00041, ESS 0.9987
-    alarm: step_13: outside the run's band: kl_k3 = 0.0123 > 0.00456, above the run's band (median …)
-    alarm: change point: From step 13, KL k3 is 5.4× higher (0.00023 → 0.00124) … (the run view's sentence)
+    step_12: numerical noise; 18432 tokens, 64 sequences, median |δ| 0.0041 nats, KL k3 0.00041, ESS 0.9987
+    alarm: step_13: systematic: off-by-one (…) (error), side undetermined, every position; outside the run's band: kl_k3 = …
+    alarm: step_13: systematic: …; change point: From step 13, KL k3 is 5.4× higher (0.00023 → 0.00124) … (the run view's sentence)
+
+One alarm per event: a change point at a step already alarmed (by its band or an earlier change point) is not
+alarmed again as more metrics join it. A RUN_DIR that does not exist is one line and exit 2.
 
 Ctrl-C or SIGTERM stops it after the build in progress (a second one stops at once, removing the staging folder):
 the site is always a complete one, the publish being all or nothing. Exit 0 when stopped, 2 on bad input.
@@ -33,7 +36,8 @@ from .text import safe, summary_line
 @click.option("--on-alarm", "on_alarm", metavar="COMMAND",
               help="Run COMMAND on each alarm (a step outside the run's band, a new change point), split like a shell "
                    "line but run without a shell; the alarm is in its environment: TIM_REPORT_ALARM, TIM_REPORT_STEP, "
-                   "TIM_REPORT_RUN_ID, TIM_REPORT_METRIC(S), TIM_REPORT_VALUE, TIM_REPORT_MESSAGE, TIM_REPORT_SITE.")
+                   "TIM_REPORT_RUN_ID, TIM_REPORT_METRIC(S), TIM_REPORT_VALUE, TIM_REPORT_MESSAGE, TIM_REPORT_SITE, "
+                   "TIM_REPORT_REGIME, TIM_REPORT_FINDING, TIM_REPORT_SIDE, TIM_REPORT_GLANCE, TIM_REPORT_PAGE.")
 @click.option("--once", is_flag=True, help="Poll twice, an interval apart, build what is complete, and exit.")
 @click.option("--format", "formats", multiple=True, type=click.Choice(list(FORMATS)),
               help="Write only these formats (repeatable; default all). index.json is always written.")
@@ -44,12 +48,14 @@ def watch_command(run_dir, out, interval, ranks, on_alarm, once, formats, ppo_ep
     """Follow a run folder while it is written: rebuild the site in OUTPUT each time a step is complete.
 
     RUN_DIR is a run folder `build` reads (prime-rl token_exports/, a folder of step files, a NeMo-RL log dir, a
-    slime/miles dump dir, a SkyRL export); it may not exist yet.
+    slime/miles dump dir, a SkyRL export); it must exist (it may be empty: the run has not written a step yet).
     """
     from ..config import Thresholds
     from ..service.build import BuildOptions
     from ..service.watch import Watch, WatchOptions, follow
 
+    if not run_dir.exists():  # a mistyped folder would otherwise wait forever for steps that never come
+        raise BadInput(run_dir, "no such run folder (create it, e.g. mkdir -p, if the run has not started yet)")
     out = output_path(out)
     argv = _alarm_command(on_alarm)
     opts = WatchOptions(build=BuildOptions(load=load, thresholds=Thresholds(ppo_eps_low=ppo_eps[0], ppo_eps_high=ppo_eps[1]),
