@@ -91,8 +91,14 @@ def _broken_problem(w: Words) -> str:
     return f"the two sides scoring different models or contexts (log-prob correlation only {fixed(w['corr_logp'], 2)})"
 
 
+def _between(a: float, b: float, write: Callable[[float], str]) -> str:
+    """'between 0.52 and 0.81': a range low to high, whichever end the fit gives first."""
+    lo, hi = sorted((a, b))
+    return f"between {write(lo)} and {write(hi)}"
+
+
 def _temperature_range(w: Words) -> str:
-    return f"T_rollout / T_trainer between {fixed(w['temperature_ratio'], 2)} and {fixed(w['temperature_ratio_far'], 2)}"
+    return "T_rollout / T_trainer " + _between(w["temperature_ratio"], w["temperature_ratio_far"], lambda x: fixed(x, 2))
 
 
 def _temperature_how(w: Words) -> str:
@@ -101,12 +107,12 @@ def _temperature_how(w: Words) -> str:
     if w["sampler_side"] == "rollout":
         return (f"the rollout's log-probs are those of the distribution it sampled from (their mean importance ratio is 1), "
                 f"and the trainer's are {'sharper' if ratio > 1 else 'flatter'}: the trainer scores at another temperature "
-                f"than the rollout sampled at (e.g. the rollout sampled at T between {fmt(ratio, 2)} and {fmt(far, 2)} "
+                f"than the rollout sampled at (e.g. the rollout sampled at T {_between(ratio, far, lambda x: fmt(x, 2))} "
                 "while the trainer scored at T=1, without dividing its logits by T)")
     if w["sampler_side"] == "trainer":
         return (f"the trainer's log-probs are those of the distribution the tokens were sampled from (the mean inverse "
                 f"ratio is 1) and the rollout's, {look}, are not: the engine returned log-probs at another temperature "
-                f"than it sampled at (e.g. it sampled at T between {fmt(1 / ratio, 2)} and {fmt(1 / far, 2)}, the trainer "
+                f"than it sampled at (e.g. it sampled at T {_between(1 / ratio, 1 / far, lambda x: fmt(x, 2))}, the trainer "
                 "divided its logits by that T, and the engine returned raw log-probs)")
     return (f"the rollout's log-probs are {look}, as if at a temperature {_temperature_range(w)} times the trainer's "
             f"(e.g. rollout sampled and scored at T={fmt(ratio, 2)} or further from 1 while the trainer used T=1, or "

@@ -1,8 +1,6 @@
 """GitHub-flavoured markdown: one report per run and the index, for a PR comment or $GITHUB_STEP_SUMMARY.
 
-Entry points:
-    render_run_md(report, base_url=None) -> str            site/<run-id>/report.md
-    render_index_md(index, base_url=None) -> str            site/report.md (index: analysis.runs.index_summary)
+Entry points: render_run_md(report, base_url) → site/<run-id>/report.md, render_index_md(index, base_url) → site/report.md.
 
 Rules: no markup GitHub strips (no style, class, scripts, data: images); colour is never the only signal
 (🟢🟡🔴 go with the word, ✅⚠️❌ with the reading, ▲▼ / △▽ mark ratios outside the 5x / 2x bands); every
@@ -17,15 +15,17 @@ or from the index summary, and are only formatted here.
 from __future__ import annotations
 
 from ..catalogue import metrics as catalogue
+from ..catalogue.evidence import items as evidence_items
 from ..catalogue.numbers import fixed, fmt, pct, plain
 from ..config import HEALTH, HOT_DIFF, TREND_TABLE_MAX_STEPS, health
 from .md import assemble, details, esc, href, run_path, table
 from .views import (
+    band_helps,
     env_view,
+    flagged_note,
     flat_metrics,
     groups_view,
     headline,
-    kv_items,
     kv_tables,
     samples_view,
     summary_extra,
@@ -60,10 +60,10 @@ def _verdict(report) -> str:
     regime = str(diag.get("regime") or "unknown")
     lines = [f"## Verdict: {REGIME.get(regime, '➖')} {esc(regime.replace('_', ' '))}", "",
              esc(diag.get("verdict"), None, own=True)]
-    ev = kv_items(diag.get("evidence"))
+    ev = evidence_items(diag.get("evidence"))
     if ev:
-        lines += ["", "Evidence: " + " · ".join(f"{esc(k)} = {esc(v, TEXT_CHARS)}" for k, v in ev)]
-    band = diag.get("band")
+        lines += ["", "Evidence: " + " · ".join(f"{esc(k)} {esc(v, TEXT_CHARS)}" for k, v in ev)]
+    band = diag.get("band") if band_helps(diag) else None
     if band:
         lines += ["", f"**Noise band: {esc(band.get('name'))}.** {esc(band.get('reading'), None, own=True)} Noise ceilings used: "
                   f"KL k3 {fmt(band.get('noise_kl_max'))}, mean \\|δ\\| {fmt(band.get('noise_abs_delta_max'))} nats. "
@@ -116,9 +116,9 @@ def _findings(report) -> str:
             lines.append(f"- **Likely cause:** {esc(f['likely_cause'], None, own=True)}")
         if f.get("what_to_check"):
             lines.append(f"- **Check:** {esc(f['what_to_check'], None, own=True)}")
-        ev = kv_items(f.get("evidence"))
+        ev = evidence_items(f.get("evidence"))
         if ev:
-            lines.append("- **Evidence:** " + "; ".join(f"{esc(k)} = {esc(v, TEXT_CHARS)}" for k, v in ev))
+            lines.append("- **Evidence:** " + " · ".join(f"{esc(k)} {esc(v, TEXT_CHARS)}" for k, v in ev))
         for name, cols, rows in kv_tables(f.get("evidence")):
             lines += ["", f"{esc(name.replace('_', ' '))}:", "",
                       table([esc(c) for c in cols], [[esc(v) for v in r] for r in rows], numeric=range(1, len(cols)))]
@@ -380,12 +380,13 @@ def _unreadable(index: dict) -> str:
 
 def _pairs_table(index: dict) -> str:
     rows = [[_colour(p["health"]), f"{esc(p['rollout_engine'])} {esc(p['rollout_dtype'])}",
-             f"{esc(p['trainer_engine'])} {esc(p['trainer_dtype'])}", fmt(p["count"]), fixed(p["mean_ess"], 4),
+             f"{esc(p['trainer_engine'])} {esc(p['trainer_dtype'])}", fmt(p["count"]) + flagged_note(p), fixed(p["mean_ess"], 4),
              pct(p["mean_clipped"]), fmt(p["mean_seq_log_ratio"]), fmt(p["mean_abs_delta"]), fmt(p["worst_abs_delta_max"]),
              fmt(p["tokens"])]
             for p in index["engine_pairs"]]
-    out = ("## Engine pairs\n\nRuns with the same rollout engine and dtype and the same trainer engine and dtype, aggregated: "
-           "means over runs, the worst max |δ|, total tokens; the colour is the mean ESS's.")
+    out = ("## Engine pairs\n\nRuns with the same rollout engine and dtype and the same trainer engine and dtype, over the runs "
+           "whose mismatch is the engines' own (one with a finding is counted beside, not averaged): means, the worst max "
+           "|δ|, total tokens; the colour is the mean ESS's.")
     if rows:
         out += "\n\n" + table(["colour", "rollout", "trainer", "runs", "mean ESS", "mean clipped", "mean Σδ", "mean \\|δ\\|",
                                 "worst max \\|δ\\|", "tokens"], rows, numeric=range(3, 10))
@@ -407,9 +408,10 @@ def _precision_table(index: dict) -> str:
         for c in line:
             cells.append("—" if c is None else
                          f"{COLOUR.get(c['health'], '⚪')} \\|δ\\| {fmt(c['mean_abs_delta_median'])} · KL {fmt(c['mean_kl_k3'])} · "
-                         f"{c['count']} run{'s' if c['count'] != 1 else ''}")
+                         f"{c['count']} run{'s' if c['count'] != 1 else ''}{flagged_note(c)}")
         rows.append(cells)
-    return ("## Precision matrix\n\nRollout dtype (rows) × trainer dtype (columns): mean over runs of median |δ| (nats) and KL k3.\n\n"
+    return ("## Precision matrix\n\nRollout dtype (rows) × trainer dtype (columns): mean of median |δ| (nats) and KL k3 "
+            "over the runs without a finding.\n\n"
             + table(["rollout \\\\ trainer"] + [esc(d) for d in p["trainer_dtypes"]], rows))
 
 
