@@ -190,7 +190,7 @@ def test_cli_on_alarm_and_sigterm_leave_a_complete_site(prepared, tmp_path):
     cmd = [sys.executable, "-m", "tim_report", "watch", str(tmp_path / "run"), "-o", str(site), "--interval", "0.1",
            "--format", "json", "--on-alarm", f"{sys.executable} {hook} '{log}' ; touch {tmp_path / 'injected'}"]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    (tmp_path / "run").mkdir()  # RUN_DIR must exist (a mistyped one is exit 2), empty until the run writes a step
+    # RUN_DIR need not exist yet: the writer creates it a moment later (a mistyped one is exit 2 after --wait-for-run)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     writer = Writer(src, run)
     try:
@@ -291,7 +291,7 @@ def test_cli_a_run_folder_that_does_not_exist_is_one_line(tmp_path):
 
     from tim_report.cli import main
 
-    for once in (["--once"], []):
+    for once in (["--once"], ["--wait-for-run", "0.3", "--interval", "0.1"]):
         r = CliRunner().invoke(main, ["watch", str(tmp_path / "token_exprots"), "-o", str(tmp_path / "site"), *once])
         assert r.exit_code == 2 and r.output.count("\n") == 1 and "token_exprots: no such run folder" in r.output, r.output
     assert not (tmp_path / "site").exists()

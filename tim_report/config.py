@@ -256,6 +256,10 @@ CONSEQUENCE_CAP = 2.0
 # The one-line verdict names an environment as the place when its KL k3 is at least this multiple of the batch's.
 ENV_LEAD_MULTIPLE = 2.0
 
+# `watch RUN_DIR`: how long a run folder that does not exist yet may take to appear (a training job started beside the
+# watch creates it once its model has loaded) before it is called a mistyped folder: one line, exit 2.
+RUN_APPEAR_WAIT = 120.0
+
 SEVERITIES = ("info", "warn", "error")  # in rising order: `check --fail-on` and the findings' sort use it
 
 
