@@ -40,7 +40,8 @@ START, END = "<!-- MATRIX:START (python scripts/diagnosis_matrix.py) -->\n", "<!
 # those of the distribution the tokens were sampled from.
 SIDES = {"dummy_zero": "rollout", "temp_rollout_0.7": "trainer", "temp_rollout_0.8": "trainer",
          "temp_rollout_1.2": "trainer", "temp_rollout_1.5": "trainer", "temp_trainer_0.6": "rollout",
-         "weights_perturbed": "trainer", "weights_reinit": "trainer", "multi_turn_tool": "trainer"}
+         "weights_perturbed": "trainer", "weights_reinit": "trainer", "multi_turn_tool": "trainer",
+         "mixed_versions": "rollout"}
 
 
 def _nan_trainer(b: StepBatch) -> StepBatch:

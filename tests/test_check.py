@@ -72,7 +72,8 @@ def test_limits(noisy):
     assert r.exit_code == 1 and "ess = " in r.output
     r = run(noisy, "--max-outside-5x", "-1", "--max-phantom-clip", "0")
     assert r.exit_code == 1 and "outside_5x" in r.output and "phantom_clip" in r.output
-    assert len(r.output.strip().splitlines()) == 2
+    lines = r.output.strip().splitlines()  # the verdict at a glance, then one line per violated limit
+    assert len(lines) == 3 and lines[0].startswith(f"{noisy}: fail: elevated; KL k3 ")
 
 
 def test_fail_on(shifted):

@@ -65,15 +65,15 @@ def watch_command(run_dir, out, interval, ranks, on_alarm, wait_for_run, log_to,
     from ..service.loggers import LogTarget, close_sinks, open_sinks
     from ..service.watch import Watch, WatchOptions, follow
 
+    out = output_path(out)
+    argv = _alarm_command(on_alarm)
+    targets = [LogTarget.parse(t) for t in log_to]  # the command line's own mistakes first
     if not run_dir.exists() and (once or not _appears(run_dir, wait_for_run, interval)):
         # a mistyped folder used to print "holds 0 steps" and exit 0 (--once), or wait forever for steps
         raise BadInput(run_dir, "no such run folder" + ("" if once else f" (none appeared within {wait_for_run:g} s)"))
-    out = output_path(out)
-    argv = _alarm_command(on_alarm)
     opts = WatchOptions(build=BuildOptions(load=load, thresholds=Thresholds(ppo_eps_low=ppo_eps[0], ppo_eps_high=ppo_eps[1]),
                                            formats=tuple(f for f in FORMATS if f in formats) if formats else tuple(FORMATS)),
                         interval=interval, ranks=ranks)
-    targets = [LogTarget.parse(t) for t in log_to]
     watch = Watch(run_dir, out, opts)
     sinks = open_sinks(targets, out)
     stop = threading.Event()
