@@ -2,23 +2,25 @@
 
 `analysis/consequence.py` measures what a systematic finding does to training on the batch (bias, shares of tokens
 clipped or capped because of it, sequence-level weights) and which side is off; `weigh` turns that into the finding's
-severity and sentences. The rule per finding: the ones in `WEIGHED` are an `error` only when their consequence is
-material (else a `warn` that says why it is small and when it would stop being small); every finding in `STATED`
-carries its consequence and its side. docs/diagnosis.md ("Severity by consequence") has the rule and its numbers.
+severity and sentences. The rule per finding is its catalogue entry's `consequence`: "weighed" findings are an
+`error` only when their consequence is material (else a `warn` that says why it is small and when it would stop
+being small); "stated" ones carry their consequence and side, "sided" ones their side. docs/diagnosis.md
+("Severity by consequence") has the rule and its numbers.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from .findings import FINDINGS
 from .numbers import fmt, pct
 
-# error only when material: the whole-batch faults whose shape alone used to decide "Do not train"
-WEIGHED = ("shift", "temperature", "processed_logprobs", "dummy_zero", "one_side_broken")
-# every warn / error finding of these says what it does to training and which side it is on
-STATED = WEIGHED + ("first_token", "turn_boundary", "position_onset", "drift_with_length")
-# these say their side only: staleness is the rollout's (older weights sampled), its share of the mismatch is its own
-SIDED = ("mixed_policy_versions",)
+# Each catalogue entry's `consequence` says which rule it follows. Error only when material: the whole-batch faults
+# whose shape alone used to decide "Do not train"; every warn / error finding of STATED says what it does to training
+# and which side it is on; SIDED ones say their side only (staleness is the rollout's: older weights sampled).
+WEIGHED = tuple(i for i, f in FINDINGS.items() if f.consequence == "weighed")
+STATED = WEIGHED + tuple(i for i, f in FINDINGS.items() if f.consequence == "stated")
+SIDED = tuple(i for i, f in FINDINGS.items() if f.consequence == "sided")
 
 
 def weigh(finding: dict, consequence: dict | None, side: dict, band: str) -> dict:

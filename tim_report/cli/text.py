@@ -48,7 +48,7 @@ def summary_line(row: dict) -> str:
 
 def terminal_blocked(diagnosis: dict | None) -> str:
     """"Do not train" for a terminal: the page's message speaks of the routes below it, which a terminal has not."""
-    from ..catalogue.findings import blocked_message
+    from ..catalogue.verdicts import blocked_message
 
     first = next(f for f in (diagnosis or {}).get("findings", []) if f["severity"] == "error")
     return safe(blocked_message(first["problem"], terminal=True))

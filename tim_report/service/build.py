@@ -21,8 +21,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..analysis import analyze
-from ..analysis.gate import INPUT_FINDING
 from ..analysis.runs import index_from_rows, run_row
+from ..catalogue.findings import INPUT_PROBLEM
 from ..catalogue.formats import FORMATS
 from ..config import Thresholds
 from ..errors import BadInput
@@ -163,7 +163,7 @@ def analyze_file(opts: BuildOptions, src: Source, run_id: str) -> Report:
         if exc.source == src.shown:
             raise BadInput(src.origin, exc.problem) from None
         raise
-    unusable = next((f for f in (report.diagnosis or {}).get("findings", []) if f["id"] == INPUT_FINDING), None)
+    unusable = next((f for f in (report.diagnosis or {}).get("findings", []) if f["id"] == INPUT_PROBLEM), None)
     if unusable is not None:
         raise BadInput(src.origin, unusable["title"])
     return report
@@ -195,7 +195,7 @@ def build(paths: list[Path], out: Path, opts: BuildOptions, run_ids: list[str] |
           progress: Progress | None = None) -> BuildResult:
     """Analyse every batch under the inputs (a run folder: one per step), render into a staging folder, then
     move the results into `out`. A step whose run folder a previous build wrote from the same input, options
-    and tool is reused as it is (build/cache.py); the index is rewritten from every step's row."""
+    and tool is reused as it is (site/cache.py); the index is rewritten from every step's row."""
     start = time.monotonic()
     check_target(out)  # before the analysis: refusing after minutes of work would waste them
     ex = expand(paths, run_ids, opts.load.format_hint)
