@@ -95,7 +95,7 @@ def side_test(tok: Tokens, dt: DiagnosisThresholds, keep: np.ndarray | None = No
     gap, gap_se = abs(f_v) - abs(n_v), math.hypot(n_se, f_se)
     if not (math.isfinite(gap_se) and gap_se > 0 and gap > 0):
         return out
-    z = min(gap / gap_se, abs(f_v) / f_se)
+    z = min(gap / gap_se, abs(f_v) / f_se if f_se > 0 else math.inf)  # one sequence: no spread, no SE
     out["z"] = z
     if abs(n_v) > 3 * n_se:
         return out  # neither side's log-probs are the sampler's (a processed or shifted side): no count decides it
