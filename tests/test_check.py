@@ -144,3 +144,26 @@ def test_evaluate_api():
     rep = analyze(make_batch(n_seqs=8, mean_len=32))
     res = evaluate(rep, limits(), "error")
     assert res.ok and res.regime == "numerical_noise"
+
+
+@pytest.mark.parametrize("scope", ["GATE", "GATE_HISTORY"])
+def test_check_computes_only_what_the_gate_reads_and_reads_it_as_build_does(tmp_path, scope):
+    """`check` skips the ladders and the page-only families; what the gate, the history band and the routing read is
+    the build's number, bit for bit, and the findings are the same."""
+    from tim_report import analysis
+    from tim_report.analysis.run_index import run_row
+
+    b = replace(make_batch(n_seqs=40, mean_len=48, noise=0.01, seed=5), group=np.repeat(np.arange(10), 4))
+    b.trainer_logp = np.roll(b.trainer_logp, 1)  # a finding to compare
+    full, gate = analyze(b), analyze(b, scope=getattr(analysis, scope))
+    assert gate.samples == [] and gate.verl == {} and "length_growth" not in gate.breakdowns
+    assert set(gate.metrics["percentiles"]) == ({"q", "abs_delta"} if scope == "GATE_HISTORY" else {"q"})
+    assert [f["id"] for f in gate.diagnosis["findings"]] == [f["id"] for f in full.diagnosis["findings"]]
+    assert gate.diagnosis["regime"] == full.diagnosis["regime"] and gate.routing == full.routing
+    for key in limits():
+        assert gate.metrics[key.metric] == full.metrics[key.metric]
+    row, full_row = run_row(gate), run_row(full)
+    if scope == "GATE":  # no history band to read the |δ| median
+        assert row.pop("abs_delta_median") is None
+        full_row.pop("abs_delta_median")
+    assert row == full_row

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tim_report.analysis import analyze
-from tim_report.analysis.runs import index_summary
+from tim_report.analysis.run_index import index_summary
 from tim_report.catalogue.evidence import items
 from tim_report.io import load
 from tim_report.render import RenderOptions, render

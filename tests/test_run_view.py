@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 from helpers import check_gfm
 
-from tim_report.analysis.runs import index_from_rows, run_row
+from tim_report.analysis.run_index import index_from_rows, run_row
 from tim_report.catalogue.metrics import TREND, metric
 from tim_report.cli import main
 from tim_report.testing import write_prime_rl_run

@@ -25,7 +25,9 @@ from __future__ import annotations
 import functools
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -36,17 +38,17 @@ from .options import fail_cleanly, load_options, parse_pairs, ppo_eps_option
 from .text import excluded_note, safe, terminal_blocked
 
 
-def gate_options(fn):
+def gate_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """One option per metric the catalogue gates (--max-kl-k3, --min-ess, ...), handed to the command as `bounds`."""
-    gated = [catalogue.metric(k) for k in catalogue.GATES]
+    gated = [(m.key, m.gate) for m in (catalogue.metric(k) for k in catalogue.GATES) if m.gate is not None]
 
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        return fn(*args, bounds={m.key: kwargs.pop(m.key) for m in gated}, **kwargs)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, bounds={key: kwargs.pop(key) for key, _ in gated}, **kwargs)
 
-    for m in reversed(gated):
-        wrapper = click.option(m.gate.option, m.key, type=float, default=m.gate.default,
-                               show_default=m.gate.default is not None, help=m.gate.help)(wrapper)
+    for key, gate in reversed(gated):
+        wrapper = click.option(gate.option, key, type=float, default=gate.default,
+                               show_default=gate.default is not None, help=gate.help)(wrapper)
     return wrapper
 
 
@@ -73,12 +75,12 @@ def gate_options(fn):
 @fail_cleanly
 @load_options
 def check_command(files, bounds, no_limits, fail_on, overrides, history, history_window, history_margin, history_floors,
-                  ppo_eps, as_json, load):
+                  thresholds, as_json, load) -> None:
     """Exit 1 when a batch breaks a limit or has a diagnosis finding (CI gate); 0 when clean; 2 on bad input.
 
     FILES are batch files or run folders (each step checked; a step that cannot be read is named, exit 2)."""
     from ..analysis.gate import limits as gate_limits
-    from ..config import DiagnosisThresholds, Thresholds
+    from ..config import DiagnosisThresholds
     from ..service.check import CheckOptions, Unread, check
 
     values = parse_pairs(overrides, "--set", "NAME=VALUE")
@@ -88,9 +90,8 @@ def check_command(files, bounds, no_limits, fail_on, overrides, history, history
         raise BadInput("--set", str(exc).strip("'\"")) from None
     except ValueError as exc:
         raise BadInput("--set", str(exc)) from None
-    th = Thresholds(ppo_eps_low=ppo_eps[0], ppo_eps_high=ppo_eps[1])
     limits = [] if no_limits else gate_limits(bounds)
-    options = CheckOptions(limits=limits, fail_on=fail_on, thresholds=th, diagnosis=dth, history=history,
+    options = CheckOptions(limits=limits, fail_on=fail_on, thresholds=thresholds, diagnosis=dth, history=history,
                            history_window=history_window, history_margin=history_margin,
                            history_floors=_floors(history_floors))
     failed = unusable = False

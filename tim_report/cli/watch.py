@@ -54,13 +54,12 @@ from .text import safe, summary_line
 @ppo_eps_option
 @fail_cleanly
 @load_options
-def watch_command(run_dir, out, interval, ranks, on_alarm, wait_for_run, log_to, once, formats, ppo_eps, load):
+def watch_command(run_dir, out, interval, ranks, on_alarm, wait_for_run, log_to, once, formats, thresholds, load) -> None:
     """Follow a run folder while it is written: rebuild the site in OUTPUT each time a step is complete.
 
     RUN_DIR is a run folder `build` reads (prime-rl token_exports/, a folder of step files, a NeMo-RL log dir, a
     slime/miles dump dir, a SkyRL export); it may be empty, and may appear up to --wait-for-run seconds late.
     """
-    from ..config import Thresholds
     from ..service.build import BuildOptions
     from ..service.loggers import LogTarget, close_sinks, open_sinks
     from ..service.watch import Watch, WatchOptions, follow
@@ -71,7 +70,7 @@ def watch_command(run_dir, out, interval, ranks, on_alarm, wait_for_run, log_to,
     if not run_dir.exists() and (once or not _appears(run_dir, wait_for_run, interval)):
         # a mistyped folder used to print "holds 0 steps" and exit 0 (--once), or wait forever for steps
         raise BadInput(run_dir, "no such run folder" + ("" if once else f" (none appeared within {wait_for_run:g} s)"))
-    opts = WatchOptions(build=BuildOptions(load=load, thresholds=Thresholds(ppo_eps_low=ppo_eps[0], ppo_eps_high=ppo_eps[1]),
+    opts = WatchOptions(build=BuildOptions(load=load, thresholds=thresholds,
                                            formats=tuple(f for f in FORMATS if f in formats) if formats else tuple(FORMATS)),
                         interval=interval, ranks=ranks)
     watch = Watch(run_dir, out, opts)
@@ -115,7 +114,7 @@ def _alarm_command(text: str | None) -> list[str] | None:
 
 def _stopper(stop: threading.Event):
     """The first Ctrl-C / SIGTERM asks the loop to stop after the build in progress; a second one stops at once."""
-    def handler(signum, frame):
+    def handler(signum, frame) -> None:
         if stop.is_set():
             raise KeyboardInterrupt
         stop.set()

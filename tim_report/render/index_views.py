@@ -1,9 +1,9 @@
 """The index's sections as view models (render/tables.py): each table's title, intro sentence, columns and cells,
 built once from the index summary and shown alike by the HTML index and report.md.
 
-No markup and no statistics here: numbers come from the index summary (analysis.runs.index_summary) and are
-only formatted. A new index table is one function here, one line in templates/index.html and one in
-markdown.render_index_md.
+No markup and no statistics here: numbers come from the index summary (analysis.run_index.index_summary) and are
+only formatted. A new index table is one function here returning a `Section`, and its place in `sections()`: both formats show
+every section that list returns, in its order.
 """
 
 from __future__ import annotations
@@ -62,7 +62,10 @@ def unreadable_table(index: dict) -> Table:
     return Table(columns, rows)
 
 
-def pairs_section(index: dict) -> Section:
+def pairs_section(index: dict) -> Section | None:
+    """The engine pairs, aggregated over their runs (none for a single run)."""
+    if len(index["runs"]) < 2:
+        return None
     columns = (Column("health"), Column("rollout"), Column("trainer"),
                *[Column(h, numeric=True) for h in ("runs", "mean ESS", "mean clipped", "mean Σδ", "mean |δ|",
                                                    "worst max |δ|", "tokens")])
@@ -83,7 +86,7 @@ def pairs_section(index: dict) -> Section:
                     f"so {'they are' if n != 1 else 'it is'} not averaged with anything. Name them with "
                     "`--meta rollout_engine=vllm --meta rollout_dtype=bf16 --meta trainer_engine=fsdp "
                     "--meta trainer_dtype=fp32`.", True))
-    return Section("engine-pairs", "Engine pairs",
+    return Section("engine-pairs", "engine pairs", "Engine pairs",
                    "Runs with the same rollout engine and dtype and the same trainer engine and dtype, aggregated over "
                    "the runs whose mismatch is the engines' own: the mean of ESS, phantom clipping, mean Σδ and mean |δ|; "
                    "the worst max |δ|; all their tokens. A run with a warn or error finding (a bug, not the engines' "
@@ -102,7 +105,7 @@ def precision_section(index: dict) -> Section | None:
              + flagged_note(c), health=c["health"]) if c["count"] else
         Cell(f"{plural(len(c['with_findings']), 'run')}, each with a finding") for c in line]))
         for ro, line in zip(p["rollout_dtypes"], p["cells"]))
-    return Section("precision", "Precision matrix",
+    return Section("precision", "precision matrix", "Precision matrix",
                    "Rollout dtype (rows) × trainer dtype (columns): the mean of median |δ| (nats) and of KL k3 over the "
                    "runs whose mismatch is the engines' own, with their number (runs with a warn or error finding are "
                    "counted beside, not averaged); the colour is the mean ESS's. — marks a pair with no run.",
@@ -124,7 +127,7 @@ def trend_section(index: dict) -> Section | None:
     quiet = (f"Change points need at least {tr['min_steps_for_change']} steps (a level is at least "
              f"{tr['min_steps_for_change'] // 2} steps long)." if low else
              "No change point: every metric keeps its level over the run (within its own step-to-step noise).")
-    return Section("trend", "Over training steps", intro, (Table(columns, rows),),
+    return Section("trend", "over training steps", "Over training steps", intro, (Table(columns, rows),),
                    changes=tuple(tr.get("change_steps") or ()), quiet="" if tr.get("change_steps") else quiet,
                    quiet_small=low)
 
@@ -144,7 +147,7 @@ def sweep_section(index: dict) -> Section | None:
                       for name, k in (("|Σδ|", "abs_sum"), ("KL per sequence", "kl_seq")))
         tables.append(Table(columns, rows, title=f"{s['pair'][0]} {s['pair'][1]} → {s['pair'][2]} {s['pair'][3]}",
                             after=after))
-    return Section("sweep", "Length sweep",
+    return Section("sweep", "length sweep", "Length sweep",
                    "The same engine pair captured at several generation lengths (`capture --max-new-tokens 128,512,2048`): "
                    "how the mismatch grows with the mean sequence length, fitted as a power of it on the log-log scale.",
                    tuple(tables))
@@ -160,6 +163,13 @@ def envs_section(index: dict) -> Section | None:
                       Cell(fmt(e["first"]), note=f"(step {e['first_step']})"),
                       Cell(fmt(e["last"]), note=f"(step {e['last_step']})"), Cell(fmt(e["last_over_first"], 2)),
                       Cell(fmt(e["worst"]), link=e["worst_run"], note=f"(step {e['worst_step']})"))) for e in envs)
-    return Section("envs", "By environment over the run",
+    return Section("envs", "by environment", "By environment over the run",
                    "KL k3 of each environment the steps name (prime-rl's `env_name`; what it logs as "
                    "`mismatch_kl/{env}`), worst first.", (Table(columns, rows),))
+
+
+def sections(index: dict) -> list[Section]:
+    """The index's sections after the runs table, in the order both formats show them (each None when it has nothing
+    to show is left out)."""
+    found = (pairs_section(index), precision_section(index), trend_section(index), sweep_section(index), envs_section(index))
+    return [s for s in found if s is not None]

@@ -2,7 +2,7 @@
 
 Entry points:
     render_run_md(report, base_url=None) -> str            site/<run-id>/report.md
-    render_index_md(index, base_url=None) -> str            site/report.md (index: analysis.runs.index_summary)
+    render_index_md(index, base_url=None) -> str            site/report.md (index: analysis.run_index.index_summary)
 
 Rules: no markup GitHub strips (no style, class, scripts, data: images); colour is never the only signal
 (🟢🟡🔴 go with the word, ✅⚠️❌ with the reading, ▲▼ / △▽ mark ratios outside the 5x / 2x bands); every
@@ -181,7 +181,8 @@ def _groups(report) -> str:
     unit = esc(g["unit"])
     shown = len(rows)
     note = (f"The worst {shown} of {fmt(g['total'])} {unit}s (quarantine first, then train with correction, then by mean |δ|); "
-            "all are in summary.json and the HTML page." if g["total"] > shown else f"All {fmt(g['total'])} {unit}s.")
+            f"the HTML page and summary.json show the worst {fmt(len(g['rows']))}, summary.json the distribution of all."
+            if g["total"] > shown else f"All {fmt(g['total'])} {unit}s.")
     body = table([unit, "routing", "seqs", "tokens", "mean \\|δ\\|", "k3", "PPO-clipped", "vetoed", "min r"], rows, numeric=range(2, 9))
     return details(f"Worst {unit}s ({fmt(g['total'])} in all)", f"{note}\n\n{body}")
 
@@ -198,7 +199,7 @@ def _envs(report) -> str:
 
 
 def _samples(report, html: str) -> str:
-    samples = samples_view(report)[:SAMPLES]
+    samples = samples_view(report, SAMPLE_TOKENS, SAMPLES)
     if not samples:
         return ""
     blocks = ["Marks: ▲/▼ r above 5 / below 1/5 (outside the 5x band); △/▽ outside the 2x band; "
@@ -217,7 +218,7 @@ def _samples(report, html: str) -> str:
         rows = [[str(x["pos"]), esc(x["flag"], None) if x["flag"] else "", esc(x["token"], TOKEN_CHARS), x["ro"], x["tr"],
                  esc(x["diff"]), x["pr"], x["pt"], esc(x["r"])]
                 for x in s["all"][:SAMPLE_TOKENS]]
-        n = len(s["all"])
+        n = s["n_rows"]
         more = f"\n\nFirst {SAMPLE_TOKENS} of {n} tokens; the rest are in the {html}." if n > SAMPLE_TOKENS else ""
         blocks.append(" · ".join(head) + "\n\n"
                       + table(["pos", "", "token", "rollout logp", "trainer logp", "diff", "p_rollout", "p_trainer", "r"], rows,
@@ -340,10 +341,8 @@ def _unreadable(index: dict) -> str:
     return out
 
 
-def _trend(index: dict, base_url: str | None = None) -> str:
-    s = index_views.trend_section(index)
-    if s is None:
-        return ""
+def _trend(s: Section, base_url: str | None = None) -> str:
+    """The trend section: its change points, then the step table (the HTML index draws its columns as charts)."""
     changes = ("**Change points**\n\n" + "\n".join(
         f"- {'▲' if c['worse'] else '▼'} [step {esc(str(c['step']))}]({href(c['run'] + '/index.html', base_url)}): "
         f"{esc(c['sentence'])}" for c in s.changes) if s.changes else esc(s.quiet, None, own=True))
@@ -351,10 +350,6 @@ def _trend(index: dict, base_url: str | None = None) -> str:
     body = (write_table(s.tables[0], base_url) if steps <= TREND_TABLE_MAX_STEPS else
             f"Step by step, the numbers are charts on the HTML index and rows in `index.json` ({steps} steps).")
     return write_section(s, base_url, body=f"{changes}\n\n{body}")
-
-
-def _section(s: Section | None, base_url: str | None) -> str:
-    return write_section(s, base_url) if s else ""
 
 
 def render_index_md(index: dict, base_url: str | None = None) -> str:
@@ -371,10 +366,8 @@ def render_index_md(index: dict, base_url: str | None = None) -> str:
         f"- **{esc(m.name, None, own=True)}**: {esc(m.plain, None, own=True)}"
         for m in (catalogue.metric(k) for k in (*catalogue.INDEX, "routing"))] + ["", _kl_bands()])
     core = [title, *filter(None, [_run_verdict(index, base_url)]), _runs_table(index, base_url)]
-    sections = [("engine pairs", _section(index_views.pairs_section(index), base_url) if len(runs) > 1 else ""),
-                ("precision matrix", _section(index_views.precision_section(index), base_url)),
-                ("trend over steps", _trend(index, base_url)), ("length sweep", _section(index_views.sweep_section(index), base_url)),
-                ("by environment", _section(index_views.envs_section(index), base_url)), ("columns", columns)]
+    sections = [(s.short, _trend(s, base_url) if s.id == "trend" else write_section(s, base_url))
+                for s in index_views.sections(index)] + [("columns", columns)]
     return assemble(core, [(n, s) for n, s in sections if s], html)
 
 
@@ -386,11 +379,7 @@ class MarkdownRenderer:
         return {"report.md": render_index_md(index, base_url=options.base_url)}
 
     def compare(self, comparison: dict, options) -> dict[str, str]:
-        if comparison.get("kind") == "arms":
-            from .arms import render_arms_md
-
-            return {"compare.md": render_arms_md(comparison, "index.html")}
-        from .compare_md import render_compare_md
+        from .compare.markdown import render_compare_md
 
         return {"compare.md": render_compare_md(comparison, "index.html")}
 

@@ -14,8 +14,8 @@ from urllib.parse import quote
 
 from ..catalogue.numbers import fmt
 from ..config import MARKDOWN_MAX_CHARS
-from .format import visible
 from .tables import MARKDOWN, Cell, Column, Section, Table
+from .token_text import visible
 
 MAX_CHARS = MARKDOWN_MAX_CHARS
 NAME_CHARS = 80  # model, engine, group names in tables

@@ -80,6 +80,7 @@ class Section:
     after them as (text, ours) pieces: a user's string (a run id) is escaped as one, never read as markup."""
 
     id: str
+    short: str  # its name in the page's contents and in report.md's note of what it left out
     title: str
     intro: str
     tables: tuple[Table, ...]
