@@ -248,3 +248,29 @@ def test_an_unpatched_candidate_is_said_to_be_its_own_floor(tmp_path):
     assert res.exit_code == 0, res.output
     assert "the candidate is its own floor" in res.stdout
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["floor_is_candidate"] is True
+
+
+def test_the_chart_is_valid_vega_lite_and_the_page_escapes_site_names():
+    """A summary from the analysis alone (no model): its chart validates against the Vega-Lite schema, and a site
+    name from a saved-states file is escaped on the page and in report.md."""
+    import altair as alt
+    from altair.utils.schemapi import validate_jsonschema
+
+    from tim_report.analysis.bisect import Accumulator, summarise
+    from tim_report.render.bisect_html import render_bisect_html
+    from tim_report.render.bisect_md import render_bisect_md
+    from tim_report.render.bisect_views import chart
+
+    acc = Accumulator()
+    rng = np.random.default_rng(0)
+    for name, kind, layer, scale in (("model.embed_tokens", "embedding", None, 1), ("model.layers.0.mlp", "mlp", 0, 50),
+                                     ("<b>model.layers.0</b>", "layer", 0, 1)):
+        f = rng.random(200) * 1e-3
+        acc.add(name, kind, layer, np.arange(200) % 4, {"local": f * scale, "floor": f, "plain": f * scale,
+                                                          "floor_plain": f})
+    s = summarise(acc, "bf16")
+    assert s["first_site"] == "model.layers.0.mlp" and s["first"]["within_before"] == "the embedding"
+    validate_jsonschema(chart(s)["spec"], alt.VegaLiteSchema._rootschema)
+    page = render_bisect_html(s)
+    assert "<b>model.layers.0</b>" not in page and "&lt;b&gt;model.layers.0&lt;/b&gt;" in page
+    assert "<b>" not in render_bisect_md(s)

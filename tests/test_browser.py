@@ -183,6 +183,23 @@ def test_verdict_and_direction_columns_are_on_a_phone_screen(browser, site, comp
     page.close()
 
 
+def test_the_index_reads_the_verdict_and_three_headline_numbers_on_a_phone(browser, site):
+    """At 420 px the runs table kept the verdict but scrolled median |δ|, KL k3 and ESS out of sight (issue 33): now
+    it keeps the run, its verdict and those three numbers on screen, and leaves the rest for a wider one."""
+    page, _, _ = open_page(browser, site / "index.html", width=420)
+    shown = page.evaluate("""() => [...document.querySelectorAll('.runs thead th')]
+        .filter(th => th.getBoundingClientRect().width > 0)
+        .map(th => [th.textContent.trim(), th.getBoundingClientRect().right])""")
+    assert [name for name, _ in shown] == ["run", "verdict", "median |δ|", "KL k3", "ESS"]
+    assert max(right for _, right in shown) <= 420
+    table = page.locator(".runs").first
+    assert page.evaluate("t => t.parentElement.scrollWidth <= t.parentElement.clientWidth", table.element_handle())
+    page.close()
+    wide, _, _ = open_page(browser, site / "index.html", width=1300)  # a wide screen still has every column
+    assert wide.locator(".runs thead th.wide-only").first.is_visible()
+    wide.close()
+
+
 def test_tooltips_show_under_the_policy(browser, site):
     """vega-tooltip's stylesheet is the site's (the policy refuses the one it would inject)."""
     page, seen, _ = open_page(browser, site / "step7" / "index.html")

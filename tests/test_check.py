@@ -46,7 +46,7 @@ def noisy(tmp_path):
 def test_clean_passes(clean):
     r = run(clean)
     assert r.exit_code == 0, r.output
-    assert r.output.strip().startswith(f"{clean}: ok (numerical_noise")
+    assert r.output.strip().startswith(f"{clean}: ok: numerical noise; KL k3 ")
 
 
 def test_fault_fails_with_one_line_each(shifted):
@@ -72,7 +72,8 @@ def test_limits(noisy):
     assert r.exit_code == 1 and "ess = " in r.output
     r = run(noisy, "--max-outside-5x", "-1", "--max-phantom-clip", "0")
     assert r.exit_code == 1 and "outside_5x" in r.output and "phantom_clip" in r.output
-    assert len(r.output.strip().splitlines()) == 2
+    lines = r.output.strip().splitlines()  # the verdict at a glance, then one line per violated limit
+    assert len(lines) == 3 and lines[0].startswith(f"{noisy}: fail: elevated; KL k3 ")
 
 
 def test_fail_on(shifted):
@@ -114,7 +115,7 @@ def test_unusable_batch_is_bad_input_one_line_exit_2(tmp_path, clean, shifted):
     assert r.exit_code == 2
     bad = [line for line in r.output.splitlines() if "nan.npz" in line]
     assert len(bad) == 1 and bad[0].startswith(f"tim-report: error: {p}: Unusable input: only 3")
-    assert "NaN trainer log-probs on 6" in bad[0] and f"{clean}: ok (" in r.output  # the other files are still checked
+    assert "NaN trainer log-probs on 6" in bad[0] and f"{clean}: ok: " in r.output  # the other files are still checked
     row = json.loads(run(p, "--json").output.splitlines()[0])
     assert row["ok"] is False and row["input_problem"].startswith("Unusable input:") and row["violations"] == []
     assert run(p, "--set", "min_usable_share=0.3").exit_code == 0  # the limit is a diagnosis threshold

@@ -177,7 +177,8 @@ class Comparison:
 # holds, so a row read back from disk is checked before it is used.
 _ROW_IDENTITY = {"id": "text", "model": "text?", "device": "text?", "rollout_engine": "text", "rollout_dtype": "text",
                  "trainer_engine": "text", "trainer_dtype": "text", "step": "number?", "max_new_tokens": "number?"}
-_ROW_VERDICT = {"routing": "counts", "routing_unit": "text", "regime": "text?", "verdict": "text?", "findings": "texts",
+_ROW_VERDICT = {"routing": "counts", "routing_unit": "text", "regime": "text?", "verdict": "text?", "glance": "text?",
+                "side": "text?", "findings": "texts",
                 "blocked_by_bug": "bool",
                 "excluded_tokens": "number", "input_problems": "number", "input_problem_kinds": "texts",
                 "data_problems": "number", "health": "text", "env_kl_k3": "counts"}

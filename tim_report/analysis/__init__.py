@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from ..config import GROUP_TABLE_ROWS, THREAD_MIN_TOKENS, DiagnosisThresholds, Thresholds
 from ..model import BatchReport, StepBatch
 from . import breakdowns as bd
+from .consequence import glance_of
 from .corrections import blocked_by_bug, routing, what_if
 from .diagnosis import diagnose
 from .distributions import distributions
@@ -75,6 +76,7 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
         **families,
     )
     report.routing["blocked_by_bug"] = blocked_by_bug(report.diagnosis or {})
+    report.diagnosis["glance"] = glance_of(report.diagnosis, envs, metrics.get("kl_k3"))
     report.run["thresholds"] = th.to_dict()
     return report
 

@@ -7,10 +7,12 @@ as log-probs: the `unusable_input` finding) is bad input too: one line, exit 2 w
 cannot be read is a line naming it (`FILE: unreadable: why`) and exit 2, after the other steps are checked. One
 line per violated limit or finding:
 
+    FILE: fail: systematic: off-by-one (…) (error), side undetermined, every position; KL k3 18, ESS 0.0626, 763 tokens
     FILE: limit ess = 0.21 < 0.3 (--min-ess)
     FILE: error shift: Off-by-one: trainer log-probs match the rollout's at position t+1
+    FILE: Do not train on this batch: no importance-sampling correction fixes an off-by-one (…); fix the bug first.
     FILE: history kl_k3 = 0.0123 > 0.00456, above the run's band (median 0.00228 of steps 3-12; margin 1×, floor 0.0004)
-    FILE: ok (numerical_noise; KL k3 4.1e-04, ESS 0.9987)
+    FILE: ok: numerical noise; KL k3 4.1e-04, ESS 0.9987, 1227 tokens
     tim-report: error: FILE: Unusable input: only 35.2% of the 8,819 masked tokens are usable (NaN trainer …
 
 The metric limits, their options and defaults (verl's documented rollout-correction alerts) come from the
@@ -33,7 +35,7 @@ from ..catalogue import metrics as catalogue
 from ..config import HISTORY_MARGIN, HISTORY_WINDOW, SEVERITIES
 from ..errors import BadInput
 from .options import fail_cleanly, load_options, parse_pairs, ppo_eps_option
-from .text import excluded_note, safe
+from .text import excluded_note, safe, terminal_blocked
 
 
 def gate_options(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -104,6 +106,8 @@ def check_command(files, bounds, no_limits, fail_on, overrides, history, history
         unusable |= res.input_problem is not None
         if as_json:
             click.echo(json.dumps({"file": str(path), "ok": res.ok, "regime": res.regime, "input_problem": res.input_problem,
+                                   "glance": checked.row.get("glance"), "side": checked.row.get("side"),
+                                   "finding": (checked.row.get("findings") or [None])[0],
                                    "violations": [v.__dict__ for v in res.violations],
                                    "excluded_tokens": report.data_problems["excluded_tokens"],
                                    "input_problems": report.data_problems["input"],
@@ -113,16 +117,14 @@ def check_command(files, bounds, no_limits, fail_on, overrides, history, history
         if res.input_problem is not None:
             click.echo(f"tim-report: error: {name}: {safe(res.input_problem)}", err=True)  # as BadInput says it
             continue
+        # the verdict first, at a glance (regime, leading finding, its side and place), then why it fails
+        click.echo(f"{name}: {'ok' if res.ok else 'fail'}: {safe(res.summary)}{excluded_note(checked.row)}")
         if hres is not None and hres.note:
             click.echo(f"{name}: {safe(hres.note)}")
         for v in res.violations:  # a history band names run ids from index.json: escaped like every file's string
             click.echo(safe(v.line(name)))
         if report.routing.get("blocked_by_bug"):
-            click.echo(f"{name}: {report.routing['blocked_by_bug']['message']}")
-        if res.ok:
-            click.echo(f"{name}: ok ({res.summary}{excluded_note(checked.row)})")
-        elif excluded_note(checked.row):
-            click.echo(f"{name}: note:{excluded_note(checked.row).lstrip(';')}")
+            click.echo(f"{name}: {terminal_blocked(report.diagnosis)}")
     sys.exit(2 if unusable else 1 if failed else 0)
 
 

@@ -251,6 +251,21 @@ KERNEL_POW2_MIN = 16
 # (the sampler's side known, unknown) → least share.
 TEMPERATURE_FIT_COVERAGE = {True: 0.33, False: 0.22}
 
+# Severity by consequence (analysis/consequence.py, docs/diagnosis.md "Severity by consequence"): a systematic finding
+# is an `error` ("Do not train") only when it is material on the batch: at least this share of tokens clipped by PPO
+# or pushed beyond the cap because of it (noise inside a published precision band clips well under 1%: 0 on every
+# noise fixture), or a per-token bias / mean |δ| beyond the band's mean-|δ| ceiling. The cap is verl's
+# rollout_is_threshold (2: TIS truncates above it, IcePop masks below 1/2), also the sequence-level weight whose
+# crossing length the finding states.
+CONSEQUENCE_TOKEN_SHARE = 0.01
+CONSEQUENCE_CAP = 2.0
+# The one-line verdict names an environment as the place when its KL k3 is at least this multiple of the batch's.
+ENV_LEAD_MULTIPLE = 2.0
+
+# `watch RUN_DIR`: how long a run folder that does not exist yet may take to appear (a training job started beside the
+# watch creates it once its model has loaded) before it is called a mistyped folder: one line, exit 2.
+RUN_APPEAR_WAIT = 120.0
+
 SEVERITIES = ("info", "warn", "error")  # in rising order: `check --fail-on` and the findings' sort use it
 
 

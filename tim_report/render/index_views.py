@@ -11,6 +11,7 @@ from __future__ import annotations
 from ..catalogue import metrics as catalogue
 from ..catalogue.numbers import fixed, fmt, pct
 from .tables import HTML, MARKDOWN, Cell, Column, Row, Section, Table, plural, text
+from .views import flagged_note
 
 REGIME_MARK = {"identical": "✅", "numerical_noise": "✅", "elevated": "⚠️", "systematic": "❌"}
 UNPAIRED_SHOWN = 20  # run ids the unpaired warning names
@@ -22,11 +23,14 @@ def runs_table(index: dict) -> Table:
     markdown, whose table cells hold one line, gives them columns of their own."""
     metrics = [catalogue.metric(k) for k in catalogue.INDEX]
     html, md = frozenset({HTML}), frozenset({MARKDOWN})
-    columns = (Column("health"), Column("run"), Column("verdict", formats=html), Column("model, device", formats=html),
-               Column("rollout → trainer", formats=html), Column("model", formats=md), Column("engines", formats=md),
-               Column("dtypes", formats=md), Column("device", formats=md), Column("step", numeric=True),
-               Column("tokens", numeric=True), *[Column(m.name, numeric=True, wrap=True) for m in metrics],
-               Column("routing: train / corr. / quar.", wrap=True), Column("verdict", formats=md))
+    # at phone width the HTML keeps the run, its verdict and the three headline numbers (catalogue.INDEX_NARROW)
+    columns = (Column("health", wide_only=True), Column("run"), Column("verdict", formats=html),
+               Column("model, device", formats=html, wide_only=True),
+               Column("rollout → trainer", formats=html, wide_only=True), Column("model", formats=md),
+               Column("engines", formats=md), Column("dtypes", formats=md), Column("device", formats=md),
+               Column("step", numeric=True, wide_only=True), Column("tokens", numeric=True, wide_only=True),
+               *[Column(m.name, numeric=True, wrap=True, wide_only=m.key not in catalogue.INDEX_NARROW) for m in metrics],
+               Column("routing: train / corr. / quar.", wrap=True, wide_only=True), Column("verdict", formats=md))
     rows = []
     for r in index["runs"]:
         rt = r["routing"]
@@ -36,7 +40,7 @@ def runs_table(index: dict) -> Table:
                 + (f", {fmt(r['input_problems'])} repaired" if r.get("input_problems") else "")) if problems else None
         rows.append(Row((
             Cell(health=r["health"]), Cell(r["id"], link=r["id"], twin=True, cls="id"),
-            Cell(verdict, cls="verdict-cell"), Cell(r["model"] or "unknown model", note=r["device"], note_below=True),
+            Cell(verdict, cls="verdict-cell", tip=r.get("glance")), Cell(r["model"] or "unknown model", note=r["device"], note_below=True),
             Cell(keep=(f"{r['rollout_engine']} {r['rollout_dtype']}", f"{r['trainer_engine']} {r['trainer_dtype']}")),
             Cell(text(r["model"])), Cell(keep=(r["rollout_engine"], r["trainer_engine"])),
             Cell(keep=(r["rollout_dtype"], r["trainer_dtype"])), Cell(text(r["device"])),
@@ -67,7 +71,8 @@ def pairs_section(index: dict) -> Section | None:
                                                    "worst max |δ|", "tokens")])
     rows = tuple(Row((
         Cell(health=p["health"]), Cell(keep=(f"{p['rollout_engine']} {p['rollout_dtype']}",)),
-        Cell(keep=(f"{p['trainer_engine']} {p['trainer_dtype']}",)), Cell(fmt(p["count"]), tip=", ".join(p["runs"])),
+        Cell(keep=(f"{p['trainer_engine']} {p['trainer_dtype']}",)),
+        Cell(fmt(p["count"]), tip=", ".join(p["runs"]), note=flagged_note(p).strip() or None),
         Cell(fixed(p["mean_ess"], 4)), Cell(pct(p["mean_clipped"])), Cell(fmt(p["mean_seq_log_ratio"])),
         Cell(fmt(p["mean_abs_delta"])), Cell(fmt(p["worst_abs_delta_max"])), Cell(fmt(p["tokens"])),
     )) for p in index["engine_pairs"])
@@ -82,9 +87,10 @@ def pairs_section(index: dict) -> Section | None:
                     "`--meta rollout_engine=vllm --meta rollout_dtype=bf16 --meta trainer_engine=fsdp "
                     "--meta trainer_dtype=fp32`.", True))
     return Section("engine-pairs", "engine pairs", "Engine pairs",
-                   "Runs with the same rollout engine and dtype and the same trainer engine and dtype, aggregated: the mean "
-                   "over runs of ESS, phantom clipping, mean Σδ and mean |δ|; the worst max |δ|; all their tokens. The "
-                   "colour is the mean ESS's.",
+                   "Runs with the same rollout engine and dtype and the same trainer engine and dtype, aggregated over "
+                   "the runs whose mismatch is the engines' own: the mean of ESS, phantom clipping, mean Σδ and mean |δ|; "
+                   "the worst max |δ|; all their tokens. A run with a warn or error finding (a bug, not the engines' "
+                   "health) is counted beside them (+ N with a finding), not averaged. The colour is the mean ESS's.",
                    (Table(columns, rows, cls="pairs"),) if rows else (), warning)
 
 
@@ -95,11 +101,14 @@ def precision_section(index: dict) -> Section | None:
     columns = (Column("rollout \\ trainer"), *[Column(d, user=True) for d in p["trainer_dtypes"]])
     rows = tuple(Row((Cell(ro, head=True), *[
         Cell("—") if c is None else
-        Cell(f"median |δ| {fmt(c['mean_abs_delta_median'])} · KL {fmt(c['mean_kl_k3'])} · {plural(c['count'], 'run')}",
-             health=c["health"]) for c in line])) for ro, line in zip(p["rollout_dtypes"], p["cells"]))
+        Cell(f"median |δ| {fmt(c['mean_abs_delta_median'])} · KL {fmt(c['mean_kl_k3'])} · {plural(c['count'], 'run')}"
+             + flagged_note(c), health=c["health"]) if c["count"] else
+        Cell(f"{plural(len(c['with_findings']), 'run')}, each with a finding") for c in line]))
+        for ro, line in zip(p["rollout_dtypes"], p["cells"]))
     return Section("precision", "precision matrix", "Precision matrix",
-                   "Rollout dtype (rows) × trainer dtype (columns): the mean over runs of median |δ| (nats) and of KL k3, "
-                   "with the number of runs; the colour is the mean ESS's. — marks a pair with no run.",
+                   "Rollout dtype (rows) × trainer dtype (columns): the mean of median |δ| (nats) and of KL k3 over the "
+                   "runs whose mismatch is the engines' own, with their number (runs with a warn or error finding are "
+                   "counted beside, not averaged); the colour is the mean ESS's. — marks a pair with no run.",
                    (Table(columns, rows, cls="precision"),))
 
 

@@ -17,6 +17,7 @@ or from the index summary, and are only formatted here.
 from __future__ import annotations
 
 from ..catalogue import metrics as catalogue
+from ..catalogue.evidence import items as evidence_items
 from ..catalogue.numbers import fixed, fmt, pct, plain
 from ..config import HEALTH, HOT_DIFF, TREND_TABLE_MAX_STEPS, health
 from . import index_views, run_tables
@@ -24,12 +25,12 @@ from .index_views import REGIME_MARK
 from .md import COLOUR, assemble, colour, details, esc, href, run_path, table, write_section, write_table
 from .tables import Section
 from .views import (
+    band_helps,
     banners,
     env_view,
     flat_metrics,
     groups_view,
     headline,
-    kv_items,
     kv_tables,
     samples_view,
     summary_extra,
@@ -58,10 +59,10 @@ def _verdict(report) -> str:
     regime = str(diag.get("regime") or "unknown")
     lines = [f"## Verdict: {REGIME_MARK.get(regime, '➖')} {esc(regime.replace('_', ' '))}", "",
              esc(diag.get("verdict"), None, own=True)]
-    ev = kv_items(diag.get("evidence"))
+    ev = evidence_items(diag.get("evidence"))
     if ev:
-        lines += ["", "Evidence: " + " · ".join(f"{esc(k)} = {esc(v, TEXT_CHARS)}" for k, v in ev)]
-    band = diag.get("band")
+        lines += ["", "Evidence: " + " · ".join(f"{esc(k)} {esc(v, TEXT_CHARS)}" for k, v in ev)]
+    band = diag.get("band") if band_helps(diag) else None
     if band:
         lines += ["", f"**Noise band: {esc(band.get('name'))}.** {esc(band.get('reading'), None, own=True)} Noise ceilings used: "
                   f"KL k3 {fmt(band.get('noise_kl_max'))}, mean \\|δ\\| {fmt(band.get('noise_abs_delta_max'))} nats. "
@@ -108,13 +109,15 @@ def _findings(report) -> str:
     out = ["## Findings"]
     for f in findings:
         lines = [f"### {SEVERITY.get(f.get('severity'), '➖')}: {esc(f.get('title'), TEXT_CHARS)}", ""]
+        lines += [f"- **{label}:** {esc(f[key], None, own=True)}" for key, label in
+                  (("consequence_text", "Consequence"), ("side_text", "Side")) if f.get(key)]
         if f.get("likely_cause"):
             lines.append(f"- **Likely cause:** {esc(f['likely_cause'], None, own=True)}")
         if f.get("what_to_check"):
             lines.append(f"- **Check:** {esc(f['what_to_check'], None, own=True)}")
-        ev = kv_items(f.get("evidence"))
+        ev = evidence_items(f.get("evidence"))
         if ev:
-            lines.append("- **Evidence:** " + "; ".join(f"{esc(k)} = {esc(v, TEXT_CHARS)}" for k, v in ev))
+            lines.append("- **Evidence:** " + " · ".join(f"{esc(k)} {esc(v, TEXT_CHARS)}" for k, v in ev))
         for name, cols, rows in kv_tables(f.get("evidence")):
             lines += ["", f"{esc(name.replace('_', ' '))}:", "",
                       table([esc(c) for c in cols], [[esc(v) for v in r] for r in rows], numeric=range(1, len(cols)))]

@@ -43,6 +43,7 @@ class Column:
     wrap: bool = False  # HTML: the header may wrap (a metric's name)
     formats: frozenset[str] = BOTH  # where the column shows: HTML lays some cells out on two lines, GitHub cannot
     user: bool = False  # the header is a user's string (a dtype), not our words
+    wide_only: bool = False  # HTML: left out at phone width (what is kept must read there without sideways scroll)
 
 
 @dataclass(frozen=True)

@@ -160,6 +160,20 @@ def percentile_rows(report) -> dict:
     return {"q": [fmt(float(q)) for q in qs], "rows": rows}
 
 
+BAND_DECIDES = ("numerical_noise", "elevated")  # the regimes the precision band tells apart
+
+
+def band_helps(diagnosis: Any) -> bool:
+    """Whether the noise-band paragraph helps the verdict: where the band is what tells noise from elevated, not
+    above an identical batch or a systematic one that a finding or the correlation decided."""
+    return isinstance(diagnosis, dict) and bool(diagnosis.get("band")) and diagnosis.get("regime") in BAND_DECIDES
+
+
+def flagged_note(cell: dict) -> str:
+    """' + 2 with a finding': an engine pair's or precision cell's runs left out of its means (a bug, not the engines)."""
+    return f" + {len(cell['with_findings'])} with a finding" if cell.get("with_findings") else ""
+
+
 def kv_items(d: Any) -> list[tuple[str, str]]:
     """A flat (name, value) list from a small dict of evidence; nested values are shown one level deep."""
     if not isinstance(d, dict):

@@ -86,6 +86,6 @@ def _checked(path: Path, batch: StepBatch, rows: list[dict] | None, options: Che
     if rows is not None:
         band = check_history(row, rows, options.history_window, options.history_margin, options.history_floors)
         result.violations += band.violations
-        if band.note is None:
+        if band.note is None and not band.violations:
             result.summary += f"; within the run's band ({band.basis})"
     return Checked(path, report, row, result, band)
