@@ -210,7 +210,7 @@ def test_lone_surrogates_are_repaired_and_counted_everywhere(bad_text, tmp_path,
     if command == "build":
         summary = json.loads((tmp_path / "s" / "text" / "summary.json").read_text(encoding="utf-8"))
         assert summary["data_problems"]["input"]["text_invalid"] >= 2
-        assert "\ufffd" in (tmp_path / "s" / "text" / "samples.json").read_text(encoding="utf-8")
+        assert "\ufffd" in (tmp_path / "s" / "text" / "samples.js").read_text(encoding="utf-8")
 
 
 def test_bytes_that_are_not_utf8_become_replacement_characters(tmp_path):
@@ -297,7 +297,7 @@ def cached_site(tmp_path_factory) -> tuple[Path, str, bytes]:
 @given(data=st.data())
 def test_a_mutated_cache_entry_is_a_row_or_none_and_its_row_renders(cached_site, data):
     """A cache entry someone edited: either not ours (None, the step is analysed again) or a row every page renders."""
-    from tim_report.analysis.runs import index_from_rows
+    from tim_report.analysis.run_index import index_from_rows
     from tim_report.render import RenderOptions, render
     from tim_report.site.cache import cached_row
 

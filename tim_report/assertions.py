@@ -23,7 +23,7 @@ from .analysis.stats import k3_per_token
 from .catalogue.findings import FINDINGS
 from .catalogue.numbers import fixed, fmt, plain
 from .config import FLOOR_BAND_FACTOR, NOISE_BANDS, POSITIVE_LOGP_TOLERANCE, DiagnosisThresholds, NoiseBand
-from .model import Report, StepBatch
+from .model import BatchReport, StepBatch
 
 PASSING_REGIMES = ("identical", "numerical_noise")
 # A last position whose median |δ| is this many times the band's mean, the rest within it, is not noise's shape.
@@ -62,7 +62,7 @@ class MatchResult:
     numbers: dict
     findings: list[dict]
     by_position: dict | None
-    report: Report | None = field(repr=False)
+    report: BatchReport | None = field(repr=False)
     message: str = ""
 
 
@@ -228,7 +228,7 @@ def _own_findings(inp: _Inputs, numbers: dict, band: NoiseBand, by_position: dic
     return out
 
 
-def _numbers(report: Report, inp: _Inputs) -> dict:
+def _numbers(report: BatchReport, inp: _Inputs) -> dict:
     m = report.metrics
     return {"tokens": int(report.diagnosis["evidence"]["tokens"]), "sequences": int((inp.mask.sum(1) > 0).sum()),
             "abs_delta_mean": m["abs_delta_mean"], "abs_delta_mean_se": m.get("abs_delta_mean_se") or 0.0,
@@ -350,3 +350,31 @@ def assert_logprobs_match(reference, candidate, mask=None, *, precision: str | N
     if not result.passed:
         raise LogprobsMismatch(result.message, result)
     return result
+
+
+class LayersMismatch(AssertionError):
+    """assert_layers_match failed; `.summary` holds every site's numbers (summary.json's content)."""
+
+    def __init__(self, message: str, summary: dict):
+        super().__init__(message)
+        self.summary = summary
+
+
+def assert_layers_match(reference_model, candidate_model, input_ids, attention_mask=None, *, precision: str = "bf16",
+                        floor_model=None) -> dict:
+    """Pass when every site of the candidate (embedding, each layer's norms, attention, MLP / router, residual output,
+    final norm, logits, log-probs) is within its floor: the same site of the reference's weights in `precision` with
+    stock modules, each run on the reference's input for that site. Raises `LayersMismatch` naming the first site
+    beyond its floor and what that kind of site usually means; returns the summary (`tim_report.bisect_models`)."""
+    __tracebackhide__ = True
+    from .service.bisect import bisect_models  # torch: only when asked for
+
+    summary = bisect_models(reference_model, candidate_model, input_ids, attention_mask, precision, floor_model)
+    first = summary.get("first")
+    if first:
+        message = f"{summary['verdict']} What it usually means: {first['meaning']}."
+        flips = first.get("flips", {}).get("local")
+        if flips:
+            message += f" {flips['tokens']} of {flips['of']} tokens route to another expert set."
+        raise LayersMismatch(message, summary)
+    return summary

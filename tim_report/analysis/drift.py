@@ -1,4 +1,4 @@
-"""The shapes of a run's mismatch over its steps that users report, each measured here and named in catalogue/runs.py.
+"""The shapes of a run's mismatch over its steps that users report, each measured here and named in catalogue/run_words.py.
 
     level_jump        a step at least RUN_JUMP_RATIO× the level before it, where the level stays for more than
                       RUN_SPIKE_MAX_STEPS steps (or to the end): an export or weight-format change. Two steps suffice,
@@ -10,7 +10,7 @@
                       prefix or KV cache.
 
 The level of a step is its median |δ|, compared in logs; a move must stand out of the noise by RUN_FINDING_Z
-standard errors, the larger of the run's robust step-to-step scatter and the steps' sampling errors (config.py).
+standard errors, the larger of the run's robust step-to-step scatter and the steps' sampling errors (config/).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What every HTML page shares: the Jinja2 environment over the package's templates, the notes, the page frame,
 and the shared assets.
 
-Used by the run page and the index (html.py) and by the comparison (compare_html.py). A page either links the
+Used by the run page and the index (html.py) and by the comparison (compare/html.py). A page either links the
 site's one copy of the assets (`assets/vega.js`, `assets/tim.js`, `assets/style.css`, by a relative path: a run
 page is one folder down) or, self-contained, carries them inline (`--self-contained`, the API's `to_html()`,
 Jupyter). Either way it loads nothing from the network, and its Content-Security-Policy says so.
@@ -16,12 +16,13 @@ from jinja2 import Environment, FileSystemLoader
 from markupsafe import Markup, escape
 
 from ..catalogue import metrics as catalogue
+from ..catalogue.evidence import items as evidence_items
 from ..catalogue.formats import ASSETS
 from ..catalogue.numbers import fixed, fmt, pct
 from ..config import HEALTH, health
-from .format import visible
+from .token_text import visible
 from .vega import javascript_bundle
-from .views import kv_items, kv_tables
+from .views import band_helps, kv_items, kv_tables
 
 
 def templates_dir() -> Path:
@@ -61,7 +62,8 @@ def environment(path: str | None = None) -> Environment:
     env.filters.update(fmt=fmt, pct=pct, fixed=fixed, visible=visible, code=code_spans)
     env.globals.update(metric=catalogue.metric, glossary=catalogue.glossary, conventions=catalogue.CONVENTIONS,
                        health=health, health_bands=HEALTH, health_legend=catalogue.HEALTH_LEGEND, kv_items=kv_items,
-                       kv_tables=kv_tables, kl_band_table=catalogue.kl_band_table)
+                       kv_tables=kv_tables, kl_band_table=catalogue.kl_band_table, evidence_items=evidence_items,
+                       band_helps=band_helps)
     return env
 
 
