@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ..catalogue.numbers import fmt
-from ..config import MAX_TOKENS, MODEL_CLASSES
+from ..config import MAX_STEP, MAX_TOKENS, MODEL_CLASSES
 from ..errors import BadInput, parser_limits
 from ..model import META_KEYS, StepBatch
 from .assemble import build_batch
@@ -33,8 +33,6 @@ from .options import LoadOptions
 from .roles import ROLE_ALIASES, USER_ROLES, choose_roles
 from .text import clean_strings
 from .tokenizer import load_decoder
-
-MAX_STEP = 2**53  # a step beyond this is no step a run reaches, and would not survive a float (the trend, index.json)
 
 __all__ = ["FRAMEWORKS", "ROLE_ALIASES", "USER_ROLES", "LoadOptions", "RawFile", "Source", "describe", "load",
            "Unreadable", "meta_overrides", "read_file", "save_batch", "scan", "sources"]
