@@ -84,7 +84,7 @@ def add_routes(diagnosis: dict, routes: dict, dt: DiagnosisThresholds) -> None:
         keys = ("any_flip_share", "decision_flip_share", "kl_k3_flipped", "kl_k3_unflipped", "kl_explained", "identical",
                 "layers", "k")
         _add_finding(diagnosis, findings.make("routing_flips", {k: routes[k] for k in keys}, dt))
-    elif routes.get("problem") in ("empty", "misaligned"):
+    elif routes.get("problem") in ("empty", "misaligned", "not_experts"):
         _add_finding(diagnosis, findings.make("routes_unusable", {"reason": routes["reason"]}, dt))
 
 

@@ -26,7 +26,7 @@ from ..model import META_KEYS, StepBatch
 from .assemble import build_batch
 from .canonical import save_batch
 from .detect import FRAMEWORKS
-from .discover import SAVED_STEP, Source, Unreadable, scan, settle_step, sources
+from .discover import RANK_NPZ, SAVED_STEP, Source, Unreadable, scan, settle_step, sources
 from .files import RawFile, raw_file, read_file
 from .limits import limited
 from .options import LoadOptions
@@ -148,7 +148,8 @@ def _read(src: Source, keys: dict[str, str] | None, allow_pickle: bool) -> tuple
         from .ranks import merge_ranks
 
         parts = [_read_dict(Source((p,), "dict", src.step, src.run_id, p), keys, allow_pickle) for p in src.paths]
-        return merge_ranks(src.origin, [b for b, _, _ in parts]), parts[0][1], parts[0][2]
+        named = [int(m.group(1)) if (m := RANK_NPZ.fullmatch(p.name)) else -1 for p in src.paths]
+        return merge_ranks(src.origin, [b for b, _, _ in parts], named), parts[0][1], parts[0][2]
     if src.framework in ("dict", "verl"):
         return _read_dict(src, keys, allow_pickle)
     if keys:
