@@ -143,3 +143,22 @@ def test_negative_expert_ids_are_unusable(tmp_path):
     b = make_batch(n_seqs=4, mean_len=8)
     b.rollout_routes = b.trainer_routes = -np.ones((b.n_tokens, 1, 2), np.int32)
     assert "not expert indices" in analyze(b).diagnosis["routing_agreement"]["reason"]
+
+
+def test_a_step_of_a_trillion_ranks_does_not_stop_a_live_watch(tmp_path):
+    """Before: a MemoryError (2.3 GB) in the rank bookkeeping, and every later step never built. Now the step is
+    left out with one line and the steps after it are built."""
+    from tim_report.service.build import BuildOptions
+    from tim_report.service.watch import Watch, WatchOptions
+
+    run_dir = tmp_path / "run"
+    for rank in (0, 1):
+        saved(run_dir, 1, rank)
+        hand_written(run_dir, 2, f"rank_{rank}.npz", {"rank": rank, "world_size": 10**12, "step": 2})
+        saved(run_dir, 3, rank)
+    w = Watch(run_dir, tmp_path / "site", WatchOptions(build=BuildOptions(formats=("json",))))
+    w.step()
+    rnd = w.step()
+    assert [r["id"] for r in rnd.new_rows] == ["step_1", "step_3"]
+    said = [n for n in rnd.notes if "step_2" in n]
+    assert len(said) == 1 and "records world_size 1000000000000, not a world size" in said[0] and "\n" not in said[0]
