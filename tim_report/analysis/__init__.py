@@ -1,25 +1,22 @@
-"""Analysis: StepBatch → Report. Pure numpy; no file formats, no rendering.
+"""Analysis: StepBatch → BatchReport. Pure numpy; no file formats, no rendering.
 
-    analyze(batch)                 one batch → Report (metrics, breakdowns, routing, what-if, diagnosis, samples)
-    compare.compare_batches(a, b)  two batches → the compare.json dict
-    runs.index_summary(reports)    many Reports → what the index shows
-    gate.evaluate(report, limits)  `tim-report check`'s limits and violations
+    analyze(batch)                    one batch → BatchReport (metrics, breakdowns, routing, what-if, diagnosis, samples)
+    compare.compare_batches(a, b)     two batches → the compare.json dict
+    run_index.index_summary(reports)  many Reports → what the index shows
+    gate.evaluate(report, limits)     `tim-report check`'s limits and violations
 """
 
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from ..catalogue import findings
-from ..config import SEVERITIES, THREAD_MIN_TOKENS, DiagnosisThresholds, Thresholds
-from ..model import Report, StepBatch
+from ..config import THREAD_MIN_TOKENS, DiagnosisThresholds, Thresholds
+from ..model import BatchReport, StepBatch
 from . import breakdowns as bd
 from .corrections import blocked_by_bug, routing, what_if
 from .diagnosis import diagnose
 from .distributions import distributions
-from .floor import trainer_floor
 from .metrics import summary_metrics
-from .routes import routing_agreement
 from .samples import sample_rows
 from .tokens import valid_tokens
 from .topk import topk_analysis
@@ -29,7 +26,7 @@ __all__ = ["DiagnosisThresholds", "Thresholds", "analyze"]
 
 
 def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str | None = None,
-            diagnosis_thresholds: DiagnosisThresholds | None = None) -> Report:
+            diagnosis_thresholds: DiagnosisThresholds | None = None) -> BatchReport:
     th = thresholds or Thresholds()
     tok, problems = valid_tokens(batch)
     # Two lanes: the summary metrics and the diagnosis (which reads them) here, the breakdowns, charts and
@@ -38,12 +35,12 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
     with ThreadPoolExecutor(max_workers=1) as pool:
         side = pool.submit(_side_families, batch, tok, th) if tok.n >= THREAD_MIN_TOKENS else None
         metrics = summary_metrics(tok, th)
-        diagnosis = diagnose(batch, tok, metrics, diagnosis_thresholds, (th.ppo_eps_low, th.ppo_eps_high))
+        diagnosis = diagnose(batch, tok, metrics, diagnosis_thresholds, th)
         families = side.result() if side is not None else _side_families(batch, tok, th)
     groups, envs = families.pop("by_group"), families.pop("by_env")
     route = routing(groups, th)
     groups["route"] = route.pop("routes")
-    report = Report(
+    report = BatchReport(
         run=run_info(batch, run_id),
         metrics=metrics,
         breakdowns={**families.pop("buckets"), "length_growth": families.pop("length_growth"), "by_group": groups,
@@ -54,38 +51,9 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
         diagnosis=diagnosis,
         **families,
     )
-    dt = diagnosis_thresholds or DiagnosisThresholds()
-    add_floor(report.diagnosis, trainer_floor(batch, tok, th), dt)
-    add_routes(report.diagnosis, routing_agreement(batch, tok), dt)
     report.routing["blocked_by_bug"] = blocked_by_bug(report.diagnosis or {})
     report.run["thresholds"] = th.to_dict()
     return report
-
-
-def _add_finding(diagnosis: dict, finding: dict) -> None:
-    diagnosis["findings"].append(finding)
-    diagnosis["findings"].sort(key=lambda f: -SEVERITIES.index(f["severity"]))
-
-
-def add_floor(diagnosis: dict, floor: dict, dt: DiagnosisThresholds) -> None:
-    """The trainer's own floor beside the precision gap, and its finding among the others (by severity)."""
-    diagnosis["trainer_floor"] = floor
-    if floor.get("available"):
-        keys = ("kl_k3", "kl_share", "clip_fraction", "clipped_explained", "clip_inside_floor", "tis_fraction",
-                "ess_loss_share", "clip_band", "abs_max")
-        _add_finding(diagnosis, findings.make("trainer_floor", {k: floor[k] for k in keys}, dt))
-
-
-def add_routes(diagnosis: dict, routes: dict, dt: DiagnosisThresholds) -> None:
-    """Routing agreement beside the floor: a finding when both sides' routes were compared, or when a routes array
-    cannot be (empty, misaligned)."""
-    diagnosis["routing_agreement"] = routes
-    if routes.get("available"):
-        keys = ("any_flip_share", "decision_flip_share", "kl_k3_flipped", "kl_k3_unflipped", "kl_explained", "identical",
-                "layers", "k")
-        _add_finding(diagnosis, findings.make("routing_flips", {k: routes[k] for k in keys}, dt))
-    elif routes.get("problem") in ("empty", "misaligned", "not_experts"):
-        _add_finding(diagnosis, findings.make("routes_unusable", {"reason": routes["reason"]}, dt))
 
 
 def _side_families(batch: StepBatch, tok, th: Thresholds) -> dict:

@@ -1,4 +1,4 @@
-"""`tim-report check`'s gate: a Report against limits and a severity, as violations (coverage.py's fail-under).
+"""`tim-report check`'s gate: a BatchReport against limits and a severity, as violations (coverage.py's fail-under).
 
 Which metrics a limit can hold and their defaults (verl's documented rollout-correction alerts) are the catalogue's
 `gate` entries (catalogue.metrics.GATES).
@@ -9,16 +9,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..catalogue import metrics as catalogue
+from ..catalogue.findings import INPUT_PROBLEM
 from ..catalogue.numbers import fixed, fmt, plain
 from ..config import SEVERITIES
-from ..model import Report
-
-INPUT_FINDING = "unusable_input"  # the finding that makes a batch an input problem rather than a verdict
+from ..model import BatchReport
 
 
 @dataclass(frozen=True)
 class Limit:
-    metric: str  # key in Report.metrics
+    metric: str  # key in BatchReport.metrics
     op: str  # "max" (value must be ≤ bound) or "min" (value must be ≥ bound)
     bound: float
     option: str  # CLI option that sets it
@@ -42,7 +41,7 @@ class CheckResult:
     regime: str | None
     violations: list[Violation] = field(default_factory=list)
     summary: str = ""
-    input_problem: str | None = None  # the batch cannot be measured (the unusable_input finding): exit 2, one line
+    input_problem: str | None = None  # the batch cannot be measured (the input-problem finding): exit 2, one line
 
     @property
     def ok(self) -> bool:
@@ -61,12 +60,12 @@ def limits(bounds: dict[str, float | None] | None = None) -> list[Limit]:
     return out
 
 
-def evaluate(report: Report, limits: list[Limit], fail_on: str = "error") -> CheckResult:
+def evaluate(report: BatchReport, limits: list[Limit], fail_on: str = "error") -> CheckResult:
     """Violated limits and findings at or above `fail_on` ("info", "warn", "error" or "never")."""
     m = report.metrics
     diag = report.diagnosis or {}
     res = CheckResult(diag.get("regime"))
-    unusable = next((f for f in diag.get("findings", []) if f["id"] == INPUT_FINDING), None)
+    unusable = next((f for f in diag.get("findings", []) if f["id"] == INPUT_PROBLEM), None)
     if unusable is not None:  # an input problem, not a verdict: whatever the limits and --fail-on say
         res.input_problem = unusable["title"]
         return res

@@ -22,12 +22,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..analysis import analyze
-from ..analysis.runs import index_from_rows, run_row
+from ..analysis.run_index import index_from_rows, run_row
 from ..catalogue.formats import FORMATS
 from ..config import Thresholds
 from ..errors import BadInput
 from ..io import LoadOptions, Source, Unreadable, load, scan
-from ..model import Report
+from ..model import BatchReport
 from ..render import RenderOptions, render
 from ..site import index_json
 from ..site.cache import cache_entry, cached_row, options_fingerprint, step_key
@@ -153,7 +153,7 @@ def shown_path(origin: Path) -> str:
     return Path(os.path.abspath(origin)).name
 
 
-def analyze_file(opts: BuildOptions, src: Source, run_id: str) -> Report:
+def analyze_file(opts: BuildOptions, src: Source, run_id: str) -> BatchReport:
     batch = load(src, opts.load)
     try:
         return analyze(batch, opts.thresholds, run_id=run_id)
@@ -189,7 +189,7 @@ def build(paths: list[Path], out: Path, opts: BuildOptions, run_ids: list[str] |
           progress: Progress | None = None, before_publish: Callable[[BuildResult], None] | None = None) -> BuildResult:
     """Analyse every batch under the inputs (a run folder: one per step), render into a staging folder, then
     move the results into `out`. A step whose run folder a previous build wrote from the same input, options
-    and tool is reused as it is (build/cache.py); the index is rewritten from every step's row. `before_publish`
+    and tool is reused as it is (site/cache.py); the index is rewritten from every step's row. `before_publish`
     runs with the result before anything moves into `out`: when it raises, nothing is published."""
     start = time.monotonic()
     check_target(out)  # before the analysis: refusing after minutes of work would waste them
