@@ -243,6 +243,21 @@ class _Scores:
     versions: dict[str, str] = field(default_factory=dict)
 
 
+def _keep(out: _Scores, kind: str, spec: EngineSpec, key: EngineKey, lp: list[np.ndarray], routes: list | None) -> None:
+    """File one scoring pass under its kind (a shadow pass under the trainer spec and the dtype it ran in), and the
+    routed experts it recorded."""
+    if kind == "rollout":
+        out.rollout[spec] = lp
+    elif kind == "trainer":
+        out.trainer[spec] = lp
+    elif kind == "floor":
+        out.floor[spec] = lp
+    else:
+        out.shadow[(spec, key.dtype)] = lp
+    if routes is not None:
+        out.routes[(kind, spec)] = routes
+
+
 def _run(jobs: dict[EngineKey, list[Job]], opts: CaptureOptions, prep: _Prepared, progress: ProgressFactory,
          out: _Scores) -> None:
     """Load each engine once, one at a time, and do its jobs into `out`: the first samples, the others score the
@@ -283,16 +298,7 @@ def _run(jobs: dict[EngineKey, list[Job]], opts: CaptureOptions, prep: _Prepared
                 if topk:
                     out.topk[(kind, spec)] = [x[1] for x in lp]
                     lp = [x[0] for x in lp]
-                if kind == "rollout":
-                    out.rollout[spec] = lp
-                elif kind == "trainer":
-                    out.trainer[spec] = lp
-                if extra.get("routes") and getattr(engine, "last_routes", None) is not None:
-                    out.routes[(kind, spec)] = engine.last_routes
-                elif kind == "floor":
-                    out.floor[spec] = lp
-                else:
-                    out.shadow[(spec, key.dtype)] = lp
+                _keep(out, kind, spec, key, lp, getattr(engine, "last_routes", None) if extra.get("routes") else None)
         except Exception as exc:
             log = f" (its log: {opts.engine_log})" if opts.engine_log and key.engine == "vllm" else ""
             raise EngineFailed(key, doing, one_line(exc) + log) from None
