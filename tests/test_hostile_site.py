@@ -78,6 +78,7 @@ def test_export_reads_an_edited_index_as_untrusted(site, tmp_path, case):
 def test_watch_restarted_on_an_edited_site_is_one_line(site, tmp_path, case):
     edit, words = EDITS[case]
     out = edited(site, tmp_path, edit)
+    (tmp_path / "run").mkdir()
     r = CliRunner().invoke(main, ["watch", str(tmp_path / "run"), "-o", str(out), "--once", "--interval", "0.05"])
     one_line(r, "index.json", words)
 
