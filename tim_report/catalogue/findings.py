@@ -423,7 +423,8 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
         lambda w: f"The routed-experts arrays cannot be compared: {w['reason']}",
         lambda w: "routed-experts arrays that do not line up with the tokens",
         lambda w: ("A routes array should hold [tokens, layers, k] expert ids for exactly the tokens of the log-probs; an "
-                   "empty or misaligned one was cut, padded or taken from another batch."),
+                   "empty or misaligned one was cut, padded or taken from another batch, and one holding ids no expert "
+                   "has (negative, or beyond 2³¹ − 1) was not written as expert indices."),
         lambda w: "Check where the dump takes its routed experts (response-only vs whole sequence, padding) and that "
                   "both sides record the same tokens.",
         short="routes unusable", meaning="the routed-experts arrays do not line up with the tokens"),
