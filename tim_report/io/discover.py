@@ -33,6 +33,7 @@ STEP_RE = re.compile(r"(?:global[_-]?)?step[_-]?(\d+)", re.IGNORECASE)
 RANK_NPZ = re.compile(r"rank_(\d+)\.npz$")  # save_step's step_S/rank_R.npz
 SAVED_STEP = "save_step step"  # the kind of such a Source: io.load merges its rank files
 STEP_DIR = re.compile(r"step_(\d+)$")
+STEP_LIKE = re.compile(r"step_")  # a folder named like a step; one STEP_DIR does not parse is an unreadable step
 
 
 @dataclass(frozen=True)
@@ -170,8 +171,8 @@ def _folder(path: Path, hint: str | None, bad: list[Unreadable]) -> list[Source]
     ranked = [d for d in registered if d.rank_files]  # a step is a step_S/ folder of rank files
     logs = [d for d in registered if d.step_files and not d.folder]  # a step is a file, in any folder
     kinds: dict[str, list[Path]] = {f"{d.name} step folder": _ranks(path, d) for d in ranked}
-    kinds["save_step step folder"] = _rank_npz(path)
-    kinds["step_S folders"] = sorted(d for d in path.iterdir() if d.is_dir() and STEP_DIR.match(d.name))
+    kinds["save_step step folder"] = _rank_npz(path) or _odd_rank_files(path)
+    kinds["step_S folders"] = sorted(d for d in path.iterdir() if d.is_dir() and STEP_LIKE.match(d.name))
     kinds.update({f"{d.name} log dir": _named(path, [d]) for d in logs})
     present = [k for k, v in kinds.items() if v]
     if len(present) > 1:
@@ -230,8 +231,12 @@ def _ranks(step_dir: Path, d: Dump) -> list[Path]:
 
 
 def _step_folder(step_dir: Path, ranked: list[Dump], hint: str | None) -> Source:
-    """One step_S/ folder of a run: save_step's rank files, or a framework's."""
-    if _rank_npz(step_dir):
+    """One step_S/ folder of a run: save_step's rank files, or a framework's; a name that is not step_N (step_-3,
+    step_2.9) is a step that cannot be read (its row says why), never a folder silently passed over."""
+    if not STEP_DIR.fullmatch(step_dir.name):
+        raise BadInput(step_dir, "is named like a step folder but its step does not parse (expected step_N, N a "
+                                 "non-negative integer): not read")
+    if _rank_npz(step_dir) or _odd_rank_files(step_dir):
         return _saved_step(step_dir, hint)
     d = next((d for d in ranked if _ranks(step_dir, d)), ranked[0] if ranked else None)
     return _rank_step(step_dir, d, hint) if d is not None else _saved_step(step_dir, hint)
@@ -253,6 +258,11 @@ def _rank_step(step_dir: Path, d: Dump, hint: str | None) -> Source:
                   f"{d.name} step folder ({len(ranks)} rank file{'s' if len(ranks) != 1 else ''})")
 
 
+def _odd_rank_files(folder: Path) -> list[Path]:
+    """rank_*.npz files whose rank does not parse (rank_-1.npz, rank_1.7.npz)."""
+    return sorted(f for f in folder.glob("rank_*.npz") if not RANK_NPZ.fullmatch(f.name))
+
+
 def _rank_npz(folder: Path) -> list[Path]:
     """save_step's rank files of one step, in rank order (a hidden `.rank_0.npz.*.tmp` being written is not one)."""
     found = [f for f in folder.glob("rank_*.npz") if RANK_NPZ.fullmatch(f.name)]
@@ -263,6 +273,10 @@ def _saved_step(step_dir: Path, hint: str | None) -> Source:
     """A step written by save_step: the canonical files of its ranks, read as one batch."""
     ranks = _rank_npz(step_dir)
     ranked = [d for d in dumps() if d.rank_files]
+    odd = _odd_rank_files(step_dir)
+    if odd:
+        raise BadInput(step_dir, f"holds {odd[0].name}, whose rank does not parse (expected rank_R.npz, R a non-negative "
+                                 "integer): the step cannot be read whole")
     if not ranks:
         raise BadInput(step_dir, "step folder with no " + "".join(f"{glob(d.rank_files or '')} ({d.name}) or " for d in ranked)
                        + "rank_*.npz (save_step) file")
