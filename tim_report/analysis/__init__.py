@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
+from ..catalogue import chain as chain_words
 from ..catalogue import findings
 from ..config import SEVERITIES, THREAD_MIN_TOKENS, DiagnosisThresholds, Thresholds
 from ..model import Report, StepBatch
 from . import breakdowns as bd
+from .chain import chain_analysis, chain_finding_evidence
 from .corrections import blocked_by_bug, routing, what_if
 from .diagnosis import diagnose
 from .distributions import distributions
@@ -57,6 +59,9 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
     dt = diagnosis_thresholds or DiagnosisThresholds()
     add_floor(report.diagnosis, trainer_floor(batch, tok, th), dt)
     add_routes(report.diagnosis, routing_agreement(batch, tok), dt)
+    report.chain = chain_analysis(batch, tok)
+    if report.chain is not None:
+        add_chain(report.diagnosis, report.chain, dt)
     report.routing["blocked_by_bug"] = blocked_by_bug(report.diagnosis or {})
     report.run["thresholds"] = th.to_dict()
     return report
@@ -86,6 +91,16 @@ def add_routes(diagnosis: dict, routes: dict, dt: DiagnosisThresholds) -> None:
         _add_finding(diagnosis, findings.make("routing_flips", {k: routes[k] for k in keys}, dt))
     elif routes.get("problem") in ("empty", "misaligned"):
         _add_finding(diagnosis, findings.make("routes_unusable", {"reason": routes["reason"]}, dt))
+
+
+def add_chain(diagnosis: dict, chain: dict, dt: DiagnosisThresholds) -> None:
+    """The chain names the link that carries the mismatch: a sentence of the verdict and a finding."""
+    sentence = chain_words.verdict_sentence(chain)
+    if sentence:
+        diagnosis["verdict"] = f"{diagnosis['verdict']} {sentence}"
+    evidence = chain_finding_evidence(chain)
+    if evidence is not None:
+        _add_finding(diagnosis, findings.make("chain_link", evidence, dt))
 
 
 def _side_families(batch: StepBatch, tok, th: Thresholds) -> dict:

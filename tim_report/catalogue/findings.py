@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import FLOOR_CLIP_WARN, ROUTING_EXPLAINS_WARN, SEVERITIES, DiagnosisThresholds
+from . import chain
 from .numbers import fixed, fmt, pct, sci
 
 Words = dict[str, Any]  # a finding's evidence and its context, by name
@@ -356,6 +357,8 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
                   "not moved.",
         lambda w: "If β dominates and clips a material share, align precision (fp16 both sides, fp32 LM head, same "
                   "attention kernels) rather than hunting a bug; if α dominates, the difference is engine / weights / context."),
+    Finding("chain_link", _always("info"), chain.finding_title, chain.finding_problem, chain.finding_cause,
+            chain.finding_check),
 )}
 
 

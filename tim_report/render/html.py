@@ -13,6 +13,7 @@ from __future__ import annotations
 from ..catalogue import metrics as catalogue
 from ..config import HOT_DIFF, TREND_LOG_AXIS_SPAN, health
 from . import charts as ch
+from .chain_views import bitwise_identical, chain_view
 from .pages import asset_files, assets_href, environment, page_context, render_notes
 from .views import (
     SAMPLES_OPEN,
@@ -29,7 +30,8 @@ from .views import (
 
 
 def run_context(report, notes_md: str | None = None, timestamp: str | None = None, assets: str | None = None) -> dict:
-    charts = ch.run_charts(report)
+    bitwise = bitwise_identical(report)
+    charts = [] if bitwise else ch.run_charts(report)  # a bitwise-identical batch says so instead of empty charts
     th = report.run.get("thresholds") or {}
     return {
         **page_context(charts, timestamp, assets),
@@ -38,7 +40,7 @@ def run_context(report, notes_md: str | None = None, timestamp: str | None = Non
         "groups": groups_view(report), "envs": env_view(report), "samples": samples_view(report), "metrics_table": flat_metrics(report),
         "percentiles": percentile_rows(report), "notes": render_notes(notes_md), "th": th,
         "hot_diff": HOT_DIFF, "samples_open": SAMPLES_OPEN, "top_tokens": TOP_TOKENS, "diagnosis": report.diagnosis,
-        "topk": topk_view(report),
+        "topk": topk_view(report), "chain": chain_view(report), "bitwise": bitwise,
     }
 
 

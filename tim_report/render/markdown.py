@@ -19,6 +19,7 @@ from __future__ import annotations
 from ..catalogue import metrics as catalogue
 from ..catalogue.numbers import fixed, fmt, pct, plain
 from ..config import HEALTH, HOT_DIFF, TREND_TABLE_MAX_STEPS, health
+from .chain_views import bitwise_md, chain_md
 from .md import assemble, details, esc, href, run_path, table
 from .views import (
     env_view,
@@ -310,6 +311,7 @@ def render_run_md(report, base_url: str | None = None) -> str:
     sub += [f"{fmt(m.get('tokens'))} tokens", f"{fmt(m.get('sequences'))} sequences", html]
     title = f"# {esc(t['model'], TEXT_CHARS)}: {esc(t['rollout'])} → {esc(t['trainer'])}\n\n" + " · ".join(sub)
     core = [title] + [line for line in (_versions_line(report),) if line] + [_verdict(report), _summary(report)]
+    core += [part for part in (chain_md(report), bitwise_md(report)) if part]
     sections = [("findings", _findings(report)), ("routing and what-if", _routing(report)),
                 ("|δ| by probability", _by_probability(report)), ("whole distribution", _topk(report)),
                 ("by environment", _envs(report)), ("groups", _groups(report)),
