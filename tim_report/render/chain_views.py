@@ -39,8 +39,8 @@ def bitwise_identical(report) -> str | None:
     if not m.get("tokens") or m.get("abs_delta_max") != 0:
         return None
     return (f"Rollout and trainer are bitwise identical: all {fmt(m['tokens'])} tokens of {fmt(m.get('sequences'))} "
-            "sequences have the same log-prob on both sides (0 tokens differ, max |δ| = 0, KL k3 = 0, ESS = 1). The ratio and |Δp| histograms "
-            "would be one bar at r = 1, so none is drawn; `tim-report check --exact` gates on staying so.")
+            "sequences have the same log-prob on both sides (0 tokens differ, max |δ| = 0, KL k3 = 0, ESS = 1). The ratio and |Δp| "
+            "histograms would be one bar at r = 1, so none is drawn; `tim-report check --exact` gates on staying so.")
 
 
 def bitwise_md(report) -> str:
