@@ -107,3 +107,27 @@ def verdict_sentence(chain: dict) -> str | None:
         return f"Along the chain {path} the links cancel end to end; the {lead} link differs most."
     return (f"Along the chain {path}, the {lead} link ({link_words(link['from'], link['to'])[0]}) carries "
             f"{pct(link['share'])} of the end-to-end mismatch.")
+
+
+def exact_line(gate: dict) -> str:
+    """The exact gate in one line: that it held, or how many tokens differ and the first one (check, the assertion)."""
+    path = path_label(gate["sides"])
+    within = f" by more than atol {fmt(gate['atol'])}" if gate["atol"] > 0 else ""
+    if gate["passed"]:
+        return (f"exact: no token of {fmt(gate['tokens'])} differs{within} along {path}"
+                + ("" if within else " (bitwise equal)"))
+    n, first = gate["differing"], gate["first"]
+    text = (f"exact: {fmt(n)} of {fmt(gate['tokens'])} token{'s' if gate['tokens'] != 1 else ''} "
+            f"differ{'s' if n == 1 else ''}{within} ({pct(gate['share'])}), max |δ| {fmt(gate['max_abs'])}; "
+            f"first at {_token(first)}")
+    if gate["first_link"]:
+        text += f"; tokens start to differ on the {gate['first_link']} link"
+        if gate["first_link_token"] != first:
+            text += f" (first at {_token(gate['first_link_token'])})"
+    return text
+
+
+def _token(where: dict) -> str:
+    sides = ", ".join(f"{n} {fmt(v, 9)}" for n, v in where["logp"].items())
+    token = f", token {where['token']!r}" if where["token"] else ""
+    return f"sequence {where['sequence']}, position {where['position']}{token} (δ {fmt(where['delta'])}; {sides})"

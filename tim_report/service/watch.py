@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..analysis.history import check_history
+from ..catalogue.numbers import fmt
 from ..config import HISTORY_MARGIN, HISTORY_WINDOW
 from ..errors import BadInput
 from ..io import Source
@@ -52,7 +53,8 @@ class WatchOptions:
 
 @dataclass
 class Alarm:
-    """A step outside the run's band ("band") or a new change point ("change_point"), as one line and as data."""
+    """A step outside the run's band ("band"), a new change point ("change_point"), or the first step that is not
+    bitwise identical in a run whose steps were ("identity"), as one line and as data."""
 
     kind: str
     step: int | float | None
@@ -189,6 +191,11 @@ class Watch:
                 first = band.violations[0].id
                 rnd.alarms.append(Alarm("band", row.get("step"), row["id"], [v.id for v in band.violations], row.get(first),
                                         f"{row['id']}: outside the run's band: " + "; ".join(v.message for v in band.violations)))
+        for row in rnd.new_rows:
+            broke = identity_broken(row, result.rows)
+            if broke is not None:
+                rnd.alarms.append(Alarm("identity", row.get("step"), row["id"], ["abs_delta_max"], row.get("abs_delta_max"),
+                                        broke))
         for cp in result.change_steps:
             pairs = {(cp["step"], m) for m in cp["metrics"]}
             if pairs - self.known_changes:
@@ -196,6 +203,18 @@ class Watch:
                                         f"change point: {cp['sentence']}"))
             self.known_changes |= pairs
         self.known_ids |= {r["id"] for r in result.rows}
+
+
+def identity_broken(row: dict, rows: list[dict]) -> str | None:
+    """The line of the first step that stops being bitwise identical in a run whose earlier steps all were, or None."""
+    value = row.get("abs_delta_max")
+    if not isinstance(value, (int, float)) or not value > 0 or not isinstance(row.get("step"), (int, float)):
+        return None
+    before = [r for r in rows if isinstance(r.get("step"), (int, float)) and r["step"] < row["step"]]
+    if not before or any(r.get("abs_delta_max") != 0 for r in before):
+        return None
+    return (f"{row['id']}: no longer bitwise identical: max |δ| {fmt(value)} after {len(before)} identical "
+            f"step{'s' if len(before) > 1 else ''} (check --exact names the first differing token)")
 
 
 def _stats(s: Source) -> tuple:
