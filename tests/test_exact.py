@@ -51,7 +51,7 @@ def test_check_exact_fails_one_changed_token_and_names_it(million):
     seq = int(np.searchsorted(batch.offsets, CHANGED, side="right") - 1)
     pos = CHANGED - int(batch.offsets[seq])
     token = f"[{int(batch.token_ids[CHANGED])}]"
-    assert f"exact 1 of 1,000,000 tokens differs (0.0001%), max |δ| " in res.output
+    assert "exact 1 of 1,000,000 tokens differs (0.0001%), max |δ| " in res.output
     assert f"first at sequence {seq}, position {pos}, token '{token}'" in res.output
     # the same token within a tolerance passes; the JSON says the same in fields
     assert check(folder / "one.npz", "--exact", "--atol", "1e-12").exit_code == 0

@@ -23,7 +23,8 @@ def exact_gate(batch: StepBatch, tok: Tokens, atol: float = 0.0) -> dict:
     index = tok.index
     values = [(n, tok.rollout if n == "rollout" else tok.trainer if n == "trainer"
                else np.asarray(batch.side(n), dtype=np.float64)[index]) for n in names]
-    links, any_diff, max_abs = [], np.zeros(tok.n, bool), 0.0
+    links: list[dict] = []
+    any_diff, max_abs = np.zeros(tok.n, bool), 0.0
     for (a, va), (b, vb) in zip(values, values[1:]):
         d = np.abs(vb - va)
         differs = ~(d <= atol)  # NaN differs
@@ -36,12 +37,12 @@ def exact_gate(batch: StepBatch, tok: Tokens, atol: float = 0.0) -> dict:
         any_diff |= differs
     count = int(any_diff.sum())
     first_link = next((x for x in links if x["differing"]), None)
+    link_first = int(first_link["first"]) if first_link is not None and len(links) > 1 else None
     return {"atol": float(atol), "tokens": tok.n, "sides": names, "passed": count == 0, "differing": count,
             "share": count / tok.n if tok.n else 0.0, "max_abs": max_abs,
             "first": _where(batch, tok, values, int(np.argmax(any_diff)), atol) if count else None,
             "first_link": first_link["label"] if first_link is not None and len(links) > 1 else None,
-            "first_link_token": (_where(batch, tok, values, first_link["first"], atol)
-                                 if first_link is not None and len(links) > 1 else None),
+            "first_link_token": _where(batch, tok, values, link_first, atol) if link_first is not None else None,
             "links": [{k: v for k, v in x.items() if k != "first"} for x in links]}
 
 
