@@ -5,8 +5,10 @@ tests/ on sys.path), so no test module imports another.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import struct
 from pathlib import Path
 
 import numpy as np
@@ -139,3 +141,44 @@ def one_line_exit_2(res, *phrases: str) -> str:
     for p in phrases:
         assert p in lines[0], lines[0]
     return lines[0]
+
+
+def wandb_records(path: str):
+    """W&B's offline run file (`run-ID.wandb`): its 7-byte header, then LevelDB-log blocks of 32 KiB whose records are
+    W&B's own protobuf `Record`s (wandb.proto.wandb_internal_pb2), the schema `wandb sync` reads."""
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data, block = Path(path).read_bytes(), 32768
+    assert data[:4] == b":W&B"
+    pos, buf = 7, b""
+    while pos + 7 <= len(data):
+        left = block - pos % block
+        if left < 7:
+            pos += left
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if length == 0 and kind == 0:
+            pos += left
+            continue
+        buf += data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):  # a whole record, or the last piece of one
+            record = pb.Record()
+            record.ParseFromString(buf)
+            buf = b""
+            yield record
+
+
+def wandb_history(path: str, timeout: float = 60.0) -> list[dict]:
+    """The rows a W&B run logged (`run.log`), each as {key: value}, from its offline run file. W&B's service process
+    writes the file after `run.finish()` returns: wait for the run's `exit` record, the last one it writes."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        records = list(wandb_records(path))
+        if any(r.WhichOneof("record_type") == "exit" for r in records) or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    return [{i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item}
+            for r in records if r.WhichOneof("record_type") == "history"]

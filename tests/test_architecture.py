@@ -24,7 +24,8 @@ from tim_report.testing import make_batch
 PKG = ROOT / "tim_report"
 # component → layer; a module may import components of strictly lower layers, and its own component.
 LAYERS = {"errors": 0, "config": 1, "catalogue": 2, "model": 3, "io": 4, "analysis": 4, "render": 4,
-          "site": 4, "capture": 4, "testing": 4, "service": 5, "api": 6, "integrations": 6, "assertions": 6, "cli": 7, "pytest_plugin": 7,
+          "site": 4, "capture": 4, "testing": 4, "service": 5, "api": 6, "frames": 5, "integrations": 6, "assertions": 6, "cli": 7,
+          "pytest_plugin": 7,
           "__main__": 8, "": 9}
 
 

@@ -4,6 +4,7 @@ The Python API, for notebooks and scripts (tim_report.api); heavy packages are i
 
     report = tim_report.analyze(tim_report.load("step_batch.pt"))
     report.to_html(); report.to_markdown(); report.to_dict()
+    report.tokens_frame(); tim_report.read_site("site/").steps_frame()   # pandas DataFrames, for a notebook
     tim_report.compare("before.pt", "after.pt").write("cmp/")
 
 inside a training loop (tim_report.io.save_step; docs/integrations.md has each framework's lines):
@@ -21,7 +22,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["StepWriter", "__version__", "analyze", "assert_logprobs_match", "compare", "load", "save_step", "score_logprobs"]
+__all__ = ["StepWriter", "__version__", "analyze", "assert_logprobs_match", "compare", "load", "read_site", "save_step",
+           "score_logprobs"]
 
 
 def __getattr__(name: str):
@@ -38,6 +40,10 @@ def __getattr__(name: str):
         from .io.save_step import save_step
 
         return save_step
+    if name == "read_site":
+        from .frames import read_site
+
+        return read_site
     if name == "StepWriter":
         from .io.step_writer import StepWriter
 

@@ -3,6 +3,7 @@
     report = tim_report.analyze(tim_report.load("step_batch.pt"))
     report.to_html(); report.to_markdown(); report.to_dict()     # and it displays itself in Jupyter
     tim_report.compare("before.pt", "after.pt").write("cmp/")
+    report.tokens_frame(); tim_report.read_site("site/").steps_frame()   # pandas, for a notebook (tim_report.frames)
 
 The same service calls as the command line (`tim_report.service`); renderers are imported only when a page is
 asked for.
@@ -44,6 +45,18 @@ class Report(model.Report, JupyterMixin):
 
         values = {key: finite(self.metrics.get(key)) for key in SCALARS}
         return {prefix + key: v for key, v in values.items() if v is not None}
+
+    def tokens_frame(self, text: bool = False):
+        """The analysed batch's tokens as a pandas DataFrame, one row per token (tim_report.frames.tokens_frame:
+        both log-probs, δ, r, sequence, position, turn, environment, group). Needs the batch: a Report from
+        `tim_report.analyze(batch)` has it; one read back from summary.json does not (load and analyse the file)."""
+        batch = getattr(self, "_batch", None)
+        if batch is None:
+            raise ValueError("this Report holds no batch (read back from JSON?): "
+                             "tim_report.analyze(tim_report.load(path)).tokens_frame()")
+        from .frames import tokens_frame
+
+        return tokens_frame(batch, text=text)
 
     def jupyter_title(self) -> str:
         return str(self.run.get("id") or "run")
@@ -89,7 +102,9 @@ def analyze(batch: model.StepBatch, thresholds: Thresholds | None = None, run_id
     from .analysis import analyze as _analyze
 
     r = _analyze(batch, thresholds, run_id, diagnosis_thresholds)
-    return Report(**vars(r))
+    report = Report(**vars(r))
+    object.__setattr__(report, "_batch", batch)  # for tokens_frame(); not a field: never in to_dict() or summary.json
+    return report
 
 
 def compare(before, after, labels: tuple[str, str] | None = None, thresholds: Thresholds | None = None,

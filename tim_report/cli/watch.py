@@ -34,13 +34,17 @@ from .text import safe, summary_line
               help="Run COMMAND on each alarm (a step outside the run's band, a new change point), split like a shell "
                    "line but run without a shell; the alarm is in its environment: TIM_REPORT_ALARM, TIM_REPORT_STEP, "
                    "TIM_REPORT_RUN_ID, TIM_REPORT_METRIC(S), TIM_REPORT_VALUE, TIM_REPORT_MESSAGE, TIM_REPORT_SITE.")
+@click.option("--log-to", "log_to", multiple=True, metavar="LOGGER[=TARGET]",
+              help="Stream each new step's numbers and each alarm to an experiment logger (repeatable): tensorboard=DIR, "
+                   "wandb[=PROJECT] (W&B's own settings: WANDB_MODE, WANDB_DIR, ...), mlflow[=EXPERIMENT] (at "
+                   "MLFLOW_TRACKING_URI). docs/watch.md.")
 @click.option("--once", is_flag=True, help="Poll twice, an interval apart, build what is complete, and exit.")
 @click.option("--format", "formats", multiple=True, type=click.Choice(list(FORMATS)),
               help="Write only these formats (repeatable; default all). index.json is always written.")
 @ppo_eps_option
 @fail_cleanly
 @load_options
-def watch_command(run_dir, out, interval, ranks, on_alarm, once, formats, ppo_eps, load):
+def watch_command(run_dir, out, interval, ranks, on_alarm, log_to, once, formats, ppo_eps, load):
     """Follow a run folder while it is written: rebuild the site in OUTPUT each time a step is complete.
 
     RUN_DIR is a run folder `build` reads (prime-rl token_exports/, a folder of step files, a NeMo-RL log dir, a
@@ -48,6 +52,7 @@ def watch_command(run_dir, out, interval, ranks, on_alarm, once, formats, ppo_ep
     """
     from ..config import Thresholds
     from ..service.build import BuildOptions
+    from ..service.loggers import LogTarget, close_sinks, open_sinks
     from ..service.watch import Watch, WatchOptions, follow
 
     out = output_path(out)
@@ -55,15 +60,19 @@ def watch_command(run_dir, out, interval, ranks, on_alarm, once, formats, ppo_ep
     opts = WatchOptions(build=BuildOptions(load=load, thresholds=Thresholds(ppo_eps_low=ppo_eps[0], ppo_eps_high=ppo_eps[1]),
                                            formats=tuple(f for f in FORMATS if f in formats) if formats else tuple(FORMATS)),
                         interval=interval, ranks=ranks)
+    targets = [LogTarget.parse(t) for t in log_to]
     watch = Watch(run_dir, out, opts)
+    sinks = open_sinks(targets, out)
     stop = threading.Event()
     previous = {s: signal.signal(s, _stopper(stop)) for s in (signal.SIGINT, signal.SIGTERM)}
     click.echo(f"watching {safe(run_dir)} every {interval:g} s into {safe(out)}/ (Ctrl-C stops)")
     try:
-        follow(watch, lambda rnd: _report(rnd, argv, out), stop.wait, once)
+        follow(watch, lambda rnd: _report(rnd, argv, out, sinks), stop.wait, once)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+        for problem in close_sinks(sinks):
+            click.echo(f"tim-report: warning: --log-to: {safe(problem)}", err=True)
     n = len(watch.known_ids)
     click.echo(f"stopped: {safe(out)}/ holds {n} step{'s' if n != 1 else ''}")
 
@@ -90,7 +99,8 @@ def _stopper(stop: threading.Event):
     return handler
 
 
-def _report(rnd, argv: list[str] | None, out: Path) -> None:
+def _report(rnd, argv: list[str] | None, out: Path, sinks: list) -> None:
+    from ..service.loggers import log_round
     from ..service.watch import run_alarm
 
     for note in rnd.notes:
@@ -102,5 +112,7 @@ def _report(rnd, argv: list[str] | None, out: Path) -> None:
         failed = run_alarm(argv, alarm, out) if argv else None
         if failed:
             click.echo(f"tim-report: warning: {safe(failed)}", err=True)
+    if sinks and (rnd.new_rows or rnd.alarms):
+        log_round(sinks, rnd.new_rows, rnd.result.rows if rnd.result is not None else [], rnd.alarms)
     if rnd.result is not None and rnd.result.run:
         click.echo(f"site: {len(rnd.result.rows)} steps ({rnd.result.analysed} analysed); run verdict: {safe(rnd.result.run['verdict'])}")

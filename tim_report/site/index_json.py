@@ -86,13 +86,13 @@ def _row(index: Path, i: int, r: object, keys: tuple[str, ...] = catalogue.HISTO
         raise BadInput(index, f"runs[{i}] is not an object")
     rid = r.get("id")
     row = {"id": str(rid) if isinstance(rid, (str, int)) and not isinstance(rid, bool) else f"runs[{i}]",
-           "step": _number(index, i, r, "step")}
+           "step": number(index, i, r, "step")}
     for key in keys:
-        row[key] = _number(index, i, r, key)
+        row[key] = number(index, i, r, key)
     return row
 
 
-def _number(index: Path, i: int, r: dict, key: str) -> float | int | None:
+def number(index: Path, i: int, r: dict, key: str) -> float | int | None:
     """A finite number, or None when absent, null or not finite; any other type is a corrupt history."""
     v = r.get(key)
     if v is None:

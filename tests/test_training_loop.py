@@ -1,0 +1,82 @@
+"""The training loop of docs/integrations.md as written, and examples/training_loop/train.py followed live by `watch`."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tim_report.service.build import BuildOptions, build
+
+ROOT = Path(__file__).resolve().parents[1]
+MODEL = ROOT / "models" / "tiny-qwen2"
+
+
+def _docs_block() -> str:
+    """The python block under "## A plain PyTorch loop" in docs/integrations.md, as a reader copies it."""
+    text = (ROOT / "docs" / "integrations.md").read_text()
+    section = text[text.index("## A plain PyTorch loop"):]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+def test_the_docs_plain_loop_runs_as_written(tmp_path, monkeypatch):
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float32)
+    engine = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.bfloat16)
+    loader = []
+    for step in range(3):  # what an RL loop's batch holds: the sequences, the sampler's log-probs, the loss mask
+        input_ids = torch.randint(3, 2048, (4, 20))
+        response_ids = input_ids[:, -12:]
+        with torch.no_grad():
+            logits = engine(input_ids=input_ids).logits[:, -13:-1].float()
+        sampler = torch.log_softmax(logits, -1).gather(-1, response_ids.unsqueeze(-1)).squeeze(-1)
+        loader.append({"input_ids": input_ids, "response_ids": response_ids, "sampler_logprobs": sampler,
+                       "loss_mask": torch.ones_like(response_ids), "prompt_index": torch.arange(4) + 4 * step})
+    monkeypatch.chdir(tmp_path)
+    exec(compile(_docs_block(), "docs/integrations.md", "exec"), {"loader": loader, "model": model})
+    result = build([tmp_path / "tim_steps"], tmp_path / "site", BuildOptions(formats=("json",)))
+    assert [r["step"] for r in result.rows] == [0, 1, 2]
+    assert all(r["tokens"] == 48 for r in result.rows)
+    assert all(r["regime"] == "numerical_noise" for r in result.rows), [r["regime"] for r in result.rows]
+    assert max(r["abs_delta_median"] for r in result.rows) < 0.05  # bf16 against fp32, aligned: a shift would be ~1 nat
+
+
+@pytest.mark.slow
+def test_watch_follows_the_example_loop_and_alarms_where_the_bug_starts(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
+    run_dir, site = tmp_path / "tim_steps", tmp_path / "site"
+    watch = subprocess.Popen([sys.executable, "-m", "tim_report", "watch", str(run_dir), "-o", str(site), "--interval", "0.3"],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        train = subprocess.run([sys.executable, str(ROOT / "examples" / "training_loop" / "train.py"), "--out", str(run_dir),
+                                "--steps", "9", "--bug-step", "6", "--bug", "shift", "--tokens", "16", "--pause", "0.2"],
+                               capture_output=True, text=True, env=env, timeout=300)
+        assert train.returncode == 0, train.stderr[-2000:]
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            doc = json.loads((site / "index.json").read_text()) if (site / "index.json").is_file() else {"runs": []}
+            if len(doc["runs"]) == 9:
+                break
+            time.sleep(0.3)
+    finally:
+        watch.send_signal(signal.SIGTERM)
+        out, _ = watch.communicate(timeout=60)
+    assert watch.returncode == 0, out
+    assert len(doc["runs"]) == 9, out
+    alarms = [line for line in out.splitlines() if line.startswith("alarm:")]
+    assert alarms and "step_6" in alarms[0], out  # the first alarm is the step the bug starts at, not before
+    assert doc["run"]["since_step"] == 6 and "shift" in doc["run"]["verdict"], doc["run"]
+    regimes = {r["step"]: r["regime"] for r in doc["runs"]}
+    assert all(regimes[s] in ("numerical_noise", "identical") for s in range(6)) and regimes[8] == "systematic", regimes
+    assert np.isfinite([r["kl_k3"] for r in doc["runs"]]).all()
