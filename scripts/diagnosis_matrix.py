@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from tim_report.analysis import analyze
-from tim_report.catalogue.findings import FINDINGS, REGIMES
+from tim_report.catalogue.findings import FINDINGS
+from tim_report.catalogue.verdicts import REGIMES
 from tim_report.io import load
 from tim_report.model import StepBatch
 from tim_report.testing import make_run

@@ -15,7 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tim_report.analysis import analyze
-from tim_report.catalogue.findings import FINDINGS, REGIMES
+from tim_report.catalogue.findings import FINDINGS
+from tim_report.catalogue.verdicts import REGIMES
 from tim_report.config import SEVERITIES, DiagnosisThresholds
 from tim_report.errors import BadInput
 from tim_report.model import StepBatch, dumps

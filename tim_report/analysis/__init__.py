@@ -11,17 +11,13 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from ..catalogue import chain as chain_words
-from ..catalogue import findings
-from ..config import SEVERITIES, THREAD_MIN_TOKENS, DiagnosisThresholds, Thresholds
+from ..config import THREAD_MIN_TOKENS, DiagnosisThresholds, Thresholds
 from ..model import Report, StepBatch
 from . import breakdowns as bd
-from .chain import chain_analysis, chain_finding_evidence
 from .corrections import blocked_by_bug, routing, what_if
 from .diagnosis import diagnose
 from .distributions import distributions
-from .floor import trainer_floor
 from .metrics import summary_metrics
-from .routes import routing_agreement
 from .samples import sample_rows
 from .tokens import valid_tokens
 from .topk import topk_analysis
@@ -40,7 +36,7 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
     with ThreadPoolExecutor(max_workers=1) as pool:
         side = pool.submit(_side_families, batch, tok, th) if tok.n >= THREAD_MIN_TOKENS else None
         metrics = summary_metrics(tok, th)
-        diagnosis = diagnose(batch, tok, metrics, diagnosis_thresholds, (th.ppo_eps_low, th.ppo_eps_high))
+        diagnosis = diagnose(batch, tok, metrics, diagnosis_thresholds, th)
         families = side.result() if side is not None else _side_families(batch, tok, th)
     groups, envs = families.pop("by_group"), families.pop("by_env")
     route = routing(groups, th)
@@ -56,51 +52,12 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
         diagnosis=diagnosis,
         **families,
     )
-    dt = diagnosis_thresholds or DiagnosisThresholds()
-    add_floor(report.diagnosis, trainer_floor(batch, tok, th), dt)
-    add_routes(report.diagnosis, routing_agreement(batch, tok), dt)
-    report.chain = chain_analysis(batch, tok)
-    if report.chain is not None:
-        add_chain(report.diagnosis, report.chain, dt)
+    report.chain = report.diagnosis.pop("chain", None)  # summary.json's own `chain`, not the diagnosis's
+    if report.chain is not None and (sentence := chain_words.verdict_sentence(report.chain)):
+        report.diagnosis["verdict"] = f"{report.diagnosis['verdict']} {sentence}"  # the verdict names the leading link
     report.routing["blocked_by_bug"] = blocked_by_bug(report.diagnosis or {})
     report.run["thresholds"] = th.to_dict()
     return report
-
-
-def _add_finding(diagnosis: dict, finding: dict) -> None:
-    diagnosis["findings"].append(finding)
-    diagnosis["findings"].sort(key=lambda f: -SEVERITIES.index(f["severity"]))
-
-
-def add_floor(diagnosis: dict, floor: dict, dt: DiagnosisThresholds) -> None:
-    """The trainer's own floor beside the precision gap, and its finding among the others (by severity)."""
-    diagnosis["trainer_floor"] = floor
-    if floor.get("available"):
-        keys = ("kl_k3", "kl_share", "clip_fraction", "clipped_explained", "clip_inside_floor", "tis_fraction",
-                "ess_loss_share", "clip_band", "abs_max")
-        _add_finding(diagnosis, findings.make("trainer_floor", {k: floor[k] for k in keys}, dt))
-
-
-def add_routes(diagnosis: dict, routes: dict, dt: DiagnosisThresholds) -> None:
-    """Routing agreement beside the floor: a finding when both sides' routes were compared, or when a routes array
-    cannot be (empty, misaligned)."""
-    diagnosis["routing_agreement"] = routes
-    if routes.get("available"):
-        keys = ("any_flip_share", "decision_flip_share", "kl_k3_flipped", "kl_k3_unflipped", "kl_explained", "identical",
-                "layers", "k")
-        _add_finding(diagnosis, findings.make("routing_flips", {k: routes[k] for k in keys}, dt))
-    elif routes.get("problem") in ("empty", "misaligned"):
-        _add_finding(diagnosis, findings.make("routes_unusable", {"reason": routes["reason"]}, dt))
-
-
-def add_chain(diagnosis: dict, chain: dict, dt: DiagnosisThresholds) -> None:
-    """The chain names the link that carries the mismatch: a sentence of the verdict and a finding."""
-    sentence = chain_words.verdict_sentence(chain)
-    if sentence:
-        diagnosis["verdict"] = f"{diagnosis['verdict']} {sentence}"
-    evidence = chain_finding_evidence(chain)
-    if evidence is not None:
-        _add_finding(diagnosis, findings.make("chain_link", evidence, dt))
 
 
 def _side_families(batch: StepBatch, tok, th: Thresholds) -> dict:

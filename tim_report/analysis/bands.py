@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import replace
 
-from ..catalogue import findings
+from ..catalogue import verdicts
 from ..config import PUBLISHED_BANDS, DiagnosisThresholds, PublishedBand
 
 MOE_NAME = re.compile(r"moe|mixtral|deepseek-v[23]|(?<![a-z0-9])a\d+(\.\d+)?b(?![a-z0-9])")
@@ -75,4 +75,4 @@ def band_summary(band: PublishedBand, why: str, kl: float, dt: DiagnosisThreshol
     return {"name": band.name, "model_class": band.model_class, "precision": band.precision, "kl_k3": [lo, hi],
             "abs_delta_mean_max": band.abs_delta_mean_max, "noise_kl_max": dt.noise_kl_max,
             "noise_abs_delta_max": dt.noise_abs_delta_max, "why": why, "source": band.source,
-            "reading": findings.band_reading(kl, band.name, lo, hi, where(band), other)}
+            "reading": verdicts.band_reading(kl, band.name, lo, hi, where(band), other)}

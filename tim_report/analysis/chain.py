@@ -20,8 +20,10 @@ from __future__ import annotations
 import numpy as np
 
 from ..catalogue import chain as words
+from ..catalogue import findings
 from ..config import SAFETY_BOUND
 from ..model import StepBatch
+from .registry import Scene, detector
 from .stats import dot, k3_per_token
 from .tokens import Tokens, third_side
 
@@ -112,3 +114,15 @@ def chain_finding_evidence(chain: dict) -> dict | None:
     return {"leading": link["label"], "from": link["from"], "to": link["to"], "share": link["share"],
             "leading_kl_k3": link["kl_k3"], "leading_mean_sq": link["mean_sq"],
             "end_kl_k3": chain["end_to_end"]["kl_k3"], "path": words.path_label(chain["sides"])}
+
+
+def _measured(s: Scene) -> dict | None:
+    return chain_analysis(s.batch, s.tok)
+
+
+@detector("chain_link", beside=True, section=("chain", _measured))
+def _chain_finding(s: Scene) -> dict | None:
+    """The link that carries the mismatch, beside the verdict (analyze moves the chain to summary.json's top level)."""
+    chain = s.once(_measured)
+    evidence = chain_finding_evidence(chain) if chain is not None else None
+    return findings.make("chain_link", evidence, s.dt) if evidence is not None else None

@@ -25,8 +25,8 @@ from functools import cached_property
 
 import numpy as np
 
-from ..catalogue import findings
 from ..catalogue import metrics as catalogue
+from ..catalogue import verdicts
 from ..catalogue.numbers import fmt, pct, plain
 from ..config import COMPARE_REL_TOL, COMPARE_SE_TOL, COMPARE_TOKEN_TOL, Thresholds
 from ..model import SCHEMA_VERSION, Report, StepBatch
@@ -96,7 +96,7 @@ def what_differs(before: dict, after: dict) -> dict:
     same = [fa[i] for i in fa if i in fb and fa[i]["severity"] == fb[i]["severity"]]
     rb, ra = before.get("regime"), after.get("regime")
     return {"regime": {"before": rb, "after": ra, "changed": rb != ra}, "appeared": appeared, "gone": gone,
-            "changed": changed, "same": same, "sentence": findings.compare_why(rb, ra, appeared, gone, changed, same)}
+            "changed": changed, "same": same, "sentence": verdicts.compare_why(rb, ra, appeared, gone, changed, same)}
 
 
 # ---- distributions on shared bins -----------------------------------------------------------------

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from ..catalogue import findings
+from ..catalogue import verdicts
 from ..catalogue.numbers import pct, plain
 from ..config import SAFETY_BOUND, Thresholds
 from .tokens import Tokens
@@ -43,7 +43,7 @@ def blocked_by_bug(diagnosis: dict) -> dict | None:
     errors = [f for f in diagnosis.get("findings", []) if f["severity"] == "error"]
     if not errors:
         return None
-    return {"findings": [f["id"] for f in errors], "message": findings.blocked_message(errors[0]["problem"])}
+    return {"findings": [f["id"] for f in errors], "message": verdicts.blocked_message(errors[0]["problem"])}
 
 
 def what_if(tok: Tokens, th: Thresholds) -> list[dict]:

@@ -16,6 +16,7 @@ from ..catalogue import findings
 from ..catalogue.numbers import plain
 from ..config import DETECTOR_MAX_TOKENS, TEMPERATURE_FIT_COVERAGE, DiagnosisThresholds
 from .breakdowns import length_growth
+from .registry import Scene, detector
 from .stats import cluster_mean_se, dot, exp_or_inf, pearson, run_starts
 from .tokens import Tokens
 
@@ -299,3 +300,76 @@ def detect_drift(tok: Tokens, dt: DiagnosisThresholds, bias: float, bias_se: flo
                               bias * float(np.percentile(lengths, 90)), "threshold_exponent": dt.drift_exponent_min,
                               "threshold_bias": dt.noise_kl_max, "explained_by_other_finding": explained_by is not None},
         dt, explained_by=explained_by)
+
+
+# ---------------------------------------------------------------- registered: what each detector reads of the scene
+
+
+def _placeholders(s: Scene) -> tuple[dict | None, np.ndarray]:
+    """The placeholder-zero finding and its tokens: the detectors after it read the batch without them."""
+    return detect_dummy_zero(s.tok, s.dt)
+
+
+def _sampler(s: Scene) -> tuple[str | None, float, float]:
+    return sampler_side(s.tok, s.dt, ~s.once(_placeholders)[1])  # whose log-probs the tokens were drawn from
+
+
+def rest(s: Scene) -> Tokens:
+    """The valid tokens without placeholder zeros (they would dominate per-sequence sums)."""
+    return s.tok.subset(~s.once(_placeholders)[1])
+
+
+def _rest_bias(s: Scene) -> tuple[float, float]:
+    r = s.once(rest)
+    if r is not s.tok and r.n:
+        return cluster_mean_se(r.delta, r.seq)
+    return s.metrics["bias"], s.metrics.get("bias_se") or 0.0
+
+
+@detector("shift", whole_batch=True, decorrelates=True)
+def _shift(s: Scene) -> dict | None:
+    return detect_shift(s.tok, s.dt)
+
+
+@detector("dummy_zero", decorrelates=True)
+def _dummy_zero(s: Scene) -> dict | None:
+    found = s.once(_placeholders)[0]
+    if found and "shift" in s.found and found["evidence"]["trainer_side"]:
+        return None  # a shifted trainer's exact zeros are its confident neighbours' log-probs, not placeholders
+    return found
+
+
+@detector("processed_logprobs", whole_batch=True)
+def _processed(s: Scene) -> dict | None:
+    return detect_processed(s.tok, s.dt, s.metrics.get("corr_logp"), declared_processing(s.batch.meta))
+
+
+@detector("temperature", whole_batch=True)
+def _temperature(s: Scene) -> dict | None:
+    if "processed_logprobs" in s.found:
+        return None
+    return detect_temperature(s.tok, s.dt, s.metrics.get("corr_logp"), ~s.once(_placeholders)[1], s.once(_sampler))
+
+
+@detector("one_side_broken", whole_batch=True)
+def _one_side_broken(s: Scene) -> dict | None:
+    if "shift" in s.found:
+        return None  # a shifted trainer decorrelates the log-probs by itself: no separate "broken side" claim then
+    return detect_one_side_broken(s.tok, s.dt, s.metrics.get("corr_logp"), ~s.once(_placeholders)[1],
+                                  explained="processed_logprobs" in s.found or "temperature" in s.found,
+                                  bias=(s.metrics["bias"], s.metrics.get("bias_se") or 0.0), sampler=s.once(_sampler))
+
+
+@detector("drift_with_length")
+def _drift(s: Scene) -> dict | None:
+    r = s.once(rest)
+    if not r.n:
+        return None
+    cause = next((i for i in ("processed_logprobs", "temperature", "one_side_broken") if i in s.found), None)
+    bias, bias_se = s.once(_rest_bias)
+    return detect_drift(r, s.dt, bias, bias_se, cause)
+
+
+@detector("low_prob_tail")
+def _low_prob_tail(s: Scene) -> dict | None:
+    return detect_low_prob_tail(s.tok, s.dt)

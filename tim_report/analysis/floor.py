@@ -19,8 +19,10 @@ import math
 
 import numpy as np
 
+from ..catalogue import findings
 from ..config import SAFETY_BOUND, Thresholds
 from ..model import StepBatch
+from .registry import Scene, detector
 from .stats import k3_per_token, kish_ess
 from .tokens import Tokens, third_side
 
@@ -67,3 +69,18 @@ def trainer_floor(batch: StepBatch, tok: Tokens, th: Thresholds) -> dict:
         "clip_inside_floor": bool(clip_phi.any()), "tis_inside_floor": bool((phi > tis).any()),
         "clip_band": [th.ppo_clip[0], th.ppo_clip[1]], "tis_cap": th.tis_token_cap,
     }
+
+
+def _measured(s: Scene) -> dict:
+    return trainer_floor(s.batch, s.tok, s.th)
+
+
+@detector("trainer_floor", beside=True, section=("trainer_floor", _measured))
+def _floor_finding(s: Scene) -> dict | None:
+    """The trainer's own floor beside the precision gap, and its finding among the others (by severity)."""
+    floor = s.once(_measured)
+    if not floor.get("available"):
+        return None
+    keys = ("kl_k3", "kl_share", "clip_fraction", "clipped_explained", "clip_inside_floor", "tis_fraction",
+            "ess_loss_share", "clip_band", "abs_max")
+    return findings.make("trainer_floor", {k: floor[k] for k in keys}, s.dt)

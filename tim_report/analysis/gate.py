@@ -9,11 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..catalogue import metrics as catalogue
+from ..catalogue.findings import INPUT_PROBLEM
 from ..catalogue.numbers import fixed, fmt, plain
 from ..config import SEVERITIES
 from ..model import Report
-
-INPUT_FINDING = "unusable_input"  # the finding that makes a batch an input problem rather than a verdict
 
 
 @dataclass(frozen=True)
@@ -42,7 +41,7 @@ class CheckResult:
     regime: str | None
     violations: list[Violation] = field(default_factory=list)
     summary: str = ""
-    input_problem: str | None = None  # the batch cannot be measured (the unusable_input finding): exit 2, one line
+    input_problem: str | None = None  # the batch cannot be measured (the input-problem finding): exit 2, one line
 
     @property
     def ok(self) -> bool:
@@ -66,7 +65,7 @@ def evaluate(report: Report, limits: list[Limit], fail_on: str = "error") -> Che
     m = report.metrics
     diag = report.diagnosis or {}
     res = CheckResult(diag.get("regime"))
-    unusable = next((f for f in diag.get("findings", []) if f["id"] == INPUT_FINDING), None)
+    unusable = next((f for f in diag.get("findings", []) if f["id"] == INPUT_PROBLEM), None)
     if unusable is not None:  # an input problem, not a verdict: whatever the limits and --fail-on say
         res.input_problem = unusable["title"]
         return res

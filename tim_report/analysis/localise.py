@@ -22,7 +22,8 @@ from ..catalogue import findings
 from ..config import DETECTOR_MAX_TOKENS, KERNEL_POW2_MIN, KERNEL_TILE, ONSET_MAX_POINTS, DiagnosisThresholds
 from ..model import StepBatch
 from .changepoints import change_points
-from .detectors import _thin
+from .detectors import _thin, rest
+from .registry import Scene, detector
 from .tokens import Tokens
 
 CHUNK = 1 << 20  # tokens per slice of the first-token pass
@@ -246,3 +247,29 @@ def detect_mixed_versions(batch: StepBatch, tok: Tokens, dt: DiagnosisThresholds
                         abs_delta_mean_newest=float(ad[~on_stale].mean()) if (~on_stale).any() else None,
                         abs_delta_mean_stale=float(ad[on_stale].mean()) if on_stale.any() else None)
     return findings.make("mixed_policy_versions", evidence, dt)
+
+
+# ---------------------------------------------------------------- registered: where it sits, on the tokens without
+# placeholders, and only when no whole-batch fault (an off-by-one, a one-sided transformation) explains the mismatch
+
+
+@detector("first_token")
+def _first_token(s: Scene) -> dict | None:
+    return None if s.whole_batch_fault() else detect_first_token(s.once(rest), s.dt)
+
+
+@detector("turn_boundary")
+def _turn_boundary(s: Scene) -> dict | None:
+    return None if s.whole_batch_fault() else detect_turn_boundary(s.once(rest), s.batch.turn, s.dt)
+
+
+@detector("position_onset")
+def _position_onset(s: Scene) -> dict | None:
+    if s.whole_batch_fault():
+        return None
+    return detect_position_onset(s.once(rest), s.dt, "turn_boundary" if "turn_boundary" in s.found else None)
+
+
+@detector("mixed_policy_versions", when_identical=True)  # said even when nothing differs
+def _mixed_versions(s: Scene) -> dict | None:
+    return detect_mixed_versions(s.batch, s.once(rest), s.dt)

@@ -18,6 +18,7 @@ import math
 
 import numpy as np
 
+from ..catalogue import findings
 from ..config import (
     PPO_EPS_HIGH,
     PPO_EPS_LOW,
@@ -26,6 +27,7 @@ from ..config import (
 )
 from ..model import StepBatch
 from .histograms import ProbBuckets
+from .registry import Scene, detector
 from .stats import cluster_mean_se, pearson
 from .tokens import Tokens, third_side
 
@@ -114,3 +116,17 @@ def _by_probability(part: Tokens, alpha: np.ndarray, beta: np.ndarray) -> list[d
                      "alpha_abs_mean": float(sums["alpha_abs"][b] / n),
                      "beta_abs_share": float(sums["beta_abs"][b] / total) if total > 0 else 0.0})
     return rows
+
+
+def _measured(s: Scene) -> dict:
+    return precision_gap(s.batch, s.tok, s.th.ppo_eps_low, s.th.ppo_eps_high)
+
+
+@detector("precision_gap", beside=True, section=("precision_gap", _measured))
+def _gap_finding(s: Scene) -> dict | None:
+    gap = s.once(_measured)
+    if not gap.get("available"):
+        return None
+    return findings.make("precision_gap", {k: gap[k] for k in (
+        "beta_share_sq", "beta_share_abs", "beta_bias", "beta_bias_se", "beta_abs_mean", "alpha_abs_mean", "clip_fraction_beta",
+        "clip_fraction_total", "corr_beta_advantage")}, s.dt)

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..catalogue import findings
 from ..model import StepBatch
+from .registry import Scene, detector
 from .tokens import Tokens
 
 HOW_TO_GET = ("tim-report capture --routes ... on a mixture-of-experts model records both sides' routed experts "
@@ -82,3 +84,27 @@ def routing_agreement(batch: StepBatch, tok: Tokens) -> dict:
         "abs_delta_unflipped": float(abs_d[~flipped].mean()) if n_flip < tok.n else None,
         "kl_explained": explained,
     }
+
+
+def _measured(s: Scene) -> dict:
+    return routing_agreement(s.batch, s.tok)
+
+
+@detector("routing_flips", beside=True, section=("routing_agreement", _measured))
+def _flips(s: Scene) -> dict | None:
+    """Routing agreement beside the floor: a finding when both sides' routes were compared."""
+    routes = s.once(_measured)
+    if not routes.get("available"):
+        return None
+    keys = ("any_flip_share", "decision_flip_share", "kl_k3_flipped", "kl_k3_unflipped", "kl_explained", "identical",
+            "layers", "k")
+    return findings.make("routing_flips", {k: routes[k] for k in keys}, s.dt)
+
+
+@detector("routes_unusable", beside=True)
+def _unusable_routes(s: Scene) -> dict | None:
+    """A routes array that cannot be compared (empty, misaligned)."""
+    routes = s.once(_measured)
+    if routes.get("available") or routes.get("problem") not in ("empty", "misaligned"):
+        return None
+    return findings.make("routes_unusable", {"reason": routes["reason"]}, s.dt)

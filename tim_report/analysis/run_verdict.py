@@ -14,7 +14,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from ..catalogue import runs as words
-from ..catalogue.findings import REGIMES
+from ..catalogue.verdicts import REGIMES
 from ..config import CHANGE_POINT_MIN_SIZE, RUN_VERDICT_SHARE, SEVERITIES
 from .drift import run_shapes
 

@@ -13,6 +13,7 @@ import numpy as np
 from ..catalogue import findings
 from ..config import POSITIVE_LOGP_TOLERANCE, DiagnosisThresholds
 from ..model import StepBatch
+from .registry import Scene, detector
 from .tokens import Tokens, probability_sides
 
 
@@ -34,3 +35,8 @@ def unusable_input(batch: StepBatch, tok: Tokens, dt: DiagnosisThresholds) -> di
         evidence[f"{side}_positive"] = int(((arr > POSITIVE_LOGP_TOLERANCE) & finite & m).sum())
         evidence[f"{side}_probabilities"] = side in probs
     return findings.make("unusable_input", evidence, dt, probability_sides=probs)
+
+
+@detector("unusable_input")
+def _unusable(s: Scene) -> dict | None:
+    return unusable_input(s.batch, s.tok, s.dt)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .metrics import Metric
-from .numbers import fmt
+from .numbers import fmt, times
 from .runs import REGIME_WORDS, short
 
 ARMS_METHOD = ("Each step is one draw of its arm's level. A metric is compared on its gap from the ideal value (1 − ESS "
@@ -19,10 +19,6 @@ def gap_name(m: Metric) -> str:
     return f"{fmt(m.ideal)} − {m.name}" if m.worse == "down" else f"|{m.name} − {fmt(m.ideal)}|"
 
 
-def _x(v: float) -> str:
-    return fmt(v, 2) + "×"
-
-
 def arm_sentence(m: Metric, row: dict, labels: tuple[str, str]) -> str:
     """'fp32 lowers KL k3 3.1× (2.5×–3.8×)', or why no verdict is drawn."""
     e, gap, (before, after) = row["effect"], row["gap"], labels
@@ -32,14 +28,14 @@ def arm_sentence(m: Metric, row: dict, labels: tuple[str, str]) -> str:
         return f"{gap}: no verdict from one step in an arm (give each arm two steps or more)"
     ratio = row["scale"] == "ratio"
     if row["direction"] == "unresolved":
-        what = (f"{after} ÷ {before} {_x(e['value'])}, interval {_x(e['low'])}–{_x(e['high'])} covers 1" if ratio else
+        what = (f"{after} ÷ {before} {times(e['value'])}, interval {times(e['low'])}–{times(e['high'])} covers 1" if ratio else
                 f"{after} − {before} {m.write(e['value'])}, interval {m.write(e['low'])} to {m.write(e['high'])} covers 0")
         return f"{gap}: no difference resolved ({what})"
     verb = "lowers" if row["direction"] == "lower" else "raises"
     if ratio:
         factor = (lambda v: 1 / v) if row["direction"] == "lower" else (lambda v: v)
         lo, hi = sorted((factor(e["low"]), factor(e["high"])))
-        return f"{after} {verb} {gap} {_x(factor(e['value']))} ({_x(lo)}–{_x(hi)})"
+        return f"{after} {verb} {gap} {times(factor(e['value']))} ({times(lo)}–{times(hi)})"
     lo, hi = sorted((abs(e["low"]), abs(e["high"])))
     return f"{after} {verb} {gap} by {m.write(abs(e['value']))} ({m.write(lo)} to {m.write(hi)})"
 

@@ -1,11 +1,15 @@
 """The finding catalogue: for each thing the diagnosis can find, its severity rule and its words.
 
-A detector (analysis/detectors.py, analysis/localise.py) measures and decides whether its fault is there; it
-hands its evidence (the numbers, as summary.json keeps them) and a few words of context to `make`, which
-returns the finding: id, severity, title (a sentence for the page), problem (a noun phrase, for sentences
-built around it: "no correction fixes {problem}"), likely cause and what to check. The regimes' verdicts,
-and the default advice are here too; the run view's words (run-level findings, the run verdict, change-point
-sentences) are in catalogue/runs.py. docs/diagnosis.md explains each detector.
+A finding is one detector plus one entry here. The detector (analysis/detectors.py, localise.py, usable.py, and
+the measurements that carry a finding: precision_gap.py, floor.py, routes.py) registers with `@detector(id)`
+(analysis/registry.py), measures, decides whether its fault is there, and hands its evidence (the numbers, as
+summary.json keeps them) and a few words of context to `make`, which returns the finding: id, severity, title (a
+sentence for the page), problem (a noun phrase, for sentences built around it: "no correction fixes {problem}"),
+likely cause and what to check. The entry also holds the finding's step words (the run view's sentences) and
+where else a page shows it (`banner`). The diagnosis runs the detectors in this catalogue's order, which is also
+the order findings of one severity are listed in. The verdict's words are in catalogue/verdicts.py, the run
+view's (run-level findings, the run verdict, change-point sentences) in catalogue/runs.py. docs/diagnosis.md
+explains each detector.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Any
 
 from ..config import FLOOR_CLIP_WARN, ROUTING_EXPLAINS_WARN, SEVERITIES, DiagnosisThresholds
 from . import chain
-from .numbers import fixed, fmt, pct, sci
+from .numbers import fixed, fmt, pct, times
 
 Words = dict[str, Any]  # a finding's evidence and its context, by name
 Text = Callable[[Words], str]
@@ -24,12 +28,21 @@ Text = Callable[[Words], str]
 
 @dataclass(frozen=True)
 class Finding:
+    """One finding: its severity rule and its words. A batch finding also has its step words (a run's sentences are
+    made of them: "from step 12 {meaning} (every step from there is diagnosed {short})") and says where else a page
+    shows it; the run-level findings (catalogue/runs.py) have neither."""
+
     id: str
     severity: Callable[[Words, DiagnosisThresholds], str]
     title: Text
     problem: Text
     cause: Text
     check: Text
+    short: str = ""             # its short name in a run's sentences ("off-by-one")
+    meaning: str = ""           # what it means for a stretch of steps ("the trainer's log-probs are shifted by one …")
+    banner: bool = False        # said again under the page's title: it is about what the batch is, not its numbers
+    reads_regime: bool = False  # its words read the regime, known once every detector ran: made again with it
+    leads_as_info: bool = False  # as info it still leads the verdict when nothing worse does (it explains the mismatch)
 
 
 def _always(level: str) -> Callable[[Words, DiagnosisThresholds], str]:
@@ -41,12 +54,8 @@ def _floor_share(share: float | None) -> str:
     if share is None:
         return ""
     if share > 1:
-        return f", {fmt(share, 3)}× the mismatch's: the mismatch is within the trainer's own noise"
+        return f", {times(share)} the mismatch's: the mismatch is within the trainer's own noise"
     return f", {pct(share)} of the mismatch's"
-
-
-def _x(x: float, digits: int = 3) -> str:
-    return fmt(x, digits) + "×"
 
 
 def _broken_severity(w: Words, dt: DiagnosisThresholds) -> str:
@@ -66,12 +75,12 @@ def _drift_severity(w: Words, dt: DiagnosisThresholds) -> str:
 def _broken_title(w: Words) -> str:
     if w["broken_side_basis"] == "constant":
         return (f"The {w['broken_side']} side's log-probs are all {fmt(w['constant_value'])}: it never scored these tokens "
-                f"(perplexity {_x(w['ppl_ratio'])} apart)")
+                f"(perplexity {times(w['ppl_ratio'])} apart)")
     if w["ppl_ratio"] < w["threshold_ppl_ratio_warn"]:
         return (f"Log-prob correlation is only {fixed(w['corr_logp'], 2)}: the two sides do not score the same model or "
                 f"context" + _blamed(w))
     low_corr = w["corr_logp"] is not None and w["corr_logp"] < w["threshold_corr"]
-    return (f"The {w['higher']} side's perplexity is {_x(w['ppl_ratio'])} the other's on the same tokens"
+    return (f"The {w['higher']} side's perplexity is {times(w['ppl_ratio'])} the other's on the same tokens"
             + (f" (log-prob correlation {fixed(w['corr_logp'], 2)})" if low_corr else "") + _blamed(w))
 
 
@@ -88,7 +97,7 @@ def _broken_problem(w: Words) -> str:
     if w["broken_side_basis"] == "constant":
         return f"{w['broken_side']} log-probs that are all {fmt(w['constant_value'])} (that side never scored the tokens)"
     if w["ppl_ratio"] >= w["threshold_ppl_ratio_warn"] or w["broken_side_basis"] == "sampler":
-        return (f"the {w['broken_side']} side scoring another model or context (perplexity {_x(w['ppl_ratio'])} apart)")
+        return (f"the {w['broken_side']} side scoring another model or context (perplexity {times(w['ppl_ratio'])} apart)")
     return f"the two sides scoring different models or contexts (log-prob correlation only {fixed(w['corr_logp'], 2)})"
 
 
@@ -153,6 +162,9 @@ def _offset(w: Words) -> str:
     return "+1" if w["shift"] == 1 else "−1"
 
 
+# The input gate: an input problem, not a verdict (it leads the diagnosis; `check` exits 2 on it).
+INPUT_PROBLEM = "unusable_input"
+
 FINDINGS: dict[str, Finding] = {f.id: f for f in (
     Finding(
         "unusable_input", _always("error"),
@@ -167,7 +179,8 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
         lambda w: "Fix the input before reading any number: check which array each side was read from "
                   "(`tim-report inspect FILE`), that both hold log-probs (≤ 0; `torch.log_softmax`, not `softmax`), and "
                   "where the NaN / inf come from (`torch.isfinite` on the logits). The limits are the diagnosis "
-                  "thresholds min_usable_share and min_usable_tokens (`check --set`)."),
+                  "thresholds min_usable_share and min_usable_tokens (`check --set`).",
+        short="unusable input", meaning="the batches cannot be measured (too few usable tokens, or probabilities saved as log-probs)"),
     Finding(
         "shift", _always("error"),
         lambda w: f"Off-by-one: trainer log-probs match the rollout's at position t{_offset(w)}",
@@ -177,20 +190,25 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
                   "(OpenRLHF drops the first position, AReaL rolls by −1) and the loader assumed the other.",
         lambda w: "Check the logits/labels slicing in the trainer's log-prob computation and the alignment the loader "
                   "assumed (`tim-report inspect FILE`); override the keys or fix the export so both arrays index the same "
-                  "token."),
+                  "token.",
+        short="off-by-one", meaning="the trainer's log-probs are shifted by one position against the rollout's"),
     Finding(
-        "temperature", _always("error"),
-        lambda w: (f"Temperature on one side only: the rollout's log-probs are "
-                   f"{'flatter' if w['temperature_ratio'] > 1 else 'sharper'} than the trainer's "
-                   f"({_temperature_range(w)})"
-                   + {"rollout": "; the trainer is off (the rollout's are the sampler's)",
-                      "trainer": "; the rollout is off (the trainer's are the sampler's)"}.get(w["sampler_side"] or "", "")),
-        lambda w: f"a temperature applied on one side only ({_temperature_range(w)})",
-        lambda w: ("Sampling temperature is applied on one side only: " + _temperature_how(w) + ". Tempered log-probs "
-                   "satisfy log p_T = log p / T − log Z_T, so δ = (T−1)·rollout_logp + per-position constant."),
-        lambda w: "Make both sides use the same temperature: divide the trainer's logits by the rollout temperature "
-                  "(verl/TRL do this), and check whether the engine returns log-probs before or after temperature "
-                  "(vLLM `logprobs_mode` raw vs processed)."),
+        "dummy_zero", lambda w, dt: "error" if w["tokens"] >= dt.dummy_error_count else "warn",
+        lambda w: (f"{fmt(w['tokens'])} masked-in tokens have {w.get('side', 'rollout')} log-prob exactly 0.0 (placeholder values)"
+                   + (f"; every {w.get('side', 'rollout')} log-prob is 0.0" if w.get("all_exact_zero") else "")),
+        lambda w: f"placeholder {w.get('side', 'rollout')} log-probs of exactly 0.0 on {fmt(w['tokens'])} masked-in tokens",
+        lambda w: ("Tokens the engine did not sample (tool / environment output, padding, prompt) carry a placeholder "
+                   "log-prob of 0.0 but are inside the loss mask, so the trainer's real log-prob is compared with p = 1."
+                   if w.get("side", "rollout") == "rollout" else
+                   "The trainer's log-probs were never recomputed on these tokens: an array initialised with zeros (or a "
+                   "masked-out recompute, `old_log_probs` left at its default) is compared with the rollout's real "
+                   "log-probs as if the trainer gave p = 1."),
+        lambda w: ("Mask tool and environment tokens out of the loss (`response_mask` / `loss_mask`), and check the padding "
+                   "value of the rollout log-prob array; if every rollout log-prob is 0, the engine returned processed "
+                   "log-probs of greedy decoding." if w.get("side", "rollout") == "rollout" else
+                   "Check that the trainer's log-prob pass ran on this batch (recompute of `old_log_probs` enabled, its "
+                   "output written back before the dump) and that its mask covers every trained token."),
+        short="placeholder zeros", meaning="placeholder 0.0 log-probs on one side sit inside the loss mask"),
     Finding(
         "processed_logprobs", lambda w, dt: "info" if w["declared_in_meta"] else "error",
         lambda w: (f"Rollout log-probs are renormalised by truncated sampling ({w['declared']}), as the batch declares: "
@@ -211,23 +229,22 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
                    "log-probs on the rollout side or apply the same truncation in the trainer.") if w["declared_in_meta"] else
                   ("Return raw log-probs from the engine (vLLM `logprobs_mode='raw_logprobs'` / `'raw_logits'` with matching "
                    "temperature), or apply the same truncation in the trainer; exp(min δ) shows the smallest kept mass "
-                   "(≈ top_p).")),
+                   "(≈ top_p)."),
+        short="processed log-probs", meaning="the rollout's log-probs are renormalised by top-p / top-k", leads_as_info=True),
     Finding(
-        "dummy_zero", lambda w, dt: "error" if w["tokens"] >= dt.dummy_error_count else "warn",
-        lambda w: (f"{fmt(w['tokens'])} masked-in tokens have {w.get('side', 'rollout')} log-prob exactly 0.0 (placeholder values)"
-                   + (f"; every {w.get('side', 'rollout')} log-prob is 0.0" if w.get("all_exact_zero") else "")),
-        lambda w: f"placeholder {w.get('side', 'rollout')} log-probs of exactly 0.0 on {fmt(w['tokens'])} masked-in tokens",
-        lambda w: ("Tokens the engine did not sample (tool / environment output, padding, prompt) carry a placeholder "
-                   "log-prob of 0.0 but are inside the loss mask, so the trainer's real log-prob is compared with p = 1."
-                   if w.get("side", "rollout") == "rollout" else
-                   "The trainer's log-probs were never recomputed on these tokens: an array initialised with zeros (or a "
-                   "masked-out recompute, `old_log_probs` left at its default) is compared with the rollout's real "
-                   "log-probs as if the trainer gave p = 1."),
-        lambda w: ("Mask tool and environment tokens out of the loss (`response_mask` / `loss_mask`), and check the padding "
-                   "value of the rollout log-prob array; if every rollout log-prob is 0, the engine returned processed "
-                   "log-probs of greedy decoding." if w.get("side", "rollout") == "rollout" else
-                   "Check that the trainer's log-prob pass ran on this batch (recompute of `old_log_probs` enabled, its "
-                   "output written back before the dump) and that its mask covers every trained token.")),
+        "temperature", _always("error"),
+        lambda w: (f"Temperature on one side only: the rollout's log-probs are "
+                   f"{'flatter' if w['temperature_ratio'] > 1 else 'sharper'} than the trainer's "
+                   f"({_temperature_range(w)})"
+                   + {"rollout": "; the trainer is off (the rollout's are the sampler's)",
+                      "trainer": "; the rollout is off (the trainer's are the sampler's)"}.get(w["sampler_side"] or "", "")),
+        lambda w: f"a temperature applied on one side only ({_temperature_range(w)})",
+        lambda w: ("Sampling temperature is applied on one side only: " + _temperature_how(w) + ". Tempered log-probs "
+                   "satisfy log p_T = log p / T − log Z_T, so δ = (T−1)·rollout_logp + per-position constant."),
+        lambda w: "Make both sides use the same temperature: divide the trainer's logits by the rollout temperature "
+                  "(verl/TRL do this), and check whether the engine returns log-probs before or after temperature "
+                  "(vLLM `logprobs_mode` raw vs processed).",
+        short="one-sided temperature", meaning="a temperature is applied on one side only"),
     Finding(
         "one_side_broken", _broken_severity, _broken_title, _broken_problem,
         lambda w: (f"The {w['broken_side']} side's log-probs were never computed: an output initialised to "
@@ -237,44 +254,48 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
                    "checkpoint, weight sync not applied, LoRA not merged, quantisation), a different prompt / chat "
                    "template, truncated context, or a different tokenizer."),
         lambda w: "Compare weight checksums / the step of both sides, the exact prompt token ids each side saw, the "
-                  "tokenizer and chat template, and any quantisation; re-score a few sequences with both sides by hand."),
+                  "tokenizer and chat template, and any quantisation; re-score a few sequences with both sides by hand.",
+        short="one side broken", meaning="one side scores another model or context"),
     Finding(
         "first_token", _always("warn"),
         lambda w: (f"The first response token carries {pct(w['share_of_abs_delta'])} of the mismatch: its |δ| is "
-                   f"{_x(w['ratio'])} the rest's"),
-        lambda w: (f"a first response token that disagrees {_x(w['ratio'])} more than the rest (a BOS, template or "
+                   f"{times(w['ratio'])} the rest's"),
+        lambda w: (f"a first response token that disagrees {times(w['ratio'])} more than the rest (a BOS, template or "
                    "first-step sampling difference)"),
         lambda w: "Something differs for the first generated token only: a temperature or logit processor applied to the "
                   "first step alone, a BOS token one side adds and the other does not, or a prompt/response boundary "
                   "tokenised differently (the chat template's generation prompt, a trailing space or newline merged into "
                   "the first response token).",
         lambda w: "Compare the last prompt tokens and the first response token id on both sides (`tim-report inspect`), "
-                  "check that both sides add BOS the same way and that the first sampling step uses the same temperature."),
+                  "check that both sides add BOS the same way and that the first sampling step uses the same temperature.",
+        short="first token", meaning="the first response token disagrees far more than the rest"),
     Finding(
         "turn_boundary", _always("warn"),
-        lambda w: (f"The first tokens after each tool / environment span disagree: their |δ| is {_x(w['ratio'])} the rest's "
+        lambda w: (f"The first tokens after each tool / environment span disagree: their |δ| is {times(w['ratio'])} the rest's "
                    f"(turns {', '.join(map(str, w['turns_affected'])) or 'none alone'})"),
-        lambda w: f"a different context after each tool call (the first tokens of a turn disagree {_x(w['ratio'])} more)",
+        lambda w: f"a different context after each tool call (the first tokens of a turn disagree {times(w['ratio'])} more)",
         lambda w: "The two sides see a different context after a tool call: the chat template is not prefix-preserving "
                   "(re-rendering the history changes earlier turns, e.g. dropped reasoning or whitespace), or the tool / "
                   "environment response is tokenised differently by the engine (token-in) and the trainer (text "
                   "re-tokenised).",
         lambda w: "Compare the token ids around a tool response on both sides; keep the rollout's token ids for the trainer "
-                  "(token-in-token-out) instead of re-applying the chat template to the conversation text."),
+                  "(token-in-token-out) instead of re-applying the chat template to the conversation text.",
+        short="turn boundary", meaning="the first tokens after each tool span disagree"),
     Finding(
         "position_onset", lambda w, dt: "info" if w["explained_by_other_finding"] else "warn",
         lambda w: (f"The mismatch switches on at response position {w['position']}: mean |δ| "
-                   f"{fmt(w['abs_delta_mean_before'])} → {fmt(w['abs_delta_mean_after'])} nats ({_x(w['ratio'])} in typical "
+                   f"{fmt(w['abs_delta_mean_before'])} → {fmt(w['abs_delta_mean_after'])} nats ({times(w['ratio'])} in typical "
                    f"|δ|)" + (f", where the {w['explained_by']} finding starts" if w.get("explained_by") else "")
                    + (f"; {_boundary_words(w)}: a kernel-boundary hint" if w.get("kernel_boundary") else "")),
-        lambda w: f"a mismatch that switches on at response position {w['position']} ({_x(w['ratio'])} from there on)",
+        lambda w: f"a mismatch that switches on at response position {w['position']} ({times(w['ratio'])} from there on)",
         lambda w: (_kernel_hint(w) + " " if w.get("kernel_boundary") else "")
                   + "A second error source switches on part-way through the response: a quantised (fp8) KV cache or a "
                   "sliding / chunked attention window that starts to matter at that length, a RoPE scaling or position "
                   "limit, prefill vs decode kernels that differ beyond a chunk size, or a context the trainer truncated.",
         lambda w: f"Look at what happens at position {w['position']} plus the prompt length: the engine's KV-cache dtype, "
                   "chunked prefill size, sliding window and max model length, and the trainer's max sequence length / "
-                  "truncation."),
+                  "truncation.",
+        short="position onset", meaning="the mismatch switches on part-way through the responses"),
     Finding(
         "mixed_policy_versions", lambda w, dt: "warn" if w.get("spread") is not None and w["spread"] >= dt.versions_spread_warn else "info",
         lambda w: (f"This batch mixes {w['versions']} policy weight versions ({w['values']}"
@@ -284,18 +305,8 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
         lambda w: "Asynchronous or partial rollouts: some sequences (or turns) were generated by older weights than the "
                   "trainer's, so r mixes the policy update with the precision difference.",
         lambda w: "Read the mismatch of the newest-version sequences alone for the precision part; bound the staleness "
-                  "(max off-policy steps) or correct for it with importance sampling against the behaviour policy."),
-    Finding(
-        "low_prob_tail", _always("info"),
-        lambda w: (f"Tokens with p < {fmt(w['tail_p'], 6)} are {pct(w['token_share'])} of tokens and carry "
-                   f"{pct(w['k3_share'])} of the KL"),
-        lambda w: f"a mismatch concentrated on tokens with p < {fmt(w['tail_p'], 6)} ({pct(w['k3_share'])} of the KL)",
-        lambda w: "Low-probability tokens sit where small logit errors change log p most (the softmax tail); precision "
-                  "noise concentrates there, and so do the tokens that importance-sampling corrections clip.",
-        lambda w: ("Expected for numerical noise. If the mismatch matters, look at the probability-bucket table; an fp32 "
-                   "LM head / fp16 rollout narrows the tail most." if w.get("regime") in (None, "identical", "numerical_noise")
-                   else f"This batch is {w['regime'].replace('_', ' ')}, beyond numerical noise: the tail is not only noise "
-                        "here, so read the findings above first; the probability-bucket table shows where the rest sits.")),
+                  "(max off-policy steps) or correct for it with importance sampling against the behaviour policy.",
+        short="mixed policy versions", meaning="the batches mix policy weight versions (staleness)", banner=True),
     Finding(
         "drift_with_length", _drift_severity,
         lambda w: f"|Σδ| grows as length^{fixed(w['exponent'], 2)} (a random walk would be length^0.5)",
@@ -307,29 +318,32 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
                   "RoPE precision issue, or, when the bias is tiny, just the KL of the noise summed over long sequences.",
         lambda w: "Look at the by-position table: growing |δ| with position points at KV-cache dtype / RoPE / long-context "
                   "kernels; a flat but signed δ points at a one-sided transformation. Prefer token-level or geometric "
-                  "corrections over sequence-product ratios for long sequences."),
+                  "corrections over sequence-product ratios for long sequences.",
+        short="drift with length", meaning="the mismatch accumulates with length"),
     Finding(
-        "routing_flips", lambda w, dt: "warn" if (w["kl_explained"] or 0) >= ROUTING_EXPLAINS_WARN else "info",
-        lambda w: ("Routing is identical on both sides on every token and layer: routing replay (R3) or one routes "
-                   "array recorded twice, so routing explains none of the mismatch") if w["identical"] else
-                  (f"Routing: {pct(w['any_flip_share'])} of tokens go to other experts in at least one layer "
-                   f"({pct(w['decision_flip_share'])} of the {w['layers']}-layer top-{w['k']} decisions); their KL k3 is "
-                   f"{fmt(w['kl_k3_flipped'])} against {fmt(w['kl_k3_unflipped'])}, so routing explains "
-                   f"{pct(w['kl_explained'])} of the KL"),
-        lambda w: "tokens routed to different experts on the two sides",
-        lambda w: ("A token whose router picks other experts is scored by other weights: near-tied router logits flip "
-                   "under bf16 rounding or another kernel, and the flip moves the log-prob far more than rounding "
-                   "alone. No precision fix of the rest removes it."),
-        lambda w: ("If routing explains much of the KL, replay the rollout's routes in the trainer (routing replay, R3) "
-                   "or keep the router in fp32; look at the layers with the most flips (the page's table).")),
+        "low_prob_tail", _always("info"),
+        lambda w: (f"Tokens with p < {fmt(w['tail_p'], 6)} are {pct(w['token_share'])} of tokens and carry "
+                   f"{pct(w['k3_share'])} of the KL"),
+        lambda w: f"a mismatch concentrated on tokens with p < {fmt(w['tail_p'], 6)} ({pct(w['k3_share'])} of the KL)",
+        lambda w: "Low-probability tokens sit where small logit errors change log p most (the softmax tail); precision "
+                  "noise concentrates there, and so do the tokens that importance-sampling corrections clip.",
+        lambda w: ("Expected for numerical noise. If the mismatch matters, look at the probability-bucket table; an fp32 "
+                   "LM head / fp16 rollout narrows the tail most." if w.get("regime") in (None, "identical", "numerical_noise")
+                   else f"This batch is {w['regime'].replace('_', ' ')}, beyond numerical noise: the tail is not only noise "
+                        "here, so read the findings above first; the probability-bucket table shows where the rest sits."),
+        short="low-probability tail", meaning="the mismatch sits on unlikely tokens", reads_regime=True),
     Finding(
-        "routes_unusable", _always("warn"),
-        lambda w: f"The routed-experts arrays cannot be compared: {w['reason']}",
-        lambda w: "routed-experts arrays that do not line up with the tokens",
-        lambda w: ("A routes array should hold [tokens, layers, k] expert ids for exactly the tokens of the log-probs; an "
-                   "empty or misaligned one was cut, padded or taken from another batch."),
-        lambda w: "Check where the dump takes its routed experts (response-only vs whole sequence, padding) and that "
-                  "both sides record the same tokens."),
+        "precision_gap", _always("info"),
+        lambda w: (f"Precision alone (β) explains {pct(w['beta_share_sq'])} of the log-ratio (Σβ²/(Σα²+Σβ²)); PPO clips "
+                   f"{pct(w['clip_fraction_beta'])} of tokens on β alone") if w["beta_share_sq"] is not None else
+                  "Precision gap (β) is zero",
+        lambda w: "the precision gap β between the trainer's weights in two precisions",
+        lambda w: "β = trainer − shadow compares the trainer's own weights in two precisions, so it is pure numerical "
+                  "precision; clipping on β alone (precision-only clipping) throws away gradient although the policy has "
+                  "not moved.",
+        lambda w: "If β dominates and clips a material share, align precision (fp16 both sides, fp32 LM head, same "
+                  "attention kernels) rather than hunting a bug; if α dominates, the difference is engine / weights / context.",
+        short="precision gap", meaning="precision alone explains part of the gap"),
     Finding(
         "trainer_floor", lambda w, dt: "warn" if w["clip_fraction"] >= FLOOR_CLIP_WARN else "info",
         lambda w: (f"The trainer's own floor: scoring the same tokens under another batch composition moves its log-probs "
@@ -345,20 +359,34 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
         lambda w: ("Judge the rollout mismatch against this floor, not against zero. If the floor clips tokens, make the "
                    "log-prob micro-batch size equal the actor's (verl #6280) or use batch-invariant kernels before "
                    "tightening the clip or TIS thresholds; a floor near the mismatch means a rollout-side fix cannot help "
-                   "much.")),
+                   "much."),
+        short="trainer floor", meaning="the trainer's own noise (another batch composition) crosses the clip band"),
     Finding(
-        "precision_gap", _always("info"),
-        lambda w: (f"Precision alone (β) explains {pct(w['beta_share_sq'])} of the log-ratio (Σβ²/(Σα²+Σβ²)); PPO clips "
-                   f"{pct(w['clip_fraction_beta'])} of tokens on β alone") if w["beta_share_sq"] is not None else
-                  "Precision gap (β) is zero",
-        lambda w: "the precision gap β between the trainer's weights in two precisions",
-        lambda w: "β = trainer − shadow compares the trainer's own weights in two precisions, so it is pure numerical "
-                  "precision; clipping on β alone (precision-only clipping) throws away gradient although the policy has "
-                  "not moved.",
-        lambda w: "If β dominates and clips a material share, align precision (fp16 both sides, fp32 LM head, same "
-                  "attention kernels) rather than hunting a bug; if α dominates, the difference is engine / weights / context."),
+        "routing_flips", lambda w, dt: "warn" if (w["kl_explained"] or 0) >= ROUTING_EXPLAINS_WARN else "info",
+        lambda w: ("Routing is identical on both sides on every token and layer: routing replay (R3) or one routes "
+                   "array recorded twice, so routing explains none of the mismatch") if w["identical"] else
+                  (f"Routing: {pct(w['any_flip_share'])} of tokens go to other experts in at least one layer "
+                   f"({pct(w['decision_flip_share'])} of the {w['layers']}-layer top-{w['k']} decisions); their KL k3 is "
+                   f"{fmt(w['kl_k3_flipped'])} against {fmt(w['kl_k3_unflipped'])}, so routing explains "
+                   f"{pct(w['kl_explained'])} of the KL"),
+        lambda w: "tokens routed to different experts on the two sides",
+        lambda w: ("A token whose router picks other experts is scored by other weights: near-tied router logits flip "
+                   "under bf16 rounding or another kernel, and the flip moves the log-prob far more than rounding "
+                   "alone. No precision fix of the rest removes it."),
+        lambda w: ("If routing explains much of the KL, replay the rollout's routes in the trainer (routing replay, R3) "
+                   "or keep the router in fp32; look at the layers with the most flips (the page's table)."),
+        short="routing flips", meaning="tokens are routed to different experts on the two sides"),
+    Finding(
+        "routes_unusable", _always("warn"),
+        lambda w: f"The routed-experts arrays cannot be compared: {w['reason']}",
+        lambda w: "routed-experts arrays that do not line up with the tokens",
+        lambda w: ("A routes array should hold [tokens, layers, k] expert ids for exactly the tokens of the log-probs; an "
+                   "empty or misaligned one was cut, padded or taken from another batch."),
+        lambda w: "Check where the dump takes its routed experts (response-only vs whole sequence, padding) and that "
+                  "both sides record the same tokens.",
+        short="routes unusable", meaning="the routed-experts arrays do not line up with the tokens"),
     Finding("chain_link", _always("info"), chain.finding_title, chain.finding_problem, chain.finding_cause,
-            chain.finding_check),
+            chain.finding_check, short="chain link", meaning="one link of the chain carries the mismatch"),
 )}
 
 
@@ -383,100 +411,3 @@ def _plain(v: Any) -> Any:
     if isinstance(v, bool):
         return int(v)
     return v
-
-
-# ---- the verdict of a batch ----------------------------------------------------------------------------
-
-REGIMES = ("identical", "numerical_noise", "elevated", "systematic")
-
-DEFAULT_CHECK = {
-    "identical": "Nothing to fix. If you expected a precision or engine difference, check that the two sides "
-                 "really ran different engines / dtypes (the batch may hold the same array twice).",
-    "numerical_noise": "Nothing is broken. If clipping or ESS still hurt, use an importance-sampling correction "
-                       "(see the what-if table) or narrow the precision gap (fp16 rollout and training, fp32 LM head){gap}.",
-    "elevated": "Beyond the noise published for bf16/fp16 engines, with no specific fault detected: compare engine "
-                "versions, attention backends, KV-cache dtype, fp32 LM head and quantisation{gap}; read the worst sequences.",
-    "systematic": "Check that both sides load the same weights (same step), see the same prompt tokens and chat "
-                  "template, and apply the same temperature and sampling processing.",
-}
-# How the advice above points at the precision gap: measure it, or read it when the batch has a shadow pass.
-GAP_HINT = {False: "; capture with `tim-report capture --shadow` to split precision from the rest",
-            True: "; the precision gap β (from this batch's shadow pass) splits precision from the rest"}
-
-
-def _article(name: str) -> str:
-    return "an" if name[0] in "AEIOM" else "a"
-
-
-def verdict(regime: str, metrics: dict, lead: dict | None, band: str, has_shadow: bool) -> tuple[str, str]:
-    """(one plain sentence naming the regime and the finding that leads it, what to check)."""
-    nums = (f"KL k3 {fmt(metrics['kl_k3'], missing='n/a')}, mean |δ| {fmt(metrics['abs_delta_mean'], missing='n/a')} nats, "
-            f"log-prob correlation {fmt(metrics.get('corr_logp'), missing='n/a')}")
-    title = lead["title"][0].lower() + lead["title"][1:] if lead else None
-    if lead is not None and lead["id"] == "unusable_input":
-        n = lead["evidence"]["usable_tokens"]
-        text = (f"{lead['title']}. No verdict is drawn: the numbers below describe only the {fmt(n)} usable "
-                f"token{'' if n == 1 else 's'}.")
-    elif regime == "identical":
-        text = f"Identical: no token's log-prob differs beyond float rounding (max |δ| {fmt(metrics['abs_delta_max'])})."
-    elif regime == "numerical_noise":
-        size = ("the size bf16/fp16 engine differences produce" if band == "dense bf16"
-                else f"within the noise published for {_article(band)} {band} model")
-        text = f"Numerical noise: the mismatch is {size} ({nums})."
-    elif regime == "elevated":
-        text = f"Elevated: beyond numerical noise but not clearly broken ({nums})" + (f"; {title}." if title else ".")
-    else:
-        text = (f"Systematic: {title}; {nums}." if title else
-                f"Systematic: the two sides do not score the same model or context ({nums}).")
-    return text, (lead or {}).get("what_to_check") or DEFAULT_CHECK[regime].format(gap=GAP_HINT[has_shadow])
-
-
-def blocked_message(problem: str) -> str:
-    """Said first when an error finding makes the batch untrainable whatever the correction."""
-    return (f"Do not train on this batch: no importance-sampling correction fixes {problem}. "
-            "Fix the bug first; the routes below only show what a correction would do with these ratios.")
-
-
-def band_reading(kl: float, band: str, lo: float, hi: float, where: str, dense: tuple[str, str] | None) -> str:
-    """'KL k3 3e-3 is typical for an MoE bf16 model (1e-3 to 0.1); for a dense bf16 model it would be high.'"""
-    text = f"KL k3 {fmt(kl, 2)} is {where} for {_article(band)} {band} model ({sci(lo)} to {sci(hi)}: the KL band table)"
-    if dense is not None:
-        text += f"; for a {dense[0]} model it would be {dense[1]}"
-    return text + "."
-
-
-# ---- compare: why the two sides differ ---------------------------------------------------------------------
-
-def _regime_words(regime: str | None) -> str:
-    return (regime or "not diagnosed").replace("_", " ")
-
-
-def _titles(fs: list[dict]) -> str:
-    return "; ".join(f"{f['title']} ({f['severity']})" for f in fs)
-
-
-def compare_why(regime_before: str | None, regime_after: str | None, appeared: list[dict], gone: list[dict],
-                changed: list[dict], same: list[dict]) -> str:
-    """'After: systematic (before: numerical noise). New in after: Off-by-one: … (error).' The findings that differ
-    between the two sides first (new, gone, changed severity), then the ones they share; warn and error findings."""
-    if regime_before == regime_after:
-        head = f"Both sides are {_regime_words(regime_after)}."
-    else:
-        worse = REGIMES.index(regime_after) > REGIMES.index(regime_before) if {regime_before, regime_after} <= set(REGIMES) else None
-        head = (f"After is {_regime_words(regime_after)}, before was {_regime_words(regime_before)}"
-                + (" (worse)." if worse else " (better)." if worse is False else "."))
-    parts = [head]
-    if appeared:
-        parts.append(f"New in after: {_titles(appeared)}.")
-    if gone:
-        parts.append(f"Gone from after: {_titles(gone)}.")
-    if changed:
-        parts.append("Changed severity: " + "; ".join(f"{f['title']} ({f['before']} → {f['after']})" for f in changed) + ".")
-    if same:
-        parts.append(f"On both sides: {_titles(same)}.")
-    if not (appeared or gone or changed):
-        parts.append("No finding differs between the two sides: the difference is one of size (the metrics below)."
-                     if regime_before == regime_after else
-                     "No finding differs between the two sides: the regime moved with the size of the mismatch (the metrics "
-                     "below).")
-    return " ".join(parts)

@@ -5,6 +5,7 @@
     fixed(x, n)   n decimals (ESS 0.9997, log-probs −1.2345)
     sci(x)        a threshold as the literature writes it (1e-4, 4e-4, 0.3)
     plain(x)      every digit a threshold needs (0.0001, 0.28, 2), as Python's `g` with compact exponents
+    times(x)      a multiple, 3 significant digits as fmt (33.6×, 1.5×, 0.333×): every × in a sentence
     with_se(m, k) `m[k] ± m[k_se]`
     sig(x, n)     rounded to n significant digits as a float (chart data)
 
@@ -72,6 +73,13 @@ def sci(x: float) -> str:
 def plain(x: float) -> str:
     """A threshold with every digit it has (0.0001, 0.28, 2, 1e-5): Python's `g`, exponents compact."""
     return fmt(float(x), 6)
+
+
+def times(x: Any) -> str:
+    """A multiple ("33.6×"): fmt's 3 significant digits and a ×, one rule for every sentence that says how many
+    times one number is another (a jump, a ratio of perplexities, an arm's change); — alone when missing."""
+    written = fmt(x)
+    return written if written == "—" else written + "×"
 
 
 def with_se(metrics: dict, key: str) -> str:

@@ -11,40 +11,21 @@ from __future__ import annotations
 from typing import Any
 
 from ..config import SEVERITIES, DiagnosisThresholds
-from .findings import Finding, Words
-from .numbers import fmt, plain
+from .findings import FINDINGS, Finding, Words
+from .numbers import fmt, plain, times
 
-# What each batch finding means for a stretch of steps, in words a run sentence is made of ("from step 12 the
-# trainer's log-probs are shifted by one position"), and its short name; a finding without an entry is named by id.
-STEP_FINDING = {
-    "unusable_input": ("unusable input", "the batches cannot be measured (too few usable tokens, or probabilities "
-                                         "saved as log-probs)"),
-    "shift": ("off-by-one", "the trainer's log-probs are shifted by one position against the rollout's"),
-    "temperature": ("one-sided temperature", "a temperature is applied on one side only"),
-    "processed_logprobs": ("processed log-probs", "the rollout's log-probs are renormalised by top-p / top-k"),
-    "dummy_zero": ("placeholder zeros", "placeholder 0.0 log-probs on one side sit inside the loss mask"),
-    "one_side_broken": ("one side broken", "one side scores another model or context"),
-    "first_token": ("first token", "the first response token disagrees far more than the rest"),
-    "turn_boundary": ("turn boundary", "the first tokens after each tool span disagree"),
-    "position_onset": ("position onset", "the mismatch switches on part-way through the responses"),
-    "mixed_policy_versions": ("mixed policy versions", "the batches mix policy weight versions (staleness)"),
-    "low_prob_tail": ("low-probability tail", "the mismatch sits on unlikely tokens"),
-    "drift_with_length": ("drift with length", "the mismatch accumulates with length"),
-    "precision_gap": ("precision gap", "precision alone explains part of the gap"),
-    "routing_flips": ("routing flips", "tokens are routed to different experts on the two sides"),
-    "routes_unusable": ("routes unusable", "the routed-experts arrays do not line up with the tokens"),
-    "trainer_floor": ("trainer floor", "the trainer's own noise (another batch composition) crosses the clip band"),
-}
 REGIME_WORDS = {"identical": "identical", "numerical_noise": "numerical noise", "elevated": "elevated",
                 "systematic": "systematic", "unknown": "not diagnosed"}
 
 
 def short(finding_id: str) -> str:
-    return STEP_FINDING.get(finding_id, (finding_id.replace("_", " "), ""))[0]
+    """A batch finding's short name in a run's sentences ("off-by-one"): its catalogue entry's, never a fallback."""
+    return FINDINGS[finding_id].short
 
 
 def meaning(finding_id: str) -> str:
-    return STEP_FINDING.get(finding_id, ("", f"the steps show the `{finding_id}` finding"))[1]
+    """What a batch finding means for a stretch of steps, from its catalogue entry."""
+    return FINDINGS[finding_id].meaning
 
 
 def _n(step: Any) -> str:
@@ -56,10 +37,6 @@ def _steps(first: Any, last: Any) -> str:
     return f"step {_n(first)}" if first == last else f"steps {_n(first)}–{_n(last)}"
 
 
-def _x(ratio: float) -> str:
-    return fmt(ratio, 3) + "×"
-
-
 def _explained(w: Words) -> str:
     return (f"; every step from there is diagnosed {short(w['explained_by'])}: {meaning(w['explained_by'])}"
             if w.get("explained_by") else "")
@@ -67,13 +44,13 @@ def _explained(w: Words) -> str:
 
 def _jump_title(w: Words) -> str:
     stay = f"stayed until step {_n(w['back_step'])}" if w.get("back_step") is not None else "stayed"
-    return (f"The mismatch jumped {_x(w['ratio'])} from step {_n(w['previous_step'])} to step {_n(w['step'])} and {stay} (median |δ| "
+    return (f"The mismatch jumped {times(w['ratio'])} from step {_n(w['previous_step'])} to step {_n(w['step'])} and {stay} (median |δ| "
             f"{fmt(w['before'])} → {fmt(w['after'])} nats){_explained(w)}")
 
 
 def _growth_title(w: Words) -> str:
     grew = (f"The mismatch grew step over step from step {_n(w['first_step'])} to step {_n(w['last_step'])} "
-            f"({_x(w['ratio'])}, median |δ| {fmt(w['before'])} → {fmt(w['peak'])} nats)")
+            f"({times(w['ratio'])}, median |δ| {fmt(w['before'])} → {fmt(w['peak'])} nats)")
     if w.get("restart_step") is None:
         return grew + " and is still growing at the last step"
     return grew + f", until step {_n(w['restart_step'])} brought it back to {fmt(w['after'])} nats (a restart)"
@@ -81,14 +58,14 @@ def _growth_title(w: Words) -> str:
 
 def _spike_title(w: Words) -> str:
     where = ", ".join(_steps(a, b) for a, b in w["episodes"])
-    return (f"The mismatch spiked {_x(w['ratio'])} at {where}, then returned to its level (median |δ| {fmt(w['before'])} → "
+    return (f"The mismatch spiked {times(w['ratio'])} at {where}, then returned to its level (median |δ| {fmt(w['before'])} → "
             f"{fmt(w['peak'])} nats)")
 
 
 RUN_FINDINGS: dict[str, Finding] = {f.id: f for f in (
     Finding(
         "level_jump", lambda w, dt: "info" if w.get("explained_by") else "warn", _jump_title,
-        lambda w: f"a jump of the mismatch at step {_n(w['step'])} ({_x(w['ratio'])} in one step)",
+        lambda w: f"a jump of the mismatch at step {_n(w['step'])} ({times(w['ratio'])} in one step)",
         lambda w: (f"The jump is where the {short(w['explained_by'])} finding starts, which the steps from there are "
                    f"diagnosed with ({meaning(w['explained_by'])}): whatever changed at step {_n(w['step'])} brought it in."
                    if w.get("explained_by") else
@@ -104,7 +81,7 @@ RUN_FINDINGS: dict[str, Finding] = {f.id: f for f in (
                    f"{_n(w['step'])} with the checkpoint of step {_n(w['previous_step'])}.")),
     Finding(
         "growing_mismatch", lambda w, dt: "warn" if w.get("restart_step") is not None else "info", _growth_title,
-        lambda w: f"a mismatch that grows step over step from step {_n(w['first_step'])} ({_x(w['ratio'])})",
+        lambda w: f"a mismatch that grows step over step from step {_n(w['first_step'])} ({times(w['ratio'])})",
         lambda w: ("Something accumulates from step to step and a restart resets it: a prefix cache or KV cache that "
                    "keeps entries computed with older weights across weight syncs, so the share of stale context grows "
                    "with every step." if w.get("restart_step") is not None else
@@ -116,7 +93,7 @@ RUN_FINDINGS: dict[str, Finding] = {f.id: f for f in (
                   "follows the trainer's at every step."),
     Finding(
         "resume_spikes", lambda w, dt: "warn", _spike_title,
-        lambda w: f"spikes of the mismatch for a few steps ({_x(w['ratio'])})",
+        lambda w: f"spikes of the mismatch for a few steps ({times(w['ratio'])})",
         lambda w: "A short disturbance that fixes itself, as in the first steps after resuming from a checkpoint: the "
                   "engine serving the weights it had before the resume until the first sync, a trainer that restored "
                   "its weights but not its optimiser or learning-rate state, or caches filled before the resume.",
@@ -191,7 +168,7 @@ CHANGE_ADVICE = {
 def change_clause(name: str, before: str, after: str, up: bool, ratio: float | None) -> str:
     """'KL k3 is 33.6× higher (0.000146 → 0.00491)': one metric's change of level."""
     if ratio:
-        size = f"{_x(ratio)} higher" if up else f"{_x(1 / ratio)} lower"
+        size = f"{times(ratio)} higher" if up else f"{times(1 / ratio)} lower"
     else:
         size = "higher" if up else "lower"
     return f"{name} is {size} ({before} → {after})"

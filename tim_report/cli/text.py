@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from ..catalogue.findings import INPUT_PROBLEM
 from ..catalogue.metrics import metric
 from ..catalogue.numbers import fmt
 
@@ -40,7 +41,7 @@ def summary_line(row: dict) -> str:
     def num(key: str) -> str:
         return metric(key).write(row.get(key)).replace("—", "n/a")
 
-    if "unusable_input" in (row.get("findings") or []):  # an input problem is the line, not numbers nobody should read
+    if INPUT_PROBLEM in (row.get("findings") or []):  # an input problem is the line, not numbers nobody should read
         return f"{safe(row['id'])}: {safe(str(row.get('verdict')).split('. ')[0])}; no verdict drawn{excluded_note(row)}"
     return (f"{safe(row['id'])}: {row['tokens']} tokens, {row['sequences']} sequences, "
             f"median |δ| {num('abs_delta_median')} nats, KL k3 {num('kl_k3')}, ESS {num('ess')}{excluded_note(row)}")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..catalogue.metrics import metric
-from ..catalogue.numbers import fmt
+from ..catalogue.numbers import fmt, times
 from ..config import ARM_LEVEL
 from .md import esc, href, table
 from .pages import environment, page_context
@@ -32,7 +32,7 @@ def effect(m: dict) -> tuple[str, str]:
     if e is None or m["direction"] == "zero":
         return "—", ""
     if m["scale"] == "ratio":
-        return f"{fmt(e['value'], 3)}×", f"[{fmt(e['low'], 2)}×, {fmt(e['high'], 2)}×]"
+        return times(e["value"]), f"[{times(e['low'])}, {times(e['high'])}]"
     write = _writer(m["key"])
     return write(e["value"]), f"[{write(e['low'])}, {write(e['high'])}]"
 

@@ -18,6 +18,7 @@ from .pages import asset_files, assets_href, environment, page_context, render_n
 from .views import (
     SAMPLES_OPEN,
     TOP_TOKENS,
+    banners,
     env_view,
     flat_metrics,
     groups_view,
@@ -40,7 +41,7 @@ def run_context(report, notes_md: str | None = None, timestamp: str | None = Non
         "groups": groups_view(report), "envs": env_view(report), "samples": samples_view(report), "metrics_table": flat_metrics(report),
         "percentiles": percentile_rows(report), "notes": render_notes(notes_md), "th": th,
         "hot_diff": HOT_DIFF, "samples_open": SAMPLES_OPEN, "top_tokens": TOP_TOKENS, "diagnosis": report.diagnosis,
-        "topk": topk_view(report), "chain": chain_view(report), "bitwise": bitwise,
+        "topk": topk_view(report), "banners": banners(report), "chain": chain_view(report), "bitwise": bitwise,
     }
 
 

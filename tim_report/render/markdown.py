@@ -22,6 +22,7 @@ from ..config import HEALTH, HOT_DIFF, TREND_TABLE_MAX_STEPS, health
 from .chain_views import bitwise_md, chain_md
 from .md import assemble, details, esc, href, run_path, table
 from .views import (
+    banners,
     env_view,
     flat_metrics,
     groups_view,
@@ -254,10 +255,9 @@ def _all_numbers(report) -> str:
     return details("All numbers", body)
 
 
-def _versions_line(report) -> str:
-    """The mixed-weight-versions warning, from the diagnosis's finding (the one source the HTML page reads too)."""
-    f = next((f for f in (report.diagnosis or {}).get("findings") or [] if f.get("id") == "mixed_policy_versions"), None)
-    return f"⚠️ {esc(f.get('title'), None)}." if f else ""
+def _banner_lines(report) -> list[str]:
+    """The findings said again under the title (`Finding.banner`: what the batch is, e.g. mixed weight versions)."""
+    return [f"⚠️ {esc(title, None)}." for title in banners(report)]
 
 
 def _about(report) -> str:
@@ -310,7 +310,7 @@ def render_run_md(report, base_url: str | None = None) -> str:
         sub.append(f"{esc(framework)} dump")
     sub += [f"{fmt(m.get('tokens'))} tokens", f"{fmt(m.get('sequences'))} sequences", html]
     title = f"# {esc(t['model'], TEXT_CHARS)}: {esc(t['rollout'])} → {esc(t['trainer'])}\n\n" + " · ".join(sub)
-    core = [title] + [line for line in (_versions_line(report),) if line] + [_verdict(report), _summary(report)]
+    core = [title] + _banner_lines(report) + [_verdict(report), _summary(report)]
     core += [part for part in (chain_md(report), bitwise_md(report)) if part]
     sections = [("findings", _findings(report)), ("routing and what-if", _routing(report)),
                 ("|δ| by probability", _by_probability(report)), ("whole distribution", _topk(report)),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..catalogue import findings
 from ..catalogue import metrics as catalogue
 from ..catalogue.numbers import fixed, fmt, pct, with_se
 from ..config import HOT_DIFF
@@ -30,6 +31,12 @@ def title_parts(report) -> dict:
         "device": meta.get("device"),
         "step": meta.get("step"),
     }
+
+
+def banners(report) -> list[str]:
+    """The titles of the findings a page says again under its title: those whose catalogue entry says `banner`."""
+    return [str(f.get("title")) for f in (report.diagnosis or {}).get("findings") or []
+            if getattr(findings.FINDINGS.get(f.get("id")), "banner", False)]
 
 
 def card(metric: catalogue.Metric, values: dict) -> dict:

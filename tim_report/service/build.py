@@ -188,7 +188,7 @@ def build(paths: list[Path], out: Path, opts: BuildOptions, run_ids: list[str] |
           progress: Progress | None = None) -> BuildResult:
     """Analyse every batch under the inputs (a run folder: one per step), render into a staging folder, then
     move the results into `out`. A step whose run folder a previous build wrote from the same input, options
-    and tool is reused as it is (build/cache.py); the index is rewritten from every step's row."""
+    and tool is reused as it is (site/cache.py); the index is rewritten from every step's row."""
     start = time.monotonic()
     check_target(out)  # before the analysis: refusing after minutes of work would waste them
     ex = expand(paths, run_ids, opts.load.format_hint)
