@@ -190,3 +190,17 @@ def test_samples_keep_working_with_sides(tmp_path):
     b = make_chain_batch("sampler", n_seqs=4)
     assert analyze(b).samples  # the token tables read rollout and trainer as before
     assert Path(tmp_path).exists()
+
+
+@pytest.mark.parametrize("fixture, side, copy_of, link", [
+    ("top_p_0.9", "recompute", "trainer", "rollout → recompute"),       # a real top-p sampler: the engine re-score = trainer
+    ("weights_perturbed", "recompute", "rollout", "recompute → trainer"),  # other trainer weights: re-score = sampler
+])
+def test_the_fault_fixtures_with_a_third_side_name_their_link(fixture, side, copy_of, link):
+    data = Path(__file__).parent / "data" / "faults"
+    manifest = json.loads((data / "manifest.json").read_text())
+    b = load(data / manifest["cases"][fixture]["file"])
+    b.sides[side] = (b.rollout_logp if copy_of == "rollout" else b.trainer_logp).copy()
+    chain = analyze(b).chain
+    assert chain["leading"] == link and sum(x["share"] for x in chain["links"]) == pytest.approx(1.0)
+    assert sum(x["bias"] for x in chain["links"]) == pytest.approx(chain["end_to_end"]["bias"], abs=1e-12)
