@@ -26,7 +26,7 @@ import numpy as np
 
 from tim_report.analysis import analyze
 from tim_report.analysis.metrics import summary_metrics
-from tim_report.analysis.runs import index_from_rows, run_row
+from tim_report.analysis.run_index import index_from_rows, run_row
 from tim_report.analysis.tokens import valid_tokens
 from tim_report.config import Thresholds
 from tim_report.testing import make_run, shifted

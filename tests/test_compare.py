@@ -14,7 +14,7 @@ from tim_report.analysis.compare import compare_batches
 from tim_report.cli import main
 from tim_report.config import COMPARE_TOKEN_TOL as TOKEN_TOL
 from tim_report.io import save_batch
-from tim_report.render.compare_md import render_compare_md
+from tim_report.render.compare.markdown import render_compare_md
 from tim_report.render.md import MAX_CHARS as MD_LIMIT
 from tim_report.render.md import width
 from tim_report.testing import make_batch

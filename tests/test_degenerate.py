@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from tim_report.analysis import analyze
 from tim_report.analysis.compare import compare_batches
-from tim_report.analysis.runs import index_summary
+from tim_report.analysis.run_index import index_summary
 from tim_report.catalogue.formats import FORMATS
 from tim_report.errors import BadInput
 from tim_report.model import StepBatch

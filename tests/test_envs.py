@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tim_report import analyze, load
-from tim_report.analysis.runs import env_trend
+from tim_report.analysis.run_index import env_trend
 from tim_report.service.build import BuildOptions, build
 from tim_report.testing import make_batch, write_prime_rl_run
 

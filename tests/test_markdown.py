@@ -105,7 +105,7 @@ def test_deterministic_and_render_is_pure():
     b = hostile_batch()
     r1, r2 = analyze(b, run_id="x"), analyze(b, run_id="x")
     assert render_run_md(r1) == render_run_md(r2)
-    from tim_report.analysis.runs import index_summary
+    from tim_report.analysis.run_index import index_summary
 
     assert render_index_md(index_summary([r1])) == render_index_md(index_summary([r2]))
 
@@ -165,7 +165,7 @@ def test_githubs_renderer_sees_the_tables_and_nothing_unsafe(site, tmp_path):
     from html.parser import HTMLParser
 
     from tim_report.analysis.compare import compare_batches
-    from tim_report.render.compare_md import render_compare_md
+    from tim_report.render.compare.markdown import render_compare_md
 
     class Tags(HTMLParser):
         def __init__(self):
@@ -202,7 +202,7 @@ def test_names_and_tokens_never_become_links_under_gfm_autolinks(tmp_path):
     """GitHub's extended autolinks turn `www.host` and `user@host` in plain text into links: a model name or a token
     in a PR comment must not (issue 24). Checked with GitHub's own renderer."""
     from tim_report.analysis.compare import compare_batches
-    from tim_report.render.compare_md import render_compare_md
+    from tim_report.render.compare.markdown import render_compare_md
 
     b = make_batch(n_seqs=10, mean_len=20, seed=5)
     b.token_text = [LINK_BAIT[i % len(LINK_BAIT)] for i in range(b.n_tokens)]

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from tim_report.analysis import analyze
 from tim_report.analysis.metrics import summary_metrics
-from tim_report.analysis.runs import index_from_rows, run_row
+from tim_report.analysis.run_index import index_from_rows, run_row
 from tim_report.analysis.tokens import valid_tokens
 from tim_report.cli import main
 from tim_report.config import Thresholds
@@ -252,7 +252,7 @@ def test_a_run_whose_steps_turn_unusable_says_so():
     """Steps whose trainer log-probs turn mostly NaN read `numerical_noise` from the few tokens left; now the run verdict
     says from which step the batches cannot be measured."""
     from tim_report.analysis import analyze
-    from tim_report.analysis.runs import index_summary
+    from tim_report.analysis.run_index import index_summary
     from tim_report.testing import make_run
 
     batches = make_run(16, seed=3)

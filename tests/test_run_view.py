@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 from helpers import check_gfm
 
-from tim_report.analysis.runs import index_from_rows, run_row
+from tim_report.analysis.run_index import index_from_rows, run_row
 from tim_report.catalogue.metrics import TREND, metric
 from tim_report.cli import main
 from tim_report.testing import write_prime_rl_run
@@ -172,7 +172,7 @@ def test_a_long_run_keeps_report_md_short_and_the_index_small():
         (340, "abs_delta_mean"), (340, "abs_delta_median"), (340, "kl_k3")]
     md = render_index_md(ix)
     check_gfm(md)
-    assert "step-by-step table is on the HTML index and in `index.json` (1000 steps)" in md
+    assert "charts on the HTML index and rows in `index.json` (1000 steps)" in md
     html = render_index(ix)
     assert len(html.encode()) < 2_000_000  # the target for 1,000 steps
     flat = [metric(k).name for k in TREND if k in ("outside_2x", "veto_token_fraction")]

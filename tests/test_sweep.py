@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from helpers import CI
 
 from tim_report.analysis import analyze
-from tim_report.analysis.runs import run_row
+from tim_report.analysis.run_index import run_row
 from tim_report.analysis.sweep import length_sweep, power_fit
 from tim_report.cli import main
 from tim_report.testing import make_batch

@@ -20,8 +20,8 @@ from .render.jupyter import JupyterMixin
 
 
 @dataclass
-class Report(model.Report, JupyterMixin):
-    """A `model.Report` with `.to_html()`, `.to_markdown()` and Jupyter display."""
+class Report(model.BatchReport, JupyterMixin):
+    """A `model.BatchReport` with `.to_html()`, `.to_markdown()` and Jupyter display."""
 
     def to_html(self, notes_md: str | None = None) -> str:
         """The run page, self-contained (the `index.html` that `tim-report build --self-contained` writes)."""

@@ -23,7 +23,7 @@ from .analysis.stats import k3_per_token
 from .catalogue.chain import exact_line
 from .catalogue.numbers import fixed, fmt, pct, plain
 from .config import FLOOR_BAND_FACTOR, NOISE_BANDS, POSITIVE_LOGP_TOLERANCE, DiagnosisThresholds, NoiseBand
-from .model import Report, StepBatch
+from .model import BatchReport, StepBatch
 
 PASSING_REGIMES = ("identical", "numerical_noise")
 # A last position whose median |δ| is this many times the band's mean, the rest within it, is not noise's shape.
@@ -75,7 +75,7 @@ class MatchResult:
     numbers: dict
     findings: list[dict]
     by_position: dict | None
-    report: Report | None = field(repr=False)
+    report: BatchReport | None = field(repr=False)
     message: str = ""
 
 
@@ -241,7 +241,7 @@ def _own_findings(inp: _Inputs, numbers: dict, band: NoiseBand, by_position: dic
     return out
 
 
-def _numbers(report: Report, inp: _Inputs) -> dict:
+def _numbers(report: BatchReport, inp: _Inputs) -> dict:
     m = report.metrics
     return {"tokens": int(report.diagnosis["evidence"]["tokens"]), "sequences": int((inp.mask.sum(1) > 0).sum()),
             "abs_delta_mean": m["abs_delta_mean"], "abs_delta_mean_se": m.get("abs_delta_mean_se") or 0.0,

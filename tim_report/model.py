@@ -1,7 +1,8 @@
 """The data model: plain data that every layer passes around, with nothing computed here.
 
     StepBatch    one step's tokens, flat with CSR offsets: what every reader and capture engine produces
-    Report       the analysis of one batch (summary.json and samples.json are its serialisation)
+    BatchReport  the analysis of one batch (summary.json and samples.json are its serialisation; api.Report adds
+                 rendering)
     Comparison   the before/after analysis of two batches (compare.json)
 
 `dumps` is the one JSON encoding of them: deterministic, NaN-free.
@@ -154,7 +155,7 @@ class StepBatch:
 
 
 @dataclass
-class Report:
+class BatchReport:
     """The analysis of one batch as plain, JSON-able data."""
 
     run: dict
@@ -172,7 +173,7 @@ class Report:
     schema_version: int = SCHEMA_VERSION
 
     def summary_dict(self) -> dict:
-        """Every field but the samples, schema version first. Shallow: the values are the Report's own (a deep
+        """Every field but the samples, schema version first. Shallow: the values are the BatchReport's own (a deep
         copy of a 16M-token report's distributions cost a fifth of a second per page), so read, don't modify."""
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("samples", "schema_version")}
         if d["chain"] is None:  # a batch of two sides: summary.json as before the chain existed
@@ -189,7 +190,7 @@ class Report:
         return {**self.summary_dict(), "samples": self.samples}
 
     @classmethod
-    def from_dict(cls, d: dict) -> Report:
+    def from_dict(cls, d: dict) -> BatchReport:
         known = {k: d[k] for k in cls.__dataclass_fields__ if k in d}
         return cls(**known)
 
@@ -210,8 +211,8 @@ class Comparison:
 
 # ---- the run index (index.json's rows; tim_report.site.index_json writes and reads them) ----------------------
 
-# One row per run: what the index, the run view, `check --history` and the cache read back without the Report
-# (analysis.runs.run_row makes it; its metrics are the catalogue's ROW view). Each field with the kind of value it
+# One row per run: what the index, the run view, `check --history` and the cache read back without the BatchReport
+# (analysis.run_index.run_row makes it; its metrics are the catalogue's ROW view). Each field with the kind of value it
 # holds, so a row read back from disk is checked before it is used.
 _ROW_IDENTITY = {"id": "text", "model": "text?", "device": "text?", "rollout_engine": "text", "rollout_dtype": "text",
                  "trainer_engine": "text", "trainer_dtype": "text", "step": "number?", "max_new_tokens": "number?"}

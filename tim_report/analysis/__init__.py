@@ -1,9 +1,9 @@
-"""Analysis: StepBatch → Report. Pure numpy; no file formats, no rendering.
+"""Analysis: StepBatch → BatchReport. Pure numpy; no file formats, no rendering.
 
-    analyze(batch)                 one batch → Report (metrics, breakdowns, routing, what-if, diagnosis, samples)
-    compare.compare_batches(a, b)  two batches → the compare.json dict
-    runs.index_summary(reports)    many Reports → what the index shows
-    gate.evaluate(report, limits)  `tim-report check`'s limits and violations
+    analyze(batch)                    one batch → BatchReport (metrics, breakdowns, routing, what-if, diagnosis, samples)
+    compare.compare_batches(a, b)     two batches → the compare.json dict
+    run_index.index_summary(reports)  many Reports → what the index shows
+    gate.evaluate(report, limits)     `tim-report check`'s limits and violations
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ..catalogue import chain as chain_words
 from ..config import THREAD_MIN_TOKENS, DiagnosisThresholds, Thresholds
-from ..model import Report, StepBatch
+from ..model import BatchReport, StepBatch
 from . import breakdowns as bd
 from .corrections import blocked_by_bug, routing, what_if
 from .diagnosis import diagnose
@@ -27,7 +27,7 @@ __all__ = ["DiagnosisThresholds", "Thresholds", "analyze"]
 
 
 def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str | None = None,
-            diagnosis_thresholds: DiagnosisThresholds | None = None) -> Report:
+            diagnosis_thresholds: DiagnosisThresholds | None = None) -> BatchReport:
     th = thresholds or Thresholds()
     tok, problems = valid_tokens(batch)
     # Two lanes: the summary metrics and the diagnosis (which reads them) here, the breakdowns, charts and
@@ -41,7 +41,7 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
     groups, envs = families.pop("by_group"), families.pop("by_env")
     route = routing(groups, th)
     groups["route"] = route.pop("routes")
-    report = Report(
+    report = BatchReport(
         run=run_info(batch, run_id),
         metrics=metrics,
         breakdowns={**families.pop("buckets"), "length_growth": families.pop("length_growth"), "by_group": groups,

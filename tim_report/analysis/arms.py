@@ -1,7 +1,7 @@
 """A/B arms: several steps (or files) per side, each headline metric per arm with a confidence interval, the effect
 between the arms with its interval, and a verdict per metric. Pure numpy (and scipy's t quantile).
 
-Input is the index rows of each arm's steps (`runs.run_row`), so an arm is what `build` would list for it.
+Input is the index rows of each arm's steps (`run_index.run_row`), so an arm is what `build` would list for it.
 
 The unit of resampling is the step: a step's metric is one draw of the arm's level, steps vary as batches do, and a
 few steps per arm is how config changes are judged (verl #7519 uses Welch tests). For a metric whose distance from

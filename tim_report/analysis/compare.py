@@ -29,7 +29,7 @@ from ..catalogue import metrics as catalogue
 from ..catalogue import verdicts
 from ..catalogue.numbers import fmt, pct, plain
 from ..config import COMPARE_REL_TOL, COMPARE_SE_TOL, COMPARE_TOKEN_TOL, Thresholds
-from ..model import SCHEMA_VERSION, Report, StepBatch
+from ..model import SCHEMA_VERSION, BatchReport, StepBatch
 from .histograms import ratio_bins
 from .stats import finite
 from .tokens import Tokens, valid_tokens
@@ -67,7 +67,7 @@ def metric_row(metric: catalogue.Metric, mb: dict, ma: dict) -> dict:
     return row
 
 
-def run_summary(report: Report, label: str) -> dict:
+def run_summary(report: BatchReport, label: str) -> dict:
     meta = report.run.get("meta") or {}
     diag = report.diagnosis or {}
     return {
@@ -116,7 +116,7 @@ def shared_ratio_histograms(tb: Tokens, ta: Tokens, th: Thresholds) -> dict:
     }
 
 
-def shared_abs_dp(rb: Report, ra: Report) -> dict | None:
+def shared_abs_dp(rb: BatchReport, ra: BatchReport) -> dict | None:
     """|Δp| histograms: the analysis already bins both on fixed log-spaced edges, so they overlay as they are."""
     hb, ha = (rb.distributions or {}).get("abs_dp"), (ra.distributions or {}).get("abs_dp")
     if not hb or not ha or hb.get("edges") != ha.get("edges"):
@@ -257,8 +257,8 @@ def _sequence_change(pair: _Paired, better: np.ndarray, worse: np.ndarray, tol: 
 
 # ---- entry point ----------------------------------------------------------------------------------
 
-def compare_batches(before: StepBatch, after: StepBatch, before_report: Report | None = None,
-                    after_report: Report | None = None, labels: tuple[str, str] = ("before", "after"),
+def compare_batches(before: StepBatch, after: StepBatch, before_report: BatchReport | None = None,
+                    after_report: BatchReport | None = None, labels: tuple[str, str] = ("before", "after"),
                     thresholds: Thresholds | None = None) -> dict:
     """Compare two batches (analysing them first when their Reports are not given)."""
     from . import analyze

@@ -1,4 +1,4 @@
-"""The shapes of a run's mismatch over its steps that users report, each measured here and named in catalogue/runs.py.
+"""The shapes of a run's mismatch over its steps that users report, each measured here and named in catalogue/run_words.py.
 
     level_jump        a step at least RUN_JUMP_RATIO× the level before it, where the level stays for more than
                       RUN_SPIKE_MAX_STEPS steps (or to the end): an export or weight-format change. Two steps suffice,

@@ -1,4 +1,4 @@
-"""`tim-report check`'s gate: a Report against limits and a severity, as violations (coverage.py's fail-under).
+"""`tim-report check`'s gate: a BatchReport against limits and a severity, as violations (coverage.py's fail-under).
 
 Which metrics a limit can hold and their defaults (verl's documented rollout-correction alerts) are the catalogue's
 `gate` entries (catalogue.metrics.GATES).
@@ -12,12 +12,12 @@ from ..catalogue import metrics as catalogue
 from ..catalogue.findings import INPUT_PROBLEM
 from ..catalogue.numbers import fixed, fmt, plain
 from ..config import SEVERITIES
-from ..model import Report
+from ..model import BatchReport
 
 
 @dataclass(frozen=True)
 class Limit:
-    metric: str  # key in Report.metrics
+    metric: str  # key in BatchReport.metrics
     op: str  # "max" (value must be ≤ bound) or "min" (value must be ≥ bound)
     bound: float
     option: str  # CLI option that sets it
@@ -60,7 +60,7 @@ def limits(bounds: dict[str, float | None] | None = None) -> list[Limit]:
     return out
 
 
-def evaluate(report: Report, limits: list[Limit], fail_on: str = "error") -> CheckResult:
+def evaluate(report: BatchReport, limits: list[Limit], fail_on: str = "error") -> CheckResult:
     """Violated limits and findings at or above `fail_on` ("info", "warn", "error" or "never")."""
     m = report.metrics
     diag = report.diagnosis or {}

@@ -2,7 +2,7 @@
 
 Fixed limits (gate.py) say when a batch is bad for anyone; the band says when a step is bad for this
 run: a step whose KL doubles while staying under verl's 0.1 alert is news. Pure functions over
-index.json rows (site/index_json.py reads them) and the new step's row (runs.run_row).
+index.json rows (site/index_json.py reads them) and the new step's row (run_index.run_row).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What a run's steps say together: its verdict (which regime, since when, why) and its run-level findings.
 
-Input is the index's rows (runs.run_row: each step's regime and the ids of its warn / error findings, most severe
+Input is the index's rows (run_index.run_row: each step's regime and the ids of its warn / error findings, most severe
 first), so a build that reuses cached steps needs nothing else. The latest stretch is where at least
 RUN_VERDICT_SHARE of the steps have the last step's regime; its "why" is the finding that leads its steps; the steps
 before it are summarised by regime; the run-level findings (analysis/drift.py) follow. Several runs at one step are
@@ -13,7 +13,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 
-from ..catalogue import runs as words
+from ..catalogue import run_words as words
 from ..catalogue.verdicts import REGIMES
 from ..config import CHANGE_POINT_MIN_SIZE, RUN_VERDICT_SHARE, SEVERITIES
 from .drift import run_shapes

@@ -1,7 +1,7 @@
 """A length sweep: the same engine pair captured at several generation lengths (`capture --max-new-tokens
 128,512,2048`), and how the mismatch grows with length across them.
 
-Input is the index rows (`runs.run_row`): rows of one engine pair (both engines and dtypes named) whose captures
+Input is the index rows (`run_index.run_row`): rows of one engine pair (both engines and dtypes named) whose captures
 recorded different `max_new_tokens` form a sweep. At each length: the mean sequence length (tokens ÷ sequences), the
 mean |Σδ| of a sequence and the KL summed over a sequence (KL k3 × mean length). Each is fitted as a power of the
 mean length on the log-log scale (least squares, the slope's standard error from the residuals): for |Σδ|, b ≈ 0.5 is

@@ -1,6 +1,6 @@
 """A run over its steps: the trend of every headline metric, and the steps where a level changed.
 
-Input is the index's run rows (`runs.run_row`), so a build that reuses cached steps needs nothing but
+Input is the index's run rows (`run_index.run_row`), so a build that reuses cached steps needs nothing but
 their rows. Steps shared by several rows (several runs at one step) enter the change-point search pooled: their
 counts and tokens summed for a share of tokens, their mean otherwise. Change points come from `shifts.level_shifts`,
 each tested against the noise of the two segments it separates (a share of tokens as the count of tokens it is), in
@@ -17,7 +17,7 @@ import math
 import numpy as np
 
 from ..catalogue import metrics as catalogue
-from ..catalogue import runs as words
+from ..catalogue import run_words as words
 from ..catalogue.metrics import Metric
 from ..catalogue.numbers import plain
 from ..config import CHANGE_POINT_MIN_SIZE, TREND_LOG_AXIS_SPAN

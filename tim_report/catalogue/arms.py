@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .metrics import Metric
 from .numbers import fmt, times
-from .runs import REGIME_WORDS, short
+from .run_words import REGIME_WORDS, short
 
 ARMS_METHOD = ("Each step is one draw of its arm's level. A metric is compared on its gap from the ideal value (1 − ESS "
                "for ESS): on the log scale when the gap is positive at every step (geometric means, the ratio after ÷ "

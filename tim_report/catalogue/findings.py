@@ -8,7 +8,7 @@ sentence for the page), problem (a noun phrase, for sentences built around it: "
 likely cause and what to check. The entry also holds the finding's step words (the run view's sentences) and
 where else a page shows it (`banner`). The diagnosis runs the detectors in this catalogue's order, which is also
 the order findings of one severity are listed in. The verdict's words are in catalogue/verdicts.py, the run
-view's (run-level findings, the run verdict, change-point sentences) in catalogue/runs.py. docs/diagnosis.md
+view's (run-level findings, the run verdict, change-point sentences) in catalogue/run_words.py. docs/diagnosis.md
 explains each detector.
 """
 
@@ -30,7 +30,7 @@ Text = Callable[[Words], str]
 class Finding:
     """One finding: its severity rule and its words. A batch finding also has its step words (a run's sentences are
     made of them: "from step 12 {meaning} (every step from there is diagnosed {short})") and says where else a page
-    shows it; the run-level findings (catalogue/runs.py) have neither."""
+    shows it; the run-level findings (catalogue/run_words.py) have neither."""
 
     id: str
     severity: Callable[[Words, DiagnosisThresholds], str]

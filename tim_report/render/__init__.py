@@ -5,11 +5,12 @@ formats and their modules are listed in `tim_report.catalogue.formats`, and a mo
 its format is asked for (a markdown-only build loads no Altair, no Jinja2).
 
     html.py, charts.py, vega.py        the run page and the index (Jinja2 + Altair from pre-binned data)
-    compare_html.py                    the comparison page
-    markdown.py, compare_md.py, md.py  report.md, compare.md (no Altair, no Jinja2)
+    markdown.py, md.py                 report.md (no Altair, no Jinja2)
+    compare/                           a comparison of two batches or two arms: its page and compare.md
     json.py                            summary.json, samples.json, compare.json
-    views.py, compare_views.py         view models the formats share
-    format.py                          token text made visible
+    views.py, run_tables.py            view models of the run page the formats share
+    index_views.py, tables.py          the index's tables as view models; the table and cell they are made of
+    token_text.py                      token text made visible
     jupyter.py                         one Jupyter display for every renderable object
 """
 

@@ -2,7 +2,7 @@
 
 Entry points (`RENDERER`, the html format of `tim_report.render`):
     render_run(report, notes_md=None, timestamp=None, assets=None) -> str   site/<run-id>/index.html
-    render_index(index, timestamp=None, assets=None) -> str                  site/index.html (analysis.runs.index_summary)
+    render_index(index, timestamp=None, assets=None) -> str                  site/index.html (analysis.run_index.index_summary)
 
 `assets` is the relative folder of the site's shared assets (pages.assets_href); None makes a self-contained page.
 The renderer writes the assets once, with the site's index (and with a comparison).
@@ -13,6 +13,7 @@ from __future__ import annotations
 from ..catalogue import metrics as catalogue
 from ..config import HOT_DIFF, TREND_LOG_AXIS_SPAN, health
 from . import charts as ch
+from . import index_views, run_tables
 from .chain_views import bitwise_identical, chain_view
 from .pages import asset_files, assets_href, environment, page_context, render_notes
 from .views import (
@@ -42,6 +43,8 @@ def run_context(report, notes_md: str | None = None, timestamp: str | None = Non
         "percentiles": percentile_rows(report), "notes": render_notes(notes_md), "th": th,
         "hot_diff": HOT_DIFF, "samples_open": SAMPLES_OPEN, "top_tokens": TOP_TOKENS, "diagnosis": report.diagnosis,
         "topk": topk_view(report), "banners": banners(report), "chain": chain_view(report), "bitwise": bitwise,
+        "tables": {"envs": run_tables.env_table(report), "what_if": run_tables.what_if_table(report),
+                   "by_probability": run_tables.probability_table(report), **run_tables.topk_tables(report)},
     }
 
 
@@ -50,11 +53,14 @@ def render_run(report, notes_md: str | None = None, timestamp: str | None = None
 
 
 def render_index(index: dict, timestamp: str | None = None, notes_md: str | None = None, assets: str | None = None) -> str:
-    """site/index.html from the index summary (analysis.runs.index_summary)."""
+    """site/index.html from the index summary (analysis.run_index.index_summary)."""
     charts = ch.trend_charts(index["trend"]) if index.get("trend") else []
+    views = {"runs": index_views.runs_table(index), "pairs": index_views.pairs_section(index),
+             "precision": index_views.precision_section(index), "trend": index_views.trend_section(index),
+             "sweep": index_views.sweep_section(index), "envs": index_views.envs_section(index)}
     return environment().get_template("index.html").render(rows=index["runs"], ix=index, notes=render_notes(notes_md),
                                                            columns=[catalogue.metric(k) for k in catalogue.INDEX],
-                                                           log_span=TREND_LOG_AXIS_SPAN,
+                                                           log_span=TREND_LOG_AXIS_SPAN, **views,
                                                            **page_context(charts, timestamp, assets))
 
 
@@ -72,14 +78,9 @@ class HtmlRenderer:
 
     def compare(self, comparison: dict, options) -> dict[str, str]:
         assets = assets_href(options.self_contained, 0)
-        if comparison.get("kind") == "arms":
-            from .arms import render_arms_html
+        from .compare.html import render_compare_html
 
-            page = render_arms_html(comparison, options.timestamp, assets)
-        else:
-            from .compare_html import render_compare_html
-
-            page = render_compare_html(comparison, options.timestamp, assets)
+        page = render_compare_html(comparison, options.timestamp, assets)
         return {"index.html": page, **({} if options.self_contained else asset_files())}
 
 

@@ -2,7 +2,7 @@
 
 Entry points:
     render_run_md(report, base_url=None) -> str            site/<run-id>/report.md
-    render_index_md(index, base_url=None) -> str            site/report.md (index: analysis.runs.index_summary)
+    render_index_md(index, base_url=None) -> str            site/report.md (index: analysis.run_index.index_summary)
 
 Rules: no markup GitHub strips (no style, class, scripts, data: images); colour is never the only signal
 (🟢🟡🔴 go with the word, ✅⚠️❌ with the reading, ▲▼ / △▽ mark ratios outside the 5x / 2x bands); every
@@ -19,8 +19,11 @@ from __future__ import annotations
 from ..catalogue import metrics as catalogue
 from ..catalogue.numbers import fixed, fmt, pct, plain
 from ..config import HEALTH, HOT_DIFF, TREND_TABLE_MAX_STEPS, health
+from . import index_views, run_tables
 from .chain_views import bitwise_md, chain_md
-from .md import assemble, details, esc, href, run_path, table
+from .index_views import REGIME_MARK
+from .md import COLOUR, assemble, colour, details, esc, href, run_path, table, write_section, write_table
+from .tables import Section
 from .views import (
     banners,
     env_view,
@@ -42,25 +45,19 @@ SAMPLE_TOKENS = 30  # per-token rows per sequence
 GROUP_ROWS = 30
 INDEX_RUN_ROWS = 100
 
-COLOUR = {"green": "🟢", "amber": "🟡", "red": "🔴", "unknown": "⚪"}
 LEVEL = {"ok": "✅", "warn": "⚠️", "bad": "❌", "na": "➖"}
 SEVERITY = {"error": "❌ error", "warn": "⚠️ warn", "info": "ℹ️ info"}
-REGIME = {"identical": "✅", "numerical_noise": "✅", "elevated": "⚠️", "systematic": "❌"}
 ROUTE = {"train": "✅ train", "train_with_correction": "⚠️ train with correction", "quarantine": "❌ quarantine"}
 
 
 # ---- the run report -------------------------------------------------------------------------------
-
-def _colour(c: str) -> str:
-    return f"{COLOUR.get(c, '⚪')} {c}"
-
 
 def _verdict(report) -> str:
     diag = report.diagnosis
     if not diag:
         return "## Verdict\n\nThe diagnosis did not run for this batch; the numbers below still hold."
     regime = str(diag.get("regime") or "unknown")
-    lines = [f"## Verdict: {REGIME.get(regime, '➖')} {esc(regime.replace('_', ' '))}", "",
+    lines = [f"## Verdict: {REGIME_MARK.get(regime, '➖')} {esc(regime.replace('_', ' '))}", "",
              esc(diag.get("verdict"), None, own=True)]
     ev = kv_items(diag.get("evidence"))
     if ev:
@@ -139,24 +136,13 @@ def _routing(report) -> str:
     if rules:
         lines += ["", "Rules: " + "; ".join(f"{esc(k)}: {esc(v, None, own=True)}" for k, v in sorted(rules.items())) + "."]
     if report.what_if:
-        rows = [[esc(w.get("name")), esc(w.get("level")), esc(w.get("action")), esc(w.get("rule"), None, own=True),
-                 esc(w.get("source"), None, own=True),
-                 pct(w.get("token_fraction")), pct(w.get("sequence_fraction"))] for w in report.what_if]
-        lines += ["", table(["correction", "level", "action", "rule", "as in", "tokens affected", "sequences affected"], rows,
-                            numeric=[5, 6])]
+        lines += ["", write_table(run_tables.what_if_table(report))]
     return "\n".join(lines)
 
 
 def _by_probability(report) -> str:
-    rows = [[esc(b.get("bucket")), fmt(b.get("tokens")), pct(b.get("token_share")),
-             esc(f"{fmt(b.get('abs_delta_mean'))} ± {fmt(b.get('abs_delta_se'), 2)}"), fmt(b.get("delta_mean")),
-             fmt(b.get("k3_mean")), pct(b.get("abs_delta_share")), pct(b.get("k3_share"))]
-            for b in (report.breakdowns or {}).get("by_probability") or []]
-    if not rows:
-        return ""
-    return ("## |δ| by rollout probability\n\n"
-            + table(["p_rollout", "tokens", "share", "mean \\|δ\\| ± s.e.", "mean δ", "mean k3", "share of Σ\\|δ\\|", "share of Σk3"],
-                    rows, numeric=range(1, 8)))
+    t = run_tables.probability_table(report)
+    return f"## |δ| by rollout probability\n\n{write_table(t)}" if t.rows else ""
 
 
 def _topk(report) -> str:
@@ -176,13 +162,11 @@ def _topk(report) -> str:
     if v["loose"]:
         head += (f"\n\n⚠️ The top-k lists leave {esc(v['unresolved'])} of the mass unresolved: the KL estimate is loose "
                  "(raise --top-k-logprobs).")
-    cols = [esc(c) for c in v["columns"]]
-    tables = [table(["p_rollout", "tokens"] + cols, [[esc(x) for x in r] for r in v["by_probability"]], numeric=range(1, 7))]
-    pos = details("By position in the response", table(["position", "tokens"] + cols, [[esc(x) for x in r] for r in v["by_position"]],
-                                                       numeric=range(1, 7)))
+    tables = run_tables.topk_tables(report)
+    pos = details("By position in the response", write_table(tables["by_position"]))
     return "\n\n".join([head, table(["metric", "value", "reading"], rows, numeric=[1]),
                           "By the sampled token's rollout probability (a KL far above k3 in a row: the distribution moved where "
-                          "the samples did not look):", *tables, pos])
+                          "the samples did not look):", write_table(tables["by_probability"]), pos])
 
 
 def _groups(report) -> str:
@@ -201,18 +185,14 @@ def _groups(report) -> str:
 
 
 def _envs(report) -> str:
-    v = env_view(report)
-    if v is None:
+    v, t = env_view(report), run_tables.env_table(report)
+    if v is None or t is None:
         return ""
-    rows = [[esc(x["name"]), fmt(x["sequences"]), fmt(x["tokens"]), fmt(x["abs_delta_mean"]), fmt(x["k3_mean"]),
-             pct(x["k3_share"]), pct(x["clipped_fraction"]), fmt(x["vetoed_tokens"]), fmt(x["min_ratio"])] for x in v["rows"]]
     w = v["worst"]
     lead = (f"**{esc(w['name'])}** has the highest KL k3: {fmt(w['k3_mean'])}, {fmt(w['k3_vs_batch'], 2)}× the batch's, "
             f"{pct(w['k3_share'])} of Σk3 from {pct(w['token_share'])} of the tokens."
             if v["several"] and w["k3_vs_batch"] is not None else f"One environment, **{esc(w['name'])}**: its numbers are the batch's.")
-    body = table(["environment", "seqs", "tokens", "mean \\|δ\\|", "KL k3", "share of Σk3", "PPO-clipped", "vetoed", "min r"],
-                 rows, numeric=range(1, 9))
-    return f"## By environment\n\n{lead}\n\n{body}"
+    return f"## By environment\n\n{lead}\n\n{write_table(t)}"
 
 
 def _samples(report, html: str) -> str:
@@ -299,8 +279,8 @@ def render_run_md(report, base_url: str | None = None) -> str:
     rid = report.run.get("id") or "run"
     page = href(run_path(rid, "index.html"), base_url) if base_url else "index.html"
     html = f"[HTML report]({page})"
-    colour = health(m.get("ess"))
-    sub = [_colour(colour) + f" (ESS {fixed(m.get('ess'), 4)})", f"run {esc(rid)}"]
+    ess_colour = health(m.get("ess"))
+    sub = [colour(ess_colour) + f" (ESS {fixed(m.get('ess'), 4)})", f"run {esc(rid)}"]
     if t["device"]:
         sub.append(esc(t["device"]))
     if t["step"] is not None:
@@ -329,7 +309,7 @@ def _run_verdict(index: dict, base_url: str | None) -> str:
         return ""
     since = (f" ([step {esc(str(v['since_step']))}]({href(run_path(v['since_run'], 'index.html'), base_url)}))"
              if v["stretch_steps"] < v["steps"] else "")
-    lines = [f"**Run verdict:** {REGIME.get(v['regime'], '➖')} {esc(v['verdict'], None, own=True)}{since}"]
+    lines = [f"**Run verdict:** {REGIME_MARK.get(v['regime'], '➖')} {esc(v['verdict'], None, own=True)}{since}"]
     if v.get("what_to_check"):
         lines += ["", f"**What to check:** {esc(v['what_to_check'], None, own=True)}"]
     for f in v.get("findings") or []:
@@ -340,24 +320,7 @@ def _run_verdict(index: dict, base_url: str | None) -> str:
 
 def _runs_table(index: dict, base_url: str | None) -> str:
     runs = index["runs"]
-    columns = [catalogue.metric(k) for k in catalogue.INDEX]
-    rows = []
-    for r in runs[:INDEX_RUN_ROWS]:
-        link = f"[{esc(r['id'])}]({href(run_path(r['id'], 'index.html'), base_url)})"
-        md = f"[md]({href(run_path(r['id'], 'report.md'), base_url)})"
-        rt = r["routing"]
-        rows.append([
-            _colour(r["health"]), f"{link} ({md})", esc(r["model"]), f"{esc(r['rollout_engine'])} → {esc(r['trainer_engine'])}",
-            f"{esc(r['rollout_dtype'])} → {esc(r['trainer_dtype'])}", esc(r["device"]),
-            fmt(r["step"]) if r["step"] is not None else "—", fmt(r["tokens"]),
-            *[esc(m.write(r[m.key])) for m in columns],
-            "❌ fix the bug first" if r["blocked_by_bug"] else
-            f"{fmt(rt.get('train'))} / {fmt(rt.get('train_with_correction'))} / {fmt(rt.get('quarantine'))}",
-            f"{REGIME.get(r['regime'], '➖')} {esc((r['regime'] or '—').replace('_', ' '))}",
-        ])
-    out = "## Runs\n\n" + table(["colour", "run", "model", "engines", "dtypes", "device", "step", "tokens",
-                                  *[esc(m.name) for m in columns], "routing (train / corr. / quar.)", "verdict"],
-                                 rows, numeric=range(6, 8 + len(columns)))
+    out = "## Runs\n\n" + write_table(index_views.runs_table(index), base_url, rows=INDEX_RUN_ROWS)
     if len(runs) > INDEX_RUN_ROWS:
         out += f"\n\nThe first {INDEX_RUN_ROWS} of {fmt(len(runs))} runs; all are in index.html."
     return out + _unreadable(index)
@@ -368,94 +331,29 @@ def _unreadable(index: dict) -> str:
     bad = index.get("unreadable") or []
     if not bad:
         return ""
-    rows = [["❌", esc(u["id"]), fmt(u["step"]) if u["step"] is not None else "—", esc(u["path"], None),
-             esc(u["reason"], None)] for u in bad[:INDEX_RUN_ROWS]]  # the reason may quote the file: not our words
     out = (f"\n\n**{len(bad)} step{'s' if len(bad) != 1 else ''} could not be read**, so "
            f"{'they are' if len(bad) != 1 else 'it is'} left out of everything here:\n\n"
-           + table(["", "run", "step", "path", "why"], rows, numeric=[2]))
+           + write_table(index_views.unreadable_table(index), rows=INDEX_RUN_ROWS))
     if len(bad) > INDEX_RUN_ROWS:
         out += f"\n\nThe first {INDEX_RUN_ROWS} of {fmt(len(bad))}; all are in index.json's `unreadable`."
     return out
 
 
-def _pairs_table(index: dict) -> str:
-    rows = [[_colour(p["health"]), f"{esc(p['rollout_engine'])} {esc(p['rollout_dtype'])}",
-             f"{esc(p['trainer_engine'])} {esc(p['trainer_dtype'])}", fmt(p["count"]), fixed(p["mean_ess"], 4),
-             pct(p["mean_clipped"]), fmt(p["mean_seq_log_ratio"]), fmt(p["mean_abs_delta"]), fmt(p["worst_abs_delta_max"]),
-             fmt(p["tokens"])]
-            for p in index["engine_pairs"]]
-    out = ("## Engine pairs\n\nRuns with the same rollout engine and dtype and the same trainer engine and dtype, aggregated: "
-           "means over runs, the worst max |δ|, total tokens; the colour is the mean ESS's.")
-    if rows:
-        out += "\n\n" + table(["colour", "rollout", "trainer", "runs", "mean ESS", "mean clipped", "mean Σδ", "mean \\|δ\\|",
-                                "worst max \\|δ\\|", "tokens"], rows, numeric=range(3, 10))
-    unpaired = index.get("unpaired_runs") or []
-    if unpaired:
-        out += (f"\n\n⚠️ {len(unpaired)} run(s) name no engines and dtypes and are not averaged with anything: "
-                + ", ".join(esc(r) for r in unpaired[:20]) + (" …" if len(unpaired) > 20 else "")
-                + ". Name them with `--meta rollout_engine=... --meta rollout_dtype=...`.")
-    return out
-
-
-def _precision_table(index: dict) -> str:
-    p = index.get("precision")
-    if not p:
+def _trend(index: dict, base_url: str | None = None) -> str:
+    s = index_views.trend_section(index)
+    if s is None:
         return ""
-    rows = []
-    for ro, line in zip(p["rollout_dtypes"], p["cells"]):
-        cells = [esc(ro)]
-        for c in line:
-            cells.append("—" if c is None else
-                         f"{COLOUR.get(c['health'], '⚪')} \\|δ\\| {fmt(c['mean_abs_delta_median'])} · KL {fmt(c['mean_kl_k3'])} · "
-                         f"{c['count']} run{'s' if c['count'] != 1 else ''}")
-        rows.append(cells)
-    return ("## Precision matrix\n\nRollout dtype (rows) × trainer dtype (columns): mean over runs of median |δ| (nats) and KL k3.\n\n"
-            + table(["rollout \\\\ trainer"] + [esc(d) for d in p["trainer_dtypes"]], rows))
-
-
-def _trend_table(index: dict, base_url: str | None = None) -> str:
-    tr = index.get("trend")
-    if not tr:
-        return ""
-    note = f" {tr['unstepped']} runs without a step are not shown." if tr.get("unstepped") else ""
-    cps = tr.get("change_steps") or []
     changes = ("**Change points**\n\n" + "\n".join(
         f"- {'▲' if c['worse'] else '▼'} [step {esc(str(c['step']))}]({href(c['run'] + '/index.html', base_url)}): "
-        f"{esc(c['sentence'])}" for c in cps) if cps else
-        f"Change points need at least {tr['min_steps_for_change']} steps." if tr["steps"] < tr["min_steps_for_change"] else
-        "No change point: every metric keeps its level over the run.")
-    metrics = tr["metrics"]
-    if tr["steps"] > TREND_TABLE_MAX_STEPS:
-        body = f"The step-by-step table is on the HTML index and in `index.json` ({tr['steps']} steps)."
-    else:
-        rows = [[fmt(x["step"]), esc(x["run"])] + [esc(catalogue.metric(m["key"]).write(x[m["key"]])) for m in metrics]
-                for x in tr["rows"]]
-        body = table(["step", "run"] + [esc(m["name"]) for m in metrics], rows, numeric=range(2, 2 + len(metrics)))
-    return f"## Over training steps\n\n{tr['steps']} steps.{note}\n\n{changes}\n\n{body}"
+        f"{esc(c['sentence'])}" for c in s.changes) if s.changes else esc(s.quiet, None, own=True))
+    steps = len(s.tables[0].rows)
+    body = (write_table(s.tables[0], base_url) if steps <= TREND_TABLE_MAX_STEPS else
+            f"Step by step, the numbers are charts on the HTML index and rows in `index.json` ({steps} steps).")
+    return write_section(s, base_url, body=f"{changes}\n\n{body}")
 
 
-def _sweep(index: dict) -> str:
-    blocks = []
-    for s in index.get("sweep") or []:
-        rows = [[fmt(p["max_new_tokens"]), fmt(p["mean_length"]), fmt(p["sequences"]), fmt(p["abs_sum"]), fmt(p["kl_k3"]),
-                 fmt(p["kl_seq"])] for p in s["points"]]
-        lines = [f"- {name} grows {esc(s[k]['reading'], None, own=True) if s[k] else '— (a value of 0)'}"
-                 for name, k in (("\\|Σδ\\|", "abs_sum"), ("KL per sequence", "kl_seq"))]
-        blocks.append(f"### {esc(' '.join(s['pair'][:2]))} → {esc(' '.join(s['pair'][2:]))}\n\n"
-                      + table(["max new tokens", "mean length", "sequences", "mean \\|Σδ\\|", "KL k3 per token",
-                               "KL per sequence"], rows, numeric=range(6)) + "\n\n" + "\n".join(lines))
-    return "## Length sweep\n\n" + "\n\n".join(blocks) if blocks else ""
-
-
-def _env_table(index: dict) -> str:
-    envs = index.get("envs")
-    if not envs:
-        return ""
-    rows = [[esc(e["env"]), fmt(e["steps"]), f"{fmt(e['first'])} (step {esc(str(e['first_step']))})",
-             f"{fmt(e['last'])} (step {esc(str(e['last_step']))})", fmt(e["last_over_first"], 2),
-             f"{fmt(e['worst'])} (step {esc(str(e['worst_step']))})"] for e in envs]
-    return ("## By environment over the run\n\nKL k3 of each environment the steps name, worst first.\n\n"
-            + table(["environment", "steps", "first", "last", "last ÷ first", "worst"], rows, numeric=range(1, 6)))
+def _section(s: Section | None, base_url: str | None) -> str:
+    return write_section(s, base_url) if s else ""
 
 
 def render_index_md(index: dict, base_url: str | None = None) -> str:
@@ -472,9 +370,10 @@ def render_index_md(index: dict, base_url: str | None = None) -> str:
         f"- **{esc(m.name, None, own=True)}**: {esc(m.plain, None, own=True)}"
         for m in (catalogue.metric(k) for k in (*catalogue.INDEX, "routing"))] + ["", _kl_bands()])
     core = [title, *filter(None, [_run_verdict(index, base_url)]), _runs_table(index, base_url)]
-    sections = [("engine pairs", _pairs_table(index) if len(runs) > 1 else ""), ("precision matrix", _precision_table(index)),
-                ("trend over steps", _trend_table(index, base_url)), ("length sweep", _sweep(index)), ("by environment", _env_table(index)),
-                ("columns", columns)]
+    sections = [("engine pairs", _section(index_views.pairs_section(index), base_url) if len(runs) > 1 else ""),
+                ("precision matrix", _section(index_views.precision_section(index), base_url)),
+                ("trend over steps", _trend(index, base_url)), ("length sweep", _section(index_views.sweep_section(index), base_url)),
+                ("by environment", _section(index_views.envs_section(index), base_url)), ("columns", columns)]
     return assemble(core, [(n, s) for n, s in sections if s], html)
 
 
@@ -486,11 +385,7 @@ class MarkdownRenderer:
         return {"report.md": render_index_md(index, base_url=options.base_url)}
 
     def compare(self, comparison: dict, options) -> dict[str, str]:
-        if comparison.get("kind") == "arms":
-            from .arms import render_arms_md
-
-            return {"compare.md": render_arms_md(comparison, "index.html")}
-        from .compare_md import render_compare_md
+        from .compare.markdown import render_compare_md
 
         return {"compare.md": render_compare_md(comparison, "index.html")}
 

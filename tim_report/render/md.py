@@ -14,7 +14,8 @@ from urllib.parse import quote
 
 from ..catalogue.numbers import fmt
 from ..config import MARKDOWN_MAX_CHARS
-from .format import visible
+from .tables import MARKDOWN, Cell, Column, Section, Table
+from .token_text import visible
 
 MAX_CHARS = MARKDOWN_MAX_CHARS
 NAME_CHARS = 80  # model, engine, group names in tables
@@ -27,6 +28,7 @@ _SPECIAL_OWN = re.compile(r"([\\`*_\[\]|~#$@!{}])")
 # the second (checked with cmark-gfm --extension autolink, GitHub's own renderer).
 _WWW = re.compile(r"(?i)(www)\.")
 ZWJ = "\u200d"
+COLOUR = {"green": "🟢", "amber": "🟡", "red": "🔴", "unknown": "⚪"}
 
 
 def esc(text: Any, limit: int | None = NAME_CHARS, own: bool = False) -> str:
@@ -79,6 +81,65 @@ def table(headers: list[str], rows: list[list[str]], numeric: Iterable[int] = ()
     rule = "|" + "|".join("---:" if i in num else "---" for i in range(len(headers))) + "|"
     body = ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join([head, rule, *body])
+
+
+def colour(c: str) -> str:
+    """A health colour as an emoji and its word (colour is never the only signal)."""
+    return f"{COLOUR.get(c, '⚪')} {c}"
+
+
+def _cell(c: Cell, base_url: str | None) -> str:
+    limit = None if c.long else NAME_CHARS
+    if c.links:
+        body = ", ".join(f"[{esc(r)}]({href(run_path(r, 'index.html'), base_url)})" for r in c.links)
+    elif c.keep:
+        body = " → ".join(esc(p, limit) for p in c.keep)
+    else:
+        body = esc(c.text, limit, own=c.own) if c.text else ""
+    if c.link is not None:
+        body = f"[{body}]({href(run_path(c.link, 'index.html'), base_url)})"
+        if c.twin:
+            body += f" ([md]({href(run_path(c.link, 'report.md'), base_url)}))"
+    if c.note:
+        body += " " + esc(c.note, limit)
+    marks = [m for m in (colour(c.health) if c.health else "", c.icon) if m]
+    return " ".join([*marks, body] if body else marks)
+
+
+def _header(c: Column) -> str:
+    """A column's header: a user's string escaped as any; our words with only what breaks a table cell escaped."""
+    return esc(c.header) if c.user else c.header.replace("\\", "\\\\").replace("|", "\\|")
+
+
+def write_table(t: Table, base_url: str | None = None, rows: int | None = None) -> str:
+    """A view model's table as GFM (its first `rows` rows when given)."""
+    columns = t.columns_in(MARKDOWN)
+    return table([_header(c) for c in columns],
+                 [[_cell(c, base_url) for c in t.cells_in(r, MARKDOWN)] for r in t.rows[:rows]],
+                 numeric=[i for i, c in enumerate(columns) if c.numeric])
+
+
+def pieces(parts: tuple[tuple[str, bool], ...]) -> str:
+    """A sentence of our words and user strings, each escaped as what it is."""
+    return "".join(esc(text, None, own=ours) if ours else esc(text, None) for text, ours in parts)
+
+
+def write_section(s: Section, base_url: str | None = None, body: str | None = None) -> str:
+    """A view model's section: its heading, intro, tables (each with its sub-heading and lines) and warning;
+    `body` in place of the tables when the caller writes them its own way."""
+    blocks = [f"## {s.title}", esc(s.intro, None, own=True) if s.intro else ""]
+    if body is not None:
+        blocks.append(body)
+    else:
+        for t in s.tables:
+            if t.title:
+                blocks.append(f"### {esc(t.title, None)}")
+            blocks.append(write_table(t, base_url))
+            if t.after:
+                blocks.append("\n".join(f"- {esc(line, None, own=True)}" for line in t.after))
+    if s.warning:
+        blocks.append("⚠️ " + pieces(s.warning))
+    return "\n\n".join(b for b in blocks if b)
 
 
 def details(summary: str, body: str) -> str:

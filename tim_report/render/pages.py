@@ -1,7 +1,7 @@
 """What every HTML page shares: the Jinja2 environment over the package's templates, the notes, the page frame,
 and the shared assets.
 
-Used by the run page and the index (html.py) and by the comparison (compare_html.py). A page either links the
+Used by the run page and the index (html.py) and by the comparison (compare/html.py). A page either links the
 site's one copy of the assets (`assets/vega.js`, `assets/tim.js`, `assets/style.css`, by a relative path: a run
 page is one folder down) or, self-contained, carries them inline (`--self-contained`, the API's `to_html()`,
 Jupyter). Either way it loads nothing from the network, and its Content-Security-Policy says so.
@@ -19,7 +19,7 @@ from ..catalogue import metrics as catalogue
 from ..catalogue.formats import ASSETS
 from ..catalogue.numbers import fixed, fmt, pct
 from ..config import HEALTH, health
-from .format import visible
+from .token_text import visible
 from .vega import javascript_bundle
 from .views import kv_items, kv_tables
 

@@ -12,7 +12,7 @@ from ..catalogue import findings
 from ..catalogue import metrics as catalogue
 from ..catalogue.numbers import fixed, fmt, pct, with_se
 from ..config import HOT_DIFF
-from .format import visible
+from .token_text import visible
 
 SAMPLES_OPEN = 3  # the worst sequences the run page shows open, each with its largest differences
 TOP_TOKENS = 8  # the rows of an open sequence's compact table: its tokens with the largest |diff| (a shorter one: all)

@@ -21,12 +21,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..analysis import analyze
-from ..analysis.runs import index_from_rows, run_row
+from ..analysis.run_index import index_from_rows, run_row
 from ..catalogue.formats import FORMATS
 from ..config import Thresholds
 from ..errors import BadInput
 from ..io import LoadOptions, Source, Unreadable, load, scan
-from ..model import Report
+from ..model import BatchReport
 from ..render import RenderOptions, render
 from ..site import index_json
 from ..site.cache import cache_entry, cached_row, options_fingerprint, step_key
@@ -152,7 +152,7 @@ def shown_path(origin: Path) -> str:
     return Path(os.path.abspath(origin)).name
 
 
-def analyze_file(opts: BuildOptions, src: Source, run_id: str) -> Report:
+def analyze_file(opts: BuildOptions, src: Source, run_id: str) -> BatchReport:
     batch = load(src, opts.load)
     try:
         return analyze(batch, opts.thresholds, run_id=run_id)

@@ -14,14 +14,14 @@ from ..analysis import analyze
 from ..analysis.exact import exact_gate
 from ..analysis.gate import CheckResult, Limit, Violation, evaluate
 from ..analysis.history import HistoryResult, check_history
-from ..analysis.runs import run_row
+from ..analysis.run_index import run_row
 from ..analysis.tokens import valid_tokens
 from ..catalogue.chain import exact_line
 from ..config import HISTORY_MARGIN, HISTORY_WINDOW, DiagnosisThresholds, Thresholds
 from ..errors import BadInput
 from ..io import LoadOptions, Source, Unreadable, load, scan
 from ..io.discover import step_order
-from ..model import Report, StepBatch
+from ..model import BatchReport, StepBatch
 from ..site.index_json import read_history
 
 
@@ -44,7 +44,7 @@ class Checked:
     """One batch checked: its report and index row, the verdict on its limits and findings, and on the run's band."""
 
     path: Path
-    report: Report
+    report: BatchReport
     row: dict
     result: CheckResult
     history: HistoryResult | None

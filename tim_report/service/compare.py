@@ -8,7 +8,7 @@ from pathlib import Path
 from ..analysis import analyze
 from ..analysis.arms import compare_arms
 from ..analysis.compare import compare_batches
-from ..analysis.runs import run_row
+from ..analysis.run_index import run_row
 from ..catalogue.formats import FORMATS
 from ..config import Thresholds
 from ..io import LoadOptions, load, sources

@@ -1,7 +1,7 @@
 """index.json, the site's machine-readable index: its one schema, written and read back here.
 
     {"tool": "tim-report", "schema_version": 1,
-     "runs": [run row, ...],              one per run folder (analysis.runs.run_row; docs/index-json.md)
+     "runs": [run row, ...],              one per run folder (analysis.run_index.run_row; docs/index-json.md)
      "steps": N, "run": {...} or null,    the run's verdict over its steps (analysis.run_verdict)
      "change_points": [...], "change_steps": [...],   the run view (analysis.trend)
      "unreadable": [{"id", "step", "path", "reason"}, ...]}   a run folder's steps that could not be read
@@ -29,7 +29,7 @@ SCHEMA_VERSION = 1
 
 
 def document(index: dict) -> dict:
-    """index.json from the index summary (analysis.runs.index_from_rows)."""
+    """index.json from the index summary (analysis.run_index.index_from_rows)."""
     tr = index["trend"] or {}
     return {"tool": "tim-report", "schema_version": SCHEMA_VERSION, "runs": index["runs"], "steps": tr.get("steps", 0),
             "run": index.get("run"), "change_points": tr.get("change_points", []), "change_steps": tr.get("change_steps", []),

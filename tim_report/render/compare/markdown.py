@@ -9,10 +9,10 @@ anything else is cut.
 
 from __future__ import annotations
 
-from ..catalogue.numbers import fmt, pct
-from . import md
-from .compare_views import DIRECTION_MARK, metric_rows, signed, token_rows
-from .md import details, esc, table
+from ...catalogue.numbers import fmt, pct
+from .. import md
+from ..md import details, esc, table
+from .views import ARM_MARK, DIRECTION_MARK, arm_rows, metric_rows, signed, token_rows
 
 TOKEN_CHARS = 32
 
@@ -75,7 +75,7 @@ def _token_lists(pt: dict, top: int) -> list[str]:
     return out
 
 
-def render_compare_md(cmp: dict, html_url: str | None = "index.html") -> str:
+def _batches_md(cmp: dict, html_url: str | None = "index.html") -> str:
     """GitHub-flavoured markdown within md.MAX_CHARS: the token lists shrink first, then whole blocks go."""
     pt = cmp.get("per_token") or {}
     core = _head(cmp, html_url) + [_per_token(pt)]
@@ -85,3 +85,29 @@ def render_compare_md(cmp: dict, html_url: str | None = "index.html") -> str:
         if md.width(text) <= md.MAX_CHARS:
             return text
     return md.assemble(core, [], link)
+
+
+def _arms_md(cmp: dict, html_url: str | None = "index.html") -> str:
+    """compare.md for arms: why first, a verdict per metric, the table; short enough for any PR comment."""
+    lab, arms, t = cmp["labels"], cmp["arms"], cmp["tally"]
+    b, a = esc(lab["before"]), esc(lab["after"])
+    head = [f"<!-- tim-report compare -->\n## tim-report A/B arms: {b} → {a}"]
+    if html_url:
+        head.append(f"[Full comparison]({md.href(html_url, None)})")
+    head.append(f"**Why:** {esc(cmp['why']['sentence'], None, own=True)}")
+    zero = f" · {t['zero']} at the ideal in both" if t["zero"] else ""
+    head.append(f"**{t['lower']} lower 🟢 · {t['higher']} higher 🔴 · {t['unresolved']} not resolved ⚪{zero}** "
+                f"({b}: {fmt(arms['before']['steps'])} steps, {a}: {fmt(arms['after']['steps'])} steps)")
+    r = arm_rows(cmp, ARM_MARK)
+    head.append("\n".join(f"- {x['mark']} {esc(x['sentence'], None, own=True)}" for x in r))
+    head.append(table(["gap from the ideal", b, a, "after vs before", "verdict"],
+                      [[esc(x["gap"]), *(esc(" ".join(x[c]).strip()) for c in ("before", "after", "effect")),
+                        f"{x['mark']} {x['direction']}"]
+                       for x in r], numeric=range(1, 4)))
+    head.append(f"_{esc(cmp['method'], None, own=True)}_")
+    return "\n\n".join(head) + "\n"
+
+
+def render_compare_md(cmp: dict, html_url: str | None = "index.html") -> str:
+    """compare.md, of two batches or of two arms (`kind == "arms"`)."""
+    return _arms_md(cmp, html_url) if cmp.get("kind") == "arms" else _batches_md(cmp, html_url)

@@ -11,13 +11,13 @@ import pytest
 from click.testing import CliRunner
 from helpers import check_gfm
 
-from tim_report.analysis.runs import engine_pairs, index_summary, precision_matrix, run_row
+from tim_report.analysis.run_index import engine_pairs, index_summary, precision_matrix, run_row
 from tim_report.analysis.trend import trend
 from tim_report.catalogue.metrics import TREND, metric
 from tim_report.cli import main
 from tim_report.config import health
 from tim_report.io import save_batch
-from tim_report.model import Report
+from tim_report.model import BatchReport
 from tim_report.service.build import BuildOptions, build
 from tim_report.testing import make_batch
 
@@ -109,7 +109,7 @@ def test_precision_matrix(site):
 def test_reports_and_summary_dicts_agree(site):
     s = summaries(site)
     from_dicts = index_summary(list(s.values()))
-    from_reports = index_summary([Report.from_dict(x) for x in s.values()])
+    from_reports = index_summary([BatchReport.from_dict(x) for x in s.values()])
     assert from_dicts == from_reports
 
 

@@ -1,4 +1,5 @@
-"""The compare page (HTML): metrics side by side, overlaid distributions, the per-token change.
+"""The comparison page (HTML): two batches' metrics side by side, overlaid distributions, the per-token change;
+or two arms of steps, each metric's level per arm with its interval and the effect between them.
 
 Display only: formatting, symbols and Altair specs from the pre-binned data in compare.json.
 
@@ -9,10 +10,11 @@ from __future__ import annotations
 
 import altair as alt
 
-from ..catalogue.numbers import fmt, sig
-from . import charts as ch
-from .compare_views import HTML_MARK, metric_rows, seq_rows, signed, token_rows
-from .pages import environment, page_context
+from ...catalogue.numbers import fmt, sig
+from ...config import ARM_LEVEL
+from .. import charts as ch
+from ..pages import environment, page_context
+from .views import ARM_HTML_MARK, HTML_MARK, arm_rows, metric_rows, seq_rows, signed, token_rows
 
 BEFORE_COLOUR = "#8c8c8c"
 AFTER_COLOUR = ch.BLUE
@@ -133,4 +135,14 @@ def compare_context(cmp: dict, timestamp: str | None = None, assets: str | None 
 
 
 def render_compare_html(cmp: dict, timestamp: str | None = None, assets: str | None = None) -> str:
+    """The comparison's page, of two batches or of two arms (`kind == "arms"`)."""
+    if cmp.get("kind") == "arms":
+        return _arms_page(cmp, timestamp, assets)
     return environment().get_template("compare.html").render(**compare_context(cmp, timestamp, assets))
+
+
+def _arms_page(cmp: dict, timestamp: str | None = None, assets: str | None = None) -> str:
+    """The arms page; `assets` as html.render_run's (None: self-contained)."""
+    return environment().get_template("arms.html").render(c=cmp, labels=cmp["labels"], tally=cmp["tally"],
+                                                          rows=arm_rows(cmp, ARM_HTML_MARK), level=round(ARM_LEVEL * 100),
+                                                          **page_context([], timestamp, assets))
