@@ -23,6 +23,7 @@ import numpy as np
 
 from tim_report.analysis import analyze
 from tim_report.catalogue.findings import FINDINGS
+from tim_report.catalogue.numbers import fmt, pct
 from tim_report.catalogue.verdicts import REGIMES
 from tim_report.io import load
 from tim_report.model import StepBatch
@@ -40,7 +41,8 @@ START, END = "<!-- MATRIX:START (python scripts/diagnosis_matrix.py) -->\n", "<!
 # those of the distribution the tokens were sampled from.
 SIDES = {"dummy_zero": "rollout", "temp_rollout_0.7": "trainer", "temp_rollout_0.8": "trainer",
          "temp_rollout_1.2": "trainer", "temp_rollout_1.5": "trainer", "temp_trainer_0.6": "rollout",
-         "weights_perturbed": "trainer", "weights_reinit": "trainer"}
+         "weights_perturbed": "trainer", "weights_reinit": "trainer", "multi_turn_tool": "trainer",
+         "mixed_versions": "rollout"}
 
 
 def _nan_trainer(b: StepBatch) -> StepBatch:
@@ -74,6 +76,10 @@ DERIVED: dict[str, tuple[str, str, str, list[str], str | None, Callable[[StepBat
     "rollout_reinit": ("weights_reinit", "the sides swapped: the rollout scored by the re-initialised model", "systematic",
                        ["one_side_broken"], "rollout",
                        lambda b: replace(b, rollout_logp=b.trainer_logp, trainer_logp=b.rollout_logp)),
+    "trainer_offset_0.001": ("identical", "the trainer's log-probs lowered by a constant 0.001 nats (KL k3 5e-7)", "elevated",
+                             ["processed_logprobs"], None, lambda b: replace(b, trainer_logp=b.trainer_logp - 0.001)),
+    "trainer_offset_0.01": ("identical", "the trainer's log-probs lowered by a constant 0.01 nats (KL k3 5e-5)", "elevated",
+                            ["processed_logprobs"], None, lambda b: replace(b, trainer_logp=b.trainer_logp - 0.01)),
     "temp_trainer_0.6_swapped": ("temp_trainer_0.6", "the sides swapped: the trainer's log-probs at another temperature "
                                  "than the sampler's", "systematic", ["temperature"], "trainer",
                                  lambda b: replace(b, rollout_logp=b.trainer_logp, trainer_logp=b.rollout_logp)),
@@ -90,21 +96,30 @@ DERIVED: dict[str, tuple[str, str, str, list[str], str | None, Callable[[StepBat
 
 
 def named_side(findings: list[dict]) -> str | None:
-    """The side at fault that the first finding able to tell says (dummy zeros, temperature, a broken side)."""
+    """The side at fault that the first finding able to tell says (its `side`, when not undetermined)."""
     for f in findings:
-        e = f["evidence"]
-        side = {"dummy_zero": e.get("trainer_side"), "one_side_broken": e.get("trainer_broken"),
-                "temperature": e.get("trainer_off")}.get(f["id"])
-        if side is not None:
-            return "trainer" if side else "rollout"
+        side = (f.get("side") or {}).get("side")
+        if side in ("rollout", "trainer"):
+            return side
     return None
+
+
+def consequence_cell(findings: list[dict]) -> str:
+    """The leading systematic finding's severity and what it does on the batch: tokens PPO clips and the 2× cap
+    touches because of it, the per-token bias, the sequence-level weight at the p90 length."""
+    lead = next((f for f in findings if f.get("consequence") and f["severity"] != "info"), None)
+    if lead is None:
+        return ""
+    c = lead["consequence"]
+    return (f"{lead['severity']}: clip {pct(c['ppo_clip_share'], 2)}, 2× {pct(c['outside_cap_share'], 2)}, bias "
+            f"{fmt(c['bias'], 2)}, w₉₀ {fmt(c['seq_weight_p90'], 2)}")
 
 
 def _row(name: str, batch: StepBatch, regime: str, expected: list[str], side: str | None, case: dict) -> dict:
     d = analyze(batch).diagnosis
     return {"case": name, "expected_regime": regime, "regime": d["regime"], "expected_findings": expected,
             "findings": {f["id"]: f["severity"] for f in d["findings"]}, "expected_side": side,
-            "side": named_side(d["findings"]), "verdict": d["verdict"], **case}
+            "side": named_side(d["findings"]), "consequence": consequence_cell(d["findings"]), "verdict": d["verdict"], **case}
 
 
 def evaluate(data: Path = DEFAULT_DATA) -> list[dict]:
@@ -141,9 +156,12 @@ def markdown(rows: list[dict], details: bool = True, alarms: dict[str, int] | No
     ids = [i for i in tuple(FINDINGS)]
     out += ["", "Findings (rows: fixture, then the faults derived from one by changing its arrays; cells: severity of "
             "each finding that fired; ✔ = expected and fired, ✘ = expected and missing; the side at fault is the one "
-            "the first finding able to tell names, ✘ (expected) where it names the other):", "",
-            "| fixture | tokens | expected regime | diagnosed | side at fault named | " + " | ".join(f"`{i}`" for i in ids) + " |",
-            "|---|---:|---|---|---|" + "---|" * len(ids)]
+            "the first finding able to tell names, ✘ (expected) where it names the other; severity by consequence: the "
+            "leading systematic finding's severity, the share of tokens PPO clips and the 2× cap touches because of it, "
+            "its per-token bias in nats and the sequence-level weight exp(bias × p90 length)):", "",
+            "| fixture | tokens | expected regime | diagnosed | side at fault named | severity by consequence | "
+            + " | ".join(f"`{i}`" for i in ids) + " |",
+            "|---|---:|---|---|---|---|" + "---|" * len(ids)]
     for r in rows:
         cells = []
         for i in ids:
@@ -156,7 +174,7 @@ def markdown(rows: list[dict], details: bool = True, alarms: dict[str, int] | No
         side = (f"{r['side'] or '—'}" + ("" if r["side"] == r["expected_side"] else f" ✘ ({r['expected_side']})")
                 if r["expected_side"] or r["side"] else "")
         name = f"{r['case']} (from {r['derived_from']})" if r.get("derived_from") else r["case"]
-        out.append(f"| {name} | {r['tokens']} | {r['expected_regime']} | {r['regime']}{mark} | {side} | "
+        out.append(f"| {name} | {r['tokens']} | {r['expected_regime']} | {r['regime']}{mark} | {side} | {r['consequence']} | "
                    + " | ".join(cells) + " |")
     alarms = alarms if alarms is not None else false_alarms()
     out += ["", "Per detector (warn or error counts as fired; info findings are context, not alarms). The last column "

@@ -182,3 +182,11 @@ def wandb_history(path: str, timeout: float = 60.0) -> list[dict]:
         time.sleep(0.1)
     return [{i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item}
             for r in records if r.WhichOneof("record_type") == "history"]
+
+
+def read_samples(folder):
+    """A run folder's samples.js read as a script would (render/samples_js.py): the JSON object on its second line."""
+    import json
+    from pathlib import Path
+
+    return json.loads((Path(folder) / "samples.js").read_text(encoding="utf-8").split("\n")[1])

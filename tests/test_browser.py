@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from helpers import HOSTILE, build_site, hostile_batch, skip_or_fail
+from helpers import HOSTILE, build_site, hostile_batch, read_samples, skip_or_fail
 
 from tim_report.catalogue.metrics import TREND, metric
 
@@ -79,7 +79,7 @@ def test_run_page_draws_every_chart_offline(browser, site, scheme):
     assert seen["errors"] == []
     assert seen["dialogs"] == []
     assert sorted(seen["requests"]) == sorted((site / p).as_uri() for p in (
-        "step7/index.html", "assets/style.css", "assets/vega.js", "assets/tim.js"))  # the site's own files only
+        "step7/index.html", "step7/samples.js", "assets/style.css", "assets/vega.js", "assets/tim.js"))  # its own
     assert seen["routed"] == []
     page.close()
 
@@ -94,7 +94,7 @@ def test_hostile_text_shows_literally_and_runs_nothing(browser, site):
     assert any(h in text for h in HOSTILE[:3])
     assert "<script>alert('notes')</script>" in text  # notes: raw HTML escaped, shown literally
     assert page.evaluate("document.querySelectorAll('img').length") == 0
-    assert page.evaluate("document.querySelectorAll('script').length") == 3  # the specs (JSON), vega.js, tim.js
+    assert page.evaluate("document.querySelectorAll('script').length") == 4  # the specs (JSON), samples.js, vega.js, tim.js
     page.close()
 
 
@@ -159,10 +159,10 @@ def test_run_page_reads_on_one_screen_first(browser, site):
             for i in ("verdict", "about", "headline", "charts", "samples")}
     assert max(tops["verdict"], tops["about"], tops["headline"]) < 900 < tops["charts"] < tops["samples"], tops
     assert page.evaluate("document.documentElement.scrollHeight") <= 8000
-    worst = json.loads((site / "step7" / "samples.json").read_text(encoding="utf-8"))["samples"][0]
+    worst = read_samples(site / "step7")["samples"][0]
     page.evaluate("document.querySelectorAll('details').forEach(d => d.open = true)")
     shown = page.locator(f"#seq-{worst['sequence']} table.tok tbody tr").count()
-    n = len(worst["rows"]["pos"])  # samples.json's rows are columns
+    n = len(worst["rows"]["rollout_logp"])  # samples.js's rows are columns
     assert shown == (n + 8 if n > 8 else n)  # its largest differences, then every row
     page.close()
 
@@ -181,6 +181,23 @@ def test_verdict_and_direction_columns_are_on_a_phone_screen(browser, site, comp
     rights = page.evaluate(f"() => [...document.querySelectorAll('{cell}')].map(e => e.getBoundingClientRect().right)")
     assert rights and max(rights) <= 420
     page.close()
+
+
+def test_the_index_reads_the_verdict_and_three_headline_numbers_on_a_phone(browser, site):
+    """At 420 px the runs table kept the verdict but scrolled median |δ|, KL k3 and ESS out of sight (issue 33): now
+    it keeps the run, its verdict and those three numbers on screen, and leaves the rest for a wider one."""
+    page, _, _ = open_page(browser, site / "index.html", width=420)
+    shown = page.evaluate("""() => [...document.querySelectorAll('.runs thead th')]
+        .filter(th => th.getBoundingClientRect().width > 0)
+        .map(th => [th.textContent.trim(), th.getBoundingClientRect().right])""")
+    assert [name for name, _ in shown] == ["run", "verdict", "median |δ|", "KL k3", "ESS"]
+    assert max(right for _, right in shown) <= 420
+    table = page.locator(".runs").first
+    assert page.evaluate("t => t.parentElement.scrollWidth <= t.parentElement.clientWidth", table.element_handle())
+    page.close()
+    wide, _, _ = open_page(browser, site / "index.html", width=1300)  # a wide screen still has every column
+    assert wide.locator(".runs thead th.wide-only").first.is_visible()
+    wide.close()
 
 
 def test_tooltips_show_under_the_policy(browser, site):
@@ -258,4 +275,31 @@ def test_the_policy_blocks_a_load_the_renderer_let_through(browser, tmp_path):
     page.wait_for_timeout(300)
     remote = [u for u in seen["requests"] if not u.startswith("file:")]
     assert remote == ["https://example.org/leak.png"] and "csp" in str(seen["failed"].get(remote[0])).lower(), seen["failed"]
+    page.close()
+
+
+@pytest.mark.parametrize("self_contained", [False, True])
+def test_token_tables_drawn_from_samples_js_are_the_rows_the_page_carried(browser, site, tmp_path, self_contained):
+    """The token tables are drawn from samples.js (inline in a self-contained page): cell for cell, class for class,
+    they are what render/views.py's token_rows made the page's own markup say, hostile token text included."""
+    from tim_report.analysis import analyze
+    from tim_report.io import load
+    from tim_report.render.views import samples_view
+
+    page_path = site / "step7" / "index.html"
+    if self_contained:
+        page_path = build_site(tmp_path, [("step7", hostile_batch())], self_contained=True) / "step7" / "index.html"
+    page, seen, _ = open_page(browser, page_path)
+    drawn = page.evaluate("""() => [...document.querySelectorAll('#samples [data-sample]')].map(h => [
+        +h.dataset.sample, h.dataset.rows || "",
+        [...h.querySelectorAll('tbody tr')].map(r => [r.className, ...[...r.cells].map(c => c.className + ':' + c.textContent)])])""")
+    samples = samples_view(analyze(load(site.parent / "in" / "step7.npz")))
+    assert len(drawn) >= len(samples) > 0 and seen["errors"] == [] and seen["routed"] == []
+    for i, chosen, rows in drawn:
+        s = samples[i]
+        want = [s["all"][j] for j in (map(int, chosen.split()) if chosen else range(len(s["all"])))]
+        assert rows == [[x["cls"], *(f"{x['r_cls'] if k == 'r' else ''}:{x[k]}" for k in
+                                     ("pos", "flag", "token", "diff", "r", "ro", "tr", "pr", "pt"))] for x in want]
+    cells = [c for _, _, rows in drawn for row in rows for c in row]
+    assert "hot" in cells and "o5:▼ 0.082085" in cells and any(c.startswith(":␣the") for c in cells)  # marks drawn
     page.close()

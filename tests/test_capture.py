@@ -210,7 +210,7 @@ def test_cli_single_pair_writes_the_file(tmp_path):
 
 @pytest.mark.parametrize("case", ["missing_model", "empty_prompts", "bad_json", "bad_engine", "bad_dtype",
                                   "not_npz", "messages_without_template", "too_long", "vllm_scoring_with_top_p"])
-def test_cli_bad_input_is_one_line_exit_2_nothing_written(tmp_path, case):
+def test_cli_bad_input_is_one_line_exit_2_nothing_written(tmp_path, case):  # noqa: C901 (a branch per bad-input case)
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"prompt": "hello"}\n')
     args = {"--model": str(MODEL), "--prompts": str(prompts), "--rollout": "hf:bf16", "--trainer": "hf:fp32"}

@@ -46,7 +46,7 @@ def noisy(tmp_path):
 def test_clean_passes(clean):
     r = run(clean)
     assert r.exit_code == 0, r.output
-    assert r.output.strip().startswith(f"{clean}: ok (numerical_noise")
+    assert r.output.strip().startswith(f"{clean}: ok: numerical noise; KL k3 ")
 
 
 def test_fault_fails_with_one_line_each(shifted):
@@ -72,7 +72,8 @@ def test_limits(noisy):
     assert r.exit_code == 1 and "ess = " in r.output
     r = run(noisy, "--max-outside-5x", "-1", "--max-phantom-clip", "0")
     assert r.exit_code == 1 and "outside_5x" in r.output and "phantom_clip" in r.output
-    assert len(r.output.strip().splitlines()) == 2
+    lines = r.output.strip().splitlines()  # the verdict at a glance, then one line per violated limit
+    assert len(lines) == 3 and lines[0].startswith(f"{noisy}: fail: elevated; KL k3 ")
 
 
 def test_fail_on(shifted):
@@ -114,7 +115,7 @@ def test_unusable_batch_is_bad_input_one_line_exit_2(tmp_path, clean, shifted):
     assert r.exit_code == 2
     bad = [line for line in r.output.splitlines() if "nan.npz" in line]
     assert len(bad) == 1 and bad[0].startswith(f"tim-report: error: {p}: Unusable input: only 3")
-    assert "NaN trainer log-probs on 6" in bad[0] and f"{clean}: ok (" in r.output  # the other files are still checked
+    assert "NaN trainer log-probs on 6" in bad[0] and f"{clean}: ok: " in r.output  # the other files are still checked
     row = json.loads(run(p, "--json").output.splitlines()[0])
     assert row["ok"] is False and row["input_problem"].startswith("Unusable input:") and row["violations"] == []
     assert run(p, "--set", "min_usable_share=0.3").exit_code == 0  # the limit is a diagnosis threshold
@@ -143,3 +144,26 @@ def test_evaluate_api():
     rep = analyze(make_batch(n_seqs=8, mean_len=32))
     res = evaluate(rep, limits(), "error")
     assert res.ok and res.regime == "numerical_noise"
+
+
+@pytest.mark.parametrize("scope", ["GATE", "GATE_HISTORY"])
+def test_check_computes_only_what_the_gate_reads_and_reads_it_as_build_does(tmp_path, scope):
+    """`check` skips the ladders and the page-only families; what the gate, the history band and the routing read is
+    the build's number, bit for bit, and the findings are the same."""
+    from tim_report import analysis
+    from tim_report.analysis.run_index import run_row
+
+    b = replace(make_batch(n_seqs=40, mean_len=48, noise=0.01, seed=5), group=np.repeat(np.arange(10), 4))
+    b.trainer_logp = np.roll(b.trainer_logp, 1)  # a finding to compare
+    full, gate = analyze(b), analyze(b, scope=getattr(analysis, scope))
+    assert gate.samples == [] and gate.verl == {} and "length_growth" not in gate.breakdowns
+    assert set(gate.metrics["percentiles"]) == ({"q", "abs_delta"} if scope == "GATE_HISTORY" else {"q"})
+    assert [f["id"] for f in gate.diagnosis["findings"]] == [f["id"] for f in full.diagnosis["findings"]]
+    assert gate.diagnosis["regime"] == full.diagnosis["regime"] and gate.routing == full.routing
+    for key in limits():
+        assert gate.metrics[key.metric] == full.metrics[key.metric]
+    row, full_row = run_row(gate), run_row(full)
+    if scope == "GATE":  # no history band to read the |δ| median
+        assert row.pop("abs_delta_median") is None
+        full_row.pop("abs_delta_median")
+    assert row == full_row

@@ -40,7 +40,7 @@ def test_step_inside_the_band_passes(run_site):
     r = cli("check", run_site / "step_8.npz", "--history", run_site / "site")
     assert r.exit_code == 0, r.output
     assert r.output.strip() == r.output.strip().splitlines()[0]  # one line
-    assert "ok (numerical_noise" in r.output and f"within the run's band (steps 1-{STEPS})" in r.output
+    assert "ok: numerical noise; " in r.output and f"within the run's band (steps 1-{STEPS})" in r.output
 
 
 def test_step_outside_the_band_fails_one_line_per_metric(run_site):
@@ -48,7 +48,8 @@ def test_step_outside_the_band_fails_one_line_per_metric(run_site):
     assert cli("check", new).exit_code == 0  # within verl's fixed limits: only the run's own band catches it
     r = cli("check", new, "--history", run_site / "site")
     assert r.exit_code == 1, r.output
-    lines = r.output.strip().splitlines()
+    verdict, *lines = r.output.strip().splitlines()  # the verdict at a glance, then one line per metric
+    assert verdict.startswith(f"{new}: fail: numerical noise; KL k3 ") and "within the run's band" not in verdict
     assert lines and all(line.startswith(f"{new}: history ") for line in lines)
     kl = next(line for line in lines if line.startswith(f"{new}: history kl_k3 = "))
     assert "above the run's band (median " in kl and f"of steps 1-{STEPS}; margin 1×, floor {metric('kl_k3').history_floor:g})" in kl
@@ -75,7 +76,8 @@ def test_too_few_earlier_steps_says_so_and_does_not_fail(run_site):
     early = run_site / "run" / "step_3.npz"  # steps 1 and 2 come before it
     r = cli("check", early, "--history", run_site / "site")
     assert r.exit_code == 0, r.output
-    assert r.output.splitlines()[0] == (f"{early}: history: 2 earlier steps (steps 1-2), fewer than {HISTORY_MIN_STEPS}: "
+    assert r.output.splitlines()[0].startswith(f"{early}: ok: numerical noise; KL k3 ")
+    assert r.output.splitlines()[1] == (f"{early}: history: 2 earlier steps (steps 1-2), fewer than {HISTORY_MIN_STEPS}: "
                                         "no band checked")
 
 

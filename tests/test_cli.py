@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from helpers import read_samples
 
 from tim_report.cli import main
 from tim_report.io import save_batch
@@ -42,13 +43,15 @@ def test_build_writes_summary_and_samples(tmp_path, verl_pt, trl_npz):
                      "rollout_corr/rollout_ppl", "rollout_corr/log_ppl_diff", "training/rollout_probs_diff_max",
                      "training/rollout_actor_probs_pearson_corr"):
             assert isinstance(verl[name], float), name
-        doc = json.loads((out / rid / "samples.json").read_text())
+        doc = read_samples(out / rid)
         samples = doc["samples"]
         assert [s["kind"] for s in samples].count("worst") == 8
-        assert doc["schema_version"] == 2 and set(doc["derived"]) == {"diff", "r", "p_rollout", "p_trainer"}
-        cols = samples[0]["rows"]  # one array per field, one value per token row
-        assert {"pos", "token", "rollout_logp", "trainer_logp", "mask", "valid"} <= set(cols)
-        assert len({len(v) for v in cols.values()}) == 1 and len(cols["pos"]) == samples[0]["tokens"]
+        assert doc["schema_version"] == 3
+        assert set(doc["derived"]) == {"diff", "r", "p_rollout", "p_trainer", "pos", "mask", "valid", "token"}
+        cols = samples[0]["rows"]  # one array per field, one value per token row; the flags as the rows where false
+        assert {"rollout_logp", "trainer_logp", "unmasked", "invalid"} <= set(cols)
+        per_row = {k: v for k, v in cols.items() if k not in ("unmasked", "invalid")}
+        assert len({len(v) for v in per_row.values()}) == 1 and len(cols["rollout_logp"]) == samples[0]["tokens"]
     assert "verl_step_7" in res.output
 
 
@@ -57,21 +60,21 @@ def test_worst_samples_really_are_worst(tmp_path):
     b.trainer_logp[b.tokens_of(17)] -= 0.7
     save_batch(b, tmp_path / "w.npz")
     assert run("build", tmp_path / "w.npz", "-o", tmp_path / "s").exit_code == 0
-    samples = json.loads((tmp_path / "s" / "w" / "samples.json").read_text())["samples"]
+    samples = read_samples(tmp_path / "s" / "w")["samples"]
     assert samples[0]["sequence"] == 17 and samples[0]["kind"] == "worst"
 
 
-def test_samples_json_columns_hold_every_float32_log_prob_exactly(tmp_path):
-    """samples.json (schema 2) writes each sample's rows as columns to 9 significant digits: read back as float32,
+def test_samples_columns_hold_every_float32_log_prob_exactly(tmp_path):
+    """samples.js (schema 3) writes each sample's rows as columns to 9 significant digits: read back as float32,
     every float32 log-prob is exactly the one saved."""
     b = make_batch(6, 20, seed=4)
     b.rollout_logp = b.rollout_logp.astype(np.float32).astype(np.float64)
     save_batch(b, tmp_path / "c.npz")
     assert run("build", tmp_path / "c.npz", "-o", tmp_path / "s").exit_code == 0
-    doc = json.loads((tmp_path / "s" / "c" / "samples.json").read_text())
+    doc = read_samples(tmp_path / "s" / "c")
     for s in doc["samples"]:
         cols, sl = s["rows"], b.tokens_of(s["sequence"])
-        want = b.rollout_logp[sl][np.asarray(cols["pos"])]
+        want = b.rollout_logp[sl][: len(cols["rollout_logp"])]  # the rows are the sequence's first tokens
         assert np.array_equal(np.asarray(cols["rollout_logp"], dtype=np.float32), want.astype(np.float32))
 
 
@@ -87,7 +90,7 @@ def test_run_id_option_and_safe_names(tmp_path, trl_npz):
 def test_build_is_deterministic(tmp_path, verl_pt):
     run("build", verl_pt, "-o", tmp_path / "a")
     run("build", verl_pt, "-o", tmp_path / "b")
-    for name in ("summary.json", "samples.json"):
+    for name in ("summary.json", "samples.js"):
         assert (tmp_path / "a" / "verl_step_7" / name).read_bytes() == (tmp_path / "b" / "verl_step_7" / name).read_bytes()
 
 
@@ -202,5 +205,5 @@ def test_page_stays_bounded_with_huge_token_strings(tmp_path):
     b.prompt_text = ["p" * 100_000] * b.n_seqs
     save_batch(b, tmp_path / "huge.npz")
     assert run("build", tmp_path / "huge.npz", "-o", tmp_path / "s").exit_code == 0
-    for name in ("index.html", "samples.json", "report.md"):
+    for name in ("index.html", "samples.js", "report.md"):
         assert (tmp_path / "s" / "huge" / name).stat().st_size < 1_500_000, name

@@ -259,3 +259,18 @@ def test_compare_says_why_first_the_findings_that_differ(tmp_path):
     assert [f["id"] for f in back["appeared"]] == ["shift"] and "(worse). New in after: Off-by-one" in back["sentence"]
     same = compare_batches(fixed, make_batch(n_seqs=16, mean_len=32, noise=0.02, seed=5))["why"]
     assert same["sentence"].startswith("Both sides are numerical noise. No finding differs")
+
+
+def test_ppo_eps_reaches_compare_as_it_does_build(tmp_path, files):
+    """`compare --ppo-eps` sets the clip range of phantom clipping on both sides, as `build` and `check` do."""
+    pb, pa = files
+
+    def phantom(*extra: str) -> tuple[float, float]:
+        out = tmp_path / f"cmp{len(extra)}"
+        res = CliRunner().invoke(main, ["compare", str(pb), str(pa), "-o", str(out), *extra])
+        assert res.exit_code == 0, res.output
+        row = next(m for m in json.loads((out / "compare.json").read_text())["metrics"] if m["key"] == "phantom_clip")
+        return row["before"], row["after"]
+
+    default, narrow = phantom(), phantom("--ppo-eps", "0.0001", "0.0001")
+    assert narrow[0] > default[0] and narrow[1] > default[1]

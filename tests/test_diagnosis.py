@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from tim_report.analysis import analyze
 from tim_report.catalogue.findings import FINDINGS
+from tim_report.catalogue.severity import SIDED, STATED
 from tim_report.catalogue.verdicts import REGIMES
 from tim_report.config import SEVERITIES, DiagnosisThresholds
 from tim_report.errors import BadInput
@@ -51,7 +52,11 @@ def test_finding_schema_on_a_fault():
     d = diag(with_trainer(b, np.roll(b.trainer_logp, -1)))
     assert d["findings"]
     for f in d["findings"]:
-        assert set(f) == {"id", "severity", "title", "problem", "evidence", "likely_cause", "what_to_check"}
+        base = {"id", "severity", "title", "problem", "evidence", "likely_cause", "what_to_check"}
+        stated = {"consequence", "consequence_text", "side", "side_text"}  # what a systematic finding does, its side
+        sided = {"side", "side_text"}
+        assert set(f) == (base | stated if f["id"] in STATED and f["severity"] != "info"
+                          else base | sided if f["id"] in SIDED and f["severity"] != "info" else base)
         assert f["id"] in FINDINGS and f["severity"] in SEVERITIES
         assert all(isinstance(v, (int, float)) or v is None for v in f["evidence"].values())
 
@@ -139,7 +144,16 @@ def test_dummy_zero():
     tr[tool] = -3.0
     d = diag(replace(b, rollout_logp=ro, trainer_logp=tr))
     f = next(f for f in d["findings"] if f["id"] == "dummy_zero")
-    assert f["severity"] == "error" and f["evidence"]["tokens"] == 10 and f["evidence"]["in_runs_share"] == 1.0
+    assert f["evidence"]["tokens"] == 10 and f["evidence"]["in_runs_share"] == 1.0
+    # 10 placeholders of 1,024 tokens: PPO clips 0.98% of tokens because of them, under the 1% that makes it material
+    assert f["severity"] == "warn" and f["consequence"]["ppo_clip_share"] == pytest.approx(10 / b.n_tokens)
+    assert f["side"]["side"] == "rollout" and f["consequence_text"].startswith("Small:")
+    wider = tool.copy()
+    wider[b.offsets[1] + 3:b.offsets[1] + 13] = True  # 20 placeholders: 1.95% of the tokens clipped, material
+    ro[wider], tr[wider] = 0.0, -3.0
+    f = next(f for f in diag(replace(b, rollout_logp=ro, trainer_logp=tr))["findings"] if f["id"] == "dummy_zero")
+    assert f["severity"] == "error" and f["consequence_text"].startswith("Material: PPO clips 1.9")
+    ro[wider & ~tool], tr[wider & ~tool] = b.rollout_logp[wider & ~tool], b.trainer_logp[wider & ~tool]
     # masking the tool tokens out fixes it
     d2 = diag(replace(b, rollout_logp=ro, trainer_logp=tr, mask=~tool))
     assert not ids(d2)

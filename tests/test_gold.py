@@ -86,7 +86,7 @@ def test_run_page_and_report(tmp_path, request):
     """One batch: the run page, its report.md, and the index of one run (no trend, no charts)."""
     out = build_site(tmp_path, [("run", small(step=3))])
     check_gold(request, tmp_path, "run", {"index.html": out / "run" / "index.html", "report.md": out / "run" / "report.md",
-                                          "summary.json": out / "run" / "summary.json", "samples.json": out / "run" / "samples.json",
+                                          "summary.json": out / "run" / "summary.json", "samples.js": out / "run" / "samples.js",
                                           "site_index.html": out / "index.html", "index.json": out / "index.json"})
 
 

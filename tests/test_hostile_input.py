@@ -210,7 +210,7 @@ def test_lone_surrogates_are_repaired_and_counted_everywhere(bad_text, tmp_path,
     if command == "build":
         summary = json.loads((tmp_path / "s" / "text" / "summary.json").read_text(encoding="utf-8"))
         assert summary["data_problems"]["input"]["text_invalid"] >= 2
-        assert "\ufffd" in (tmp_path / "s" / "text" / "samples.json").read_text(encoding="utf-8")
+        assert "\ufffd" in (tmp_path / "s" / "text" / "samples.js").read_text(encoding="utf-8")
 
 
 def test_bytes_that_are_not_utf8_become_replacement_characters(tmp_path):

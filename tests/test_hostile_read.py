@@ -175,7 +175,7 @@ def test_changing_the_tokenizers_files_re_renders_the_pages(tmp_path):
     opts = BuildOptions(load=LoadOptions(tokenizer=str(folder)), formats=("json",))
     first = build([batch], tmp_path / "site", opts)
     assert (first.analysed, build([batch], tmp_path / "site", opts).reused) == (1, 1)
-    before = (tmp_path / "site" / "ids" / "samples.json").read_text()
+    before = (tmp_path / "site" / "ids" / "samples.js").read_text()
     tok = json.loads((folder / "tokenizer.json").read_text())
     vocab = tok["model"]["vocab"]
     a, b = (next(k for k, v in vocab.items() if v == i) for i in (305, 306))
@@ -183,7 +183,7 @@ def test_changing_the_tokenizers_files_re_renders_the_pages(tmp_path):
     (folder / "tokenizer.json").write_text(json.dumps(tok))
     again = build([batch], tmp_path / "site", opts)
     assert (again.analysed, again.reused) == (1, 0)  # its path is the same; its content is not
-    assert (tmp_path / "site" / "ids" / "samples.json").read_text() != before
+    assert (tmp_path / "site" / "ids" / "samples.js").read_text() != before
 
 
 @pytest.mark.parametrize("bad_id", [-1, 2**32])

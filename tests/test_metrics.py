@@ -302,3 +302,28 @@ def test_the_abs_ladder_read_off_the_signed_sort_is_bit_identical_to_sorting_abs
         signed, absolute = signed_and_abs_ladders(x)
         assert [v.hex() for v in signed] == [v.hex() for v in percentile_ladder(x)]
         assert [v.hex() for v in absolute] == [v.hex() for v in percentile_ladder(np.abs(x))]
+
+
+@pytest.mark.parametrize("selection", [True, False])
+def test_ladders_by_selection_or_by_sort_are_the_same_bits(monkeypatch, selection):
+    """Which of the two a CPU runs faster decides (stats.selection_wins); the ladders must not depend on it."""
+    from tim_report.analysis import metrics, stats
+    from tim_report.model import dumps
+
+    b = make_batch(n_seqs=300, mean_len=60, noise=0.02, seed=8)
+    b.trainer_logp[::7] = b.rollout_logp[::7]  # ties at δ = 0
+    expected = dumps(analyze(b).metrics)
+    for module in (stats, metrics):
+        monkeypatch.setattr(module, "selection_wins", lambda n: selection)
+    assert dumps(analyze(b).metrics) == expected
+    x = np.round(np.random.default_rng(2).standard_normal(4001), 2)
+    from tim_report.config import PERCENTILES
+    assert [v.hex() for v in stats.percentile_ladder(x)] == [v.hex() for v in np.percentile(x, PERCENTILES)]
+
+
+def test_the_selection_probe_answers_once_per_process():
+    from tim_report.analysis import stats
+
+    assert stats.selection_wins(10) is False  # below the probe's size: one sort, no probe
+    first = stats.selection_wins(1 << 24)
+    assert stats.selection_wins(1 << 24) is first and stats._selection_probe.cache_info().misses == 1

@@ -129,7 +129,7 @@ def test_check_on_a_run_folder_names_the_bad_step_and_checks_the_rest(run6):
     res = run_cli("check", run6, code=2)
     lines = res.output.splitlines()
     assert len(lines) == 6 and lines[2].startswith(f"{exports / 'step_2'}: unreadable: rank_0.jsonl: ")
-    assert all(": ok (" in line for i, line in enumerate(lines) if i != 2)
+    assert all(": ok: " in line for i, line in enumerate(lines) if i != 2)
     res = run_cli("check", run6, "--json", code=2)
     bad = [json.loads(line) for line in res.output.splitlines() if "unreadable" in line]
     assert len(bad) == 1 and bad[0]["file"] == str(exports / "step_2") and not bad[0]["ok"]

@@ -1,4 +1,4 @@
-"""Many runs in one build: aggregation (analyze/runs.py), the index in HTML and markdown, steps, --jobs."""
+"""Many runs in one build: aggregation (analysis/run_index.py), the index in HTML and markdown, steps, --jobs."""
 
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ def test_one_cell_says_what_it_is_and_each_format_shows_it_its_way():
     row = Row((Cell(health="amber"), Cell("a_b", link="a b", twin=True, cls="id"), Cell("0.01", note="(step 3)"),
                Cell("m", note="gpu", note_below=True), Cell("fix the bug first", icon="❌", style="route quarantine")))
     warned = Row((Cell(health="red"), Cell("c"), Cell("7", warn="⚠ 2 excluded", tip="why"), Cell(""), Cell("1 / 0 / 0", tip="t")))
-    s = Section("s", "Title", "Intro with `--a-flag` and it's ours.", (Table(cols, (row, warned), cls="x"),),
+    s = Section("s", "title", "Title", "Intro with `--a-flag` and it's ours.", (Table(cols, (row, warned), cls="x"),),
                 warning=(("2 runs (", True), ("<b>_x_</b>", False), (") say `--meta`.", True)))
     page = str(_macro("section")(s))
     assert '<table class="data x">' in page and '<th class="n wrap">KL k3' in page and "<th>device" in page
@@ -87,3 +87,18 @@ def test_a_column_one_format_leaves_out_is_not_in_its_table(tmp_path):
     md_headers = [c.header for c in runs.columns_in(MARKDOWN)]
     assert html_headers[:3] == ["health", "run", "verdict"] and md_headers[-1] == "verdict"
     assert "model, device" in html_headers and "model, device" not in md_headers and "dtypes" not in html_headers
+
+
+def test_a_new_index_table_is_one_view_model(tmp_path, monkeypatch):
+    """The extension point: a throwaway section added to index_views.sections() reaches the HTML index (its contents
+    list, heading, intro, table and links) and report.md, with no template or writer touched."""
+    cols = (Column("run"), Column("tokens", numeric=True))
+    extra = Section("extra", "extra table", "Extra table", "Made up for `the test`.",
+                    (Table(cols, (Row((Cell("r_1", link="r_1"), Cell("12"))),)),))
+    original = index_views.sections
+    monkeypatch.setattr(index_views, "sections", lambda index: [*original(index), extra])
+    out = _site(tmp_path)
+    page, md = (out / "index.html").read_text("utf-8"), (out / "report.md").read_text("utf-8")
+    assert '<li><a href="#extra">extra table</a>' in page and '<section id="extra">\n<h2>Extra table</h2>' in page
+    assert "<code>the test</code>" in page and '<td><a href="r_1/index.html">r_1</a><td class="n">12</tr>' in page
+    assert "## Extra table\n\nMade up for `the test`.\n\n| run | tokens |\n|---|---:|\n| [r\\_1](r_1/index.html) | 12 |" in md

@@ -140,7 +140,7 @@ def test_capture_with_topk_shows_on_the_page_and_in_summary(tmp_path):
 def test_capture_without_topk_says_why(tmp_path):
     out = tmp_path / "b.npz"
     r = run("capture", "--model", MODEL, "--prompts", PROMPTS, "--rollout", "hf:fp32", "--trainer", "hf:fp32",
-            "--max-prompts", "1", "--n-samples", "1", "--max-new-tokens", "4", "--top-k-logprobs", "0", "-o", out)
+            "--max-prompts", "1", "--n-samples", "4", "--max-new-tokens", "8", "--top-k-logprobs", "0", "-o", out)
     assert r.exit_code == 0, r.output
     assert load(out).rollout_topk_ids is None
     site = tmp_path / "site"

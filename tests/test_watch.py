@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from tim_report.service.build import BuildOptions, build
-from tim_report.service.watch import Poller, Watch, WatchOptions, temporary
+from tim_report.service.watch import Poller, Round, Watch, WatchOptions, temporary
 from tim_report.testing import write_prime_rl_run
 
 STEPS, JUMP, RANKS = 10, 7, 2
@@ -125,8 +125,15 @@ def test_watch_follows_a_run_written_step_by_step(prepared, tmp_path):
         writer.close()
     assert seen[-1] == sorted(tokens, key=lambda i: int(i.split("_")[1]))
     band = [a for a in alarms if a.kind == "band"]
-    assert "kl_k3" in band[0].metrics and band[0].line.startswith(f"step_{JUMP}: outside the run's band: ")
-    assert band[0].env(site)["TIM_REPORT_STEP"] == str(JUMP)
+    assert "kl_k3" in band[0].metrics and band[0].line.startswith(f"step_{JUMP}: ")
+    cause, _, rest = band[0].line.partition("; outside the run's band: ")
+    assert rest and cause == f"step_{JUMP}: {band[0].row['glance']}"  # the cause first: what the step is diagnosed with
+    env = band[0].env(site)
+    assert env["TIM_REPORT_STEP"] == str(JUMP) and env["TIM_REPORT_PAGE"] == f"step_{JUMP}/index.html"
+    assert env["TIM_REPORT_REGIME"] == band[0].row["regime"] and env["TIM_REPORT_GLANCE"] == band[0].row["glance"]
+    assert float(env["TIM_REPORT_VALUE"]) == band[0].row[band[0].metrics[0]]
+    # one alarm per event: no step is alarmed twice, by its band and again by a change point there
+    assert len({a.step for a in alarms}) == len(alarms)
     # the site a watch wrote is the site `build RUN` writes: same index, every step reused from the cache
     again = build([tmp_path / "run"], site, JSON)
     assert again.analysed == 0 and again.reused == STEPS
@@ -183,6 +190,7 @@ def test_cli_on_alarm_and_sigterm_leave_a_complete_site(prepared, tmp_path):
     cmd = [sys.executable, "-m", "tim_report", "watch", str(tmp_path / "run"), "-o", str(site), "--interval", "0.1",
            "--format", "json", "--on-alarm", f"{sys.executable} {hook} '{log}' ; touch {tmp_path / 'injected'}"]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    # RUN_DIR need not exist yet: the writer creates it a moment later (a mistyped one is exit 2 after --wait-for-run)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     writer = Writer(src, run)
     try:
@@ -202,7 +210,8 @@ def test_cli_on_alarm_and_sigterm_leave_a_complete_site(prepared, tmp_path):
     held = site_equals_fresh_build(site, run, tmp_path)  # whatever it holds, the site is a complete one
     assert held in ([f"step_{s}" for s in range(n)] for n in (STEPS - 1, STEPS))
     assert out.strip().splitlines()[-1] == f"stopped: {site}/ holds {len(held)} steps"
-    assert f"alarm: step_{JUMP}: outside the run's band: " in out
+    line = next(x for x in out.splitlines() if x.startswith(f"alarm: step_{JUMP}: "))
+    assert "; outside the run's band: " in line and len(line) < 400  # the cause, then the first metric; not a list
     first = log.read_text().splitlines()[0].split()
     assert first[:2] == ["band", str(JUMP)] and "kl_k3" in first[2].split(",")
     assert not (tmp_path / "injected").exists()  # the alarm command is an argument list, never a shell line
@@ -274,3 +283,43 @@ def test_cli_refuses_a_foreign_output_folder(prepared, tmp_path):
     r = CliRunner().invoke(main, ["watch", str(src), "-o", str(tmp_path / "site"), "--once", "--interval", "0.05"])
     assert r.exit_code == 2 and r.output.count("\n") == 1 and "was not written by tim-report" in r.output, r.output
     assert sorted(p.name for p in (tmp_path / "site").iterdir()) == ["thesis.txt"]
+
+
+def test_cli_a_run_folder_that_does_not_exist_is_one_line(tmp_path):
+    """A mistyped RUN_DIR used to print "holds 0 steps" and exit 0 (--once) or wait forever."""
+    from click.testing import CliRunner
+
+    from tim_report.cli import main
+
+    for once in (["--once"], ["--wait-for-run", "0.3", "--interval", "0.1"]):
+        r = CliRunner().invoke(main, ["watch", str(tmp_path / "token_exprots"), "-o", str(tmp_path / "site"), *once])
+        assert r.exit_code == 2 and r.output.count("\n") == 1 and "token_exprots: no such run folder" in r.output, r.output
+    assert not (tmp_path / "site").exists()
+
+
+def test_a_change_point_is_alarmed_once_as_metrics_join_it(tmp_path):
+    """One change point paged twice when more metrics joined it: the step is the event, not each (step, metric)."""
+    from types import SimpleNamespace
+
+    watch = Watch(tmp_path / "run", tmp_path / "site", WatchOptions(build=JSON, interval=0))
+    rows = [{"id": f"step_{s}", "step": s, "regime": "systematic" if s >= 9 else "numerical_noise",
+             "glance": "systematic: off-by-one (…) (error), side undetermined, every position" if s >= 9 else
+             "numerical noise", "side": "undetermined" if s >= 9 else None, "findings": ["shift"] if s >= 9 else [],
+             "kl_k3": 1e-4 if s < 9 else 10.0, "ess": 0.99, "abs_delta_mean": 0.01} for s in range(12)]
+    cp = {"step": 9, "run": "step_9", "metrics": ["kl_k3"], "sentence": "From step 9, KL k3 is 1e5× higher"}
+
+    def news(metrics: list[str], n: int):
+        watch.known_ids = {r["id"] for r in rows[:n - 1]}
+        rnd = Round()
+        watch._news(rnd, SimpleNamespace(rows=rows[:n], change_steps=[{**cp, "metrics": metrics}]))
+        return [a for a in rnd.alarms if a.kind == "change_point"]
+
+    watch.opts.history_window = 10**6  # no band alarm: this test is about the change point alone
+    first = news(["kl_k3"], 11)
+    assert len(first) == 1 and first[0].line.startswith("step_9: systematic: off-by-one")
+    assert "; change point: From step 9" in first[0].line
+    env = first[0].env(tmp_path / "site")
+    assert (env["TIM_REPORT_REGIME"], env["TIM_REPORT_FINDING"], env["TIM_REPORT_SIDE"]) == ("systematic", "shift",
+                                                                                             "undetermined")
+    assert env["TIM_REPORT_PAGE"] == "step_9/index.html" and float(env["TIM_REPORT_VALUE"]) == 10.0
+    assert news(["kl_k3", "ess", "abs_delta_mean"], 12) == []  # more metrics joined the same change point

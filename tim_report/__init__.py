@@ -15,6 +15,8 @@ inside a training loop (tim_report.io.save_step; docs/integrations.md has each f
 and for kernel and engine test suites (tim_report.assertions, tim_report.capture.score):
 
     tim_report.assert_logprobs_match(reference, candidate, precision="bf16")
+    tim_report.assert_layers_match(reference_model, candidate_model, input_ids)  # the first layer and module that part
+    tim_report.bisect_models(reference_model, candidate_model, input_ids, precision="bf16")
     tim_report.score_logprobs(model, input_ids, attention_mask)
 """
 
@@ -22,8 +24,8 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["StepWriter", "__version__", "analyze", "assert_logprobs_match", "compare", "load", "read_site", "save_step",
-           "score_logprobs"]
+__all__ = ["StepWriter", "__version__", "analyze", "assert_layers_match", "assert_logprobs_match", "bisect_models", "compare",
+           "load", "read_site", "save_step", "score_logprobs"]
 
 
 def __getattr__(name: str):
@@ -32,6 +34,14 @@ def __getattr__(name: str):
         from .assertions import assert_logprobs_match
 
         return assert_logprobs_match
+    if name == "assert_layers_match":
+        from .assertions import assert_layers_match
+
+        return assert_layers_match
+    if name == "bisect_models":
+        from .service.bisect import bisect_models  # torch: only when asked for
+
+        return bisect_models
     if name == "score_logprobs":
         from .capture.score import score_logprobs  # torch: only when asked for
 

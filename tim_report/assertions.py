@@ -420,3 +420,31 @@ def assert_logprobs_match(reference, candidate, mask=None, *, precision: str | N
     if not result.passed:
         raise LogprobsMismatch(result.message, result)
     return result
+
+
+class LayersMismatch(AssertionError):
+    """assert_layers_match failed; `.summary` holds every site's numbers (summary.json's content)."""
+
+    def __init__(self, message: str, summary: dict):
+        super().__init__(message)
+        self.summary = summary
+
+
+def assert_layers_match(reference_model, candidate_model, input_ids, attention_mask=None, *, precision: str = "bf16",
+                        floor_model=None) -> dict:
+    """Pass when every site of the candidate (embedding, each layer's norms, attention, MLP / router, residual output,
+    final norm, logits, log-probs) is within its floor: the same site of the reference's weights in `precision` with
+    stock modules, each run on the reference's input for that site. Raises `LayersMismatch` naming the first site
+    beyond its floor and what that kind of site usually means; returns the summary (`tim_report.bisect_models`)."""
+    __tracebackhide__ = True
+    from .service.bisect import bisect_models  # torch: only when asked for
+
+    summary = bisect_models(reference_model, candidate_model, input_ids, attention_mask, precision, floor_model)
+    first = summary.get("first")
+    if first:
+        message = f"{summary['verdict']} What it usually means: {first['meaning']}."
+        flips = first.get("flips", {}).get("local")
+        if flips:
+            message += f" {flips['tokens']} of {flips['of']} tokens route to another expert set."
+        raise LayersMismatch(message, summary)
+    return summary

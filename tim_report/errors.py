@@ -18,7 +18,7 @@ class BadInput(Exception):
         self.problem = problem
         super().__init__(f"{self.source}: {problem}")
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[type, tuple[str, str]]:
         """Picklable, so a BadInput raised in a `--jobs` worker process reaches the parent intact."""
         return (type(self), (self.source, self.problem))
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -24,7 +25,7 @@ TEXT_COLUMNS = ("regime", "verdict", "health", "model", "rollout_engine", "rollo
                 "device")
 
 
-def _pandas():
+def _pandas() -> Any:
     try:
         import pandas
     except ImportError:
@@ -75,7 +76,7 @@ class Site:
         verdict = run.get("verdict") if isinstance(run, dict) else None
         return verdict if isinstance(verdict, str) else None
 
-    def steps_frame(self):
+    def steps_frame(self) -> Any:
         """One row per step (index.json's runs, in order): `id`, `step`, the row's numbers (catalogue ROW), the
         regime, verdict, engines and dtypes, `findings` (ids, comma-joined), and the run view's change points:
         `change_point` (a level shifts from this step), `change_metrics` and `change_sentence`."""

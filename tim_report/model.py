@@ -1,7 +1,7 @@
 """The data model: plain data that every layer passes around, with nothing computed here.
 
     StepBatch    one step's tokens, flat with CSR offsets: what every reader and capture engine produces
-    BatchReport  the analysis of one batch (summary.json and samples.json are its serialisation; api.Report adds
+    BatchReport  the analysis of one batch (summary.json and samples.js are its serialisation; api.Report adds
                  rendering)
     Comparison   the before/after analysis of two batches (compare.json)
 
@@ -181,8 +181,8 @@ class BatchReport:
         return {"schema_version": self.schema_version, **d}
 
     def samples_dict(self) -> dict:
-        """samples.json: each sample's token rows as columns (one array per field), log-probs to 9 significant digits
-        (every float32 exactly), the fields that follow from the log-probs left out (DERIVED_ROW_FIELDS)."""
+        """What samples.js carries: each sample's token rows as columns (one array per field), log-probs to 9
+        significant digits (every float32 exactly), the fields that follow from the rest left out (DERIVED_ROW_FIELDS)."""
         return {"schema_version": SAMPLES_SCHEMA_VERSION, "run_id": self.run.get("id"),
                 "derived": DERIVED_ROW_FIELDS, "samples": [_columnar(s) for s in self.samples]}
 
@@ -216,7 +216,8 @@ class Comparison:
 # holds, so a row read back from disk is checked before it is used.
 _ROW_IDENTITY = {"id": "text", "model": "text?", "device": "text?", "rollout_engine": "text", "rollout_dtype": "text",
                  "trainer_engine": "text", "trainer_dtype": "text", "step": "number?", "max_new_tokens": "number?"}
-_ROW_VERDICT = {"routing": "counts", "routing_unit": "text", "regime": "text?", "verdict": "text?", "findings": "texts",
+_ROW_VERDICT = {"routing": "counts", "routing_unit": "text", "regime": "text?", "verdict": "text?", "glance": "text?",
+                "side": "text?", "findings": "texts",
                 "blocked_by_bug": "bool",
                 "excluded_tokens": "number", "input_problems": "number", "input_problem_kinds": "texts",
                 "data_problems": "number", "health": "text", "env_kl_k3": "counts"}
@@ -280,11 +281,16 @@ def clean(obj: Any) -> Any:
     return obj
 
 
-# samples.json's own schema: 2 since its token rows became columns (1: a list of row objects, every field named).
-SAMPLES_SCHEMA_VERSION = 2
-# What a reader of samples.json computes from the log-probs instead of reading it (the page shows them).
+# The samples' own schema (samples.js): 3 since the rows are carried once for the page and for scripts, each
+# row's position, mask and validity left implicit (2: samples.json, every field a column; 1: named row objects).
+SAMPLES_SCHEMA_VERSION = 3
+# What a reader of the samples computes from the rest instead of reading it (the page shows them).
 DERIVED_ROW_FIELDS = {"diff": "trainer_logp - rollout_logp", "r": "exp(diff)", "p_rollout": "exp(rollout_logp)",
-                      "p_trainer": "exp(trainer_logp)"}
+                      "p_trainer": "exp(trainer_logp)", "pos": "the row's index: the rows are the sequence's first tokens",
+                      "mask": "false at the rows `unmasked` lists, true elsewhere",
+                      "valid": "false at the rows `invalid` lists, true elsewhere",
+                      "token": "[token_id] where a sample has no `token` column (the batch has no token text)"}
+_FLAGS = {"mask": "unmasked", "valid": "invalid"}  # a flag that is true on nearly every row: where it is false
 
 
 def _digits9(v: Any) -> Any:
@@ -292,11 +298,15 @@ def _digits9(v: Any) -> Any:
 
 
 def _columnar(sample: dict) -> dict:
-    """One sample with its token rows as {field: [value per row]}: a third of the bytes of named row objects."""
+    """One sample with its token rows as {field: [value per row]} and its flags as the rows where they are false:
+    a third of the bytes of named row objects, half of every flag spelt out."""
     rows = sample.get("rows") or []
-    names = sorted({k for row in rows for k in row} - set(DERIVED_ROW_FIELDS))
+    names = sorted({k for row in rows for k in row} - (set(DERIVED_ROW_FIELDS) - {"token"}))
+    flags = {key: [i for i, row in enumerate(rows) if not row.get(flag, True)] for flag, key in _FLAGS.items()}
+    if rows and all(row.get("token_id") is not None and row.get("token") == f"[{row['token_id']}]" for row in rows):
+        names.remove("token")  # no token text: the page writes each id as model.StepBatch.token_strings does
     return {**{k: v for k, v in sample.items() if k != "rows"},
-            "rows": {k: [_digits9(row.get(k)) for row in rows] for k in names}}
+            "rows": {**{k: [_digits9(row.get(k)) for row in rows] for k in names}, **flags}}
 
 
 def dumps(obj: Any, compact: bool = False) -> str:

@@ -16,7 +16,9 @@ from __future__ import annotations
 import hashlib
 import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,7 +42,7 @@ def report_dir(config) -> Path | None:
 
 
 @pytest.fixture
-def assert_logprobs_match():
+def assert_logprobs_match() -> Callable[..., Any]:
     """`tim_report.assert_logprobs_match`, imported when a test asks for it."""
     from .assertions import assert_logprobs_match as fn
 
@@ -61,7 +63,7 @@ def file_name(nodeid: str) -> str:
     return safe + ".html"
 
 
-def _mismatch(excinfo):
+def _mismatch(excinfo: Any) -> Any:
     """The LogprobsMismatch a test failed with, if any (the assertion module is loaded when one was raised)."""
     mod = sys.modules.get("tim_report.assertions")
     if mod is None or excinfo is None:

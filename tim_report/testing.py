@@ -6,6 +6,8 @@ logits, see the tiny model in `models/` and `tim-report capture`.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .model import StepBatch
@@ -90,7 +92,7 @@ def to_padded(batch: StepBatch, *, rollout_key: str = "rollout_log_probs", train
     cols = np.arange(width)
     keep = cols[None, :] < lengths[:, None]
 
-    def pad(values, fill, dtype):
+    def pad(values: np.ndarray, fill: float, dtype: Any) -> np.ndarray:
         out = np.full((b, width), fill, dtype=dtype)
         out[keep] = values
         return out

@@ -9,45 +9,69 @@
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from ..catalogue import chain as chain_words
-from ..config import THREAD_MIN_TOKENS, DiagnosisThresholds, Thresholds
+from ..config import GROUP_TABLE_ROWS, THREAD_MIN_TOKENS, DiagnosisThresholds, Thresholds
 from ..model import BatchReport, StepBatch
 from . import breakdowns as bd
+from .consequence import glance_of
 from .corrections import blocked_by_bug, routing, what_if
 from .diagnosis import diagnose
 from .distributions import distributions
-from .metrics import summary_metrics
+from .metrics import LADDERS, summary_metrics
 from .samples import sample_rows
 from .tokens import valid_tokens
 from .topk import topk_analysis
 from .verl_metrics import verl_metrics
 
-__all__ = ["DiagnosisThresholds", "Thresholds", "analyze"]
+__all__ = ["GATE", "GATE_HISTORY", "DiagnosisThresholds", "Scope", "Thresholds", "analyze"]
+
+
+@dataclass(frozen=True)
+class Scope:
+    """How much of a Report to compute. `build` needs all of it; `check` reads the gated metrics, the diagnosis,
+    the routing and, with a history, an index row's |δ| median: at 16M tokens the rest (the ladders, the tables and
+    charts only pages show, samples, top-k, verl's section) is most of the time (docs/performance.md)."""
+
+    ladders: tuple[str, ...] = LADDERS
+    pages: bool = True
+
+
+GATE = Scope(ladders=(), pages=False)  # what `check` reads
+GATE_HISTORY = Scope(ladders=("abs_delta",), pages=False)  # and the |δ| median, p90, p99 a history band reads
 
 
 def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str | None = None,
-            diagnosis_thresholds: DiagnosisThresholds | None = None) -> BatchReport:
+            diagnosis_thresholds: DiagnosisThresholds | None = None, scope: Scope = Scope()) -> BatchReport:
+    """The BatchReport of one batch; with a narrower `scope` (`check`'s GATE) what it leaves out is absent: the
+    breakdowns hold only the group and environment tables, `verl`, `what_if`, `distributions`, `samples` and
+    `topk` are empty."""
     th = thresholds or Thresholds()
     tok, problems = valid_tokens(batch)
+    side_families = _side_families if scope.pages else _unit_tables
     # Two lanes: the summary metrics and the diagnosis (which reads them) here, the breakdowns, charts and
     # samples on a second thread. numpy releases the GIL in its loops, so a large batch uses two cores; one
     # lane each keeps at most two families' temporaries alive at once (peak memory, docs/performance.md).
     with ThreadPoolExecutor(max_workers=1) as pool:
-        side = pool.submit(_side_families, batch, tok, th) if tok.n >= THREAD_MIN_TOKENS else None
-        metrics = summary_metrics(tok, th)
+        side = pool.submit(side_families, batch, tok, th) if tok.n >= THREAD_MIN_TOKENS else None
+        metrics = summary_metrics(tok, th, scope.ladders, scope.pages)
         diagnosis = diagnose(batch, tok, metrics, diagnosis_thresholds, th)
-        families = side.result() if side is not None else _side_families(batch, tok, th)
+        families = side.result() if side is not None else side_families(batch, tok, th)
     groups, envs = families.pop("by_group"), families.pop("by_env")
+    if not scope.pages:
+        families.update(what_if=[], distributions={})
     route = routing(groups, th)
     groups["route"] = route.pop("routes")
+    groups = bd.worst_units(groups, GROUP_TABLE_ROWS)
     report = BatchReport(
         run=run_info(batch, run_id),
         metrics=metrics,
-        breakdowns={**families.pop("buckets"), "length_growth": families.pop("length_growth"), "by_group": groups,
-                    **({"by_env": envs} if envs is not None else {})},
+        breakdowns={**families.pop("buckets", {}), **({"length_growth": families.pop("length_growth")}
+                                                     if scope.pages else {}),
+                    "by_group": groups, **({"by_env": envs} if envs is not None else {})},
         routing=route,
-        verl=verl_metrics(tok, metrics),
+        verl=verl_metrics(tok, metrics) if scope.pages else {},
         data_problems=problems,
         diagnosis=diagnosis,
         **families,
@@ -56,16 +80,21 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
     if report.chain is not None and (sentence := chain_words.verdict_sentence(report.chain)):
         report.diagnosis["verdict"] = f"{report.diagnosis['verdict']} {sentence}"  # the verdict names the leading link
     report.routing["blocked_by_bug"] = blocked_by_bug(report.diagnosis or {})
+    report.diagnosis["glance"] = glance_of(report.diagnosis, envs, metrics.get("kl_k3"))
     report.run["thresholds"] = th.to_dict()
     return report
 
 
+def _unit_tables(batch: StepBatch, tok, th: Thresholds) -> dict:
+    """The group table (the routing decides on it) and the environment table (an index row's KL per environment)."""
+    per_seq = bd.sequence_sums(tok, *th.ppo_clip, th.veto)
+    return {"by_group": bd.group_table(tok, batch.group, per_seq), "by_env": bd.env_table(tok, batch.env, per_seq)}
+
+
 def _side_families(batch: StepBatch, tok, th: Thresholds) -> dict:
     """What does not need the summary metrics, one family after another."""
-    per_seq = bd.sequence_sums(tok, *th.ppo_clip, th.veto)
     return {
-        "by_group": bd.group_table(tok, batch.group, per_seq),
-        "by_env": bd.env_table(tok, batch.env, per_seq),
+        **_unit_tables(batch, tok, th),
         "buckets": bd.bucket_tables(tok),
         "length_growth": bd.length_growth(tok),
         "what_if": what_if(tok, th),

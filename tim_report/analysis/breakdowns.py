@@ -181,3 +181,23 @@ def env_table(tok: Tokens, env: np.ndarray | None, per_seq: dict[str, np.ndarray
         return None
     names, codes = np.unique(np.asarray(env, dtype=str), return_inverse=True)
     return unit_table(tok, per_seq, codes, names, "environment")
+
+
+UNIT_QUANTILES = (0, 10, 50, 90, 100)  # the distribution a bounded unit table keeps of every unit
+
+
+def worst_units(table: dict, k: int) -> dict:
+    """A unit table bounded to its `k` worst rows (quarantined first, then corrected, then by mean |δ|, as the page
+    orders them) and the distribution of every unit's size and mismatch: at 16M tokens in singleton groups a row per
+    sequence was 700 kB of summary.json. `units` says how many there were, `rows` how many are kept."""
+    names = table.get("name") or []
+    n = len(names)
+    rank = {"quarantine": 0, "train_with_correction": 1, "train": 2}
+    routes = table.get("route") or [None] * n
+    order = sorted(range(n), key=lambda i: (rank.get(routes[i], 3), -(table["abs_delta_mean"][i] or 0.0), i))[:k]
+    out = {key: ([v[i] for i in order] if isinstance(v, list) and len(v) == n else v) for key, v in table.items()}
+    dist: dict[str, list | None] = {"q": list(UNIT_QUANTILES)}
+    for key in ("tokens", "abs_delta_mean", "k3_mean", "clipped_fraction"):
+        values = np.asarray([v for v in table[key] if v is not None], dtype=np.float64)
+        dist[key] = np.percentile(values, UNIT_QUANTILES).tolist() if values.size else None
+    return {**out, "units": n, "rows": len(order), "distribution": dist}

@@ -23,11 +23,12 @@ from __future__ import annotations
 import numpy as np
 
 from ..catalogue import findings as words
-from ..catalogue import verdicts
+from ..catalogue import severity, verdicts
 from ..config import SEVERITIES, DiagnosisThresholds, Thresholds
 from ..model import StepBatch
 from . import chain, detectors, floor, localise, precision_gap, routes, usable  # noqa: F401  (importing one registers its detectors)
 from .bands import apply_band, band_summary, choose_band
+from .consequence import consequence, fault_side, side_test
 from .registry import DETECTORS, Scene
 from .stats import exp_or_inf
 from .tokens import Tokens
@@ -46,6 +47,8 @@ def diagnose(batch: StepBatch, tok: Tokens, metrics: dict, thresholds: Diagnosis
         d = DETECTORS[id_]
         if id_ != words.INPUT_PROBLEM and not d.beside and (d.when_identical or not identical):
             _raise(scene, id_)
+    if not identical and words.INPUT_PROBLEM not in scene.found:
+        _weigh(scene, band.name)  # severity by consequence: an immaterial systematic fault is a warn
     judged = _by_severity(list(scene.found.values()))
     regime = "identical" if identical else _regime(judged, tok, metrics, dt)
     for id_, f in scene.found.items():  # e.g. the tail's advice: "expected for numerical noise" only where it is noise
@@ -74,6 +77,18 @@ def _raise(scene: Scene, id_: str) -> None:
     found = DETECTORS[id_].run(scene)
     if found is not None:
         scene.found[id_] = found
+
+
+def _weigh(scene: Scene, band: str) -> None:
+    """Each finding whose entry states its consequence gets it (and its side); a `weighed` one that is an error but
+    immaterial on this batch becomes a warn (catalogue/severity.py, docs/diagnosis.md "Severity by consequence")."""
+    test = None
+    for id_, f in scene.found.items():
+        kind = words.FINDINGS[id_].consequence
+        if kind and f["severity"] != "info":
+            test = test or side_test(scene.tok, scene.dt)
+            effect = consequence(scene.tok, id_, scene.dt, scene.th.ppo_clip) if kind != "sided" else None
+            scene.found[id_] = severity.weigh(f, effect, fault_side(f, test), band)
 
 
 def _by_severity(findings: list[dict]) -> list[dict]:

@@ -10,7 +10,7 @@
                       prefix or KV cache.
 
 The level of a step is its median |δ|, compared in logs; a move must stand out of the noise by RUN_FINDING_Z
-standard errors, the larger of the run's robust step-to-step scatter and the steps' sampling errors (config.py).
+standard errors, the larger of the run's robust step-to-step scatter and the steps' sampling errors (config/).
 """
 
 from __future__ import annotations

@@ -85,5 +85,6 @@ def evaluate(report: BatchReport, limits: list[Limit], fail_on: str = "error") -
         for f in diag.get("findings", []):
             if SEVERITIES.index(f["severity"]) >= level:
                 res.violations.append(Violation(f["severity"], f["id"], f["title"]))
-    res.summary = f"{res.regime}; KL k3 {fmt(m.get('kl_k3'))}, ESS {fixed(m.get('ess'), 4)}, {fmt(m.get('tokens'))} tokens"
+    res.summary = f"{diag.get('glance') or res.regime}; " + \
+        f"KL k3 {fmt(m.get('kl_k3'))}, ESS {fixed(m.get('ess'), 4)}, {fmt(m.get('tokens'))} tokens"
     return res

@@ -20,31 +20,43 @@ from .stats import (
     mean_se,
     pearson,
     percentile_ladder,
+    selection_wins,
     signed_and_abs_ladders,
     spearman,
     top_share,
 )
 from .tokens import Tokens
 
+LADDERS = ("delta", "abs_delta", "k3", "abs_dp")  # the percentile ladders summary.json holds, in its order
 
-def summary_metrics(tok: Tokens, th: Thresholds) -> dict:
+
+def summary_metrics(tok: Tokens, th: Thresholds, ladders: tuple[str, ...] = LADDERS, pages: bool = True) -> dict:
     """The flat `metrics` object of summary.json, one family of metrics at a time.
 
     Each family makes and drops its own per-token temporaries, so peak memory stays a small multiple
-    of the batch (see benchmarks/bench_analyze.py).
+    of the batch (see benchmarks/bench_analyze.py). `check` asks for less (analysis.GATE): only the `ladders` named
+    (none, or the |δ| one a history band reads), and without `pages` none of the numbers only pages and verl's
+    section show (|Δp|, the probabilities' correlation, Spearman, perplexities, k2, χ² per sequence, top-1% mass).
     """
     seq_sum = tok.seq_sum(tok.delta)[tok.present]
     m: dict = {"tokens": tok.n, "sequences": int(tok.present.sum()), "sequences_in_batch": tok.n_seqs}
-    ladder: dict[str, list[float]] = dict(zip(("delta", "abs_delta"), signed_and_abs_ladders(tok.delta)))  # one sort
-    _kl(tok, m, ladder)
-    _weights(tok, th, np.clip(seq_sum, -SAFETY_BOUND, SAFETY_BOUND), m)
-    _sizes(tok, th, m, ladder)
-    _perplexity_and_agreement(tok, m)
-    _probabilities(tok, m, ladder)
+    ladder: dict[str, list[float]] = {}
+    if "delta" in ladders and selection_wins(tok.n):
+        ladder["delta"] = percentile_ladder(tok.delta)  # |δ|'s by its own selection, in _sizes
+    elif "delta" in ladders:
+        ladder.update(zip(("delta", "abs_delta"), signed_and_abs_ladders(tok.delta)))  # one sort serves both
+    _kl(tok, m, ladder, "k3" in ladders, pages)
+    _weights(tok, th, np.clip(seq_sum, -SAFETY_BOUND, SAFETY_BOUND), m, pages)
+    _sizes(tok, th, m, ladder, "abs_delta" in ladders)
+    if pages:
+        _perplexity_and_agreement(tok, m)
+        _probabilities(tok, m, ladder, "abs_dp" in ladders)
+    else:
+        m["corr_logp"] = pearson(tok.rollout, tok.trainer)  # the diagnosis reads it
     m["seq_log_ratio_mean"], m["seq_log_ratio_mean_se"] = mean_se(seq_sum)
     m["seq_log_ratio_abs_max"] = float(np.abs(seq_sum).max())
     m["seq_log_ratio_abs_mean"], m["seq_log_ratio_abs_mean_se"] = mean_se(np.abs(seq_sum))
-    m["percentiles"] = {"q": list(PERCENTILES), **ladder}
+    m["percentiles"] = {"q": list(PERCENTILES), **{k: ladder[k] for k in LADDERS if k in ladder}}
     m["thresholds"] = {
         "ppo_clip": list(th.ppo_clip),
         "band_2x": [1 / th.band_2x, th.band_2x],
@@ -55,18 +67,20 @@ def summary_metrics(tok: Tokens, th: Thresholds) -> dict:
     return m
 
 
-def _kl(tok: Tokens, m: dict, ladder: dict) -> None:
+def _kl(tok: Tokens, m: dict, ladder: dict, k3_ladder: bool, pages: bool) -> None:
     """bias, and the k1, k2, k3 estimates of KL(rollout ‖ trainer)."""
     d = tok.delta
     m["bias"], m["bias_se"] = tok.mean_se(d)
     m["kl_k1"], m["kl_k1_se"] = -m["bias"], m["bias_se"]  # token-mean(−δ)
-    m["kl_k2"], m["kl_k2_se"] = tok.mean_se(0.5 * np.square(d))
+    if pages:
+        m["kl_k2"], m["kl_k2_se"] = tok.mean_se(0.5 * np.square(d))
     k3 = tok.k3()
     m["kl_k3"], m["kl_k3_se"] = tok.mean_se(k3)
-    ladder["k3"] = percentile_ladder(k3, scratch=True)
+    if k3_ladder:
+        ladder["k3"] = percentile_ladder(k3, scratch=True)
 
 
-def _weights(tok: Tokens, th: Thresholds, seq_log_r: np.ndarray, m: dict) -> None:
+def _weights(tok: Tokens, th: Thresholds, seq_log_r: np.ndarray, m: dict, pages: bool) -> None:
     """What the ratios do as importance weights: χ², phantom clipping, ESS, concentration.
 
     χ² is that of the self-normalised weights, mean(r²) / mean(r)² − 1: never negative (Cauchy-Schwarz),
@@ -75,29 +89,33 @@ def _weights(tok: Tokens, th: Thresholds, seq_log_r: np.ndarray, m: dict) -> Non
     """
     log_r = tok.log_r
     r = np.exp(log_r)
-    m["chi2_token"], m["chi2_token_se"] = _chi2(r, tok.mean_se)
+    m["chi2_token"], m["chi2_token_se"] = _chi2(r, tok.mean_se if pages else None)  # the gate reads no SE of it
     low, high = th.ppo_clip
     m["phantom_clip"] = float(np.count_nonzero((r < low) | (r > high)) / tok.n)
     del r
-    seq_w = np.exp(seq_log_r - float(seq_log_r.max()))  # scale-free: the normalised χ² does not see a common factor
-    m["chi2_seq"], m["chi2_seq_se"] = _chi2(seq_w, mean_se)
+    if pages:
+        seq_w = np.exp(seq_log_r - float(seq_log_r.max()))  # scale-free: the normalised χ² does not see a common factor
+        m["chi2_seq"], m["chi2_seq_se"] = _chi2(seq_w, mean_se)
     m["ess"] = kish_ess(log_r)
     m["ess_seq"] = kish_ess(seq_log_r)
-    m["top1pct_mass"] = top_share(log_r, 0.01)
+    if pages:
+        m["top1pct_mass"] = top_share(log_r, 0.01)
 
 
-def _chi2(w: np.ndarray, mean_se_of) -> tuple[float, float]:
+def _chi2(w: np.ndarray, mean_se_of) -> tuple[float, float | None]:
     """mean(w²)/mean(w)² − 1 and its standard error, linearised: the SE of the mean of
-    w²/b² − 2a·w/b³ (a = mean w², b = mean w), with the same (cluster-robust or plain) estimator."""
+    w²/b² − 2a·w/b³ (a = mean w², b = mean w), with the same (cluster-robust or plain) estimator (None: no SE)."""
     a, b = dot(w, w) / w.shape[0], float(w.mean())
     chi2 = max(a / (b * b) - 1.0, 0.0)
+    if mean_se_of is None:
+        return chi2, None
     influence = np.square(w)
     influence *= 1.0 / (b * b)
     influence -= (2.0 * a / b ** 3) * w
     return chi2, mean_se_of(influence)[1]
 
 
-def _sizes(tok: Tokens, th: Thresholds, m: dict, ladder: dict) -> None:
+def _sizes(tok: Tokens, th: Thresholds, m: dict, ladder: dict, abs_ladder: bool) -> None:
     """How big |δ| is: its mean, maximum and ladder, the shares outside verl's bands, and the veto."""
     abs_d = np.abs(tok.delta)
     m["abs_delta_mean"], m["abs_delta_mean_se"] = tok.mean_se(abs_d)
@@ -105,10 +123,11 @@ def _sizes(tok: Tokens, th: Thresholds, m: dict, ladder: dict) -> None:
     m["outside_5x"] = float(np.count_nonzero(abs_d > math.log(th.band_5x)) / tok.n)
     m["abs_delta_max"] = float(abs_d.max())
     m["token_mult_prob_error"], m["token_mult_prob_error_se"] = tok.mean_se(np.exp(np.minimum(abs_d, SAFETY_BOUND)))
-    m["abs_delta_median"] = ladder["abs_delta"][PERCENTILES.index(50)]
-    m["abs_delta_p90"] = ladder["abs_delta"][PERCENTILES.index(90)]
-    m["abs_delta_p99"] = ladder["abs_delta"][PERCENTILES.index(99)]
+    if abs_ladder and "abs_delta" not in ladder:
+        ladder["abs_delta"] = percentile_ladder(abs_d, scratch=True)  # the last use of abs_d: reordered in place
     del abs_d
+    for key, q in (("abs_delta_median", 50), ("abs_delta_p90", 90), ("abs_delta_p99", 99)):
+        m[key] = ladder["abs_delta"][PERCENTILES.index(q)] if "abs_delta" in ladder else None
     vetoed = tok.delta < math.log(th.veto)
     m["veto_token_fraction"] = float(np.count_nonzero(vetoed) / tok.n)
     m["veto_seq_fraction"] = float((np.bincount(tok.seq[vetoed], minlength=tok.n_seqs)[tok.present] > 0).mean())
@@ -125,7 +144,7 @@ def _perplexity_and_agreement(tok: Tokens, m: dict) -> None:
     m["spearman_logp"], m["spearman_logp_tokens"] = spearman(tok.rollout, tok.trainer)
 
 
-def _probabilities(tok: Tokens, m: dict, ladder: dict) -> None:
+def _probabilities(tok: Tokens, m: dict, ladder: dict, abs_dp_ladder: bool) -> None:
     """|Δp| = |p_train − p_rollout| (verl's rollout_probs_diff) and the correlation of the probabilities."""
     p_ro = np.exp(tok.rollout)
     p_tr = np.exp(tok.trainer)
@@ -136,4 +155,5 @@ def _probabilities(tok: Tokens, m: dict, ladder: dict) -> None:
     m["abs_dp_mean"], m["abs_dp_mean_se"] = tok.mean_se(abs_dp)
     m["abs_dp_max"] = float(abs_dp.max())
     m["abs_dp_std"] = float(abs_dp.std(ddof=1)) if tok.n > 1 else 0.0
-    ladder["abs_dp"] = percentile_ladder(abs_dp, scratch=True)
+    if abs_dp_ladder:
+        ladder["abs_dp"] = percentile_ladder(abs_dp, scratch=True)

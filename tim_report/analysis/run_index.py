@@ -71,7 +71,8 @@ def run_row(report: Any) -> dict:
         **{key: m.get(key) if finite(m.get(key)) is not None else None for key in catalogue.ROW},
         "routing": {k: counts.get(k) for k in ("train", "train_with_correction", "quarantine")},
         "routing_unit": routing.get("unit") or "group",
-        "regime": diag.get("regime"), "verdict": diag.get("verdict"),
+        "regime": diag.get("regime"), "verdict": diag.get("verdict"), "glance": diag.get("glance"),
+        "side": _lead_side(diag),
         "findings": [str(f.get("id")) for f in diag.get("findings") or [] if f.get("severity") in ("warn", "error")],
         "blocked_by_bug": bool(routing.get("blocked_by_bug")),
         "excluded_tokens": problems.get("excluded_tokens") or 0,
@@ -81,6 +82,13 @@ def run_row(report: Any) -> dict:
         "health": health(finite(m.get("ess"))),
         "env_kl_k3": env_kl_k3(report),
     }
+
+
+def _lead_side(diag: dict) -> str | None:
+    """The side the leading warn / error finding is on: rollout, trainer, undetermined, or None (no such finding)."""
+    lead = next((f for f in diag.get("findings") or [] if f.get("severity") in ("warn", "error")), None)
+    side = (lead or {}).get("side")
+    return str(side.get("side")) if isinstance(side, dict) and side.get("side") else None
 
 
 def env_kl_k3(report: Any) -> dict:
@@ -120,23 +128,36 @@ def known(row: dict) -> bool:
     return "?" not in (row["rollout_engine"], row["rollout_dtype"], row["trainer_engine"], row["trainer_dtype"])
 
 
+def engines_own(row: dict) -> bool:
+    """The step's mismatch is the engines' own (no warn or error finding, not systematic): what an engine pair's or a
+    precision cell's means are taken over. A code bug (an off-by-one, a template) says nothing of the engines' health."""
+    return not row.get("findings") and row.get("regime") != "systematic"
+
+
+def _split(rs: list[dict]) -> tuple[list[dict], list[str]]:
+    """The steps the means are over (their mismatch is the engines'), and the ids of those with a finding."""
+    return [r for r in rs if engines_own(r)], [r["id"] for r in rs if not engines_own(r)]
+
+
 def engine_pairs(rows: list[dict]) -> list[dict]:
     """The seed table: one row per (rollout engine and dtype, trainer engine and dtype), in order of first appearance.
 
     Only runs whose engines and dtypes are known are grouped: averaging a healthy run with a broken one
-    because neither names its engine would say nothing true about either.
+    because neither names its engine would say nothing true about either. The means are over the runs whose
+    mismatch is the engines' own (`engines_own`); those with a finding are counted beside them (`with_findings`).
     """
     groups: dict[tuple[str, str, str, str], list[dict]] = {}
     for r in rows:
         if known(r):
             groups.setdefault((r["rollout_engine"], r["rollout_dtype"], r["trainer_engine"], r["trainer_dtype"]), []).append(r)
     out = []
-    for (ro, rd, tr, td), rs in groups.items():
+    for (ro, rd, tr, td), every in groups.items():
+        rs, flagged = _split(every)
         mean_ess = _mean(r["ess"] for r in rs)
         tokens = [r["tokens"] for r in rs if finite(r["tokens"]) is not None]
         out.append({
             "rollout_engine": ro, "rollout_dtype": rd, "trainer_engine": tr, "trainer_dtype": td,
-            "count": len(rs), "runs": [r["id"] for r in rs],
+            "count": len(rs), "runs": [r["id"] for r in rs], "with_findings": flagged,
             "mean_ess": mean_ess, "mean_clipped": _mean(r["phantom_clip"] for r in rs),
             "mean_seq_log_ratio": _mean(r["seq_log_ratio_mean"] for r in rs),
             "mean_abs_delta": _mean(r["abs_delta_mean"] for r in rs),
@@ -148,7 +169,8 @@ def engine_pairs(rows: list[dict]) -> list[dict]:
 
 
 def precision_matrix(rows: list[dict]) -> dict | None:
-    """Rollout dtype × trainer dtype: mean over runs of median |δ| and KL k3; None when every run has one dtype pair."""
+    """Rollout dtype × trainer dtype: mean over runs of median |δ| and KL k3 (over the runs whose mismatch is the
+    engines' own; those with a finding counted beside); None when every run has one dtype pair."""
     cells: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
         if "?" not in (r["rollout_dtype"], r["trainer_dtype"]):
@@ -161,12 +183,14 @@ def precision_matrix(rows: list[dict]) -> dict | None:
     for ro in rollout:
         line: list[dict | None] = []
         for tr in trainer:
-            rs = cells.get((ro, tr))
-            if not rs:
+            every = cells.get((ro, tr))
+            if not every:
                 line.append(None)
                 continue
+            rs, flagged = _split(every)
             mean_ess = _mean(r["ess"] for r in rs)
             line.append({"rollout_dtype": ro, "trainer_dtype": tr, "count": len(rs), "runs": [r["id"] for r in rs],
+                         "with_findings": flagged,
                          "mean_abs_delta_median": _mean(r["abs_delta_median"] for r in rs),
                          "mean_kl_k3": _mean(r["kl_k3"] for r in rs), "mean_ess": mean_ess, "health": health(mean_ess)})
         out_cells.append(line)

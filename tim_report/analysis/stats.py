@@ -6,12 +6,14 @@ a standard error or a correlation the same way. Pure numpy.
 
 from __future__ import annotations
 
+import functools
 import math
+import time
 from typing import Any
 
 import numpy as np
 
-from ..config import PERCENTILES, SPEARMAN_MAX_TOKENS
+from ..config import PERCENTILES, SELECTION_PROBE_MIN, SPEARMAN_MAX_TOKENS
 
 
 def dot(a: np.ndarray, b: np.ndarray) -> float:
@@ -132,22 +134,54 @@ def spearman(a: np.ndarray, b: np.ndarray) -> tuple[float | None, int]:
     return pearson(average_ranks(a), average_ranks(b)), int(a.shape[0])
 
 
-def percentile_ladder(values: np.ndarray, scratch: bool = False) -> list[float]:
-    """Exact percentiles (numpy's default 'linear' method) from one sort.
+def selection_wins(n: int) -> bool:
+    """Whether `np.partition` at a ladder's ranks beats one sort for n values on this CPU (the two give the same
+    order statistics, bit for bit, so only the time differs).
 
-    numpy's SIMD sort is ~3× faster than the multi-kth partition (`np.partition` with the 22 order statistics
-    eleven percentiles need; what `np.percentile` does) on this project's machines: measured 0.17 s against 0.33 s
-    at 16M float64 (docs/performance.md), so selection is not used. `scratch=True` sorts `values` in place.
-    """
+    Which wins depends on the CPU, not the data: numpy's SIMD sort took 0.17 s at 16M float64 where the 22-rank
+    partition took 0.33 s on one machine, and 1.1 s against 0.36 s on another (docs/performance.md). So from
+    SELECTION_PROBE_MIN values on, a probe on a quarter-million values (about 40 ms, once per process) decides;
+    selection must win by 4:3, as the signed and |δ| ladders then need two partitions where one sort serves both."""
+    return n >= SELECTION_PROBE_MIN and _selection_probe()
+
+
+@functools.cache
+def _selection_probe(size: int = 1 << 18) -> bool:
+    x = np.random.default_rng(0).standard_normal(size)
+    ranks = ladder_ranks(size)
+    best = {"sort": math.inf, "partition": math.inf}
+    for _ in range(2):
+        for how in best:
+            a = x.copy()
+            t0 = time.perf_counter()
+            a.sort() if how == "sort" else a.partition(ranks)
+            best[how] = min(best[how], time.perf_counter() - t0)
+    return 4 * best["partition"] < 3 * best["sort"]
+
+
+def ladder_ranks(n: int) -> np.ndarray:
+    """The order statistics (0-based, sorted, distinct) that the PERCENTILES of n values need."""
+    pos = np.asarray(PERCENTILES) / 100.0 * (n - 1)
+    lo = np.floor(pos).astype(np.int64)
+    return np.unique(np.concatenate([lo, np.minimum(lo + 1, n - 1)]))
+
+
+def percentile_ladder(values: np.ndarray, scratch: bool = False) -> list[float]:
+    """Exact percentiles (numpy's default 'linear' method), from a selection at the ranks they need or from one
+    sort, whichever is faster on this CPU (`selection_wins`). `scratch=True` reorders `values` in place."""
     s = values if scratch else values.copy()
-    s.sort()
-    return ladder(lambda k: s[k], s.shape[0])
+    n = s.shape[0]
+    if n and selection_wins(n):
+        s.partition(ladder_ranks(n))
+    else:
+        s.sort()
+    return ladder(lambda k: s[k], n)
 
 
 def signed_and_abs_ladders(values: np.ndarray) -> tuple[list[float], list[float]]:
-    """The percentile ladders of `values` and of |values| from one sort of a copy: |x| sorted is the merge of the
-    negative side (reversed) and the rest, so each order statistic of |x| is found by a binary search over the
-    two sorted sides (exact: negation is exact), not by a second sort."""
+    """The percentile ladders of `values` and of |values| from one sort of a copy (where sorting wins,
+    `selection_wins`): |x| sorted is the merge of the negative side (reversed) and the rest, so each order statistic
+    of |x| is found by a binary search over the two sorted sides (exact: negation is exact), not by a second sort."""
     s = values.copy()
     s.sort()
     n = s.shape[0]

@@ -15,6 +15,7 @@ import signal
 import sys
 import traceback
 from dataclasses import dataclass
+from typing import Any
 
 from ..errors import BadInput
 from .options import CaptureOptions
@@ -87,10 +88,10 @@ class EngineProcess:
             self.close()
             raise
 
-    def generate(self, *args, progress=None, **kwargs):
+    def generate(self, *args: Any, progress: Any = None, **kwargs: Any) -> Any:
         return self._call("generate", args, kwargs, progress)
 
-    def score(self, *args, progress=None, **kwargs):
+    def score(self, *args: Any, progress: Any = None, **kwargs: Any) -> Any:
         return self._call("score", args, kwargs, progress)
 
     def _call(self, method: str, args: tuple, kwargs: dict, progress):

@@ -82,16 +82,13 @@ def check_options(opts: CaptureOptions) -> None:
     s = opts.sampling
     plain = s.temperature == 1.0 and not s.truncates
     scorers = [(f"--rollout {r}", r) for r in opts.rollouts[1:]] + [(f"--trainer {t}", t) for t in opts.trainers]
-    if opts.recompute is not None and opts.recompute.engine == "vllm" and s.temperature != 1.0:
-        raise BadInput("--recompute", "vLLM re-scores given tokens only at --temperature 1 (its prompt log-probs are "
-                                      "raw); use hf for the re-score, or sample at temperature 1")
     if opts.shadow:
         scorers += [(f"--shadow (trainer {t} in {r.dtype})", t.with_dtype(r.dtype)) for r in opts.rollouts for t in opts.trainers]
     for label, spec in scorers:
         if spec.engine == "vllm" and not plain:
             raise BadInput(label, "vLLM can only score given tokens at --temperature 1 without --top-p/--top-k "
                                   "(its prompt log-probs are raw); use hf on this side")
-    recompute = [("--recompute", opts.recompute)] if opts.recompute is not None else []
+    recompute = _recompute_scorer(opts)
     check_environment([("--rollout", opts.rollouts[0])] + scorers + recompute)
     for side, specs in (("rollout", opts.rollouts), ("trainer", opts.trainers)):
         if _lm_head(opts, side) and any(sp.engine == "vllm" for sp in specs):
@@ -99,6 +96,16 @@ def check_options(opts: CaptureOptions) -> None:
                                              f"{'trainer' if side == 'rollout' else 'rollout'} or use hf on the {side} side")
     if opts.device not in ("auto", "cpu", "cuda") and not opts.device.startswith("cuda:"):
         raise BadInput("--device", f"'{opts.device}' is not auto, cpu or cuda")
+
+
+def _recompute_scorer(opts: CaptureOptions) -> list[tuple[str, EngineSpec]]:
+    """`--recompute`'s engine for the environment check; vLLM re-scores only at temperature 1 (raw prompt log-probs)."""
+    if opts.recompute is None:
+        return []
+    if opts.recompute.engine == "vllm" and opts.sampling.temperature != 1.0:
+        raise BadInput("--recompute", "vLLM re-scores given tokens only at --temperature 1 (its prompt log-probs are "
+                                      "raw); use hf for the re-score, or sample at temperature 1")
+    return [("--recompute", opts.recompute)]
 
 
 def _device(opts: CaptureOptions) -> str:
@@ -251,6 +258,21 @@ class _Scores:
     versions: dict[str, str] = field(default_factory=dict)
 
 
+def _keep(out: _Scores, kind: str, spec: EngineSpec, key: EngineKey, lp: list[np.ndarray], routes: list | None) -> None:
+    """File one scoring pass under its kind (a shadow pass under the trainer spec and the dtype it ran in), and the
+    routed experts it recorded."""
+    if kind == "rollout":
+        out.rollout[spec] = lp
+    elif kind == "trainer":
+        out.trainer[spec] = lp
+    elif kind == "floor":
+        out.floor[spec] = lp
+    else:
+        out.shadow[(spec, key.dtype)] = lp
+    if routes is not None:
+        out.routes[(kind, spec)] = routes
+
+
 def _run(jobs: dict[EngineKey, list[Job]], opts: CaptureOptions, prep: _Prepared, progress: ProgressFactory,
          out: _Scores) -> None:
     """Load each engine once, one at a time, and do its jobs into `out`: the first samples, the others score the
@@ -296,16 +318,7 @@ def _run(jobs: dict[EngineKey, list[Job]], opts: CaptureOptions, prep: _Prepared
                 if topk:
                     out.topk[(kind, spec)] = [x[1] for x in lp]
                     lp = [x[0] for x in lp]
-                if kind == "rollout":
-                    out.rollout[spec] = lp
-                elif kind == "trainer":
-                    out.trainer[spec] = lp
-                if extra.get("routes") and getattr(engine, "last_routes", None) is not None:
-                    out.routes[(kind, spec)] = engine.last_routes
-                elif kind == "floor":
-                    out.floor[spec] = lp
-                else:
-                    out.shadow[(spec, key.dtype)] = lp
+                _keep(out, kind, spec, key, lp, getattr(engine, "last_routes", None) if extra.get("routes") else None)
         except Exception as exc:
             log = f" (its log: {opts.engine_log})" if opts.engine_log and key.engine == "vllm" else ""
             raise EngineFailed(key, doing, one_line(exc) + log) from None

@@ -43,6 +43,9 @@ class Finding:
     banner: bool = False        # said again under the page's title: it is about what the batch is, not its numbers
     reads_regime: bool = False  # its words read the regime, known once every detector ran: made again with it
     leads_as_info: bool = False  # as info it still leads the verdict when nothing worse does (it explains the mismatch)
+    # severity by consequence (catalogue/severity.py): "weighed" (an error only when material on the batch), "stated"
+    # (its consequence and side said), "sided" (its side said), or "" (neither)
+    consequence: str = ""
 
 
 def _always(level: str) -> Callable[[Words, DiagnosisThresholds], str]:
@@ -101,8 +104,14 @@ def _broken_problem(w: Words) -> str:
     return f"the two sides scoring different models or contexts (log-prob correlation only {fixed(w['corr_logp'], 2)})"
 
 
+def _between(a: float, b: float, write: Callable[[float], str]) -> str:
+    """'between 0.52 and 0.81': a range low to high, whichever end the fit gives first."""
+    lo, hi = sorted((a, b))
+    return f"between {write(lo)} and {write(hi)}"
+
+
 def _temperature_range(w: Words) -> str:
-    return f"T_rollout / T_trainer between {fixed(w['temperature_ratio'], 2)} and {fixed(w['temperature_ratio_far'], 2)}"
+    return "T_rollout / T_trainer " + _between(w["temperature_ratio"], w["temperature_ratio_far"], lambda x: fixed(x, 2))
 
 
 def _temperature_how(w: Words) -> str:
@@ -111,12 +120,12 @@ def _temperature_how(w: Words) -> str:
     if w["sampler_side"] == "rollout":
         return (f"the rollout's log-probs are those of the distribution it sampled from (their mean importance ratio is 1), "
                 f"and the trainer's are {'sharper' if ratio > 1 else 'flatter'}: the trainer scores at another temperature "
-                f"than the rollout sampled at (e.g. the rollout sampled at T between {fmt(ratio, 2)} and {fmt(far, 2)} "
+                f"than the rollout sampled at (e.g. the rollout sampled at T {_between(ratio, far, lambda x: fmt(x, 2))} "
                 "while the trainer scored at T=1, without dividing its logits by T)")
     if w["sampler_side"] == "trainer":
         return (f"the trainer's log-probs are those of the distribution the tokens were sampled from (the mean inverse "
                 f"ratio is 1) and the rollout's, {look}, are not: the engine returned log-probs at another temperature "
-                f"than it sampled at (e.g. it sampled at T between {fmt(1 / ratio, 2)} and {fmt(1 / far, 2)}, the trainer "
+                f"than it sampled at (e.g. it sampled at T {_between(1 / ratio, 1 / far, lambda x: fmt(x, 2))}, the trainer "
                 "divided its logits by that T, and the engine returned raw log-probs)")
     return (f"the rollout's log-probs are {look}, as if at a temperature {_temperature_range(w)} times the trainer's "
             f"(e.g. rollout sampled and scored at T={fmt(ratio, 2)} or further from 1 while the trainer used T=1, or "
@@ -191,7 +200,8 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
         lambda w: "Check the logits/labels slicing in the trainer's log-prob computation and the alignment the loader "
                   "assumed (`tim-report inspect FILE`); override the keys or fix the export so both arrays index the same "
                   "token.",
-        short="off-by-one", meaning="the trainer's log-probs are shifted by one position against the rollout's"),
+        short="off-by-one", meaning="the trainer's log-probs are shifted by one position against the rollout's",
+        consequence="weighed"),
     Finding(
         "dummy_zero", lambda w, dt: "error" if w["tokens"] >= dt.dummy_error_count else "warn",
         lambda w: (f"{fmt(w['tokens'])} masked-in tokens have {w.get('side', 'rollout')} log-prob exactly 0.0 (placeholder values)"
@@ -208,7 +218,8 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
                    "log-probs of greedy decoding." if w.get("side", "rollout") == "rollout" else
                    "Check that the trainer's log-prob pass ran on this batch (recompute of `old_log_probs` enabled, its "
                    "output written back before the dump) and that its mask covers every trained token."),
-        short="placeholder zeros", meaning="placeholder 0.0 log-probs on one side sit inside the loss mask"),
+        short="placeholder zeros", meaning="placeholder 0.0 log-probs on one side sit inside the loss mask",
+        consequence="weighed"),
     Finding(
         "processed_logprobs", lambda w, dt: "info" if w["declared_in_meta"] else "error",
         lambda w: (f"Rollout log-probs are renormalised by truncated sampling ({w['declared']}), as the batch declares: "
@@ -230,7 +241,8 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
                   ("Return raw log-probs from the engine (vLLM `logprobs_mode='raw_logprobs'` / `'raw_logits'` with matching "
                    "temperature), or apply the same truncation in the trainer; exp(min δ) shows the smallest kept mass "
                    "(≈ top_p)."),
-        short="processed log-probs", meaning="the rollout's log-probs are renormalised by top-p / top-k", leads_as_info=True),
+        short="processed log-probs", meaning="the rollout's log-probs are renormalised by top-p / top-k", leads_as_info=True,
+        consequence="weighed"),
     Finding(
         "temperature", _always("error"),
         lambda w: (f"Temperature on one side only: the rollout's log-probs are "
@@ -244,7 +256,7 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
         lambda w: "Make both sides use the same temperature: divide the trainer's logits by the rollout temperature "
                   "(verl/TRL do this), and check whether the engine returns log-probs before or after temperature "
                   "(vLLM `logprobs_mode` raw vs processed).",
-        short="one-sided temperature", meaning="a temperature is applied on one side only"),
+        short="one-sided temperature", meaning="a temperature is applied on one side only", consequence="weighed"),
     Finding(
         "one_side_broken", _broken_severity, _broken_title, _broken_problem,
         lambda w: (f"The {w['broken_side']} side's log-probs were never computed: an output initialised to "
@@ -255,7 +267,7 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
                    "template, truncated context, or a different tokenizer."),
         lambda w: "Compare weight checksums / the step of both sides, the exact prompt token ids each side saw, the "
                   "tokenizer and chat template, and any quantisation; re-score a few sequences with both sides by hand.",
-        short="one side broken", meaning="one side scores another model or context"),
+        short="one side broken", meaning="one side scores another model or context", consequence="weighed"),
     Finding(
         "first_token", _always("warn"),
         lambda w: (f"The first response token carries {pct(w['share_of_abs_delta'])} of the mismatch: its |δ| is "
@@ -268,7 +280,7 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
                   "the first response token).",
         lambda w: "Compare the last prompt tokens and the first response token id on both sides (`tim-report inspect`), "
                   "check that both sides add BOS the same way and that the first sampling step uses the same temperature.",
-        short="first token", meaning="the first response token disagrees far more than the rest"),
+        short="first token", meaning="the first response token disagrees far more than the rest", consequence="stated"),
     Finding(
         "turn_boundary", _always("warn"),
         lambda w: (f"The first tokens after each tool / environment span disagree: their |δ| is {times(w['ratio'])} the rest's "
@@ -280,7 +292,7 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
                   "re-tokenised).",
         lambda w: "Compare the token ids around a tool response on both sides; keep the rollout's token ids for the trainer "
                   "(token-in-token-out) instead of re-applying the chat template to the conversation text.",
-        short="turn boundary", meaning="the first tokens after each tool span disagree"),
+        short="turn boundary", meaning="the first tokens after each tool span disagree", consequence="stated"),
     Finding(
         "position_onset", lambda w, dt: "info" if w["explained_by_other_finding"] else "warn",
         lambda w: (f"The mismatch switches on at response position {w['position']}: mean |δ| "
@@ -295,7 +307,7 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
         lambda w: f"Look at what happens at position {w['position']} plus the prompt length: the engine's KV-cache dtype, "
                   "chunked prefill size, sliding window and max model length, and the trainer's max sequence length / "
                   "truncation.",
-        short="position onset", meaning="the mismatch switches on part-way through the responses"),
+        short="position onset", meaning="the mismatch switches on part-way through the responses", consequence="stated"),
     Finding(
         "mixed_policy_versions", lambda w, dt: "warn" if w.get("spread") is not None and w["spread"] >= dt.versions_spread_warn else "info",
         lambda w: (f"This batch mixes {w['versions']} policy weight versions ({w['values']}"
@@ -306,7 +318,8 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
                   "trainer's, so r mixes the policy update with the precision difference.",
         lambda w: "Read the mismatch of the newest-version sequences alone for the precision part; bound the staleness "
                   "(max off-policy steps) or correct for it with importance sampling against the behaviour policy.",
-        short="mixed policy versions", meaning="the batches mix policy weight versions (staleness)", banner=True),
+        short="mixed policy versions", meaning="the batches mix policy weight versions (staleness)", banner=True,
+        consequence="sided"),
     Finding(
         "drift_with_length", _drift_severity,
         lambda w: f"|Σδ| grows as length^{fixed(w['exponent'], 2)} (a random walk would be length^0.5)",
@@ -319,7 +332,7 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
         lambda w: "Look at the by-position table: growing |δ| with position points at KV-cache dtype / RoPE / long-context "
                   "kernels; a flat but signed δ points at a one-sided transformation. Prefer token-level or geometric "
                   "corrections over sequence-product ratios for long sequences.",
-        short="drift with length", meaning="the mismatch accumulates with length"),
+        short="drift with length", meaning="the mismatch accumulates with length", consequence="stated"),
     Finding(
         "low_prob_tail", _always("info"),
         lambda w: (f"Tokens with p < {fmt(w['tail_p'], 6)} are {pct(w['token_share'])} of tokens and carry "

@@ -22,9 +22,10 @@ class Format:
 
 
 FORMATS: dict[str, Format] = {f.name: f for f in (
-    Format("html", "html", ("index.html",), ("index.html",), "the pages", ("vega.js", "tim.js", "style.css")),
+    # samples.js: the sampled sequences' token rows, one copy that the page draws its tables from and scripts read
+    Format("html", "html", ("index.html", "samples.js"), ("index.html",), "the pages", ("vega.js", "tim.js", "style.css")),
     Format("md", "markdown", ("report.md",), ("report.md",), "GitHub-flavoured markdown for a PR comment"),
-    Format("json", "json", ("summary.json", "samples.json"), (), "every number, for scripts"),
+    Format("json", "json", ("summary.json", "samples.js"), (), "every number, for scripts"),
 )}
 
 # The site's own files beside the run folders, whatever the formats: index.json is what the cache, `check

@@ -386,6 +386,7 @@ HEADLINE = ("abs_delta_median", "corr_logp", "kl_k3", "ess", "outside_2x", "outs
             "veto_token_fraction")  # the run page's cards and report.md's summary table
 SUMMARY_EXTRA = ("abs_delta_mean", "abs_delta_max", "chi2_token")  # report.md's summary, after the headline
 INDEX = ("abs_delta_median", "kl_k3", "ess", "outside_2x", "outside_5x", "phantom_clip", "veto_token_fraction")
+INDEX_NARROW = ("abs_delta_median", "kl_k3", "ess")  # the index columns a phone-width page keeps (of INDEX)
 TREND = ("abs_delta_mean", "abs_delta_median", "kl_k3", "ess", "outside_2x", "outside_5x", "phantom_clip",
          "veto_token_fraction", "data_problems")  # the run view's panels and change points (each has `trend`)
 HISTORY = tuple(k for k in TREND if BY_KEY[k].history_floor is not None)  # `check --history`'s band

@@ -56,8 +56,11 @@ def verdict(regime: str, metrics: dict, lead: dict | None, band: str, has_shadow
     return text, (lead or {}).get("what_to_check") or DEFAULT_CHECK[regime].format(gap=GAP_HINT[has_shadow])
 
 
-def blocked_message(problem: str) -> str:
-    """Said first when an error finding makes the batch untrainable whatever the correction."""
+def blocked_message(problem: str, terminal: bool = False) -> str:
+    """Said first when an error finding makes the batch untrainable whatever the correction (the page's words point
+    at its routes table; a terminal line has none)."""
+    if terminal:
+        return f"Do not train on this batch: no importance-sampling correction fixes {problem}; fix the bug first."
     return (f"Do not train on this batch: no importance-sampling correction fixes {problem}. "
             "Fix the bug first; the routes below only show what a correction would do with these ratios.")
 

@@ -8,6 +8,7 @@ import warnings
 
 import click
 
+from .bisect import bisect_command
 from .build import build_command
 from .capture import capture_command
 from .check import check_command
@@ -34,5 +35,5 @@ def main() -> None:
 
 
 for _command in (build_command, inspect_command, check_command, compare_command, capture_command, watch_command,
-                 export_command):
+                 export_command, bisect_command):
     main.add_command(_command)

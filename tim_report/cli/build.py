@@ -59,14 +59,13 @@ CHANGE_LINES_MAX = 10
 @ray_address_option
 @fail_cleanly
 @load_options
-def build_command(files, out, run_ids, load, ppo_eps, notes, timestamp, self_contained, formats, base_url, jobs, executor,
-                  ray_address):
+def build_command(files, out, run_ids, load, thresholds, notes, timestamp, self_contained, formats, base_url, jobs, executor,
+                  ray_address) -> None:
     """Analyse step batches and write the report site into OUTPUT.
 
     FILES are step batch files, one step's folder (prime-rl step_S/), or run folders (prime-rl token_exports/,
     a NeMo-RL log dir, a slime/miles --dump-details dir, a SkyRL export, a folder of step files): one report per step.
     """
-    from ..config import Thresholds
     from ..render import RenderOptions
     from ..service.build import BuildOptions, build
 
@@ -74,7 +73,7 @@ def build_command(files, out, run_ids, load, ppo_eps, notes, timestamp, self_con
     if ray_address is not None and executor != "ray":
         raise BadInput("--ray-address", "applies to --executor ray only")
     notes_md = read_notes(notes) if notes is not None else None
-    opts = BuildOptions(load=load, thresholds=Thresholds(ppo_eps_low=ppo_eps[0], ppo_eps_high=ppo_eps[1]),
+    opts = BuildOptions(load=load, thresholds=thresholds,
                         formats=tuple(f for f in FORMATS if f in formats) if formats else tuple(FORMATS),
                         render=RenderOptions(notes_md=notes_md, base_url=base_url or None,
                                              timestamp=timestamp_now() if timestamp else None,

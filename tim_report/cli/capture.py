@@ -67,7 +67,7 @@ from .text import safe
 @fail_cleanly
 def capture_command(model, prompts, rollouts, trainers, matrix, shadow, recompute, trainer_floor, routes, n_samples, max_new_tokens,
                     temperature, top_p, top_k, seed, lm_head_fp32, no_chat_template, max_prompts, device, kv_cache_gib,
-                    top_k_logprobs, verbose, out):
+                    top_k_logprobs, verbose, out) -> None:
     """Generate with the rollout engine, re-score the same tokens with the trainer, save step batch(es)."""
     from ..capture import CaptureOptions, EngineFailed, capture, pair_filename, parse_spec
     from ..capture.run import matrix_specs

@@ -7,10 +7,12 @@ as log-probs: the `unusable_input` finding) is bad input too: one line, exit 2 w
 cannot be read is a line naming it (`FILE: unreadable: why`) and exit 2, after the other steps are checked. One
 line per violated limit or finding:
 
+    FILE: fail: systematic: off-by-one (…) (error), side undetermined, every position; KL k3 18, ESS 0.0626, 763 tokens
     FILE: limit ess = 0.21 < 0.3 (--min-ess)
     FILE: error shift: Off-by-one: trainer log-probs match the rollout's at position t+1
+    FILE: Do not train on this batch: no importance-sampling correction fixes an off-by-one (…); fix the bug first.
     FILE: history kl_k3 = 0.0123 > 0.00456, above the run's band (median 0.00228 of steps 3-12; margin 1×, floor 0.0004)
-    FILE: ok (numerical_noise; KL k3 4.1e-04, ESS 0.9987)
+    FILE: ok: numerical noise; KL k3 4.1e-04, ESS 0.9987, 1227 tokens
     tim-report: error: FILE: Unusable input: only 35.2% of the 8,819 masked tokens are usable (NaN trainer …
 
 The metric limits, their options and defaults (verl's documented rollout-correction alerts) come from the
@@ -23,7 +25,9 @@ from __future__ import annotations
 import functools
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -31,20 +35,20 @@ from ..catalogue import metrics as catalogue
 from ..config import HISTORY_MARGIN, HISTORY_WINDOW, SEVERITIES
 from ..errors import BadInput
 from .options import fail_cleanly, load_options, parse_pairs, ppo_eps_option
-from .text import excluded_note, safe
+from .text import excluded_note, safe, terminal_blocked
 
 
-def gate_options(fn):
+def gate_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """One option per metric the catalogue gates (--max-kl-k3, --min-ess, ...), handed to the command as `bounds`."""
-    gated = [catalogue.metric(k) for k in catalogue.GATES]
+    gated = [(m.key, m.gate) for m in (catalogue.metric(k) for k in catalogue.GATES) if m.gate is not None]
 
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        return fn(*args, bounds={m.key: kwargs.pop(m.key) for m in gated}, **kwargs)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        return fn(*args, bounds={key: kwargs.pop(key) for key, _ in gated}, **kwargs)
 
-    for m in reversed(gated):
-        wrapper = click.option(m.gate.option, m.key, type=float, default=m.gate.default,
-                               show_default=m.gate.default is not None, help=m.gate.help)(wrapper)
+    for key, gate in reversed(gated):
+        wrapper = click.option(gate.option, key, type=float, default=gate.default,
+                               show_default=gate.default is not None, help=gate.help)(wrapper)
     return wrapper
 
 
@@ -76,12 +80,12 @@ def gate_options(fn):
 @fail_cleanly
 @load_options
 def check_command(files, bounds, no_limits, fail_on, overrides, history, history_window, history_margin, history_floors,
-                  exact, atol, ppo_eps, as_json, load):
+                  exact, atol, thresholds, as_json, load) -> None:
     """Exit 1 when a batch breaks a limit or has a diagnosis finding (CI gate); 0 when clean; 2 on bad input.
 
     FILES are batch files or run folders (each step checked; a step that cannot be read is named, exit 2)."""
     from ..analysis.gate import limits as gate_limits
-    from ..config import DiagnosisThresholds, Thresholds
+    from ..config import DiagnosisThresholds
     from ..service.check import CheckOptions, Unread, check
 
     values = parse_pairs(overrides, "--set", "NAME=VALUE")
@@ -95,9 +99,8 @@ def check_command(files, bounds, no_limits, fail_on, overrides, history, history
         raise BadInput("--atol", "goes with --exact (the tolerance of the exact gate)")
     if not atol < float("inf"):
         raise BadInput("--atol", f"{atol} is not a finite number of nats")
-    th = Thresholds(ppo_eps_low=ppo_eps[0], ppo_eps_high=ppo_eps[1])
     limits = [] if no_limits else gate_limits(bounds)
-    options = CheckOptions(limits=limits, fail_on=fail_on, thresholds=th, diagnosis=dth, history=history,
+    options = CheckOptions(limits=limits, fail_on=fail_on, thresholds=thresholds, diagnosis=dth, history=history,
                            history_window=history_window, history_margin=history_margin,
                            history_floors=_floors(history_floors), exact=exact, atol=atol)
     failed = unusable = False
@@ -112,6 +115,8 @@ def check_command(files, bounds, no_limits, fail_on, overrides, history, history
         unusable |= res.input_problem is not None
         if as_json:
             click.echo(json.dumps({"file": str(path), "ok": res.ok, "regime": res.regime, "input_problem": res.input_problem,
+                                   "glance": checked.row.get("glance"), "side": checked.row.get("side"),
+                                   "finding": (checked.row.get("findings") or [None])[0],
                                    "violations": [v.__dict__ for v in res.violations],
                                    "excluded_tokens": report.data_problems["excluded_tokens"],
                                    "input_problems": report.data_problems["input"],
@@ -122,16 +127,14 @@ def check_command(files, bounds, no_limits, fail_on, overrides, history, history
         if res.input_problem is not None:
             click.echo(f"tim-report: error: {name}: {safe(res.input_problem)}", err=True)  # as BadInput says it
             continue
+        # the verdict first, at a glance (regime, leading finding, its side and place), then why it fails
+        click.echo(f"{name}: {'ok' if res.ok else 'fail'}: {safe(res.summary)}{excluded_note(checked.row)}")
         if hres is not None and hres.note:
             click.echo(f"{name}: {safe(hres.note)}")
         for v in res.violations:  # a history band names run ids from index.json: escaped like every file's string
             click.echo(safe(v.line(name)))
         if report.routing.get("blocked_by_bug"):
-            click.echo(f"{name}: {report.routing['blocked_by_bug']['message']}")
-        if res.ok:
-            click.echo(f"{name}: ok ({res.summary}{excluded_note(checked.row)})")
-        elif excluded_note(checked.row):
-            click.echo(f"{name}: note:{excluded_note(checked.row).lstrip(';')}")
+            click.echo(f"{name}: {terminal_blocked(report.diagnosis)}")
     sys.exit(2 if unusable else 1 if failed else 0)
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from ..catalogue.numbers import fmt
-from .options import fail_cleanly, load_options, output_path, self_contained_option, timestamp_now
+from .options import fail_cleanly, load_options, output_path, ppo_eps_option, self_contained_option, timestamp_now
 from .text import safe
 
 
@@ -25,17 +25,18 @@ from .text import safe
 @click.option("--label-before", default=None, help="Name of the first batch on the page (default: its file stem).")
 @click.option("--label-after", default=None, help="Name of the second batch on the page (default: its file stem).")
 @click.option("--timestamp", is_flag=True, help="Stamp the build time into the page (off: same input, same bytes).")
+@ppo_eps_option
 @self_contained_option
 @fail_cleanly
 @load_options
-def compare_command(before, after, out, label_before, label_after, timestamp, self_contained, load):
+def compare_command(before, after, out, label_before, label_after, thresholds, timestamp, self_contained, load) -> None:
     """Before/after report of two batches (metrics side by side, overlaid distributions, per-token change), or of two
     arms of several steps each (a run folder per side: each metric per arm with its interval, a verdict per metric)."""
     from ..render import RenderOptions
     from ..service.compare import arms_or_pair, write_compare
 
     out = output_path(out)
-    comparison = arms_or_pair(before, after, load, labels=(label_before, label_after))
+    comparison = arms_or_pair(before, after, load, labels=(label_before, label_after), thresholds=thresholds)
     write_compare(comparison, out, options=RenderOptions(timestamp=timestamp_now() if timestamp else None,
                                                          self_contained=self_contained))
     data = comparison.to_dict()

@@ -17,7 +17,7 @@ from .text import safe
               help="Write TensorBoard event files into DIR (`tensorboard --logdir DIR`): each step's headline metrics as "
                    "tim/<metric>, the change points and the run verdict as text (pip install \"tim-report[tensorboard]\").")
 @fail_cleanly
-def export_command(site, tensorboard):
+def export_command(site, tensorboard) -> None:
     """Write the numbers of SITE (a folder `build` or `watch` wrote) where the team already looks."""
     from ..service.export import export_tensorboard
 

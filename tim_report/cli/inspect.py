@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -16,7 +17,7 @@ from .text import safe
 @click.option("--json", "as_json", is_flag=True, help="Print the mapping as JSON.")
 @fail_cleanly
 @load_options
-def inspect_command(file, as_json, load):
+def inspect_command(file, as_json, load) -> None:
     """Show the framework and layout of FILE (a file or a step folder), its keys, which were taken for which role
     and why, and what was excluded from the metrics and why. A run folder lists its steps."""
     from ..io import describe
@@ -34,14 +35,14 @@ def inspect_command(file, as_json, load):
     _print_file(console, info)
 
 
-def t(value):
+def t(value: Any) -> Any:
     """A file-supplied string for rich: escaped for the terminal (tim_report.cli.text.safe), never read as markup."""
     from rich.text import Text
 
     return Text(safe("" if value is None else value))
 
 
-def _table(title, columns, rows):
+def _table(title: Any, columns: Any, rows: Any) -> Any:
     from rich.table import Table
 
     table = Table(title=t(title), title_justify="left")

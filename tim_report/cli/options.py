@@ -10,25 +10,27 @@ import os
 import signal
 import sys
 import warnings
+from collections.abc import Callable
 from datetime import UTC
 from pathlib import Path
+from typing import Any
 
 import click
 
 from ..catalogue.numbers import fmt
-from ..config import MAX_TOKENS, PPO_EPS_HIGH, PPO_EPS_LOW
+from ..config import MAX_TOKENS, PPO_EPS_HIGH, PPO_EPS_LOW, Thresholds
 from ..errors import BadInput, UnpicklingWarning
 from .text import safe
 
 
-def fail_cleanly(fn):
+def fail_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Turn BadInput into `tim-report: error: FILE: problem` and exit 2, without a traceback.
 
     SIGTERM is handled like Ctrl-C, so a killed build still unwinds: its staging folder is removed and
     its workers are stopped."""
 
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
         previous = signal.signal(signal.SIGTERM, _interrupt)
         try:
             return fn(*args, **kwargs)
@@ -66,7 +68,7 @@ def _stdout_broken() -> bool:
         return True
 
 
-def _interrupt(signum, frame):
+def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
@@ -82,7 +84,7 @@ def start_warnings() -> None:
     warnings.filterwarnings("always", category=UnpicklingWarning)
 
 
-def show_warning(message, category, filename, lineno, file=None, line=None):
+def show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     """warnings.showwarning for the CLI: one line, no source location, never the same line twice."""
     text = f"tim-report: warning: {safe(message)}"
     if text not in _SAID:
@@ -121,13 +123,14 @@ def timestamp_now() -> str:
 input_files = click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 
 
-def load_options(fn):
+def load_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """The six options that say how to read a batch (--key, --meta, --format-hint, --max-tokens, --allow-pickle,
     --tokenizer), handed to the command as one `io.LoadOptions` named `load`. Put it under `fail_cleanly`, so a
     malformed value is one line of error."""
 
     @functools.wraps(fn)
-    def wrapper(*args, keys, meta, format_hint, max_tokens, allow_pickle, tokenizer, **kwargs):
+    def wrapper(*args: Any, keys: tuple[str, ...], meta: tuple[str, ...], format_hint: str | None, max_tokens: int,
+                allow_pickle: bool, tokenizer: str | None, **kwargs: Any) -> Any:
         from ..io import LoadOptions, meta_overrides
 
         load = LoadOptions(keys=parse_keys(keys), meta=meta_overrides(parse_meta(meta)), allow_pickle=allow_pickle,
@@ -149,8 +152,14 @@ format_hint_option = click.option(
     help="Read the input as this framework's dump instead of detecting it from the content: prime-rl, slime, miles, "
          "nemo-rl, skyrl, verl, or dict (a plain dict of arrays).")
 tokenizer_option = click.option("--tokenizer", type=click.Path(), help="Local tokenizer folder to decode token ids (offline).")
-ppo_eps_option = click.option("--ppo-eps", nargs=2, type=float, default=(PPO_EPS_LOW, PPO_EPS_HIGH), show_default=True,
-                              metavar="LOW HIGH", help="PPO clip ε for phantom clipping, routing and the precision gap.")
+def _thresholds(_ctx: click.Context, _param: click.Parameter, value: tuple[float, float]) -> Thresholds:
+    return Thresholds(ppo_eps_low=value[0], ppo_eps_high=value[1])
+
+
+# --ppo-eps, handed to the command as the `config.Thresholds` it sets (one place builds them for every command)
+ppo_eps_option = click.option("--ppo-eps", "thresholds", nargs=2, type=float, default=(PPO_EPS_LOW, PPO_EPS_HIGH),
+                              show_default=True, metavar="LOW HIGH", callback=_thresholds,
+                              help="PPO clip ε for phantom clipping, routing and the precision gap.")
 meta_option = click.option("--meta", "meta", multiple=True, metavar="KEY=VALUE",
                            help="Name what the file does not say (repeatable): model, rollout_engine, rollout_dtype, "
                                 "trainer_engine, trainer_dtype, device, step. Overrides the file's own meta.")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 
-from ..catalogue.findings import INPUT_PROBLEM
 from ..catalogue.metrics import metric
 from ..catalogue.numbers import fmt
 
@@ -37,11 +36,19 @@ def excluded_note(row: dict) -> str:
 
 
 def summary_line(row: dict) -> str:
-    """One run after a build (its index row): size, the headline numbers, and anything left out."""
+    """One run after a build (its index row): the verdict at a glance (regime, leading finding, its side and place),
+    then size, the headline numbers, and anything left out."""
     def num(key: str) -> str:
         return metric(key).write(row.get(key)).replace("—", "n/a")
 
-    if INPUT_PROBLEM in (row.get("findings") or []):  # an input problem is the line, not numbers nobody should read
-        return f"{safe(row['id'])}: {safe(str(row.get('verdict')).split('. ')[0])}; no verdict drawn{excluded_note(row)}"
-    return (f"{safe(row['id'])}: {row['tokens']} tokens, {row['sequences']} sequences, "
+    head = f"{safe(row['id'])}: {safe(row['glance'])}; " if row.get("glance") else f"{safe(row['id'])}: "
+    return (f"{head}{row['tokens']} tokens, {row['sequences']} sequences, "
             f"median |δ| {num('abs_delta_median')} nats, KL k3 {num('kl_k3')}, ESS {num('ess')}{excluded_note(row)}")
+
+
+def terminal_blocked(diagnosis: dict | None) -> str:
+    """"Do not train" for a terminal: the page's message speaks of the routes below it, which a terminal has not."""
+    from ..catalogue.verdicts import blocked_message
+
+    first = next(f for f in (diagnosis or {}).get("findings", []) if f["severity"] == "error")
+    return safe(blocked_message(first["problem"], terminal=True))

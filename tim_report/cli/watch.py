@@ -1,8 +1,12 @@
 """`tim-report watch RUN_DIR -o SITE`: follow a live run; one line per new step, band break and change point.
 
-    step_12: 18432 tokens, 64 sequences, median |δ| 0.0041 nats, KL k3 0.00041, ESS 0.9987
-    alarm: step_13: outside the run's band: kl_k3 = 0.0123 > 0.00456, above the run's band (median …)
-    alarm: change point: From step 13, KL k3 is 5.4× higher (0.00023 → 0.00124) … (the run view's sentence)
+    step_12: numerical noise; 18432 tokens, 64 sequences, median |δ| 0.0041 nats, KL k3 0.00041, ESS 0.9987
+    alarm: step_13: systematic: off-by-one (…) (error), side undetermined, every position; outside the run's band: kl_k3 = …
+    alarm: step_13: systematic: …; change point: From step 13, KL k3 is 5.4× higher (0.00023 → 0.00124) … (the run view's sentence)
+
+One alarm per event: a change point at a step already alarmed (by its band or an earlier change point) is not
+alarmed again as more metrics join it. A RUN_DIR that does not exist (with --once, or still after --wait-for-run
+seconds) is one line and exit 2.
 
 Ctrl-C or SIGTERM stops it after the build in progress (a second one stops at once, removing the staging folder):
 the site is always a complete one, the publish being all or nothing. Exit 0 when stopped, 2 on bad input.
@@ -13,11 +17,13 @@ from __future__ import annotations
 import shlex
 import signal
 import threading
+import time
 from pathlib import Path
 
 import click
 
 from ..catalogue.formats import FORMATS
+from ..config import RUN_APPEAR_WAIT
 from ..errors import BadInput
 from .options import fail_cleanly, load_options, output_path, ppo_eps_option
 from .text import safe, summary_line
@@ -33,34 +39,40 @@ from .text import safe, summary_line
 @click.option("--on-alarm", "on_alarm", metavar="COMMAND",
               help="Run COMMAND on each alarm (a step outside the run's band, a new change point), split like a shell "
                    "line but run without a shell; the alarm is in its environment: TIM_REPORT_ALARM, TIM_REPORT_STEP, "
-                   "TIM_REPORT_RUN_ID, TIM_REPORT_METRIC(S), TIM_REPORT_VALUE, TIM_REPORT_MESSAGE, TIM_REPORT_SITE.")
+                   "TIM_REPORT_RUN_ID, TIM_REPORT_METRIC(S), TIM_REPORT_VALUE, TIM_REPORT_MESSAGE, TIM_REPORT_SITE, "
+                   "TIM_REPORT_REGIME, TIM_REPORT_FINDING, TIM_REPORT_SIDE, TIM_REPORT_GLANCE, TIM_REPORT_PAGE.")
 @click.option("--log-to", "log_to", multiple=True, metavar="LOGGER[=TARGET]",
               help="Stream each new step's numbers and each alarm to an experiment logger (repeatable): tensorboard=DIR, "
                    "wandb[=PROJECT] (W&B's own settings: WANDB_MODE, WANDB_DIR, ...), mlflow[=EXPERIMENT] (at "
                    "MLFLOW_TRACKING_URI). docs/watch.md.")
+@click.option("--wait-for-run", type=click.FloatRange(min=0), default=RUN_APPEAR_WAIT, show_default=True, metavar="SECONDS",
+              help="How long a RUN_DIR that does not exist yet may take to appear (a run started in the same breath); "
+                   "then, or at once with --once, it is one line and exit 2 (a mistyped folder).")
 @click.option("--once", is_flag=True, help="Poll twice, an interval apart, build what is complete, and exit.")
 @click.option("--format", "formats", multiple=True, type=click.Choice(list(FORMATS)),
               help="Write only these formats (repeatable; default all). index.json is always written.")
 @ppo_eps_option
 @fail_cleanly
 @load_options
-def watch_command(run_dir, out, interval, ranks, on_alarm, log_to, once, formats, ppo_eps, load):
+def watch_command(run_dir, out, interval, ranks, on_alarm, wait_for_run, log_to, once, formats, thresholds, load) -> None:
     """Follow a run folder while it is written: rebuild the site in OUTPUT each time a step is complete.
 
     RUN_DIR is a run folder `build` reads (prime-rl token_exports/, a folder of step files, a NeMo-RL log dir, a
-    slime/miles dump dir, a SkyRL export); it may not exist yet.
+    slime/miles dump dir, a SkyRL export); it may be empty, and may appear up to --wait-for-run seconds late.
     """
-    from ..config import Thresholds
     from ..service.build import BuildOptions
     from ..service.loggers import LogTarget, close_sinks, open_sinks
     from ..service.watch import Watch, WatchOptions, follow
 
     out = output_path(out)
     argv = _alarm_command(on_alarm)
-    opts = WatchOptions(build=BuildOptions(load=load, thresholds=Thresholds(ppo_eps_low=ppo_eps[0], ppo_eps_high=ppo_eps[1]),
+    targets = [LogTarget.parse(t) for t in log_to]  # the command line's own mistakes first
+    if not run_dir.exists() and (once or not _appears(run_dir, wait_for_run, interval)):
+        # a mistyped folder used to print "holds 0 steps" and exit 0 (--once), or wait forever for steps
+        raise BadInput(run_dir, "no such run folder" + ("" if once else f" (none appeared within {wait_for_run:g} s)"))
+    opts = WatchOptions(build=BuildOptions(load=load, thresholds=thresholds,
                                            formats=tuple(f for f in FORMATS if f in formats) if formats else tuple(FORMATS)),
                         interval=interval, ranks=ranks)
-    targets = [LogTarget.parse(t) for t in log_to]
     watch = Watch(run_dir, out, opts)
     sinks = open_sinks(targets, out)
     stop = threading.Event()
@@ -77,6 +89,17 @@ def watch_command(run_dir, out, interval, ranks, on_alarm, log_to, once, formats
     click.echo(f"stopped: {safe(out)}/ holds {n} step{'s' if n != 1 else ''}")
 
 
+def _appears(path: Path, seconds: float, interval: float) -> bool:
+    """Whether `path` exists within `seconds` (polled every `interval`): a run started beside the watch creates it."""
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(interval, left))
+    return True
+
+
 def _alarm_command(text: str | None) -> list[str] | None:
     if text is None:
         return None
@@ -91,7 +114,7 @@ def _alarm_command(text: str | None) -> list[str] | None:
 
 def _stopper(stop: threading.Event):
     """The first Ctrl-C / SIGTERM asks the loop to stop after the build in progress; a second one stops at once."""
-    def handler(signum, frame):
+    def handler(signum, frame) -> None:
         if stop.is_set():
             raise KeyboardInterrupt
         stop.set()

@@ -21,6 +21,7 @@ from ..errors import BadInput
 from ..model import StepBatch
 from .canonical import ROUTE_FIELDS, TOPK_FIELDS, named_sides
 from .files import RawFile
+from .masks import outside_trained, trained, without_tools
 from .roles import SIDE_ROLES, RoleChoice, key_list
 from .sequences import Exclusions, count_placeholders, turn_index
 from .text import as_text, decoded
@@ -35,6 +36,7 @@ class _Flattener:
     def __init__(self, offsets: np.ndarray, keep2d: np.ndarray | None):
         self.offsets = offsets.astype(np.int64, copy=False)
         self.keep2d = keep2d
+        self.every = keep2d is not None and bool(keep2d.all())  # no padding: a [B, L] array is its tokens, row by row
 
     @property
     def n_tokens(self) -> int:
@@ -49,7 +51,7 @@ class _Flattener:
         return cls(np.concatenate([[0], np.cumsum(lengths)]), None)
 
     def take(self, arr2d: np.ndarray) -> np.ndarray:
-        return arr2d[self.keep2d]
+        return arr2d.reshape(-1) if self.every else arr2d[self.keep2d]  # a view, not a 16M-token gather, if it can be
 
     def cat(self, seqs: list) -> np.ndarray:
         return np.concatenate([np.asarray(s) for s in seqs]) if seqs else np.zeros(0)
@@ -65,18 +67,6 @@ class _Layout:
     flat: _Flattener
     problems: dict[str, int]
     removed: dict[str, int] = field(default_factory=dict)  # [B, L] positions left out, by reason (padded layout)
-
-
-def _trained(values: np.ndarray) -> tuple[np.ndarray, dict[str, int]]:
-    """Mask values → trained or not, counting the odd ones (model.INPUT_PROBLEMS) instead of deciding silently:
-    NaN and negative values are not trained, values other than 0 and 1 (loss weights, 7.5) are."""
-    v = np.asarray(values)
-    if v.dtype.kind == "b":
-        return v, {}
-    nan = np.isnan(v) if v.dtype.kind == "f" else np.zeros(v.shape, bool)
-    problems = {"mask_nan": int(nan.sum()), "mask_negative": int((v < 0).sum()),
-                "mask_not_binary": int(((v > 0) & (v != 1)).sum())}
-    return v > 0, {k: n for k, n in problems.items() if n}
 
 
 def build_batch(raw: RawFile, roles: dict[str, RoleChoice]) -> StepBatch:
@@ -233,7 +223,7 @@ def _padded_layout(p: Path, roles: dict[str, RoleChoice], get: Callable, notes: 
     mask2d = _aligned(p, "mask", roles, get("mask"), rollout.shape, notes)
     problems: dict[str, int] = {}
     if mask2d is not None:
-        mask2d, problems = _trained(mask2d)
+        mask2d, problems = trained(mask2d)
     real = None
     attn = get("attention")
     if attn is not None:
@@ -245,7 +235,7 @@ def _padded_layout(p: Path, roles: dict[str, RoleChoice], get: Callable, notes: 
     if tool is not None:
         base = mask2d if mask2d is not None else np.ones(rollout.shape, bool)
         real = base if real is None else real
-        mask2d = _without_tools(base & real, tool, roles, notes)
+        mask2d = without_tools(base & real, tool, roles, notes)
     if mask2d is None:
         if real is None:
             real = ~((rollout == 0) & (trainer == 0))
@@ -254,9 +244,9 @@ def _padded_layout(p: Path, roles: dict[str, RoleChoice], get: Callable, notes: 
     else:
         if rollout.size and not mask2d.any():
             raise BadInput(p, f"mask '{roles['mask'].key}' selects no tokens")
-        before = np.cumsum(mask2d, axis=1) == 0
+        before, after = outside_trained(mask2d)
         if real is None:
-            real = ~before & ~(np.cumsum(mask2d[:, ::-1], axis=1)[:, ::-1] == 0)
+            real = ~before & ~after
         pre = before & real
         whole = mask2d.any(axis=1) & ~(pre & (rollout != 0)).any(axis=1)  # rows that start with a placeholder prompt
         lead2d = pre & whole[:, None]
@@ -272,11 +262,11 @@ def _ragged_layout(p: Path, roles: dict[str, RoleChoice], get: Callable, notes: 
     lengths = np.array([len(r) for r in rollout], dtype=np.int64)
     flat = _Flattener.ragged(lengths)
     m = get("mask")
-    mask, problems = (_trained(flat.cat(_numeric(p, roles["mask"].key, m, "ragged", lengths))) if m is not None
+    mask, problems = (trained(flat.cat(_numeric(p, roles["mask"].key, m, "ragged", lengths))) if m is not None
                       else (np.ones(flat.n_tokens, bool), {}))
     tool = get("tool")
     if tool is not None:
-        mask = _without_tools(mask, flat.cat(_numeric(p, roles["tool"].key, tool, "ragged", lengths)), roles, notes)
+        mask = without_tools(mask, flat.cat(_numeric(p, roles["tool"].key, tool, "ragged", lengths)), roles, notes)
     return _Layout(flat.cat(rollout), flat.cat(trainer), mask, flat, problems)
 
 
@@ -285,22 +275,14 @@ def _flat_layout(p: Path, roles: dict[str, RoleChoice], get: Callable, notes: li
     offsets = _offsets(p, roles["offsets"].key, get("offsets"), rollout.shape[0])
     flat = _Flattener(offsets, None)
     m = get("mask")
-    mask, problems = _trained(_numeric(p, roles["mask"].key, m, "flat")) if m is not None else (np.ones(flat.n_tokens, bool), {})
+    mask, problems = trained(_numeric(p, roles["mask"].key, m, "flat")) if m is not None else (np.ones(flat.n_tokens, bool), {})
     _same_shape(p, rollout, mask, roles["rollout"].key, roles["mask"].key)
     tool = get("tool")
     if tool is not None:
         tool = _numeric(p, roles["tool"].key, tool, "flat")
         _same_shape(p, rollout, tool, roles["rollout"].key, roles["tool"].key)
-        mask = _without_tools(mask, tool, roles, notes)
+        mask = without_tools(mask, tool, roles, notes)
     return _Layout(rollout, trainer, mask, flat, problems)
-
-
-def _without_tools(mask: np.ndarray, tool: np.ndarray, roles: dict[str, RoleChoice], notes: list[str]) -> np.ndarray:
-    """The trained tokens less the tool-result ones (`tool_mask` 0), as TRL's loss mask is completion_mask * tool_mask."""
-    out = mask & (tool > 0)
-    notes.append(f"'{roles['tool'].key}': {int((mask & ~out).sum())} tool-result tokens kept in the token tables but "
-                 "out of the metrics (TRL's loss mask is completion_mask * tool_mask)")
-    return out
 
 
 _LAYOUTS = {"padded": _padded_layout, "ragged": _ragged_layout, "flat": _flat_layout}

@@ -65,12 +65,19 @@ def save_batch(batch: StepBatch, path: str | Path, *, compact: bool = False) -> 
         value = getattr(batch, name)
         if value is not None:
             arrays[name] = np.asarray(value, dtype=np.int32)
-    for name, value in batch.sides.items():
-        logp = np.asarray(value)
-        arrays[CANONICAL_SIDES.get(name, SIDE_PREFIX + name)] = logp if compact else logp.astype(np.float64)
+    arrays.update(_side_arrays(batch, compact))
     header = {"format": CANONICAL_FORMAT, "version": CANONICAL_VERSION, "meta": batch.meta}
     arrays["meta"] = np.asarray(json.dumps(header, sort_keys=True, default=str))
     write_npz(arrays, Path(path), 1 if compact else 6)
+
+
+def _side_arrays(batch: StepBatch, compact: bool) -> dict[str, np.ndarray]:
+    """The chain's further sides under their keys: `recompute_logp`, `train_logp`, `side_NAME`."""
+    out = {}
+    for name, value in batch.sides.items():
+        logp = np.asarray(value)
+        out[CANONICAL_SIDES.get(name, SIDE_PREFIX + name)] = logp if compact else logp.astype(np.float64)
+    return out
 
 
 def named_sides(p: Path, values: Any, n_tokens: int) -> dict[str, np.ndarray]:

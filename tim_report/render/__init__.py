@@ -7,7 +7,7 @@ its format is asked for (a markdown-only build loads no Altair, no Jinja2).
     html.py, charts.py, vega.py        the run page and the index (Jinja2 + Altair from pre-binned data)
     markdown.py, md.py                 report.md (no Altair, no Jinja2)
     compare/                           a comparison of two batches or two arms: its page and compare.md
-    json.py                            summary.json, samples.json, compare.json
+    json.py                            summary.json, samples.js, compare.json
     views.py, run_tables.py            view models of the run page the formats share
     index_views.py, tables.py          the index's tables as view models; the table and cell they are made of
     token_text.py                      token text made visible
@@ -33,7 +33,7 @@ class RenderOptions:
     timestamp: str | None = None  # --timestamp: stamped into the pages
     self_contained: bool = False  # --self-contained: every page inlines the chart runtime and stylesheet
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if self.base_url is not None:
             check_base_url(self.base_url)
 

@@ -299,15 +299,20 @@ def run_charts(report) -> list[dict[str, Any]]:
                     "spec": bucket_chart(bd["by_position"], "token position in the response", mark="line")})
     sl = dist.get("seq_log_ratio")
     if sl and sl.get("length"):
-        g = bd.get("length_growth") or {}
-        cap = ("Noise is a random walk: points spread evenly around 0 and widen slowly with length; a fan that leans one way "
-               "is systematic drift.")
-        if g.get("exponent") is not None:
-            cap += (f" Fitted |Σδ| ∝ length^b: b = {fixed(g['exponent'], 2)} ± {fixed(g['exponent_se'], 2)} (0.5 for a random walk); the "
-                    f"diagnosis calls it drift at b ≥ {plain(DiagnosisThresholds().drift_exponent_min)} when b is also clearly above 0.5.")
-        elif g.get("reason"):
-            cap += f" Growth with length is not fitted: {g['reason']}."
-        if sl.get("shown", 0) < sl.get("total", 0):
-            cap += f" Showing {fmt(sl['shown'])} of {fmt(sl['total'])} sequences."
-        out.append({"id": "seq", "title": "Sequence log-ratio Σδ vs length", "caption": cap, "spec": seq_chart(sl)})
+        out.append({"id": "seq", "title": "Sequence log-ratio Σδ vs length", "caption": _seq_caption(sl, bd.get("length_growth") or {}),
+                    "spec": seq_chart(sl)})
     return out
+
+
+def _seq_caption(sl: dict, g: dict) -> str:
+    """The Σδ-vs-length chart's sentence, with the fitted growth (or why there is none) and how many sequences it shows."""
+    cap = ("Noise is a random walk: points spread evenly around 0 and widen slowly with length; a fan that leans one way "
+           "is systematic drift.")
+    if g.get("exponent") is not None:
+        cap += (f" Fitted |Σδ| ∝ length^b: b = {fixed(g['exponent'], 2)} ± {fixed(g['exponent_se'], 2)} (0.5 for a random walk); the "
+                f"diagnosis calls it drift at b ≥ {plain(DiagnosisThresholds().drift_exponent_min)} when b is also clearly above 0.5.")
+    elif g.get("reason"):
+        cap += f" Growth with length is not fitted: {g['reason']}."
+    if sl.get("shown", 0) < sl.get("total", 0):
+        cap += f" Showing {fmt(sl['shown'])} of {fmt(sl['total'])} sequences."
+    return cap

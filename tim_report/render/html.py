@@ -10,12 +10,16 @@ The renderer writes the assets once, with the site's index (and with a compariso
 
 from __future__ import annotations
 
+from markupsafe import Markup
+
 from ..catalogue import metrics as catalogue
 from ..config import HOT_DIFF, TREND_LOG_AXIS_SPAN, health
 from . import charts as ch
 from . import index_views, run_tables
 from .chain_views import bitwise_identical, chain_view
 from .pages import asset_files, assets_href, environment, page_context, render_notes
+from .samples_js import NAME as SAMPLES_JS
+from .samples_js import samples_js, samples_json
 from .views import (
     SAMPLES_OPEN,
     TOP_TOKENS,
@@ -39,12 +43,14 @@ def run_context(report, notes_md: str | None = None, timestamp: str | None = Non
         **page_context(charts, timestamp, assets),
         "r": report, "t": title_parts(report), "m": report.metrics, "headline": headline(report),
         "health_colour": health(report.metrics.get("ess")),
-        "groups": groups_view(report), "envs": env_view(report), "samples": samples_view(report), "metrics_table": flat_metrics(report),
+        "groups": groups_view(report), "envs": env_view(report), "samples": samples_view(report, 0), "metrics_table": flat_metrics(report),
         "percentiles": percentile_rows(report), "notes": render_notes(notes_md), "th": th,
         "hot_diff": HOT_DIFF, "samples_open": SAMPLES_OPEN, "top_tokens": TOP_TOKENS, "diagnosis": report.diagnosis,
         "topk": topk_view(report), "banners": banners(report), "chain": chain_view(report), "bitwise": bitwise,
         "tables": {"envs": run_tables.env_table(report), "what_if": run_tables.what_if_table(report),
                    "by_probability": run_tables.probability_table(report), **run_tables.topk_tables(report)},
+        # the token tables' rows: samples.js beside the page, or inline in a self-contained one
+        "samples_data": (Markup(samples_json(report)) if assets is None else True) if report.samples else None,
     }
 
 
@@ -55,12 +61,10 @@ def render_run(report, notes_md: str | None = None, timestamp: str | None = None
 def render_index(index: dict, timestamp: str | None = None, notes_md: str | None = None, assets: str | None = None) -> str:
     """site/index.html from the index summary (analysis.run_index.index_summary)."""
     charts = ch.trend_charts(index["trend"]) if index.get("trend") else []
-    views = {"runs": index_views.runs_table(index), "pairs": index_views.pairs_section(index),
-             "precision": index_views.precision_section(index), "trend": index_views.trend_section(index),
-             "sweep": index_views.sweep_section(index), "envs": index_views.envs_section(index)}
     return environment().get_template("index.html").render(rows=index["runs"], ix=index, notes=render_notes(notes_md),
                                                            columns=[catalogue.metric(k) for k in catalogue.INDEX],
-                                                           log_span=TREND_LOG_AXIS_SPAN, **views,
+                                                           log_span=TREND_LOG_AXIS_SPAN, runs=index_views.runs_table(index),
+                                                           sections=index_views.sections(index),
                                                            **page_context(charts, timestamp, assets))
 
 
@@ -69,7 +73,8 @@ class HtmlRenderer:
 
     def run(self, report, options) -> dict[str, str]:
         return {"index.html": render_run(report, notes_md=options.notes_md, timestamp=options.timestamp,
-                                         assets=assets_href(options.self_contained, 1))}
+                                         assets=assets_href(options.self_contained, 1)),
+                SAMPLES_JS: samples_js(report)}
 
     def index(self, index: dict, options) -> dict[str, str]:
         page = render_index(index, timestamp=options.timestamp, notes_md=options.notes_md,

@@ -2,8 +2,8 @@
 built once from the index summary and shown alike by the HTML index and report.md.
 
 No markup and no statistics here: numbers come from the index summary (analysis.run_index.index_summary) and are
-only formatted. A new index table is one function here, one line in templates/index.html and one in
-markdown.render_index_md.
+only formatted. A new index table is one function here returning a `Section`, and its place in `sections()`: both formats show
+every section that list returns, in its order.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 from ..catalogue import metrics as catalogue
 from ..catalogue.numbers import fixed, fmt, pct
 from .tables import HTML, MARKDOWN, Cell, Column, Row, Section, Table, plural, text
+from .views import flagged_note
 
 REGIME_MARK = {"identical": "✅", "numerical_noise": "✅", "elevated": "⚠️", "systematic": "❌"}
 UNPAIRED_SHOWN = 20  # run ids the unpaired warning names
@@ -22,11 +23,14 @@ def runs_table(index: dict) -> Table:
     markdown, whose table cells hold one line, gives them columns of their own."""
     metrics = [catalogue.metric(k) for k in catalogue.INDEX]
     html, md = frozenset({HTML}), frozenset({MARKDOWN})
-    columns = (Column("health"), Column("run"), Column("verdict", formats=html), Column("model, device", formats=html),
-               Column("rollout → trainer", formats=html), Column("model", formats=md), Column("engines", formats=md),
-               Column("dtypes", formats=md), Column("device", formats=md), Column("step", numeric=True),
-               Column("tokens", numeric=True), *[Column(m.name, numeric=True, wrap=True) for m in metrics],
-               Column("routing: train / corr. / quar.", wrap=True), Column("verdict", formats=md))
+    # at phone width the HTML keeps the run, its verdict and the three headline numbers (catalogue.INDEX_NARROW)
+    columns = (Column("health", wide_only=True), Column("run"), Column("verdict", formats=html),
+               Column("model, device", formats=html, wide_only=True),
+               Column("rollout → trainer", formats=html, wide_only=True), Column("model", formats=md),
+               Column("engines", formats=md), Column("dtypes", formats=md), Column("device", formats=md),
+               Column("step", numeric=True, wide_only=True), Column("tokens", numeric=True, wide_only=True),
+               *[Column(m.name, numeric=True, wrap=True, wide_only=m.key not in catalogue.INDEX_NARROW) for m in metrics],
+               Column("routing: train / corr. / quar.", wrap=True, wide_only=True), Column("verdict", formats=md))
     rows = []
     for r in index["runs"]:
         rt = r["routing"]
@@ -36,7 +40,7 @@ def runs_table(index: dict) -> Table:
                 + (f", {fmt(r['input_problems'])} repaired" if r.get("input_problems") else "")) if problems else None
         rows.append(Row((
             Cell(health=r["health"]), Cell(r["id"], link=r["id"], twin=True, cls="id"),
-            Cell(verdict, cls="verdict-cell"), Cell(r["model"] or "unknown model", note=r["device"], note_below=True),
+            Cell(verdict, cls="verdict-cell", tip=r.get("glance")), Cell(r["model"] or "unknown model", note=r["device"], note_below=True),
             Cell(keep=(f"{r['rollout_engine']} {r['rollout_dtype']}", f"{r['trainer_engine']} {r['trainer_dtype']}")),
             Cell(text(r["model"])), Cell(keep=(r["rollout_engine"], r["trainer_engine"])),
             Cell(keep=(r["rollout_dtype"], r["trainer_dtype"])), Cell(text(r["device"])),
@@ -58,13 +62,17 @@ def unreadable_table(index: dict) -> Table:
     return Table(columns, rows)
 
 
-def pairs_section(index: dict) -> Section:
+def pairs_section(index: dict) -> Section | None:
+    """The engine pairs, aggregated over their runs (none for a single run)."""
+    if len(index["runs"]) < 2:
+        return None
     columns = (Column("health"), Column("rollout"), Column("trainer"),
                *[Column(h, numeric=True) for h in ("runs", "mean ESS", "mean clipped", "mean Σδ", "mean |δ|",
                                                    "worst max |δ|", "tokens")])
     rows = tuple(Row((
         Cell(health=p["health"]), Cell(keep=(f"{p['rollout_engine']} {p['rollout_dtype']}",)),
-        Cell(keep=(f"{p['trainer_engine']} {p['trainer_dtype']}",)), Cell(fmt(p["count"]), tip=", ".join(p["runs"])),
+        Cell(keep=(f"{p['trainer_engine']} {p['trainer_dtype']}",)),
+        Cell(fmt(p["count"]), tip=", ".join(p["runs"]), note=flagged_note(p).strip() or None),
         Cell(fixed(p["mean_ess"], 4)), Cell(pct(p["mean_clipped"])), Cell(fmt(p["mean_seq_log_ratio"])),
         Cell(fmt(p["mean_abs_delta"])), Cell(fmt(p["worst_abs_delta_max"])), Cell(fmt(p["tokens"])),
     )) for p in index["engine_pairs"])
@@ -78,10 +86,11 @@ def pairs_section(index: dict) -> Section:
                     f"so {'they are' if n != 1 else 'it is'} not averaged with anything. Name them with "
                     "`--meta rollout_engine=vllm --meta rollout_dtype=bf16 --meta trainer_engine=fsdp "
                     "--meta trainer_dtype=fp32`.", True))
-    return Section("engine-pairs", "Engine pairs",
-                   "Runs with the same rollout engine and dtype and the same trainer engine and dtype, aggregated: the mean "
-                   "over runs of ESS, phantom clipping, mean Σδ and mean |δ|; the worst max |δ|; all their tokens. The "
-                   "colour is the mean ESS's.",
+    return Section("engine-pairs", "engine pairs", "Engine pairs",
+                   "Runs with the same rollout engine and dtype and the same trainer engine and dtype, aggregated over "
+                   "the runs whose mismatch is the engines' own: the mean of ESS, phantom clipping, mean Σδ and mean |δ|; "
+                   "the worst max |δ|; all their tokens. A run with a warn or error finding (a bug, not the engines' "
+                   "health) is counted beside them (+ N with a finding), not averaged. The colour is the mean ESS's.",
                    (Table(columns, rows, cls="pairs"),) if rows else (), warning)
 
 
@@ -92,11 +101,14 @@ def precision_section(index: dict) -> Section | None:
     columns = (Column("rollout \\ trainer"), *[Column(d, user=True) for d in p["trainer_dtypes"]])
     rows = tuple(Row((Cell(ro, head=True), *[
         Cell("—") if c is None else
-        Cell(f"median |δ| {fmt(c['mean_abs_delta_median'])} · KL {fmt(c['mean_kl_k3'])} · {plural(c['count'], 'run')}",
-             health=c["health"]) for c in line])) for ro, line in zip(p["rollout_dtypes"], p["cells"]))
-    return Section("precision", "Precision matrix",
-                   "Rollout dtype (rows) × trainer dtype (columns): the mean over runs of median |δ| (nats) and of KL k3, "
-                   "with the number of runs; the colour is the mean ESS's. — marks a pair with no run.",
+        Cell(f"median |δ| {fmt(c['mean_abs_delta_median'])} · KL {fmt(c['mean_kl_k3'])} · {plural(c['count'], 'run')}"
+             + flagged_note(c), health=c["health"]) if c["count"] else
+        Cell(f"{plural(len(c['with_findings']), 'run')}, each with a finding") for c in line]))
+        for ro, line in zip(p["rollout_dtypes"], p["cells"]))
+    return Section("precision", "precision matrix", "Precision matrix",
+                   "Rollout dtype (rows) × trainer dtype (columns): the mean of median |δ| (nats) and of KL k3 over the "
+                   "runs whose mismatch is the engines' own, with their number (runs with a warn or error finding are "
+                   "counted beside, not averaged); the colour is the mean ESS's. — marks a pair with no run.",
                    (Table(columns, rows, cls="precision"),))
 
 
@@ -115,7 +127,7 @@ def trend_section(index: dict) -> Section | None:
     quiet = (f"Change points need at least {tr['min_steps_for_change']} steps (a level is at least "
              f"{tr['min_steps_for_change'] // 2} steps long)." if low else
              "No change point: every metric keeps its level over the run (within its own step-to-step noise).")
-    return Section("trend", "Over training steps", intro, (Table(columns, rows),),
+    return Section("trend", "over training steps", "Over training steps", intro, (Table(columns, rows),),
                    changes=tuple(tr.get("change_steps") or ()), quiet="" if tr.get("change_steps") else quiet,
                    quiet_small=low)
 
@@ -135,7 +147,7 @@ def sweep_section(index: dict) -> Section | None:
                       for name, k in (("|Σδ|", "abs_sum"), ("KL per sequence", "kl_seq")))
         tables.append(Table(columns, rows, title=f"{s['pair'][0]} {s['pair'][1]} → {s['pair'][2]} {s['pair'][3]}",
                             after=after))
-    return Section("sweep", "Length sweep",
+    return Section("sweep", "length sweep", "Length sweep",
                    "The same engine pair captured at several generation lengths (`capture --max-new-tokens 128,512,2048`): "
                    "how the mismatch grows with the mean sequence length, fitted as a power of it on the log-log scale.",
                    tuple(tables))
@@ -151,6 +163,13 @@ def envs_section(index: dict) -> Section | None:
                       Cell(fmt(e["first"]), note=f"(step {e['first_step']})"),
                       Cell(fmt(e["last"]), note=f"(step {e['last_step']})"), Cell(fmt(e["last_over_first"], 2)),
                       Cell(fmt(e["worst"]), link=e["worst_run"], note=f"(step {e['worst_step']})"))) for e in envs)
-    return Section("envs", "By environment over the run",
+    return Section("envs", "by environment", "By environment over the run",
                    "KL k3 of each environment the steps name (prime-rl's `env_name`; what it logs as "
                    "`mismatch_kl/{env}`), worst first.", (Table(columns, rows),))
+
+
+def sections(index: dict) -> list[Section]:
+    """The index's sections after the runs table, in the order both formats show them (each None when it has nothing
+    to show is left out)."""
+    found = (pairs_section(index), precision_section(index), trend_section(index), sweep_section(index), envs_section(index))
+    return [s for s in found if s is not None]

@@ -1,4 +1,4 @@
-"""The JSON files: summary.json and samples.json of a run, compare.json of a comparison (`model.dumps`).
+"""The JSON files: summary.json of a run (and its samples.js, the samples' one copy), compare.json of a comparison.
 
 The site's index.json is not a format's: every build writes it (tim_report.site.index_json).
 """
@@ -6,11 +6,12 @@ The site's index.json is not a format's: every build writes it (tim_report.site.
 from __future__ import annotations
 
 from ..model import dumps
+from .samples_js import NAME, samples_js
 
 
 class JsonRenderer:
     def run(self, report, options) -> dict[str, str]:
-        return {"summary.json": dumps(report.summary_dict()), "samples.json": dumps(report.samples_dict(), compact=True)}
+        return {"summary.json": dumps(report.summary_dict()), NAME: samples_js(report)}
 
     def index(self, index: dict, options) -> dict[str, str]:
         return {}

@@ -17,6 +17,7 @@ or from the index summary, and are only formatted here.
 from __future__ import annotations
 
 from ..catalogue import metrics as catalogue
+from ..catalogue.evidence import items as evidence_items
 from ..catalogue.numbers import fixed, fmt, pct, plain
 from ..config import HEALTH, HOT_DIFF, TREND_TABLE_MAX_STEPS, health
 from . import index_views, run_tables
@@ -25,12 +26,12 @@ from .index_views import REGIME_MARK
 from .md import COLOUR, assemble, colour, details, esc, href, run_path, table, write_section, write_table
 from .tables import Section
 from .views import (
+    band_helps,
     banners,
     env_view,
     flat_metrics,
     groups_view,
     headline,
-    kv_items,
     kv_tables,
     samples_view,
     summary_extra,
@@ -59,10 +60,10 @@ def _verdict(report) -> str:
     regime = str(diag.get("regime") or "unknown")
     lines = [f"## Verdict: {REGIME_MARK.get(regime, '➖')} {esc(regime.replace('_', ' '))}", "",
              esc(diag.get("verdict"), None, own=True)]
-    ev = kv_items(diag.get("evidence"))
+    ev = evidence_items(diag.get("evidence"))
     if ev:
-        lines += ["", "Evidence: " + " · ".join(f"{esc(k)} = {esc(v, TEXT_CHARS)}" for k, v in ev)]
-    band = diag.get("band")
+        lines += ["", "Evidence: " + " · ".join(f"{esc(k)} {esc(v, TEXT_CHARS)}" for k, v in ev)]
+    band = diag.get("band") if band_helps(diag) else None
     if band:
         lines += ["", f"**Noise band: {esc(band.get('name'))}.** {esc(band.get('reading'), None, own=True)} Noise ceilings used: "
                   f"KL k3 {fmt(band.get('noise_kl_max'))}, mean \\|δ\\| {fmt(band.get('noise_abs_delta_max'))} nats. "
@@ -109,13 +110,15 @@ def _findings(report) -> str:
     out = ["## Findings"]
     for f in findings:
         lines = [f"### {SEVERITY.get(f.get('severity'), '➖')}: {esc(f.get('title'), TEXT_CHARS)}", ""]
+        lines += [f"- **{label}:** {esc(f[key], None, own=True)}" for key, label in
+                  (("consequence_text", "Consequence"), ("side_text", "Side")) if f.get(key)]
         if f.get("likely_cause"):
             lines.append(f"- **Likely cause:** {esc(f['likely_cause'], None, own=True)}")
         if f.get("what_to_check"):
             lines.append(f"- **Check:** {esc(f['what_to_check'], None, own=True)}")
-        ev = kv_items(f.get("evidence"))
+        ev = evidence_items(f.get("evidence"))
         if ev:
-            lines.append("- **Evidence:** " + "; ".join(f"{esc(k)} = {esc(v, TEXT_CHARS)}" for k, v in ev))
+            lines.append("- **Evidence:** " + " · ".join(f"{esc(k)} {esc(v, TEXT_CHARS)}" for k, v in ev))
         for name, cols, rows in kv_tables(f.get("evidence")):
             lines += ["", f"{esc(name.replace('_', ' '))}:", "",
                       table([esc(c) for c in cols], [[esc(v) for v in r] for r in rows], numeric=range(1, len(cols)))]
@@ -179,7 +182,8 @@ def _groups(report) -> str:
     unit = esc(g["unit"])
     shown = len(rows)
     note = (f"The worst {shown} of {fmt(g['total'])} {unit}s (quarantine first, then train with correction, then by mean |δ|); "
-            "all are in summary.json and the HTML page." if g["total"] > shown else f"All {fmt(g['total'])} {unit}s.")
+            f"the HTML page and summary.json show the worst {fmt(len(g['rows']))}, summary.json the distribution of all."
+            if g["total"] > shown else f"All {fmt(g['total'])} {unit}s.")
     body = table([unit, "routing", "seqs", "tokens", "mean \\|δ\\|", "k3", "PPO-clipped", "vetoed", "min r"], rows, numeric=range(2, 9))
     return details(f"Worst {unit}s ({fmt(g['total'])} in all)", f"{note}\n\n{body}")
 
@@ -196,7 +200,7 @@ def _envs(report) -> str:
 
 
 def _samples(report, html: str) -> str:
-    samples = samples_view(report)[:SAMPLES]
+    samples = samples_view(report, SAMPLE_TOKENS, SAMPLES)
     if not samples:
         return ""
     blocks = ["Marks: ▲/▼ r above 5 / below 1/5 (outside the 5x band); △/▽ outside the 2x band; "
@@ -215,7 +219,7 @@ def _samples(report, html: str) -> str:
         rows = [[str(x["pos"]), esc(x["flag"], None) if x["flag"] else "", esc(x["token"], TOKEN_CHARS), x["ro"], x["tr"],
                  esc(x["diff"]), x["pr"], x["pt"], esc(x["r"])]
                 for x in s["all"][:SAMPLE_TOKENS]]
-        n = len(s["all"])
+        n = s["n_rows"]
         more = f"\n\nFirst {SAMPLE_TOKENS} of {n} tokens; the rest are in the {html}." if n > SAMPLE_TOKENS else ""
         blocks.append(" · ".join(head) + "\n\n"
                       + table(["pos", "", "token", "rollout logp", "trainer logp", "diff", "p_rollout", "p_trainer", "r"], rows,
@@ -339,10 +343,8 @@ def _unreadable(index: dict) -> str:
     return out
 
 
-def _trend(index: dict, base_url: str | None = None) -> str:
-    s = index_views.trend_section(index)
-    if s is None:
-        return ""
+def _trend(s: Section, base_url: str | None = None) -> str:
+    """The trend section: its change points, then the step table (the HTML index draws its columns as charts)."""
     changes = ("**Change points**\n\n" + "\n".join(
         f"- {'▲' if c['worse'] else '▼'} [step {esc(str(c['step']))}]({href(c['run'] + '/index.html', base_url)}): "
         f"{esc(c['sentence'])}" for c in s.changes) if s.changes else esc(s.quiet, None, own=True))
@@ -350,10 +352,6 @@ def _trend(index: dict, base_url: str | None = None) -> str:
     body = (write_table(s.tables[0], base_url) if steps <= TREND_TABLE_MAX_STEPS else
             f"Step by step, the numbers are charts on the HTML index and rows in `index.json` ({steps} steps).")
     return write_section(s, base_url, body=f"{changes}\n\n{body}")
-
-
-def _section(s: Section | None, base_url: str | None) -> str:
-    return write_section(s, base_url) if s else ""
 
 
 def render_index_md(index: dict, base_url: str | None = None) -> str:
@@ -370,10 +368,8 @@ def render_index_md(index: dict, base_url: str | None = None) -> str:
         f"- **{esc(m.name, None, own=True)}**: {esc(m.plain, None, own=True)}"
         for m in (catalogue.metric(k) for k in (*catalogue.INDEX, "routing"))] + ["", _kl_bands()])
     core = [title, *filter(None, [_run_verdict(index, base_url)]), _runs_table(index, base_url)]
-    sections = [("engine pairs", _section(index_views.pairs_section(index), base_url) if len(runs) > 1 else ""),
-                ("precision matrix", _section(index_views.precision_section(index), base_url)),
-                ("trend over steps", _trend(index, base_url)), ("length sweep", _section(index_views.sweep_section(index), base_url)),
-                ("by environment", _section(index_views.envs_section(index), base_url)), ("columns", columns)]
+    sections = [(s.short, _trend(s, base_url) if s.id == "trend" else write_section(s, base_url))
+                for s in index_views.sections(index)] + [("columns", columns)]
     return assemble(core, [(n, s) for n, s in sections if s], html)
 
 

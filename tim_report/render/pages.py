@@ -16,12 +16,13 @@ from jinja2 import Environment, FileSystemLoader
 from markupsafe import Markup, escape
 
 from ..catalogue import metrics as catalogue
+from ..catalogue.evidence import items as evidence_items
 from ..catalogue.formats import ASSETS
 from ..catalogue.numbers import fixed, fmt, pct
 from ..config import HEALTH, health
 from .token_text import visible
 from .vega import javascript_bundle
-from .views import kv_items, kv_tables
+from .views import band_helps, kv_items, kv_tables
 
 
 def templates_dir() -> Path:
@@ -61,7 +62,8 @@ def environment(path: str | None = None) -> Environment:
     env.filters.update(fmt=fmt, pct=pct, fixed=fixed, visible=visible, code=code_spans)
     env.globals.update(metric=catalogue.metric, glossary=catalogue.glossary, conventions=catalogue.CONVENTIONS,
                        health=health, health_bands=HEALTH, health_legend=catalogue.HEALTH_LEGEND, kv_items=kv_items,
-                       kv_tables=kv_tables, kl_band_table=catalogue.kl_band_table)
+                       kv_tables=kv_tables, kl_band_table=catalogue.kl_band_table, evidence_items=evidence_items,
+                       band_helps=band_helps)
     return env
 
 

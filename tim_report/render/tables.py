@@ -43,6 +43,7 @@ class Column:
     wrap: bool = False  # HTML: the header may wrap (a metric's name)
     formats: frozenset[str] = BOTH  # where the column shows: HTML lays some cells out on two lines, GitHub cannot
     user: bool = False  # the header is a user's string (a dtype), not our words
+    wide_only: bool = False  # HTML: left out at phone width (what is kept must read there without sideways scroll)
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ class Section:
     after them as (text, ours) pieces: a user's string (a run id) is escaped as one, never read as markup."""
 
     id: str
+    short: str  # its name in the page's contents and in report.md's note of what it left out
     title: str
     intro: str
     tables: tuple[Table, ...]

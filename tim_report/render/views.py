@@ -11,12 +11,12 @@ from typing import Any
 from ..catalogue import findings
 from ..catalogue import metrics as catalogue
 from ..catalogue.numbers import fixed, fmt, pct, with_se
-from ..config import HOT_DIFF
+from ..config import GROUP_TABLE_ROWS, HOT_DIFF
 from .token_text import visible
 
 SAMPLES_OPEN = 3  # the worst sequences the run page shows open, each with its largest differences
 TOP_TOKENS = 8  # the rows of an open sequence's compact table: its tokens with the largest |diff| (a shorter one: all)
-GROUP_ROWS = 50  # by-group rows shown (worst first)
+GROUP_ROWS = GROUP_TABLE_ROWS  # by-group rows shown (worst first): all the analysis keeps
 ROUTE_ORDER = {"quarantine": 0, "train_with_correction": 1, "train": 2}
 
 
@@ -87,18 +87,25 @@ def token_rows(sample: dict, band5: tuple[float, float], band2: tuple[float, flo
     return rows
 
 
-def samples_view(report) -> list[dict]:
+def samples_view(report, formatted: int | None = None, count: int | None = None) -> list[dict]:
+    """The first `count` samples (None: all), each with its marks counted and its largest differences picked; `all`
+    and `top` are its rows written out (token_rows), the first `formatted` of them (None: every one; the page draws
+    its own from samples.js)."""
     th = report.run.get("thresholds") or {}
     b5, b2 = th.get("band_5x", 5.0), th.get("band_2x", 2.0)
+    bands = (1.0 / b5, b5), (1.0 / b2, b2)
     out: list[dict] = []
-    for s in report.samples:
-        rows = token_rows(s, (1.0 / b5, b5), (1.0 / b2, b2))
-        largest = sorted((i for i, t in enumerate(s["rows"]) if t.get("diff") is not None),
-                         key=lambda i: (-abs(s["rows"][i]["diff"]), i))[:TOP_TOKENS]
-        out.append({**s, "all": rows,
-                    "top": [rows[i] for i in largest] if len(rows) > TOP_TOKENS else [],
+    for s in report.samples[:count]:
+        raw = s["rows"]
+        largest = sorted((i for i, t in enumerate(raw) if t.get("diff") is not None),
+                         key=lambda i: (-abs(raw[i]["diff"]), i))[:TOP_TOKENS]
+        top = largest if len(raw) > TOP_TOKENS else []
+        out.append({**s, "all": token_rows({"rows": raw[:formatted]}, *bands), "n_rows": len(raw),
+                    "top": token_rows({"rows": [raw[i] for i in top]}, *bands) if formatted is None else [],
+                    "top_index": top,  # the page's compact table, by row
                     "open": s["kind"] == "worst" and len(out) < SAMPLES_OPEN,
-                    "hot": sum(1 for r in rows if "hot" in r["cls"]), "out5": sum(1 for r in rows if r["r_cls"] == "o5")})
+                    "hot": sum(1 for t in raw if t.get("diff") is not None and abs(t["diff"]) > HOT_DIFF),
+                    "out5": sum(1 for t in raw if t.get("r") is not None and not bands[0][0] <= t["r"] <= bands[0][1])})
     return out
 
 
@@ -109,8 +116,17 @@ def groups_view(report) -> dict:
     cols = ("name", "sequences", "tokens", "abs_delta_mean", "k3_mean", "clipped_fraction", "vetoed_tokens", "min_ratio", "route")
     rows = [{c: g[c][i] for c in cols} for i in idx[:GROUP_ROWS]]
     routes = set(g.get("route") or [])
-    return {"unit": g.get("unit", "group"), "rows": rows, "total": len(names), "hidden": max(len(names) - GROUP_ROWS, 0),
-            "uniform": routes.pop() if len(routes) == 1 and len(names) > 1 else None}
+    total = g.get("units", len(names))  # the analysis keeps the worst rows (breakdowns.worst_units)
+    return {"unit": g.get("unit", "group"), "rows": rows, "total": total, "hidden": max(total - GROUP_ROWS, 0),
+            "uniform": _uniform_route(report, routes, total)}
+
+
+def _uniform_route(report, kept: set, total: int) -> str | None:
+    """The one route every unit takes (from the routing's counts: the table keeps only the worst rows)."""
+    counts = (report.routing or {}).get("counts") or {}
+    if counts:
+        return next((r for r, c in counts.items() if c == total and total > 1), None)
+    return kept.pop() if len(kept) == 1 and total > 1 else None
 
 
 def env_view(report) -> dict | None:
@@ -142,6 +158,20 @@ def percentile_rows(report) -> dict:
     rows = [{"name": name, "values": [fmt(v) for v in p[key]]}
             for key, name in (("delta", "δ"), ("abs_delta", "|δ|"), ("k3", "k3 per token"), ("abs_dp", "|Δp|")) if key in p]
     return {"q": [fmt(float(q)) for q in qs], "rows": rows}
+
+
+BAND_DECIDES = ("numerical_noise", "elevated")  # the regimes the precision band tells apart
+
+
+def band_helps(diagnosis: Any) -> bool:
+    """Whether the noise-band paragraph helps the verdict: where the band is what tells noise from elevated, not
+    above an identical batch or a systematic one that a finding or the correlation decided."""
+    return isinstance(diagnosis, dict) and bool(diagnosis.get("band")) and diagnosis.get("regime") in BAND_DECIDES
+
+
+def flagged_note(cell: dict) -> str:
+    """' + 2 with a finding': an engine pair's or precision cell's runs left out of its means (a bug, not the engines)."""
+    return f" + {len(cell['with_findings'])} with a finding" if cell.get("with_findings") else ""
 
 
 def kv_items(d: Any) -> list[tuple[str, str]]:

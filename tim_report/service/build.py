@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..analysis import analyze
 from ..analysis.run_index import index_from_rows, run_row
+from ..catalogue.findings import INPUT_PROBLEM
 from ..catalogue.formats import FORMATS
 from ..config import Thresholds
 from ..errors import BadInput
@@ -153,13 +154,19 @@ def shown_path(origin: Path) -> str:
 
 
 def analyze_file(opts: BuildOptions, src: Source, run_id: str) -> BatchReport:
+    """One step's report; a batch the gate finds unusable (`unusable_input`, which `check` refuses) is bad input here
+    too: a file on its own is exit 2 with nothing written, a run folder's step its red row (exit 3)."""
     batch = load(src, opts.load)
     try:
-        return analyze(batch, opts.thresholds, run_id=run_id)
+        report = analyze(batch, opts.thresholds, run_id=run_id)
     except BadInput as exc:  # the analysis names the batch's file as pages do; a message names it as it was given
         if exc.source == src.shown:
             raise BadInput(src.origin, exc.problem) from None
         raise
+    unusable = next((f for f in (report.diagnosis or {}).get("findings", []) if f["id"] == INPUT_PROBLEM), None)
+    if unusable is not None:
+        raise BadInput(src.origin, unusable["title"])
+    return report
 
 
 def analyze_and_render(analyse, opts: BuildOptions, in_run: frozenset[str], src: Source,

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..analysis import analyze
+from ..analysis import GATE, GATE_HISTORY, analyze
 from ..analysis.exact import exact_gate
 from ..analysis.gate import CheckResult, Limit, Violation, evaluate
 from ..analysis.history import HistoryResult, check_history
@@ -41,7 +41,8 @@ class CheckOptions:
 
 @dataclass
 class Checked:
-    """One batch checked: its report and index row, the verdict on its limits and findings, and on the run's band."""
+    """One batch checked: its report and index row, the verdict on its limits and findings, and on the run's band.
+    The report holds what the gate reads (analysis.GATE): `build` or `analyze` give the whole of it."""
 
     path: Path
     report: BatchReport
@@ -83,14 +84,15 @@ def check(paths: list[Path], load_options: LoadOptions, options: CheckOptions) -
 
 def _checked(path: Path, batch: StepBatch, rows: list[dict] | None, options: CheckOptions) -> Checked:
     """One batch against the limits, the findings and, with a history, the run's own band."""
-    report = analyze(batch, options.thresholds, diagnosis_thresholds=options.diagnosis)
+    report = analyze(batch, options.thresholds, diagnosis_thresholds=options.diagnosis,
+                     scope=GATE if rows is None else GATE_HISTORY)  # only what the gate and the band read
     row = run_row(report)
     result = evaluate(report, options.limits, options.fail_on)
     band = None
     if rows is not None:
         band = check_history(row, rows, options.history_window, options.history_margin, options.history_floors)
         result.violations += band.violations
-        if band.note is None:
+        if band.note is None and not band.violations:
             result.summary += f"; within the run's band ({band.basis})"
     gate = None
     if options.exact:

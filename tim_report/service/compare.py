@@ -39,15 +39,15 @@ def compare(before: str | Path | StepBatch, after: str | Path | StepBatch, load_
 
 
 def arms_or_pair(before: str | Path, after: str | Path, load_options: LoadOptions | None = None,
-                 labels: tuple[str | None, str | None] = (None, None)) -> Comparison:
+                 labels: tuple[str | None, str | None] = (None, None), thresholds: Thresholds | None = None) -> Comparison:
     """`tim-report compare BEFORE AFTER`: two batches compared token by token when each side holds one, else two arms
     (a run folder or a folder of step files per side) compared step by step (analysis/arms.py)."""
     opts = load_options or LoadOptions()
     found = [sources(x, opts.format_hint) for x in (before, after)]
     if len(found[0]) == 1 and len(found[1]) == 1:
-        return compare(found[0][0].origin, found[1][0].origin, opts, labels)
+        return compare(found[0][0].origin, found[1][0].origin, opts, labels, thresholds)
     names = labels_for((labels[0] or Path(before).name, labels[1] or Path(after).name))
-    rows = [[run_row(analyze(load(src, opts), run_id=src.run_id)) for src in side] for side in found]
+    rows = [[run_row(analyze(load(src, opts), thresholds, run_id=src.run_id)) for src in side] for side in found]
     return Comparison(compare_arms(rows[0], rows[1], names))
 
 

@@ -54,21 +54,30 @@ class WatchOptions:
 @dataclass
 class Alarm:
     """A step outside the run's band ("band"), a new change point ("change_point"), or the first step that is not
-    bitwise identical in a run whose steps were ("identity"), as one line and as data."""
+    bitwise identical in a run whose steps were ("identity"), as one line and as data.
+
+    `row` is the index row of the alarm's step (None when the site has no row at that step): its regime, leading
+    finding and side are the cause the line says first and the alarm command is told."""
 
     kind: str
     step: int | float | None
     run_id: str
     metrics: list[str]
-    value: float | None  # the first metric's value at the step (band) or its level after the change (change point)
+    value: float | None  # the first metric's value at the step
     line: str
+    row: dict | None = None
 
     def env(self, site: Path) -> dict[str, str]:
         """What an alarm command is told, as environment variables (never as shell text)."""
+        row = self.row or {}
         return {"TIM_REPORT_ALARM": self.kind, "TIM_REPORT_STEP": "" if self.step is None else str(self.step),
                 "TIM_REPORT_RUN_ID": self.run_id, "TIM_REPORT_METRIC": self.metrics[0] if self.metrics else "",
                 "TIM_REPORT_METRICS": ",".join(self.metrics), "TIM_REPORT_VALUE": "" if self.value is None else repr(self.value),
-                "TIM_REPORT_MESSAGE": self.line, "TIM_REPORT_SITE": str(site)}
+                "TIM_REPORT_MESSAGE": self.line, "TIM_REPORT_SITE": str(site),
+                "TIM_REPORT_REGIME": str(row.get("regime") or ""),
+                "TIM_REPORT_FINDING": str((row.get("findings") or [""])[0]),
+                "TIM_REPORT_SIDE": str(row.get("side") or ""), "TIM_REPORT_GLANCE": str(row.get("glance") or ""),
+                "TIM_REPORT_PAGE": f"{self.run_id}/index.html"}
 
 
 @dataclass
@@ -158,6 +167,7 @@ class Watch:
         self.built: tuple | None = None  # the complete steps and their files' stats at the last build
         self.bad: dict[Path, tuple] = {}  # a step's path that was bad input → its stats then (retried once they change)
         self.known_ids, self.known_changes = _known(out)
+        self.alarmed = {step for step, _ in self.known_changes}  # the steps an alarm was raised for: one per event
 
     def step(self) -> Round:
         ready, notes = self.poller.poll()
@@ -183,24 +193,31 @@ class Watch:
         return rnd
 
     def _news(self, rnd: Round, result: BuildResult) -> None:
-        """The rows and change points the site did not hold before, and the alarms they raise."""
+        """The rows and change points the site did not hold before, and the alarms they raise: one per new event (a
+        step outside the band, a change point at a step not alarmed yet), its cause first."""
         rnd.new_rows = [r for r in result.rows if r["id"] not in self.known_ids]
         for row in rnd.new_rows:
+            broke = identity_broken(row, result.rows)  # the sharper event of a run that was bitwise identical
             band = check_history(row, [r for r in result.rows if r is not row], self.opts.history_window, self.opts.history_margin)
-            if band.violations:
-                first = band.violations[0].id
-                rnd.alarms.append(Alarm("band", row.get("step"), row["id"], [v.id for v in band.violations], row.get(first),
-                                        f"{row['id']}: outside the run's band: " + "; ".join(v.message for v in band.violations)))
-        for row in rnd.new_rows:
-            broke = identity_broken(row, result.rows)
             if broke is not None:
                 rnd.alarms.append(Alarm("identity", row.get("step"), row["id"], ["abs_delta_max"], row.get("abs_delta_max"),
-                                        broke))
+                                        f"{_cause(row)}; {broke}", row))
+                self.alarmed.add(row.get("step"))
+            elif band.violations:
+                first, more = band.violations[0], len(band.violations) - 1
+                rnd.alarms.append(Alarm("band", row.get("step"), row["id"], [v.id for v in band.violations],
+                                        row.get(first.id), f"{_cause(row)}; outside the run's band: {first.message}"
+                                        + (f" (and {more} more metric{'s' if more > 1 else ''})" if more else ""), row))
+                self.alarmed.add(row.get("step"))
         for cp in result.change_steps:
             pairs = {(cp["step"], m) for m in cp["metrics"]}
-            if pairs - self.known_changes:
-                rnd.alarms.append(Alarm("change_point", cp["step"], cp["run"], list(cp["metrics"]), None,
-                                        f"change point: {cp['sentence']}"))
+            if pairs - self.known_changes and cp["step"] not in self.alarmed:
+                at: dict | None = next((r for r in result.rows if r.get("id") == cp["run"]), None)
+                metric = cp["metrics"][0] if cp["metrics"] else None
+                rnd.alarms.append(Alarm("change_point", cp["step"], cp["run"], list(cp["metrics"]),
+                                        (at or {}).get(metric) if metric else None,
+                                        f"{_cause(at) if at else cp['run']}; change point: {cp['sentence']}", at))
+            self.alarmed.add(cp["step"])
             self.known_changes |= pairs
         self.known_ids |= {r["id"] for r in result.rows}
 
@@ -213,8 +230,13 @@ def identity_broken(row: dict, rows: list[dict]) -> str | None:
     before = [r for r in rows if isinstance(r.get("step"), (int, float)) and r["step"] < row["step"]]
     if not before or any(r.get("abs_delta_max") != 0 for r in before):
         return None
-    return (f"{row['id']}: no longer bitwise identical: max |δ| {fmt(value)} after {len(before)} identical "
+    return (f"no longer bitwise identical: max |δ| {fmt(value)} after {len(before)} identical "
             f"step{'s' if len(before) > 1 else ''} (check --exact names the first differing token)")
+
+
+def _cause(row: dict) -> str:
+    """'step_13 (step 13): systematic: off-by-one (…), side undetermined, every position': what the step is diagnosed with."""
+    return f"{row['id']}: {row.get('glance') or row.get('regime') or 'not diagnosed'}"
 
 
 def _stats(s: Source) -> tuple:

@@ -20,6 +20,9 @@ from ..text import first_line
 
 NEEDS_PICKLE = ("needs full unpickling (pickled objects such as verl DataProto), which can run arbitrary code; "
                 "re-run with --allow-pickle if you trust this file")
+# numpy arrays inside a torch.save file: not a framework object the user must trust, a format slip with a plain fix
+NUMPY_IN_PT = ("holds numpy arrays, which torch.load(weights_only=True) does not read: save tensors "
+               "(torch.from_numpy(a)), or use .npz (np.savez)")
 
 
 def read_pt(path: Path, allow_pickle: bool) -> Any:
@@ -143,7 +146,7 @@ def torch_load(path: Path, allow_pickle: bool, refusal: str = NEEDS_PICKLE) -> A
             return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as exc:
         if not allow_pickle:
-            raise BadInput(path, refusal) from exc
+            raise BadInput(path, NUMPY_IN_PT if "GLOBAL numpy." in str(exc) else refusal) from exc
     except Exception as exc:
         raise BadInput(path, f"not a readable PyTorch file: truncated, corrupt or not saved by torch.save ({first_line(exc)})") from exc
     try:

@@ -76,7 +76,7 @@ class _Batch(dict):
         self.metadata = state.get("metadata")
 
 
-def _rebuild(cls, state):
+def _rebuild(cls: type, state: dict) -> _Batch:
     obj = _Batch()
     obj.__setstate__(state)
     return obj

@@ -1,4 +1,4 @@
-"""Every threshold, band and default tim-report uses, each beside its source.
+"""Every threshold, band and default tim-report uses, each beside its source (the noise bands' tables in bands.py).
 
 This is the one home for numbers: the analysis computes with them, the glossary
 (`tim_report.glossary`), chart captions and the markdown state them by reading them from here, so
@@ -10,6 +10,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field, fields, replace
+
+from .bands import LMSYS_DENSE_BF16_KL as LMSYS_DENSE_BF16_KL  # the bands keep their config.NAME (re-exported)
+from .bands import LMSYS_MOE_BF16_KL as LMSYS_MOE_BF16_KL
+from .bands import MODEL_CLASSES as MODEL_CLASSES
+from .bands import NOISE_BANDS as NOISE_BANDS
+from .bands import PUBLISHED_BANDS as PUBLISHED_BANDS
+from .bands import PUBLISHED_BF16_KL as PUBLISHED_BF16_KL
+from .bands import NoiseBand as NoiseBand
+from .bands import PublishedBand as PublishedBand
 
 # ---- conventions ------------------------------------------------------------------------------------
 
@@ -30,6 +39,11 @@ LENGTH_FIT_MIN_SPAN = 2.0
 LENGTH_FIT_MAX_SAME_LENGTH = 0.5
 # Above this many tokens Spearman ranks an even subsample (ranking is the cost; its SE stays < 2e-3).
 SPEARMAN_MAX_TOKENS = 250_000
+# From this many values on, a percentile ladder is taken by selection or by one sort, whichever a one-time probe
+# finds faster on this CPU (analysis.stats.selection_wins; docs/performance.md): below it either costs milliseconds.
+SELECTION_PROBE_MIN = 1 << 20
+# The group table keeps its worst rows (the page shows as many) and the distribution of every group's numbers.
+GROUP_TABLE_ROWS = 50
 # Detectors that regress or compare neighbours use an even subsample of at most this many tokens
 # (pairs); their z ≥ 5 tests have ample power at 2M and the evidence says how many were used.
 DETECTOR_MAX_TOKENS = 2_000_000
@@ -78,7 +92,7 @@ class Thresholds:
     icepop_high: float = 5.0
     geo_low: float = 0.999  # verl Geo-RS: sequence geometric-mean ratio band
     geo_high: float = 1.001
-    samples_k: int = 8  # worst and random sequences kept in samples.json
+    samples_k: int = 8  # worst and random sequences kept in samples.js
     sample_max_tokens: int = 128  # per-token rows kept per sample (bounded page size; the page shows 50, then a fold)
     seed: int = 0  # random sample selection
 
@@ -126,20 +140,12 @@ class VerlAlerts:
 
 VERL_ALERTS = VerlAlerts()
 
-# ---- published bands ----------------------------------------------------------------------------------
+# ---- published thresholds (the published KL bands themselves: config/bands.py) ---------------------------
 
-# Dense bf16 / fp16 engine-vs-trainer runs: KL ≈ 4e-4 … 1e-2 (verl rollout-correction docs; Yao et al.,
-# "Your efficient RL framework secretly brings you off-policy RL training"; "Defeating the
-# training-inference mismatch via FP16").
-PUBLISHED_BF16_KL = (4e-4, 1e-2)
 # verl's FAQ on rollout correction: training/rollout_probs_diff_mean below 0.005 is normal, above 0.01 points
 # at a precision problem.
 VERL_PROBS_DIFF_NORMAL, VERL_PROBS_DIFF_PROBLEM = 0.005, 0.01
 TOKEN_MULT_PROB_ERROR_SUSPICIOUS = 1.05  # NeMo-RL: token_mult_prob_error above this is worth investigating
-# Dense bf16 K3 KL about 1e-5 to 1e-3 and MoE bf16 about 1e-3 to 1e-1 (LMSYS blog on training-inference mismatch,
-# Jan 2026): MoE routing amplifies rounding (a small change in a hidden state flips which experts are selected).
-LMSYS_DENSE_BF16_KL = (1e-5, 1e-3)
-LMSYS_MOE_BF16_KL = (1e-3, 1e-1)
 TOP1PCT_UNIFORM, TOP1PCT_CONCENTRATED = 0.01, 0.05  # share of Σw in the top 1% of weights: uniform, concentrated
 
 # ---- the whole distribution (top-k log-probs of both sides, analysis/topk.py) ------------------------------
@@ -244,6 +250,21 @@ KERNEL_POW2_MIN = 16
 # finding states the range from the fit to the ratio whose log is the fit's over the least share, with a margin:
 # (the sampler's side known, unknown) → least share.
 TEMPERATURE_FIT_COVERAGE = {True: 0.33, False: 0.22}
+
+# Severity by consequence (analysis/consequence.py, docs/diagnosis.md "Severity by consequence"): a systematic finding
+# is an `error` ("Do not train") only when it is material on the batch: at least this share of tokens clipped by PPO
+# or pushed beyond the cap because of it (noise inside a published precision band clips well under 1%: 0 on every
+# noise fixture), or a per-token bias / mean |δ| beyond the band's mean-|δ| ceiling. The cap is verl's
+# rollout_is_threshold (2: TIS truncates above it, IcePop masks below 1/2), also the sequence-level weight whose
+# crossing length the finding states.
+CONSEQUENCE_TOKEN_SHARE = 0.01
+CONSEQUENCE_CAP = 2.0
+# The one-line verdict names an environment as the place when its KL k3 is at least this multiple of the batch's.
+ENV_LEAD_MULTIPLE = 2.0
+
+# `watch RUN_DIR`: how long a run folder that does not exist yet may take to appear (a training job started beside the
+# watch creates it once its model has loaded) before it is called a mistyped folder: one line, exit 2.
+RUN_APPEAR_WAIT = 120.0
 
 SEVERITIES = ("info", "warn", "error")  # in rising order: `check --fail-on` and the findings' sort use it
 
@@ -384,76 +405,7 @@ COMPARE_SE_TOL = 2.0  # ... or by less than this many combined standard errors
 COMPARE_TOKEN_TOL = 1e-4  # nats: a token's |δ| must move by more than this to count as better / worse
 
 
-# ---- precision noise bands (assert_logprobs_match) ---------------------------------------------------------
-# How far the per-token log-probs of one model may move when only the arithmetic precision changes:
-# the reference in fp32, the candidate in `precision`. `assert_logprobs_match` passes a comparison
-# whose mean |δ| and KL k3 stay within its band (with 2 standard errors of slack, as the diagnosis)
-# and uses the band as the diagnosis's numerical-noise ceiling. Measurements on models/tiny-qwen2
-# (8 sampled sequences, 760 tokens; docs/kernel-tests.md has the table and how they were taken).
-
-
-@dataclass(frozen=True)
-class NoiseBand:
-    """The noise one precision produces in per-token log-probs, and where that number comes from."""
-
-    name: str
-    abs_delta_mean_max: float  # token-mean |δ| (nats) above this is beyond the precision's noise
-    kl_k3_max: float  # token-mean k3 above this is beyond it
-    source: str
-
-
-NOISE_BANDS: dict[str, NoiseBand] = {b.name: b for b in (
-    NoiseBand("fp32", 1e-5, 1e-9,
-              "fp32 differs by summation order only: the diagnosis's identical tolerance (1e-5 nats) as a mean; "
-              "tiny-qwen2 with RMSNorm reduced differently measures mean |δ| 9.0e-7, KL 8.0e-13"),
-    NoiseBand("tf32", 6e-3, 1.6e-4,
-              "TF32 keeps fp16's 10 mantissa bits in matmul inputs (NVIDIA A100 architecture whitepaper), so "
-              "the fp16 band; tiny-qwen2 with TF32-rounded linear inputs (emulated on CPU) measures 5.3e-4, KL 2.7e-7"),
-    NoiseBand("fp16", 6e-3, 1.6e-4,
-              "the bf16 band scaled by fp16's 3 extra mantissa bits (2⁻³ in |δ|, 2⁻⁶ in KL), the ratio "
-              "tiny-qwen2 shows (8.3× in mean |δ|, 73× in KL); fp16 vs fp32 measures 1.4e-3, KL 1.6e-6"),
-    NoiseBand("bf16", 5e-2, PUBLISHED_BF16_KL[1],
-              "published dense bf16 engine-vs-trainer runs: KL k3 up to 1e-2 (the dense bf16 band, 1e-5 to 1e-2), mean "
-              "|δ| a few hundredths (the diagnosis's noise ceiling); tiny-qwen2 bf16 vs fp32 measures 1.1e-2, KL 1.2e-4"),
-    NoiseBand("fp8", 0.15, 2e-2,
-              "no published kernel-level band: 3× the mean |δ| and 8× the KL tiny-qwen2 measures with e4m3 "
-              "weights (per-channel scales, emulated) and bf16 compute (5.0e-2, KL 2.5e-3)"),
-)}
-
-
-# ---- published bands by model class and precision (the diagnosis's noise ceiling) ----------------------------
-# Which band a batch is read against is decided from its meta (`analysis/bands.py`): `model_class` (dense / moe,
-# `--meta model_class=moe`), else an expert count or a model name that names an MoE; fp8 when either side's dtype
-# says so. Each band's `kl_k3` is the range published runs show and its top is the numerical-noise ceiling.
-
-
-@dataclass(frozen=True)
-class PublishedBand:
-    """The engine-vs-trainer mismatch published for one model class and precision, and its sources."""
-
-    name: str
-    model_class: str  # dense | moe
-    precision: str  # bf16 (fp16 and fp32 are read against it: it is the widest of the three) | fp8
-    kl_k3: tuple[float, float]  # typical token-mean KL k3 of published runs; the top is the noise ceiling
-    abs_delta_mean_max: float  # token-mean |δ| ceiling (nats)
-    source: str
-
-
-MODEL_CLASSES = ("dense", "moe")
-PUBLISHED_BANDS: dict[tuple[str, str], PublishedBand] = {(b.model_class, b.precision): b for b in (
-    PublishedBand("dense bf16", "dense", "bf16", (LMSYS_DENSE_BF16_KL[0], PUBLISHED_BF16_KL[1]), 0.05,
-                  "LMSYS blog (Jan 2026): dense bf16 K3 KL about 1e-5 to 1e-3; verl rollout-correction docs and Yao "
-                  "et al. report up to 1e-2; NeMo-RL calls gen_kl_error ≈ 1e-3 acceptable; verl's FAQ calls "
-                  "rollout_probs_diff_mean < 0.005 normal; batch-invariant kernels give exactly 0"),
-    PublishedBand("MoE bf16", "moe", "bf16", LMSYS_MOE_BF16_KL, 0.16,
-                  "LMSYS blog (Jan 2026): MoE bf16 K3 KL about 1e-3 to 1e-1 (routing flips amplify rounding); the "
-                  "mean |δ| ceiling is the dense one scaled by √10 (k3 ≈ δ²/2, a 10× higher KL ceiling)"),
-    PublishedBand("dense fp8", "dense", "fp8", (PUBLISHED_BF16_KL[0], NOISE_BANDS["fp8"].kl_k3_max),
-                  NOISE_BANDS["fp8"].abs_delta_mean_max, NOISE_BANDS["fp8"].source),
-    PublishedBand("MoE fp8", "moe", "fp8", LMSYS_MOE_BF16_KL, 0.16,
-                  "no published MoE fp8 band: the MoE bf16 band (LMSYS, Jan 2026), which is already wider than "
-                  "the dense fp8 one"),
-)}
+# ---- the noise bands (precision, published by model class and precision): config/bands.py ------------------
 
 # ---- `check --history`: the run's own band ----------------------------------------------------------------
 
@@ -480,3 +432,16 @@ NOTES_MAX_BYTES = 1024 * 1024
 # tokenizers shipped with open models are about 35 MB (Gemma 3's tokenizer.json 33 MB plus its 4.7 MB
 # tokenizer.model); loading takes some 25× the file's size in memory (a 75 MB tokenizer.json took 2 GB, issue 24).
 TOKENIZER_MAX_BYTES = 64 * 1024 * 1024
+
+
+# ---- bisect: the first site beyond its floor (tim-report bisect, assert_layers_match) ---------------------------
+# A site is beyond its floor when the candidate's local error is this many times the floor's at the median token, or
+# BISECT_BEYOND_P99 times at the 99th percentile. Measured on models/tiny-llama6 (bf16 against fp32, docs/bisect.md):
+# an RMSNorm in bf16 without the fp32 upcast, in every layer, reads ≤ 1.3× at the median and ≤ 2.0× at p99 (noise);
+# the smallest planted bug, an attention without its 1/√d scaling, 5×; a swapped activation 15×, eps 1e-6 → 1e-3 160×.
+BISECT_BEYOND_MEDIAN = 3.0
+BISECT_BEYOND_P99 = 4.0
+# No floor is taken below a quarter of one unit roundoff of the candidate's precision (per token, relative): when the
+# floor setup computes exactly what the reference does (an fp32 candidate with a patch) it measures zero.
+BISECT_ROUNDOFF = {"fp32": 2.0 ** -24, "bf16": 2.0 ** -8, "fp16": 2.0 ** -11}
+BISECT_MIN_FLOOR_ROUNDOFFS = 0.25

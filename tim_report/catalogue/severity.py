@@ -1,0 +1,185 @@
+"""Severity by consequence, and the side at fault, in words.
+
+`analysis/consequence.py` measures what a systematic finding does to training on the batch (bias, shares of tokens
+clipped or capped because of it, sequence-level weights) and which side is off; `weigh` turns that into the finding's
+severity and sentences. The rule per finding is its catalogue entry's `consequence`: "weighed" findings are an
+`error` only when their consequence is material (else a `warn` that says why it is small and when it would stop
+being small); "stated" ones carry their consequence and side, "sided" ones their side. docs/diagnosis.md
+("Severity by consequence") has the rule and its numbers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .findings import FINDINGS
+from .numbers import fmt, pct
+
+# Each catalogue entry's `consequence` says which rule it follows. Error only when material: the whole-batch faults
+# whose shape alone used to decide "Do not train"; every warn / error finding of STATED says what it does to training
+# and which side it is on; SIDED ones say their side only (staleness is the rollout's: older weights sampled).
+WEIGHED = tuple(i for i, f in FINDINGS.items() if f.consequence == "weighed")
+STATED = WEIGHED + tuple(i for i, f in FINDINGS.items() if f.consequence == "stated")
+SIDED = tuple(i for i, f in FINDINGS.items() if f.consequence == "sided")
+
+
+def weigh(finding: dict, consequence: dict | None, side: dict, band: str) -> dict:
+    """The finding with its consequence and side attached; an immaterial `error` of a WEIGHED finding is a `warn`."""
+    f = dict(finding)
+    if consequence is not None:
+        f["consequence"] = {k: _plain(v) for k, v in consequence.items()}
+        if f["id"] in WEIGHED and f["severity"] == "error" and not consequence["material"]:
+            f["severity"] = "warn"
+        f["consequence_text"] = consequence_text(consequence, band, f["id"] in WEIGHED)
+    f["side"] = {k: _plain(v) for k, v in side.items()}
+    f["side_text"] = side_text(side)
+    return f
+
+
+def _plain(v: Any) -> Any:
+    if hasattr(v, "item") and not isinstance(v, (list, dict, str)):
+        return v.item()
+    return v
+
+
+def _nats(x: float) -> str:
+    return ("+" if x > 0 else "") + fmt(x, 2).replace("-", "−") + " nats"
+
+
+def consequence_text(c: dict, band: str, weighed: bool = True) -> str:
+    """'Material: …' or 'Small: … would start to matter at …', in the units a trainer acts on."""
+    lo, hi = c["ppo_clip"]
+    shares = (f"PPO [{fmt(lo)}, {fmt(hi)}] clips {pct(c['ppo_clip_share'])} of tokens and the {fmt(c['cap'])}× cap "
+              f"(token TIS, IcePop) touches {pct(c['outside_cap_share'])} because of it")
+    bias = (f"per-token bias {_nats(c['bias'])} ({pct(c['bias_share_of_band'], 2)} of the {band} band's mean |δ| "
+            f"{fmt(c['band_abs_delta'])})" if c.get("bias_share_of_band") is not None else f"per-token bias {_nats(c['bias'])}")
+    weights = (f"a sequence's weight from the bias alone is {fmt(c['seq_weight_mean'], 2)} at the mean length "
+               f"({fmt(round(c['mean_length']))} tokens) and {fmt(c['seq_weight_p90'], 2)} at p90 ({fmt(round(c['p90_length']))})")
+    if c["material"]:
+        why = {"tokens": f"PPO clips {pct(c['ppo_clip_share'])} of tokens and the {fmt(c['cap'])}× cap touches "
+                         f"{pct(c['outside_cap_share'])} because of it ({pct(c['token_share_material'])} is the line)",
+               "bias": f"the per-token bias {_nats(c['bias'])} is {fmt(abs(c['bias']) / c['band_abs_delta'], 2)}× the "
+                       f"{band} band's mean |δ| {fmt(c['band_abs_delta'])}",
+               "spread": f"mean |δ| {fmt(c['abs_delta_mean'])} is {fmt(c['abs_delta_mean'] / c['band_abs_delta'], 2)}× "
+                         f"the {band} band's {fmt(c['band_abs_delta'])}"}
+        rest = "" if "tokens" in c["material_by"] else f"; {shares}"
+        return f"Material: {'; '.join(why[r] for r in c['material_by'])}{rest}; {weights}."
+    text = (f"{'Small' if weighed else 'Effect'}: {bias}; {shares} (material from "
+            f"{pct(c['token_share_material'])}); {weights}.")
+    length = c.get("cap_length")
+    if length is None:
+        return text
+    cap = f"a sequence-level weight leaves [{fmt(1 / c['cap'])}, {fmt(c['cap'])}] from {fmt(round(length))} tokens on"
+    if length > c["p90_length"]:
+        return f"{text} It stops being small at longer sequences: {cap}."
+    return (f"{text} With sequence-level importance sampling it already matters: {cap}, under this batch's p90 "
+            "length (token-level PPO and TIS do not see it; prefer token-level or geometric-mean corrections).")
+
+
+def side_text(side: dict) -> str:
+    """'Side: the trainer (…)' or 'Side: undetermined (…): about N tokens would decide it'."""
+    who, basis = side["side"], side["basis"]
+    if who != "undetermined":
+        why = {"zeros": "its log-probs are the exact 0.0 placeholders",
+               "broken": "it is the side that does not score the sampled model",
+               "sampler": "the other side's log-probs are the sampler's: their mean importance ratio is 1",
+               "declared": "the batch declares the rollout's sampling processing",
+               "stale": "older policy weights sampled part of the batch",
+               "sampler_test": _sampler_words(side, who)}[basis]
+        return f"Side: the {who} ({why})."
+    if basis == "alignment":
+        return ("Side: undetermined: an off-by-one puts the two arrays on different tokens, so which one is shifted is in "
+                "the token ids each side scored, not in the log-probs.")
+    numbers = (f"log mean ratio {fmt(side.get('log_mean_ratio'), 2)}, log mean inverse ratio "
+               f"{fmt(side.get('log_mean_inverse'), 2)} over {fmt(side.get('tokens'))} tokens")
+    if side.get("tokens_to_decide"):
+        return (f"Side: undetermined on {fmt(side['tokens'])} tokens ({numbers}; z = {fmt(side.get('z'), 2)} of the 5 the "
+                f"sampler test needs): about {fmt(_round(side['tokens_to_decide']))} tokens would decide it.")
+    return (f"Side: undetermined ({numbers}): neither side's mean ratio is 1, as when a constant offset or a processed "
+            "side moves both; no token count decides it: re-score a few tokens by hand on each side.")
+
+
+def _sampler_words(side: dict, who: str) -> str:
+    sampler = "rollout" if who == "trainer" else "trainer"
+    key = "log_mean_ratio" if sampler == "rollout" else "log_mean_inverse"
+    other = "log_mean_inverse" if sampler == "rollout" else "log_mean_ratio"
+    return (f"the {sampler}'s log-probs are the sampler's, log mean ratio {fmt(side.get(key), 2)} ≈ 0, and the {who}'s "
+            f"are not, {fmt(side.get(other), 2)}, z = {fmt(side.get('z'), 2)}")
+
+
+def _round(n: int) -> int:
+    """About N tokens: two significant digits."""
+    digits = max(0, len(str(int(n))) - 2)
+    return int(round(n, -digits))
+
+
+# ---- one line a person reads at a glance: the regime, the leading finding, its side and place ----------------
+
+GLANCE_MAX = 160  # characters before the numbers
+
+
+def _ratio_range(a: float, b: float) -> str:
+    lo, hi = sorted((a, b))
+    return f"{fmt(lo, 2)}–{fmt(hi, 2)}"
+
+
+SHORT = {  # the leading finding in a few words
+    "unusable_input": lambda e: "unusable input",
+    "shift": lambda e: f"off-by-one (trainer matches the rollout at t{'+1' if e.get('shift') == 1 else '−1'})",
+    "temperature": lambda e: ("one-sided temperature (T_rollout / T_trainer "
+                              f"{_ratio_range(e['temperature_ratio'], e['temperature_ratio_far'])})"),
+    "processed_logprobs": lambda e: f"processed log-probs (rollout ≥ trainer on {pct(e.get('negative_delta_share'))})",
+    "dummy_zero": lambda e: f"{fmt(e.get('tokens'))} placeholder 0.0 log-probs",
+    "one_side_broken": lambda e: f"another model or context (perplexity {fmt(e.get('ppl_ratio'), 3)}× apart)",
+    "first_token": lambda e: f"first token off ({fmt(e.get('ratio'), 3)}× the rest)",
+    "turn_boundary": lambda e: f"context differs after tool calls ({fmt(e.get('ratio'), 3)}× the rest)",
+    "position_onset": lambda e: f"mismatch switches on ({fmt(e.get('ratio'), 3)}×)",
+    "mixed_policy_versions": lambda e: f"{e.get('versions')} policy versions mixed",
+    "drift_with_length": lambda e: f"|Σδ| grows as length^{fmt(e.get('exponent'), 2)}",
+    "low_prob_tail": lambda e: "mismatch on unlikely tokens",
+    "routing_flips": lambda e: f"routing flips ({pct(e.get('any_flip_share'))} of tokens)",
+    "routes_unusable": lambda e: "routes unusable",
+    "trainer_floor": lambda e: "the trainer's own floor",
+    "precision_gap": lambda e: "precision gap",
+}
+
+
+def place(finding: dict, env: str | None = None) -> str:
+    """Where the finding sits: a position, turns, an environment, or every position."""
+    e, fid = finding.get("evidence") or {}, finding.get("id")
+    where = {"first_token": "position 0", "position_onset": f"from position {e.get('position')}",
+             "turn_boundary": "turn starts" + (f" ({', '.join(map(str, e['turns_affected'][:4]))}"
+                                                 + ("…" if len(e["turns_affected"]) > 4 else "") + ")"
+                                                 if e.get("turns_affected") else "")}.get(str(fid), "every position")
+    return f"{where}, env {env}" if env else where
+
+
+def glance(regime: str | None, lead: dict | None, env: str | None = None) -> str:
+    """'systematic: off-by-one (…), error, side undetermined, every position' (≤ GLANCE_MAX characters)."""
+    words = (regime or "not diagnosed").replace("_", " ")
+    if lead is None:
+        return words + (f", most of it in env {env}" if env else "")
+    try:
+        short = SHORT[lead["id"]](lead.get("evidence") or {})
+    except (KeyError, TypeError):
+        short = str(lead.get("id"))
+    c = lead.get("consequence") or {}
+    sev = lead.get("severity", "")
+    if c and not c.get("material") and lead["id"] in WEIGHED:
+        sev += ", small"
+    parts = [f"{words}: {short} ({sev})"]
+    if lead.get("side"):
+        parts.append(side_short(lead["side"]))
+    if lead["id"] != "unusable_input":
+        parts.append(place(lead, env))
+    text = ", ".join(parts)
+    return text if len(text) <= GLANCE_MAX else text[:GLANCE_MAX - 1] + "…"
+
+
+def side_short(side: dict) -> str:
+    """'trainer side', 'side undetermined (~40,000 tokens would decide)'."""
+    if side.get("side") in ("rollout", "trainer"):
+        return f"{side['side']} side"
+    if side.get("tokens_to_decide"):
+        return f"side undetermined (~{fmt(_round(side['tokens_to_decide']))} tokens would decide)"
+    return "side undetermined"
