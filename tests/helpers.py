@@ -5,10 +5,14 @@ tests/ on sys.path), so no test module imports another.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import struct
+import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -44,6 +48,35 @@ def skip_or_fail(reason: str) -> None:
     if CI:
         pytest.fail(f"TIM_REPORT_CI=1: {reason}")
     pytest.skip(reason)
+
+
+def _machine_can_mount() -> bool:
+    """Whether this machine lets a tmpfs be mounted at all (root with CAP_SYS_ADMIN): tried in a private mount
+    namespace, so the probe leaves nothing mounted."""
+    with tempfile.TemporaryDirectory() as probe:
+        try:
+            return subprocess.run(["unshare", "-m", "sh", "-c", f"mount -t tmpfs -o size=64k tmpfs {probe}"],
+                                  capture_output=True, timeout=30).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+
+
+@contextlib.contextmanager
+def small_tmpfs(folder: Path, size: str = "64k") -> Iterator[Path]:
+    """A real small file system at `folder` for the test's block (a full disk, as the red team made one), unmounted
+    after. Where mounting is not permitted the test skips; under TIM_REPORT_CI=1 it fails only when the machine could
+    mount (.ci/run runs as root), so CI cannot pass by skipping what it can run."""
+    folder.mkdir(parents=True, exist_ok=True)
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True, text=True)
+    if res.returncode != 0:
+        reason = f"cannot mount a tmpfs here ({res.stderr.strip()[:120]})"
+        if CI and _machine_can_mount():
+            pytest.fail(f"TIM_REPORT_CI=1: {reason}, though this machine allows mounting")
+        pytest.skip(reason)
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "-l", str(folder)], capture_output=True)
 
 
 def hostile_batch(n_seqs: int = 12, mean_len: int = 24, seed: int = 3, step: int | None = 7) -> StepBatch:

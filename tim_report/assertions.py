@@ -21,7 +21,8 @@ import numpy as np
 from .analysis import analyze
 from .analysis.stats import k3_per_token
 from .catalogue.chain import exact_line
-from .catalogue.numbers import fixed, fmt, pct, plain
+from .catalogue.findings import FINDINGS
+from .catalogue.numbers import fixed, fmt, plain
 from .config import FLOOR_BAND_FACTOR, NOISE_BANDS, POSITIVE_LOGP_TOLERANCE, DiagnosisThresholds, NoiseBand
 from .model import BatchReport, StepBatch
 
@@ -30,20 +31,7 @@ PASSING_REGIMES = ("identical", "numerical_noise")
 LAST_POSITION_FACTOR = 10.0
 ALIASES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16",
            "float8": "fp8", "fp8_e4m3": "fp8", "e4m3": "fp8"}
-# What each diagnosis finding means inside a kernel or an engine (the RL wording names rollouts and trainers).
-KERNEL_READING = {
-    "shift": "an output is aligned one position off: logits and labels sliced once too often or not at all "
-             "(logits[:, :-1] against labels[:, 1:])",
-    "temperature": "a softmax temperature or logit scale is left in one side (logits divided by T before the "
-                   "log-softmax), or the final norm / LM head scales the logits",
-    "processed_logprobs": "the candidate's log-softmax runs over part of the vocabulary: top-k / top-p truncation "
-                          "left in, or vocabulary chunks missing from the log-sum-exp",
-    "dummy_zero": "the candidate returns exactly 0.0 (p = 1) where the reference gives p < 1/2: positions the "
-                  "kernel never wrote (a zero-initialised output, an ignore_index, a loop bound one short)",
-    "one_side_broken": "the two do not compute the same function: a wrong formula in a kernel, wrong weights, or "
-                       "a mask / position bug",
-    "drift_with_length": "the error accumulates along the sequence: KV cache, rotary embedding or long-range attention",
-}
+# What each shape of |δ| along the positions means inside a kernel (a finding's reading is its catalogue entry's `kernel`).
 POSITION_READING = {
     "last_position": "only the last position of each sequence disagrees: a loss / logit slicing bug (the last "
                      "token's logits dropped, or an output written one position short)",
@@ -256,27 +244,6 @@ def _g(x) -> str:
     return "n/a" if x is None else f"{fmt(x)}"
 
 
-def _key_evidence(f: dict) -> str:
-    """The two or three numbers that carry a finding, in the candidate / reference vocabulary."""
-    e = f.get("evidence") or {}
-    pick = {
-        "shift": lambda: f"mean |δ| {_g(e['mean_abs_diff_same_position'])} at the same position, "
-                         f"{_g(e['mean_abs_diff_shifted'])} one position over",
-        "temperature": lambda: f"slope of δ on the {'reference' if e.get('fitted_on_trainer') else 'candidate'}'s "
-                               f"log-prob {fixed(e['slope'], 3)} ± {fixed(e['slope_se'], 3)} over {e['tokens']} tokens",
-        "processed_logprobs": lambda: f"candidate ≥ reference on {pct(e['negative_delta_share'])} of tokens, "
-                                      f"mean δ {_g(e['mean_delta'])}",
-        "dummy_zero": lambda: f"{e['tokens']} tokens in {e['sequences']} sequences, "
-                              f"{'candidate' if e['trainer_side'] else 'reference'} mean log-prob "
-                              f"{_g(e['mean_other_side_logp'])} there",
-        "one_side_broken": lambda: f"perplexity candidate {_g(e['ppl_rollout'])} vs reference {_g(e['ppl_trainer'])}, "
-                                   f"log-prob correlation {_g(e['corr_logp'])}",
-        "drift_with_length": lambda: f"|Σδ| ∝ length^{fixed(e['exponent'], 2)} ± {fixed(e['exponent_se'], 2)}, "
-                                     f"bias {_g(e['bias_per_token'])} nats/token",
-    }.get(f["id"])
-    return pick() if pick else ""
-
-
 def _kernel_words(text: str) -> str:
     for a, b in (("rollout", "candidate"), ("trainer", "reference"), ("Rollout", "Candidate"), ("Trainer", "Reference")):
         text = text.replace(a, b)
@@ -311,8 +278,9 @@ def _message(result: MatchResult, name: str | None) -> str:
     for f in result.findings:
         if f["id"] == "beyond_band":
             continue  # its numbers are the "Decided by" line
-        ev = _key_evidence(f)
-        reading = f.get("reading") or KERNEL_READING.get(f["id"], "")
+        entry = FINDINGS.get(f["id"])  # None for this module's own checks (beyond_band, last_position)
+        ev = entry.kernel_evidence(f.get("evidence") or {}) if entry is not None and entry.kernel_evidence else ""
+        reading = f.get("reading") or (entry.kernel if entry is not None else "")
         lines.append(f"  - {_kernel_words(f['title'])} [{f['id']}]" + (f" ({ev})" if ev else "")
                      + (f": {reading}." if reading else "."))
     p = result.by_position

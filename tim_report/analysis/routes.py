@@ -10,8 +10,10 @@ without a flip, so the page can say how much of the KL routing explains:
     explained = (Σk3 over flipped tokens − flipped × mean k3 of the unflipped) / Σk3, clipped to [0, 1]
 
 (the KL flipped tokens carry beyond what the same tokens would carry at the unflipped tokens' level). Dumps with
-one side's routes say what they hold and what is missing; an empty or misaligned routes array, or two sides
-identical on every token and layer (routing replay, R3, or one array recorded twice), is said as such.
+one side's routes say what they hold and what is missing; an empty or misaligned routes array, one holding ids that
+are no expert index (negative, or beyond int32: compared at their own width, never cast, so ids 2³² apart are not
+taken for the same expert), or two sides identical on every token and layer (routing replay, R3, or one array
+recorded twice), is said as such.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from ..model import StepBatch
 from .registry import Scene, detector
 from .tokens import Tokens
 
+MAX_EXPERT = 2**31 - 1  # an expert index: what int32 holds (capture writes int32; no model has 2³¹ experts)
 HOW_TO_GET = ("tim-report capture --routes ... on a mixture-of-experts model records both sides' routed experts "
               "(rollout_routes, trainer_routes); a dump needs both sides' arrays")
 
@@ -38,6 +41,9 @@ def _problem(routes: np.ndarray, n_tokens: int) -> str | None:
         return f"is empty (shape {list(routes.shape)})"
     if routes.shape[0] != n_tokens:
         return f"has {routes.shape[0]} rows for {n_tokens} tokens: misaligned"
+    if routes.dtype.kind not in "iu" or routes.min() < 0 or routes.max() > MAX_EXPERT:
+        return (f"holds ids outside 0 … {MAX_EXPERT} (from {routes.min()} to {routes.max()}): not expert indices"
+                if routes.dtype.kind in "iu" else f"holds {routes.dtype}, not integer expert ids")
     return None
 
 
@@ -57,11 +63,12 @@ def routing_agreement(batch: StepBatch, tok: Tokens) -> dict:
     for side, routes in (("rollout", ro), ("trainer", tr)):
         why = _problem(routes, batch.n_tokens)
         if why:
-            return _unavailable(f"{side}_routes {why}", problem="empty" if routes.size == 0 else "misaligned")
+            return _unavailable(f"{side}_routes {why}", problem="empty" if routes.size == 0 else
+                                "not_experts" if "expert" in why else "misaligned")
     if ro.shape != tr.shape:
         return _unavailable(f"rollout_routes has shape {list(ro.shape)}, trainer_routes {list(tr.shape)}: misaligned",
                             problem="misaligned")
-    ro, tr = ro[tok.index], tr[tok.index]  # the valid tokens, as every other number
+    ro, tr = ro[tok.index].astype(np.int32), tr[tok.index].astype(np.int32)  # valid tokens; ids checked to fit
     differs = (np.sort(ro, axis=-1) != np.sort(tr, axis=-1)).any(axis=-1)  # [T, layers]: the top-k *set* differs
     flipped = differs.any(axis=-1)
     k3 = tok.k3()
@@ -103,8 +110,8 @@ def _flips(s: Scene) -> dict | None:
 
 @detector("routes_unusable", beside=True)
 def _unusable_routes(s: Scene) -> dict | None:
-    """A routes array that cannot be compared (empty, misaligned)."""
+    """A routes array that cannot be compared (empty, misaligned, ids that are no expert index)."""
     routes = s.once(_measured)
-    if routes.get("available") or routes.get("problem") not in ("empty", "misaligned"):
+    if routes.get("available") or routes.get("problem") not in ("empty", "misaligned", "not_experts"):
         return None
     return findings.make("routes_unusable", {"reason": routes["reason"]}, s.dt)

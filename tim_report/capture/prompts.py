@@ -1,5 +1,6 @@
 """Prompt files: plain text (one prompt a line) or JSONL (`{"prompt": ...}` or `{"messages": [...]}` a line).
 
+Only a regular file of at most `config.PROMPTS_MAX_BYTES` is read (a FIFO, a device, a larger file: one line).
 A file is JSONL when its name ends in `.jsonl` / `.json`, or when its first non-empty line starts with
 `{`. Blank lines are skipped. Rendering applies the tokenizer's chat template unless disabled:
 a plain prompt becomes one user message.
@@ -11,7 +12,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import BadInput
+from ..config import PROMPTS_MAX_BYTES
+from ..errors import BadInput, parser_limit, regular_file
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,11 @@ def _parse_json_line(path: Path, lineno: int, line: str) -> Prompt:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
         raise BadInput(where, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except (RecursionError, ValueError) as exc:  # nested too deep, an integer of too many digits
+        bad = parser_limit(where, exc)
+        if bad is None:
+            raise
+        raise bad from None
     if isinstance(obj, str):
         return Prompt(text=obj)
     if not isinstance(obj, dict):
@@ -54,10 +61,16 @@ def read_prompts(path: str | Path) -> list[Prompt]:
         raise BadInput(path, "no such file")
     if path.is_dir():
         raise BadInput(path, "is a directory, expected a prompt file (.txt or .jsonl)")
+    regular_file(path, "prompt file")  # a FIFO would block, /dev/zero never end: refused before it is opened
     try:
-        text = path.read_text(encoding="utf-8")
+        with open(path, "rb") as f:
+            data = f.read(PROMPTS_MAX_BYTES + 1)
+        if len(data) > PROMPTS_MAX_BYTES:
+            raise BadInput(path, f"is larger than {PROMPTS_MAX_BYTES // (1024 * 1024)} MiB, more than a prompt file "
+                                 "tim-report reads (capture scores a batch, not a data set)")
+        text = data.decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(path, f"cannot read prompts: {exc}") from None
+        raise BadInput(path, f"cannot read prompts: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
     lines = [(i + 1, ln) for i, ln in enumerate(text.splitlines()) if ln.strip()]
     if not lines:
         raise BadInput(path, "no prompts (the file is empty)")

@@ -43,6 +43,8 @@ class Finding:
     banner: bool = False        # said again under the page's title: it is about what the batch is, not its numbers
     reads_regime: bool = False  # its words read the regime, known once every detector ran: made again with it
     leads_as_info: bool = False  # as info it still leads the verdict when nothing worse does (it explains the mismatch)
+    kernel: str = ""            # what it means inside a kernel or an engine (assert_logprobs_match says it)
+    kernel_evidence: Text | None = None  # the two or three numbers that carry it, as the candidate / reference
     # severity by consequence (catalogue/severity.py): "weighed" (an error only when material on the batch), "stated"
     # (its consequence and side said), "sided" (its side said), or "" (neither)
     consequence: str = ""
@@ -167,6 +169,10 @@ def _kernel_hint(w: Words) -> str:
             "kernel that takes another path past that length.")
 
 
+def _na(x: Any) -> str:
+    return fmt(x, missing="n/a")
+
+
 def _offset(w: Words) -> str:
     return "+1" if w["shift"] == 1 else "−1"
 
@@ -200,6 +206,10 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
         lambda w: "Check the logits/labels slicing in the trainer's log-prob computation and the alignment the loader "
                   "assumed (`tim-report inspect FILE`); override the keys or fix the export so both arrays index the same "
                   "token.",
+        kernel=("an output is aligned one position off: logits and labels sliced once too often or not at all "
+                "(logits[:, :-1] against labels[:, 1:])"),
+        kernel_evidence=lambda w: (f"mean |δ| {_na(w['mean_abs_diff_same_position'])} at the same position, "
+                                   f"{_na(w['mean_abs_diff_shifted'])} one position over"),
         short="off-by-one", meaning="the trainer's log-probs are shifted by one position against the rollout's",
         consequence="weighed"),
     Finding(
@@ -218,6 +228,11 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
                    "log-probs of greedy decoding." if w.get("side", "rollout") == "rollout" else
                    "Check that the trainer's log-prob pass ran on this batch (recompute of `old_log_probs` enabled, its "
                    "output written back before the dump) and that its mask covers every trained token."),
+        kernel=("the candidate returns exactly 0.0 (p = 1) where the reference gives p < 1/2: positions the kernel "
+                "never wrote (a zero-initialised output, an ignore_index, a loop bound one short)"),
+        kernel_evidence=lambda w: (f"{w['tokens']} tokens in {w['sequences']} sequences, "
+                                   f"{'candidate' if w['trainer_side'] else 'reference'} mean log-prob "
+                                   f"{_na(w['mean_other_side_logp'])} there"),
         short="placeholder zeros", meaning="placeholder 0.0 log-probs on one side sit inside the loss mask",
         consequence="weighed"),
     Finding(
@@ -241,6 +256,10 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
                   ("Return raw log-probs from the engine (vLLM `logprobs_mode='raw_logprobs'` / `'raw_logits'` with matching "
                    "temperature), or apply the same truncation in the trainer; exp(min δ) shows the smallest kept mass "
                    "(≈ top_p)."),
+        kernel=("the candidate's log-softmax runs over part of the vocabulary: top-k / top-p truncation left in, or "
+                "vocabulary chunks missing from the log-sum-exp"),
+        kernel_evidence=lambda w: (f"candidate ≥ reference on {pct(w['negative_delta_share'])} of tokens, "
+                                   f"mean δ {_na(w['mean_delta'])}"),
         short="processed log-probs", meaning="the rollout's log-probs are renormalised by top-p / top-k", leads_as_info=True,
         consequence="weighed"),
     Finding(
@@ -256,6 +275,10 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
         lambda w: "Make both sides use the same temperature: divide the trainer's logits by the rollout temperature "
                   "(verl/TRL do this), and check whether the engine returns log-probs before or after temperature "
                   "(vLLM `logprobs_mode` raw vs processed).",
+        kernel=("a softmax temperature or logit scale is left in one side (logits divided by T before the "
+                "log-softmax), or the final norm / LM head scales the logits"),
+        kernel_evidence=lambda w: (f"slope of δ on the {'reference' if w.get('fitted_on_trainer') else 'candidate'}'s "
+                                   f"log-prob {fixed(w['slope'], 3)} ± {fixed(w['slope_se'], 3)} over {w['tokens']} tokens"),
         short="one-sided temperature", meaning="a temperature is applied on one side only", consequence="weighed"),
     Finding(
         "one_side_broken", _broken_severity, _broken_title, _broken_problem,
@@ -267,6 +290,10 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
                    "template, truncated context, or a different tokenizer."),
         lambda w: "Compare weight checksums / the step of both sides, the exact prompt token ids each side saw, the "
                   "tokenizer and chat template, and any quantisation; re-score a few sequences with both sides by hand.",
+        kernel=("the two do not compute the same function: a wrong formula in a kernel, wrong weights, or a mask / "
+                "position bug"),
+        kernel_evidence=lambda w: (f"perplexity candidate {_na(w['ppl_rollout'])} vs reference {_na(w['ppl_trainer'])}, "
+                                   f"log-prob correlation {_na(w['corr_logp'])}"),
         short="one side broken", meaning="one side scores another model or context", consequence="weighed"),
     Finding(
         "first_token", _always("warn"),
@@ -332,6 +359,9 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
         lambda w: "Look at the by-position table: growing |δ| with position points at KV-cache dtype / RoPE / long-context "
                   "kernels; a flat but signed δ points at a one-sided transformation. Prefer token-level or geometric "
                   "corrections over sequence-product ratios for long sequences.",
+        kernel="the error accumulates along the sequence: KV cache, rotary embedding or long-range attention",
+        kernel_evidence=lambda w: (f"|Σδ| ∝ length^{fixed(w['exponent'], 2)} ± {fixed(w['exponent_se'], 2)}, "
+                                   f"bias {_na(w['bias_per_token'])} nats/token"),
         short="drift with length", meaning="the mismatch accumulates with length", consequence="stated"),
     Finding(
         "low_prob_tail", _always("info"),
@@ -394,7 +424,8 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
         lambda w: f"The routed-experts arrays cannot be compared: {w['reason']}",
         lambda w: "routed-experts arrays that do not line up with the tokens",
         lambda w: ("A routes array should hold [tokens, layers, k] expert ids for exactly the tokens of the log-probs; an "
-                   "empty or misaligned one was cut, padded or taken from another batch."),
+                   "empty or misaligned one was cut, padded or taken from another batch, and one holding ids no expert "
+                   "has (negative, or beyond 2³¹ − 1) was not written as expert indices."),
         lambda w: "Check where the dump takes its routed experts (response-only vs whole sequence, padding) and that "
                   "both sides record the same tokens.",
         short="routes unusable", meaning="the routed-experts arrays do not line up with the tokens"),

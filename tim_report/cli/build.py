@@ -8,6 +8,7 @@ everything else was built and the index says why that step is missing, with one 
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 
@@ -18,8 +19,10 @@ from ..catalogue.numbers import fixed, fmt
 from ..config import NOTES_MAX_BYTES
 from ..errors import BadInput, regular_file
 from .options import (
+    StdoutRefused,
     executor_option,
     fail_cleanly,
+    flush_stdout,
     input_files,
     load_options,
     output_path,
@@ -80,7 +83,26 @@ def build_command(files, out, run_ids, load, thresholds, notes, timestamp, self_
                                              self_contained=self_contained),
                         jobs=jobs, executor=executor, ray_address=ray_address)
     with build_progress(len(files)) as progress:
-        result = build(list(files), out, opts, list(run_ids) or None, progress=progress)
+        result = build(list(files), out, opts, list(run_ids) or None, progress=progress,
+                       before_publish=functools.partial(_summary, out))
+    for u in result.unreadable:
+        click.echo(f"tim-report: error: {safe(u['file'])}: {safe(u['reason'])} ({safe(u['id'])} left out; the rest was "
+                   "built)", err=True)
+    if result.unreadable:
+        sys.exit(EXIT_UNREADABLE_STEP)
+
+
+def _summary(out: Path, result) -> None:
+    """The build's lines on stdout, flushed before the site is published: a standard output that takes nothing
+    (`> /dev/full`) fails the build before anything moves into OUTPUT."""
+    try:
+        _say(out, result)
+    except OSError as exc:  # click.echo flushes each line
+        raise StdoutRefused(exc) from None
+    flush_stdout()
+
+
+def _say(out: Path, result) -> None:
     if len(result.rows) <= RUN_LINES_MAX:
         for row in result.rows:
             click.echo(summary_line(row))
@@ -94,11 +116,6 @@ def build_command(files, out, run_ids, load, thresholds, notes, timestamp, self_
                f"in {fixed(result.seconds, 1)} s; wrote {safe(out)}/")
     if result.run:  # last, where a reader of a CI log looks first
         click.echo(f"run verdict: {safe(result.run['verdict'])}")
-    for u in result.unreadable:
-        click.echo(f"tim-report: error: {safe(u['file'])}: {safe(u['reason'])} ({safe(u['id'])} left out; the rest was "
-                   "built)", err=True)
-    if result.unreadable:
-        sys.exit(EXIT_UNREADABLE_STEP)
 
 
 def read_notes(path: Path) -> str:

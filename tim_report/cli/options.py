@@ -40,6 +40,10 @@ def fail_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
         except KeyboardInterrupt:
             click.echo("tim-report: interrupted; the staging folder was removed", err=True)
             sys.exit(130)
+        except StdoutRefused as exc:  # said before the output was published (build's summary)
+            _stdout_broken()
+            click.echo(f"tim-report: error: cannot write to standard output ({exc.reason})", err=True)
+            sys.exit(2)
         except OSError as exc:
             if not _stdout_broken():
                 raise
@@ -49,6 +53,23 @@ def fail_cleanly(fn: Callable[..., Any]) -> Callable[..., Any]:
             signal.signal(signal.SIGTERM, previous)
 
     return wrapper
+
+
+class StdoutRefused(Exception):
+    """Standard output refused the command's lines (`> /dev/full`, a closed pipe): not an OSError, so that the staging
+    of a build lets it through untouched (nothing published) and fail_cleanly says it as one line, exit 2."""
+
+    def __init__(self, exc: OSError):
+        super().__init__(exc.strerror or str(exc))
+        self.reason = exc.strerror or str(exc)
+
+
+def flush_stdout() -> None:
+    """Flush what the command printed; StdoutRefused when standard output takes nothing."""
+    try:
+        sys.stdout.flush()
+    except OSError as exc:
+        raise StdoutRefused(exc) from None
 
 
 def _stdout_broken() -> bool:

@@ -28,12 +28,20 @@ from ..errors import BadInput
 from .options import fail_cleanly, load_options, output_path, ppo_eps_option
 from .text import safe, summary_line
 
+INTERVAL_MIN, INTERVAL_MAX = 0.05, 86400.0  # seconds between polls: a busy loop below, a day above
+
+
+def _check_interval(value: float) -> None:
+    """Finite and positive, one line otherwise: `inf` overflowed the wait, `nan` was taken and spun a core."""
+    if not INTERVAL_MIN <= value <= INTERVAL_MAX:  # False for nan too
+        raise BadInput("--interval", f"{value!r} is not a number of seconds in {INTERVAL_MIN:g} … {INTERVAL_MAX:g}")
+
 
 @click.command("watch")
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("-o", "--output", "out", required=True, type=click.Path(), help="Output folder (the site), rewritten as steps arrive.")
-@click.option("--interval", type=click.FloatRange(min=0.05), default=5.0, show_default=True, metavar="SECONDS",
-              help="Seconds between polls. A step is taken once its files are unchanged over two polls.")
+@click.option("--interval", type=float, default=5.0, show_default=True, metavar="SECONDS",
+              help="Seconds between polls (0.05 to 86400). A step is taken once its files are unchanged over two polls.")
 @click.option("--ranks", type=click.IntRange(min=1), default=None, metavar="N",
               help="Files (ranks) every step has: a step waits for all N (default: as many as the earlier steps had).")
 @click.option("--on-alarm", "on_alarm", metavar="COMMAND",
@@ -64,6 +72,7 @@ def watch_command(run_dir, out, interval, ranks, on_alarm, wait_for_run, log_to,
     from ..service.loggers import LogTarget, close_sinks, open_sinks
     from ..service.watch import Watch, WatchOptions, follow
 
+    _check_interval(interval)
     out = output_path(out)
     argv = _alarm_command(on_alarm)
     targets = [LogTarget.parse(t) for t in log_to]  # the command line's own mistakes first

@@ -62,6 +62,19 @@ THREAD_MIN_TOKENS = 1_000_000
 # 4 GB; a file declaring more is refused before anything large is read (a memory bomb is bounded too).
 MAX_TOKENS = 50_000_000
 
+# A training step's processes (save_step's `world_size`, a step folder's rank files): the largest training jobs run
+# on some 100,000 accelerators; 2**20 leaves room and keeps a step's rank bookkeeping (the ranks a step misses, said in
+# one line) bounded, whatever a file records.
+MAX_WORLD_SIZE = 1 << 20
+# A step beyond this is no step a run reaches, and would not survive a float (the trend, index.json, TensorBoard).
+MAX_STEP = 2**53
+# The widest string one element of an `.npz` string column may be (token text, a prompt's text, a group id): a
+# 128k-token prompt is some 512k characters; a `<U1000000000` column of one element is 4 GB before it is converted.
+MAX_STRING_CHARS = 1 << 20
+# The most of a `capture --prompts` file read: 100,000 prompts of 600 characters; a larger file (or /dev/zero) is
+# refused before it is read into memory.
+PROMPTS_MAX_BYTES = 64 * 1024 * 1024
+
 # `capture --top-k-logprobs`: how many of each side's most likely tokens a capture records per position.
 # 20 is vLLM's default `max_logprobs` (the most an engine returns without raising its limit) and the
 # number OpenAI's chat API allows; TOPK_MAX bounds what capture asks for and what a reader accepts

@@ -25,14 +25,31 @@ from transformers import TrainerCallback
 from ..errors import BadInput
 from ..io.save_step import save_step
 from ..io.step_writer import StepWriter
+from .checks import needs, tensor, user_meta
 
 WHO = "TRL GRPOTrainer"
+TRAINER_FIELDS = ("_generate_and_score_completions", "accelerator", "num_generations", "state", "args", "model")
+OUTPUT_FIELDS = ("completion_ids", "completion_mask", "prompt_ids", "prompt_mask", "advantages")
+
+
+def _num_generations(trainer: Any) -> int:
+    """Rows per prompt: a positive integer (0 made every row's group id bogus)."""
+    n = trainer.num_generations
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise BadInput(WHO, f"num_generations is {n!r:.40}: expected a positive integer (the completions per prompt)")
+    return int(n)
 
 
 class TimReportCallback(TrainerCallback):
     """Saves `path/step_S/rank_R.npz` for each generation batch of `trainer` (a thread writes it unless background=False)."""
 
     def __init__(self, trainer: Any, path: str | Path, *, background: bool = True, **options: Any):
+        needs(WHO, trainer, "a trl GRPOTrainer (it has _generate_and_score_completions, accelerator, num_generations, "
+                            "state, args and model)", TRAINER_FIELDS)
+        if not callable(trainer._generate_and_score_completions):
+            raise BadInput(WHO, "_generate_and_score_completions is not callable: expected a trl GRPOTrainer")
+        _num_generations(trainer)
+        user_meta(WHO, options)
         self.path, self.options = Path(path), options
         self.writer = StepWriter() if background else None
         generate = trainer._generate_and_score_completions
@@ -47,6 +64,9 @@ class TimReportCallback(TrainerCallback):
 
     def save(self, trainer: Any, output: dict) -> Path:
         """One generation batch's dict → a step file (BadInput when TRL computed one of the two log-probs not)."""
+        if not isinstance(output, dict):
+            raise BadInput(WHO, f"_generate_and_score_completions returned {type(output).__name__}: expected its dict of "
+                                "tensors (TRL 1.16's GRPOTrainer)")
         for key, why in (("sampling_per_token_logps", "TRL kept no rollout log-probs: generate with use_vllm=True, "
                           "or a rollout_func that returns 'logprobs'"),
                          ("old_per_token_logps", "TRL recomputed no trainer log-probs: keep "
@@ -54,19 +74,26 @@ class TimReportCallback(TrainerCallback):
                           "num_iterations so that it does not divide gradient_accumulation_steps")):
             if output.get(key) is None:
                 raise BadInput(WHO, f"no '{key}': {why}")
-        rows = output["completion_ids"].shape[0]
-        first = trainer.accelerator.process_index * rows
-        group = (np.arange(first, first + rows) // trainer.num_generations).astype(str)
+        missing = [k for k in OUTPUT_FIELDS if output.get(k) is None]
+        if missing:
+            raise BadInput(WHO, f"the generation batch has no '{missing[0]}': expected the dict GRPOTrainer."
+                                f"_generate_and_score_completions returns ({', '.join(OUTPUT_FIELDS)})")
+        ids = tensor(WHO, "completion_ids", output["completion_ids"])
+        rows = ids.shape[0]
+        first = getattr(trainer.accelerator, "process_index", 0) * rows
+        group = (np.arange(first, first + rows) // _num_generations(trainer)).astype(str)
         args = trainer.args
-        options = {"model": getattr(trainer.model.config, "_name_or_path", None),
-                   "rollout_engine": "vllm" if trainer.use_vllm else "rollout_func",
-                   "trainer_engine": "transformers", "trainer_dtype": "bf16" if args.bf16 else "fp16" if args.fp16 else "fp32",
-                   **self.options, "meta": {"framework": "trl", **self.options.get("meta", {})}}
+        dtype = "bf16" if getattr(args, "bf16", False) else "fp16" if getattr(args, "fp16", False) else "fp32"
+        options = {"model": getattr(getattr(trainer.model, "config", None), "_name_or_path", None),
+                   "rollout_engine": "vllm" if getattr(trainer, "use_vllm", False) else "rollout_func",
+                   "trainer_engine": "transformers", "trainer_dtype": dtype,
+                   **self.options, "meta": {"framework": "trl", **user_meta(WHO, self.options)}}
         return save_step(self.path, output["sampling_per_token_logps"], output["old_per_token_logps"],
                          mask=output["completion_mask"], tool_mask=output.get("tool_mask"),
                          token_ids=output["completion_ids"], prompt_ids=output["prompt_ids"], prompt_mask=output["prompt_mask"],
-                         advantage=output["advantages"], group=group, step=trainer.state.global_step,
-                         rank=trainer.accelerator.process_index, world_size=trainer.accelerator.num_processes,
+                         advantage=output["advantages"], group=group, step=getattr(trainer.state, "global_step", None),
+                         rank=getattr(trainer.accelerator, "process_index", 0),
+                         world_size=getattr(trainer.accelerator, "num_processes", None),
                          background=self.writer if self.writer is not None else False, **options)
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

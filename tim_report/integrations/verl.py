@@ -20,6 +20,7 @@ from typing import Any
 
 from ..errors import BadInput
 from ..io.save_step import save_step
+from .checks import needs, tensor, user_meta
 
 WHO = "verl DataProto"
 
@@ -27,7 +28,13 @@ WHO = "verl DataProto"
 def save_dataproto(data: Any, path: str | Path, *, step: int | None = None, **options: Any) -> Path:
     """Save a verl DataProto's step (both log-probs, mask, ids, groups, rewards, advantages); returns the file's path.
     `options` are save_step's (rank, model, rollout_engine, rollout_dtype, trainer_dtype, background, ...)."""
-    batch, extra = data.batch, getattr(data, "non_tensor_batch", None) or {}
+    needs(WHO, data, "a verl DataProto (verl.protocol.DataProto: .batch, a TensorDict holding 'rollout_log_probs', "
+                     "'old_log_probs', 'response_mask', 'attention_mask', 'responses'; .non_tensor_batch['uid']; "
+                     ".meta_info['global_steps'])", ("batch",))
+    batch = data.batch
+    needs(WHO, batch, "DataProto.batch to be a TensorDict (keys() and [name])", ("keys", "__getitem__"))
+    extra = getattr(data, "non_tensor_batch", None)
+    extra = extra if isinstance(extra, dict) else {}
     keys = set(batch.keys())
     if "rollout_log_probs" not in keys:
         raise BadInput(WHO, "has no 'rollout_log_probs': set actor_rollout_ref.rollout.calculate_log_probs=True so verl "
@@ -35,6 +42,9 @@ def save_dataproto(data: Any, path: str | Path, *, step: int | None = None, **op
     if "old_log_probs" not in keys:
         raise BadInput(WHO, "has no 'old_log_probs' yet: call save_dataproto after verl computes them "
                             "(RayPPOTrainer.fit, after compute_advantage)")
+    for name in ("rollout_log_probs", "old_log_probs", *(k for k in ("attention_mask", "response_mask", "prompts", "responses",
+                                                                     "advantages", "token_level_rewards") if k in keys)):
+        tensor(WHO, name, batch[name])
     rollout, trainer = batch["rollout_log_probs"], batch["old_log_probs"]
     if rollout.data_ptr() == trainer.data_ptr():
         raise BadInput(WHO, "'old_log_probs' is 'rollout_log_probs' (algorithm.rollout_correction.bypass_mode=True): "
@@ -45,10 +55,11 @@ def save_dataproto(data: Any, path: str | Path, *, step: int | None = None, **op
     prompts = batch["prompts"] if "prompts" in keys else None
     rewards = next((batch[k] for k in ("token_level_rewards", "token_level_scores") if k in keys), None)
     if step is None:
-        step = (getattr(data, "meta_info", None) or {}).get("global_steps")
+        meta_info = getattr(data, "meta_info", None)
+        step = meta_info.get("global_steps") if isinstance(meta_info, dict) else None
     return save_step(
         path, rollout, trainer, mask=mask, attention_mask=attention,
         token_ids=batch["responses"] if "responses" in keys else None,
         prompt_ids=prompts, prompt_mask=attention[:, : prompts.shape[1]] if prompts is not None and attention is not None else None,
         group=extra.get("uid"), reward=rewards, advantage=batch["advantages"] if "advantages" in keys else None,
-        step=step, **{**options, "meta": {"framework": "verl", **options.get("meta", {})}})
+        step=step, **{**options, "meta": {"framework": "verl", **user_meta(WHO, options)}})

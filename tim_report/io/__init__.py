@@ -20,21 +20,19 @@ from typing import Any
 import numpy as np
 
 from ..catalogue.numbers import fmt
-from ..config import MAX_TOKENS, MODEL_CLASSES
+from ..config import MAX_STEP, MAX_TOKENS, MODEL_CLASSES
 from ..errors import BadInput, parser_limits
 from ..model import META_KEYS, StepBatch
 from .assemble import build_batch
 from .canonical import save_batch
 from .detect import FRAMEWORKS
-from .discover import SAVED_STEP, Source, Unreadable, scan, settle_step, sources
+from .discover import RANK_NPZ, SAVED_STEP, Source, Unreadable, scan, settle_step, sources
 from .files import RawFile, raw_file, read_file
 from .limits import limited
 from .options import LoadOptions
 from .roles import ROLE_ALIASES, USER_ROLES, choose_roles
 from .text import clean_strings
 from .tokenizer import load_decoder
-
-MAX_STEP = 2**53  # a step beyond this is no step a run reaches, and would not survive a float (the trend, index.json)
 
 __all__ = ["FRAMEWORKS", "ROLE_ALIASES", "USER_ROLES", "LoadOptions", "RawFile", "Source", "describe", "load",
            "Unreadable", "meta_overrides", "read_file", "save_batch", "scan", "sources"]
@@ -150,7 +148,8 @@ def _read(src: Source, keys: dict[str, str] | None, allow_pickle: bool) -> tuple
         from .ranks import merge_ranks
 
         parts = [_read_dict(Source((p,), "dict", src.step, src.run_id, p), keys, allow_pickle) for p in src.paths]
-        return merge_ranks(src.origin, [b for b, _, _ in parts]), parts[0][1], parts[0][2]
+        named = [int(m.group(1)) if (m := RANK_NPZ.fullmatch(p.name)) else -1 for p in src.paths]
+        return merge_ranks(src.origin, [b for b, _, _ in parts], named), parts[0][1], parts[0][2]
     if src.framework in ("dict", "verl"):
         return _read_dict(src, keys, allow_pickle)
     if keys:

@@ -139,14 +139,15 @@ def _canonical_fields(p: Path, raw: RawFile, batch: StepBatch) -> None:
 
 
 def _route_fields(p: Path, raw: RawFile, batch: StepBatch) -> None:
-    """Either side's routed experts, integers of any shape: whether they line up with the tokens is the analysis's
-    finding (analysis/routes.py), not a reason to refuse the batch."""
+    """Either side's routed experts, integers of any shape and width (never cast: ids 2³² apart must stay apart):
+    whether they line up with the tokens and are expert indices is the analysis's finding (analysis/routes.py), not a
+    reason to refuse the batch."""
     for name in ROUTE_FIELDS:
         if name in raw.values:
             _, dtype = _declared(raw, name)
             if dtype.kind not in "iu":
                 raise BadInput(p, f"'{name}' holds {dtype}, expected integers (expert ids)")
-            setattr(batch, name, np.asarray(raw.values[name]).astype(np.int32, copy=False))
+            setattr(batch, name, np.asarray(raw.values[name]))  # at full width: the analysis judges the ids
 
 
 def _topk_fields(p: Path, raw: RawFile, batch: StepBatch) -> None:

@@ -31,6 +31,7 @@ RANK_FILE = re.compile(r"rank_(\d+)\.jsonl$")
 RANK_NPZ = re.compile(r"rank_(\d+)\.npz$")  # save_step's step_S/rank_R.npz
 SAVED_STEP = "save_step step"  # the kind of such a Source: io.load merges its rank files
 STEP_DIR = re.compile(r"step_(\d+)$")
+STEP_LIKE = re.compile(r"step_")  # a folder named like a step; one STEP_DIR does not parse is an unreadable step
 NEMO_FILE = re.compile(r"train_data_step(\d+)\.jsonl$")
 SKYRL_FILE = re.compile(r"global_step_(\d+)_training_input\.pkl$")
 SLIME_FILE = re.compile(r"(\d+)\.pt$")
@@ -171,8 +172,8 @@ def _folder(path: Path, hint: str | None, bad: list[Unreadable]) -> list[Source]
         path = path / "dumped_data"
     kinds = {
         "prime-rl step folder": sorted(f for f in path.glob("rank_*.jsonl") if RANK_FILE.search(f.name)),
-        "save_step step folder": _rank_npz(path),
-        "step_S folders": sorted(d for d in path.iterdir() if d.is_dir() and STEP_DIR.match(d.name)),
+        "save_step step folder": _rank_npz(path) or _odd_rank_files(path),
+        "step_S folders": sorted(d for d in path.iterdir() if d.is_dir() and STEP_LIKE.match(d.name)),
         "NeMo-RL log dir": sorted(f for f in path.iterdir() if NEMO_FILE.match(f.name)),
         "SkyRL dumped_data": sorted(f for f in path.iterdir() if SKYRL_FILE.match(f.name)),
     }
@@ -184,7 +185,7 @@ def _folder(path: Path, hint: str | None, bad: list[Unreadable]) -> list[Source]
     if present == ["save_step step folder"]:
         return [_saved_step(path, hint)]
     if present == ["step_S folders"]:
-        return _each(kinds["step_S folders"], lambda d: _saved_step(d, hint) if _rank_npz(d) else _prime_step(d, hint), bad)
+        return _each(kinds["step_S folders"], lambda d: _step_folder(d, hint), bad)
     if present:
         framework = "nemo-rl" if present == ["NeMo-RL log dir"] else "skyrl"
         return _each(kinds[present[0]], lambda f: file_source(f, hint) if hint else _confirmed(f, framework), bad)
@@ -213,6 +214,20 @@ def _prime_step(step_dir: Path, hint: str | None) -> Source:
                   f"prime-rl step folder ({len(ranks)} rank file{'s' if len(ranks) != 1 else ''})")
 
 
+def _step_folder(step_dir: Path, hint: str | None) -> Source:
+    """One step_S/ folder of a run: save_step's or prime-rl's; a name that is not step_N (step_-3, step_2.9) is a step
+    that cannot be read (its row says why), never a folder silently passed over."""
+    if not STEP_DIR.fullmatch(step_dir.name):
+        raise BadInput(step_dir, "is named like a step folder but its step does not parse (expected step_N, N a "
+                                 "non-negative integer): not read")
+    return _saved_step(step_dir, hint) if _rank_npz(step_dir) or _odd_rank_files(step_dir) else _prime_step(step_dir, hint)
+
+
+def _odd_rank_files(folder: Path) -> list[Path]:
+    """rank_*.npz files whose rank does not parse (rank_-1.npz, rank_1.7.npz)."""
+    return sorted(f for f in folder.glob("rank_*.npz") if not RANK_NPZ.fullmatch(f.name))
+
+
 def _rank_npz(folder: Path) -> list[Path]:
     """save_step's rank files of one step, in rank order (a hidden `.rank_0.npz.*.tmp` being written is not one)."""
     found = [f for f in folder.glob("rank_*.npz") if RANK_NPZ.fullmatch(f.name)]
@@ -222,6 +237,10 @@ def _rank_npz(folder: Path) -> list[Path]:
 def _saved_step(step_dir: Path, hint: str | None) -> Source:
     """A step written by save_step: the canonical files of its ranks, read as one batch."""
     ranks = _rank_npz(step_dir)
+    odd = _odd_rank_files(step_dir)
+    if odd:
+        raise BadInput(step_dir, f"holds {odd[0].name}, whose rank does not parse (expected rank_R.npz, R a non-negative "
+                                 "integer): the step cannot be read whole")
     if not ranks:
         raise BadInput(step_dir, "step folder with no rank_*.jsonl (prime-rl) or rank_*.npz (save_step) file")
     if any(step_dir.glob("rank_*.jsonl")):

@@ -39,10 +39,14 @@ class Limits:
 
     @property
     def max_line_bytes(self) -> int:
-        """One JSON line: a sample of the longest context, every per-token field, with room to spare."""
-        return min(64 * self.max_tokens, 1 << 30)
+        """One JSON line: a sample of the longest context, every per-token field, with room to spare, and never more
+        than parses within `max_bytes` (JSON_PARSE_FACTOR: a 1 GiB line of numbers is ~16 GB of Python objects)."""
+        return min(64 * self.max_tokens, self.max_bytes // JSON_PARSE_FACTOR)
 
 
+# The most memory a byte of JSON parses into: `"a",` (4 bytes) becomes a 50-byte str and an 8-byte list slot, `0.5,`
+# a 24-byte float and its slot; so a line's parse stays within max_bytes when the line is at most max_bytes / 16.
+JSON_PARSE_FACTOR = 16
 MIN_ARRAY_BYTES = 1 << 28  # 256 MiB: room for a small run's token and prompt text, whatever --max-tokens says
 
 _CURRENT: contextvars.ContextVar[Limits] = contextvars.ContextVar("tim_report_limits", default=Limits())  # noqa: B039 (frozen)

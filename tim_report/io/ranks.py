@@ -3,8 +3,11 @@
 Each rank file is read as the canonical file it is; here they are put end to end, as prime-rl's rank files of a
 step are. Group ids are compared across ranks, so the samples of one prompt on two ranks stay one group (verl's
 `uid` is global; the TRL and OpenRLHF helpers write global ids). An array that only some ranks hold is left out
-with a note; ranks that disagree on the step are bad input; a rank set short of the `world_size` the files
-record is read, with a note saying which ranks are missing.
+with a note. A step that cannot be read whole is bad input (in a run folder: the unreadable step, its red row and
+exit 3), never a silent partial step: ranks that disagree on the step or the world size, a world size that is not
+one (not an integer in 1 … `config.MAX_WORLD_SIZE`), a rank outside its world, a file whose name and content
+disagree on its rank, and a rank of the world (or, without a recorded world size, a rank below the highest) that
+has no file. The work is bounded by the files present, whatever world size a file records.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..config import MAX_WORLD_SIZE
 from ..errors import BadInput
 from ..model import StepBatch
 
@@ -22,12 +26,13 @@ SEQ_FIELDS = ("group", "reward", "weight_version", "env")
 LIST_FIELDS = ("prompt_ids", "prompt_text")
 
 
-def merge_ranks(origin: Path, batches: list[StepBatch]) -> StepBatch:
-    """Concatenate the ranks' batches (already in rank order)."""
+def merge_ranks(origin: Path, batches: list[StepBatch], named: list[int] | None = None) -> StepBatch:
+    """Concatenate the ranks' batches (already in rank order); `named`: each file's rank as its name says."""
     first = batches[0]
-    steps = sorted({b.meta.get("step") for b in batches}, key=str)
+    steps = sorted({str(b.meta.get("step"))[:40] for b in batches})
     if len(steps) > 1:
-        raise BadInput(origin, f"its rank files record different steps ({', '.join(map(str, steps))}): one folder per step")
+        raise BadInput(origin, f"its rank files record different steps ({', '.join(steps[:5])}): one folder per step")
+    _check_world(origin, batches, named)
     lengths = [b.n_tokens for b in batches]
     starts = np.cumsum([0, *lengths[:-1]])
     out = StepBatch(
@@ -61,7 +66,6 @@ def merge_ranks(origin: Path, batches: list[StepBatch]) -> StepBatch:
             out.notes.append(_partial(name, ranks, lists))
     if first.token_text is not None and all(b.token_text is not None for b in batches):
         out.token_text = np.concatenate([np.asarray(b.token_text, dtype=str) for b in batches])
-    _missing_ranks(out, ranks, [b.meta.get("world_size") for b in batches])
     return out
 
 
@@ -70,11 +74,38 @@ def _partial(name: str, ranks: list, values: list) -> str:
     return f"'{name}' is in the files of rank {', '.join(have)} only: left out of the merged step"
 
 
-def _missing_ranks(out: StepBatch, ranks: list, sizes: list) -> None:
-    size = max((s for s in sizes if isinstance(s, int)), default=None)
-    if size is None:
-        return
-    missing = sorted(set(range(size)) - {r for r in ranks if isinstance(r, int)})
-    if missing:
-        out.notes.append(f"{len(missing)} of {size} ranks have no file here (rank {', '.join(map(str, missing))}): "
-                         "the step holds the other ranks' sequences only")
+def _check_world(origin: Path, batches: list[StepBatch], named: list[int] | None) -> None:
+    """Every rank of the world has its file, each inside the world, each file's name and content agreeing: else the
+    step cannot be read whole (BadInput, one line). Work and message bounded by the files, not the world size."""
+    sizes = {repr(b.meta.get("world_size"))[:40]: b.meta.get("world_size") for b in batches}
+    if len(sizes) > 1:
+        raise BadInput(origin, f"its rank files record different world sizes ({', '.join(list(sizes)[:5])})")
+    size = next(iter(sizes.values()))
+    if size is not None and (isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= MAX_WORLD_SIZE):
+        raise BadInput(origin, f"records world_size {next(iter(sizes))}, not a world size (an integer in 1 … {MAX_WORLD_SIZE})")
+    ranks = []
+    for i, b in enumerate(batches):
+        rank = b.meta.get("rank")
+        name = named[i] if named else None
+        if rank is None:
+            rank = name
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 0 or (size is not None and rank >= size):
+            world = f"its world of {size}" if size is not None else "0 … ∞"
+            raise BadInput(origin, f"a rank file records rank {repr(rank)[:40]}, outside {world}: the step cannot be read whole")
+        if name is not None and name != rank:
+            raise BadInput(origin, f"rank_{name}.npz records rank {rank}: a file renamed or copied from another rank")
+        ranks.append(rank)
+    if len(set(ranks)) != len(ranks):
+        raise BadInput(origin, "two rank files record the same rank")
+    expected = size if size is not None else max(ranks) + 1
+    if len(ranks) < expected:
+        have = set(ranks)
+        missing = []
+        for r in range(expected):  # stops at the sixth missing rank: bounded by the files, not the world
+            if r not in have:
+                missing.append(r)
+                if len(missing) > 5:
+                    break
+        listed = ", ".join(map(str, missing[:5])) + (", …" if len(missing) > 5 else "")
+        raise BadInput(origin, f"{expected - len(ranks)} of {expected} ranks have no file here (rank {listed}): the step "
+                               "cannot be read whole (a rank not yet written, or lost)")

@@ -24,20 +24,16 @@ import numpy as np
 from ..errors import BadInput
 from ..model import SIDE_NAME_CHARS, StepBatch
 from .canonical import SIDE_PREFIX, TOPK_FIELDS
+from .step_files import WHO, check_meta, precheck, step_target
 from .step_writer import StepWriter, shared_writer, write
 
-WHO = "save_step"
 NARROW_FLOATS = ("float16", "bfloat16", "float32")  # widened to float32 exactly; float64 stays float64
 
 
 def step_path(path: str | Path, step: int | None, rank: int) -> Path:
-    """Where a step's rank file goes: `path` itself when it names an `.npz`, else `path/step_{step}/rank_{rank}.npz`."""
-    path = Path(path)
-    if path.suffix.lower() == ".npz":
-        return path
-    if step is None:
-        raise BadInput(WHO, f"{path} is a folder: give step= so the file can be named step_S/rank_R.npz")
-    return path / f"step_{int(step)}" / f"rank_{int(rank)}.npz"
+    """Where a step's rank file goes: `path` itself when it names an `.npz`, else `path/step_{step}/rank_{rank}.npz`
+    (step and rank checked as save_step checks them)."""
+    return step_target(path, step, rank, None)[0].path
 
 
 @dataclass
@@ -132,9 +128,12 @@ def save_step(path: str | Path, rollout_logp: Any, trainer_logp: Any, *, mask: A
     [B, P] with `prompt_mask` (left padding) or a list of 1-D arrays; `group` and `reward` are per sequence (a
     [B, T] reward is summed per sequence); `advantage` per sequence or per token. Everything is checked here
     (BadInput naming the array). `background=True` (or a StepWriter) returns once the arrays are on the CPU and
-    checked, and leaves compressing and writing to a writer thread (flushed at exit). `sides` adds the chain's
-    further log-probs by name, in the layout of the two: `recompute` (the rollout engine re-scoring the sampled
-    tokens), `train` (the training forward), `shadow`, `floor`, or a name of your own (docs/chain.md)."""
+    checked, and leaves compressing and writing to a writer thread (flushed at exit). `step`, `rank` and `world_size`
+    are integers (a float, even 2.0, is refused), the rank inside the world, and nothing below `path` is followed
+    through a link save_step did not create (io/step_files.py): a refusal is one line of BadInput, nothing made.
+    `sides` adds the chain's further log-probs by name, in the layout of the two: `recompute` (the rollout engine
+    re-scoring the sampled tokens), `train` (the training forward), `shadow`, `floor`, or a name of your own
+    (docs/chain.md)."""
     arrays = dict(rollout_logp=rollout_logp, trainer_logp=trainer_logp, mask=mask, attention_mask=attention_mask,
                   offsets=offsets, token_ids=token_ids, group=group, reward=reward, advantage=advantage, turn=turn,
                   tool_mask=tool_mask, rollout_topk_ids=rollout_topk_ids, rollout_topk_logp=rollout_topk_logp,
@@ -142,14 +141,18 @@ def save_step(path: str | Path, rollout_logp: Any, trainer_logp: Any, *, mask: A
                   **_side_arrays(sides))
     info = dict(model=model, rollout_engine=rollout_engine, rollout_dtype=rollout_dtype, trainer_engine=trainer_engine,
                 trainer_dtype=trainer_dtype)
-    header = {**(meta or {}), **{k: v for k, v in info.items() if v is not None}, "rank": int(rank)}
+    target, step, rank, world_size = step_target(path, step, rank, world_size)  # checked before anything is made
+    if meta is not None and not isinstance(meta, dict):
+        raise BadInput(WHO, f"meta is {type(meta).__name__}, expected a dict")
+    header = {**(meta or {}), **{k: v for k, v in info.items() if v is not None}, "rank": rank}
     if step is not None:
-        header["step"] = int(step)
+        header["step"] = step
     if world_size is not None:
-        if not 0 <= int(rank) < int(world_size):
-            raise BadInput(WHO, f"rank {rank} is not in 0 … world_size - 1 ({int(world_size) - 1})")
-        header["world_size"] = int(world_size)
-    target = step_path(path, step, rank)
+        header["world_size"] = world_size
+    check_meta({"meta": header})
+    if not isinstance(background, (bool, StepWriter)):
+        raise BadInput(WHO, f"background={type(background).__name__}: expected True, False or a StepWriter")
+    precheck(target)
     converted = convert(arrays)
     prompts = _prompts(prompt_ids, converted.arrays.pop("prompt_mask", None))
     batch = build_step(converted, header)
@@ -162,7 +165,7 @@ def save_step(path: str | Path, rollout_logp: Any, trainer_logp: Any, *, mask: A
         writer.put(target, batch)
     else:
         write(target, batch)
-    return target
+    return target.path
 
 
 def _side_arrays(sides: dict[str, Any] | None) -> dict[str, Any]:

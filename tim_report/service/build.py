@@ -17,6 +17,7 @@ import hashlib
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -192,10 +193,11 @@ def cache_options(opts: BuildOptions) -> str:
 
 
 def build(paths: list[Path], out: Path, opts: BuildOptions, run_ids: list[str] | None = None,
-          progress: Progress | None = None) -> BuildResult:
+          progress: Progress | None = None, before_publish: Callable[[BuildResult], None] | None = None) -> BuildResult:
     """Analyse every batch under the inputs (a run folder: one per step), render into a staging folder, then
     move the results into `out`. A step whose run folder a previous build wrote from the same input, options
-    and tool is reused as it is (site/cache.py); the index is rewritten from every step's row."""
+    and tool is reused as it is (site/cache.py); the index is rewritten from every step's row. `before_publish`
+    runs with the result before anything moves into `out`: when it raises, nothing is published."""
     start = time.monotonic()
     check_target(out)  # before the analysis: refusing after minutes of work would waste them
     ex = expand(paths, run_ids, opts.load.format_hint)
@@ -227,11 +229,14 @@ def build(paths: list[Path], out: Path, opts: BuildOptions, run_ids: list[str] |
             raise BadInput(bad[0].origin, bad[0].reason)
         index = {**index_from_rows(done_rows), "unreadable": [u.entry() for u in bad]}
         write_files(folder, {**render("index", index, opts.formats, opts.render), index_json.INDEX_JSON: index_json.text(index)})
+        reused = len(found) - len(todo) - keys.count(None)
+        built = BuildResult(done_rows, (index["trend"] or {}).get("change_steps", []), index["run"],
+                            len(done_rows) - reused, reused, time.monotonic() - start,
+                            [{**u.entry(), "file": str(u.origin)} for u in bad])
+        if before_publish is not None:  # the caller's own last step that can fail (the CLI's summary on stdout)
+            before_publish(built)
         move_into(folder, out)
-    reused = len(found) - len(todo) - keys.count(None)
-    return BuildResult(done_rows, (index["trend"] or {}).get("change_steps", []), index["run"],
-                       len(done_rows) - reused, reused, time.monotonic() - start,
-                       [{**u.entry(), "file": str(u.origin)} for u in bad])
+    return built
 
 
 def _key(src: Source, rid: str, fingerprint: str, in_run: frozenset[str], bad: list[Unreadable]) -> str | None:

@@ -13,6 +13,9 @@ TensorBoard itself is an optional extra: `pip install "tim-report[tensorboard]"`
 
 from __future__ import annotations
 
+import contextlib
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,26 +46,64 @@ def export_tensorboard(site: Path, logdir: Path) -> Exported:
     if logdir.exists() and not logdir.is_dir():
         raise BadInput(logdir, "exists and is not a folder")
     steps = [_x(r["step"], i) for i, r in enumerate(rows)]
+    before = _event_files(logdir)
+    with _writer_errors_held() as held:
+        try:
+            scalars, texts = _write(SummaryWriter, logdir, doc, rows, steps)
+            if held:  # the thread failed on the last records: close() does not say so
+                raise held[0]
+        except OSError as exc:  # a full disk, a quota, a read-only folder: from the writer or its thread
+            for made in _event_files(logdir) - before:  # nothing half-written left behind
+                made.unlink(missing_ok=True)
+            raise BadInput(logdir, f"cannot write the event file: {exc.strerror or exc}") from None
+    return Exported(len(rows), scalars, texts, logdir)
+
+
+def _write(summary_writer, logdir: Path, doc: dict, rows: list[dict], steps: list[int]) -> tuple[int, int]:
+    """The scalars and texts, through TensorBoard's writer (closed, so flushed, before this returns)."""
     scalars = texts = 0
+    writer = summary_writer(log_dir=str(logdir))
     try:
-        writer = SummaryWriter(log_dir=str(logdir))
-    except OSError as exc:
-        raise BadInput(logdir, f"cannot write here: {exc.strerror or exc}") from None
-    with writer:
         for row, step in zip(rows, steps):
             for key in KEYS:
                 if row[key] is not None:
                     writer.add_scalar(PREFIX + key, float(row[key]), global_step=step)
                     scalars += 1
-        for cp in doc.get("change_steps") or []:
-            if isinstance(cp, dict) and isinstance(cp.get("sentence"), str):
+        for cp in doc.get("change_steps") or []:  # checked by read_rows: objects, steps in range, strings
+            if isinstance(cp.get("sentence"), str):
                 writer.add_text(PREFIX + "change_points", cp["sentence"], global_step=_x(cp.get("step"), 0))
                 texts += 1
-        verdict = (doc.get("run") or {}).get("verdict") if isinstance(doc.get("run"), dict) else None
+        verdict = (doc.get("run") or {}).get("verdict")
         if isinstance(verdict, str):
             writer.add_text(PREFIX + "run_verdict", verdict, global_step=max(steps, default=0))
             texts += 1
-    return Exported(len(rows), scalars, texts, logdir)
+    finally:
+        writer.close()
+    return scalars, texts
+
+
+def _event_files(logdir: Path) -> set[Path]:
+    return set(logdir.glob("events.out.tfevents.*")) if logdir.is_dir() else set()
+
+
+@contextlib.contextmanager
+def _writer_errors_held() -> Iterator[list]:
+    """TensorBoard's writer thread re-raises its OSError after handing it to the caller, and Python prints that as a
+    thread's traceback: held here (the caller says it in one line), any other thread's error printed as before."""
+    held: list = []
+    previous = threading.excepthook
+
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if isinstance(args.exc_value, OSError) and "AsyncWriter" in type(args.thread).__name__:
+            held.append(args.exc_value)
+        else:
+            previous(args)
+
+    threading.excepthook = hook
+    try:
+        yield held
+    finally:
+        threading.excepthook = previous
 
 
 def _x(step: object, position: int) -> int:

@@ -20,8 +20,10 @@ point (the run view's, analysis/trend.py). Each is one line and, with an alarm c
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,7 +35,7 @@ from ..config import HISTORY_MARGIN, HISTORY_WINDOW
 from ..errors import BadInput
 from ..io import Source
 from ..io.discover import completion_marker, scan
-from ..site.index_json import read_document
+from ..site.index_json import read_rows
 from ..site.layout import INDEX_JSON
 from ..site.publish import check_target
 from .build import BuildOptions, BuildResult, build
@@ -251,25 +253,36 @@ def _known(out: Path) -> tuple[set[str], set[tuple]]:
     """The steps and change points a site already holds (a watch restarted on its own site raises no alarm twice)."""
     if not (out / INDEX_JSON).is_file():
         return set(), set()
-    _, doc = read_document(out)  # capped and checked, or one line saying why not
-    ids = {str(r.get("id")) for r in doc["runs"] if isinstance(r, dict)}
-    changes = {(c.get("step"), m) for c in doc.get("change_steps") or [] if isinstance(c, dict)
-               for m in c.get("metrics") or [] if isinstance(m, str)}
+    doc, rows = read_rows(out, ())  # capped, every part watch reads checked (types, ranges), or one line saying why not
+    ids = {r["id"] for r in rows}
+    changes = {(c.get("step"), m) for c in doc.get("change_steps", []) for m in c.get("metrics", [])}
     return ids, changes
 
 
 def run_alarm(argv: list[str], alarm: Alarm, site: Path) -> str | None:
-    """Run the alarm command (an argument list: no shell) with the alarm in its environment; a line when it failed."""
+    """Run the alarm command (an argument list: no shell) with the alarm in its environment; a line when it failed.
+    It runs in a process group of its own, ended whole (its children too) when it outlives ALARM_TIMEOUT."""
     try:
-        done = subprocess.run(argv, env={**os.environ, **alarm.env(site)}, stdin=subprocess.DEVNULL, timeout=ALARM_TIMEOUT,
-                              check=False)
+        proc = subprocess.Popen(argv, env={**os.environ, **alarm.env(site)}, stdin=subprocess.DEVNULL, start_new_session=True)
     except FileNotFoundError:
         return f"alarm command not found: {argv[0]}"
-    except subprocess.TimeoutExpired:
-        return f"alarm command stopped after {ALARM_TIMEOUT:g} s: {argv[0]}"
     except OSError as exc:
         return f"alarm command failed: {argv[0]}: {exc.strerror or exc}"
-    return f"alarm command exited {done.returncode}: {argv[0]}" if done.returncode != 0 else None
+    try:
+        code = proc.wait(timeout=ALARM_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        return f"alarm command stopped after {ALARM_TIMEOUT:g} s: {argv[0]}"
+    finally:
+        _end_group(proc)
+    return f"alarm command exited {code}: {argv[0]}" if code != 0 else None
+
+
+def _end_group(proc: subprocess.Popen) -> None:
+    """Kill what is left of the command's process group (a child it started in the background, or the command itself
+    after a timeout or an interrupt), then reap the command."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def follow(watch: Watch, report: Callable[[Round], None], stopped: Callable[[float], bool], once: bool = False) -> None:

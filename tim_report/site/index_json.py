@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..catalogue import metrics as catalogue
 from ..catalogue.numbers import fmt
-from ..config import HISTORY_MAX_BYTES
+from ..config import HISTORY_MAX_BYTES, MAX_STEP
 from ..errors import BadInput, regular_file
 from ..model import dumps
 from .layout import INDEX_JSON
@@ -78,7 +78,41 @@ def read_document(path: str | Path, max_bytes: int = HISTORY_MAX_BYTES) -> tuple
     version = doc.get("schema_version", 1)
     if version != SCHEMA_VERSION:
         raise BadInput(index, f"has schema_version {str(version)[:20]}; this tim-report reads {SCHEMA_VERSION} (rebuild the site)")
+    _check_run_view(index, doc)
     return index, doc
+
+
+def _check_run_view(index: Path, doc: dict) -> None:
+    """The parts beside the rows that `watch` and `export` read back (change steps, the run's verdict, the unreadable
+    steps): each of the type and range tim-report writes, or one line naming the field. A file tim-report did not
+    just write is untrusted, whoever wrote it."""
+    for key in ("change_steps", "change_points", "unreadable"):
+        if not isinstance(doc.get(key, []), list):
+            raise BadInput(index, f"{key} is {type(doc[key]).__name__}, not a list")
+        for i, item in enumerate(doc.get(key, [])):
+            if not isinstance(item, dict):
+                raise BadInput(index, f"{key}[{i}] is not an object")
+    for i, cp in enumerate(doc.get("change_steps", [])):
+        where = f"change_steps[{i}]"
+        if cp.get("step") is not None:
+            _step(index, where, cp["step"])
+        if not isinstance(cp.get("metrics", []), list) or not all(isinstance(m, str) for m in cp.get("metrics", [])):
+            raise BadInput(index, f"{where}.metrics is not a list of metric names")
+        for key in ("sentence", "run"):
+            if cp.get(key) is not None and not isinstance(cp[key], str):
+                raise BadInput(index, f"{where}.{key} is not a string")
+    run = doc.get("run")
+    if run is not None and not (isinstance(run, dict) and isinstance(run.get("verdict", ""), str)):
+        raise BadInput(index, "run is not an object with a verdict string")
+
+
+def _step(index: Path, where: str, value: object) -> float | int | None:
+    """A training step: a finite number within ±2⁵³ (what io reads, and what a float, the trend and TensorBoard hold)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise BadInput(index, f"{where}.step is not a number")
+    if not (isinstance(value, int) or math.isfinite(value)) or not abs(value) < MAX_STEP:
+        raise BadInput(index, f"{where}.step is beyond ±2⁵³ or not finite: not a training step")
+    return value
 
 
 def _row(index: Path, i: int, r: object, keys: tuple[str, ...] = catalogue.HISTORY) -> dict:
@@ -86,7 +120,7 @@ def _row(index: Path, i: int, r: object, keys: tuple[str, ...] = catalogue.HISTO
         raise BadInput(index, f"runs[{i}] is not an object")
     rid = r.get("id")
     row = {"id": str(rid) if isinstance(rid, (str, int)) and not isinstance(rid, bool) else f"runs[{i}]",
-           "step": number(index, i, r, "step")}
+           "step": None if r.get("step") is None else _step(index, f"runs[{i}]", r["step"])}
     for key in keys:
         row[key] = number(index, i, r, key)
     return row

@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+import re
+
 from ..catalogue.formats import ASSETS, FORMATS, SITE_FILES
 
 __all__ = ["ASSETS", "ASSET_FILES", "CACHE_FILE", "INDEX_FILES", "INDEX_JSON", "MARKER", "OUTPUT_LOCK", "RESERVED",
@@ -33,9 +35,14 @@ RESERVED = frozenset({MARKER, OUTPUT_LOCK, ASSETS, *INDEX_FILES})
 ASSET_FILES = frozenset(name for f in FORMATS.values() for name in f.assets)
 
 
+# The marker's own temporary file while a build replaces it (safe_fs.replace_file: pid and 64 random bits): a build
+# racing into the same fresh folder sees it before the marker exists, and must not take it for a stranger's file.
+MARKER_TMP = re.compile(re.escape(MARKER) + r"\.\d+\.[0-9a-f]{16}\.tmp")
+
+
 def is_tool_entry(name: str) -> bool:
     """An entry of a site folder that tim-report keeps for itself and never lists in the marker."""
-    return name == OUTPUT_LOCK or name.startswith(STAGING_PREFIX)
+    return name == OUTPUT_LOCK or name.startswith(STAGING_PREFIX) or MARKER_TMP.fullmatch(name) is not None
 
 
 def run_files(formats: tuple[str, ...]) -> tuple[str, ...]:

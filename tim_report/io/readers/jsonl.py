@@ -1,6 +1,7 @@
 """`.jsonl`: one JSON object per line; per-token lists become ragged columns.
 
-Read line by line, never the whole file at once: a line longer than the limits allow, or more
+Read line by line, never the whole file at once: a line longer than the limits allow (`Limits.max_line_bytes`: what
+parses within the byte limit every format has), or more
 per-token values in all than `--max-tokens` permits, is refused as soon as it is seen; per-token
 lists of numbers become numpy arrays as each line is parsed, so memory follows the data's size
 in numpy, not in Python objects.
@@ -81,6 +82,8 @@ def _parse(path: Path, n: int, raw: bytes) -> dict:
         if bad is None:
             raise
         raise BadInput(path, f"line {n} {bad.problem}") from None
+    except MemoryError:  # the line is within the byte limit but this machine (or its ulimit) has less room
+        raise BadInput(path, f"line {n} ({fmt(len(raw))} bytes) does not fit in the memory available to parse it") from None
     if not isinstance(row, dict):
         raise BadInput(path, f"line {n} is not a JSON object")
     return row

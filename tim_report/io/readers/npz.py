@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from ...catalogue.numbers import fmt
-from ...config import TOPK_MAX
+from ...config import MAX_STRING_CHARS, TOPK_MAX
 from ...errors import BadInput
 from ..canonical import TOPK_FIELDS
 from ..limits import current, too_large
@@ -118,6 +118,10 @@ class NpzMembers(Mapping):
                                           f"{fmt(limits.max_elements)} rows (from --max-tokens {fmt(limits.max_tokens)})")
         elif count > limits.max_elements:
             raise BadInput(self.path, too_large(f"'{key}'", count, limits))
+        chars = h.dtype.itemsize // (4 if h.dtype.kind == "U" else 1)
+        if h.dtype.kind in "SU" and chars > MAX_STRING_CHARS:  # converted to Python strings: a few take gigabytes
+            raise BadInput(self.path, f"'{key}' holds strings of {fmt(chars)} characters each ({h.dtype}), more than "
+                                      f"tim-report reads in one string ({fmt(MAX_STRING_CHARS)}), whatever the limits")
         if count * h.dtype.itemsize > limits.max_bytes:
             raise BadInput(self.path, f"'{key}' declares {fmt(count)} elements of {h.dtype.itemsize} bytes ({h.dtype}): "
                                       f"{fmt(count * h.dtype.itemsize)} bytes, more than this run reads "
