@@ -57,6 +57,11 @@ def _nan_rollout_5(b: StepBatch) -> StepBatch:
     return replace(b, rollout_logp=ro)
 
 
+def _train_forward_noise(b: StepBatch) -> StepBatch:
+    noise = 2e-3 * np.random.default_rng(1).standard_normal(b.n_tokens)
+    return replace(b, sides={"train": np.minimum(b.trainer_logp + noise, 0.0)})
+
+
 # Faults made from a fixture by changing its arrays, where the truth is as sure: name → (fixture, what is done,
 # expected regime, expected findings, the side at fault, the change).
 DERIVED: dict[str, tuple[str, str, str, list[str], str | None, Callable[[StepBatch], StepBatch]]] = {
@@ -78,6 +83,15 @@ DERIVED: dict[str, tuple[str, str, str, list[str], str | None, Callable[[StepBat
     "temp_trainer_0.6_swapped": ("temp_trainer_0.6", "the sides swapped: the trainer's log-probs at another temperature "
                                  "than the sampler's", "systematic", ["temperature"], "trainer",
                                  lambda b: replace(b, rollout_logp=b.trainer_logp, trainer_logp=b.rollout_logp)),
+    # the chain (docs/chain.md): a third side says which link carries the fault (tests/test_chain.py checks the link)
+    "chain_sampler": ("top_p_0.9", "the engine's re-score (recompute) agrees with the trainer: the sampler's top-p "
+                      "renormalisation is the rollout → recompute link", "systematic", ["processed_logprobs", "chain_link"],
+                      None, lambda b: replace(b, sides={"recompute": b.trainer_logp.copy()})),
+    "chain_engine": ("weights_perturbed", "the engine's re-score agrees with the sampler: the recompute → trainer link",
+                     "systematic", ["one_side_broken", "chain_link"], "trainer",
+                     lambda b: replace(b, sides={"recompute": b.rollout_logp.copy()})),
+    "chain_train": ("identical", "rollout = trainer; the training forward alone moves (2e-3 nats of noise): the "
+                    "trainer → train link, said as info", "identical", [], None, _train_forward_noise),
 }
 
 

@@ -367,3 +367,21 @@ def test_companion_check_reads_the_build_tag_and_the_torch_pin(tmp_path, monkeyp
         assert "torchvision" not in found
     else:
         assert found["torchvision"][0] == v and (("2.5.1" in found["torchvision"][1]) == (case == "other_torch"))
+
+
+def test_recompute_fills_the_chain_and_a_top_p_sampler_leads_it():
+    """The sampler reports top-p renormalised log-probs; the same engine re-scoring its tokens (no truncation) and the
+    trainer agree: the chain names the sampler → recompute link."""
+    b = capture(opts(rollouts=[BF16], trainers=[BF16], recompute=BF16,
+                     sampling=Sampling(top_p=0.8, max_new_tokens=24, n_samples=2)))[(BF16, BF16)]
+    assert set(b.sides) == {"recompute"} and b.sides["recompute"].shape == b.rollout_logp.shape
+    assert b.meta["recompute"]["dtype"] == "bf16" and "prefill" in b.meta["recompute"]["how"]
+    assert (b.sides["recompute"] <= b.rollout_logp + 1e-3).mean() > 0.95  # untruncated: never above the renormalised
+    chain = analyze(b).chain
+    assert chain["sides"] == ["rollout", "recompute", "trainer"] and chain["leading"] == "rollout → recompute"
+    assert sum(x["share"] for x in chain["links"]) == pytest.approx(1.0)
+
+
+def test_recompute_with_vllm_needs_temperature_1():
+    with pytest.raises(BadInput, match="--recompute"):
+        capture(opts(recompute=EngineSpec("vllm", "bf16"), sampling=Sampling(temperature=0.7, max_new_tokens=8)))

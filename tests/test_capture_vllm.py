@@ -140,3 +140,28 @@ def test_a_vllm_engine_that_fails_is_one_line_and_the_pairs_before_it_are_kept(t
     assert sorted(p.name for p in out.iterdir()) == ["capture.log", "hf-fp32__hf-bf16.npz"]
     assert proc.stdout.startswith(str(out / "hf-fp32__hf-bf16.npz") + ": 4 sequences")
     assert "Traceback" in (out / "capture.log").read_text()
+
+
+@pytest.mark.slow
+def test_vllm_recompute_fills_the_chain_sampler_recompute_trainer(tmp_path, long_prompts):
+    """`capture --recompute vllm:bf16`: vLLM samples with top-p 0.9 (its processed log-probs are renormalised), the
+    same vLLM engine re-scores the sampled sequences in one prefill (prompt log-probs, no sampling), transformers fp32
+    is the trainer. The chain puts the mismatch on the sampler → recompute link."""
+    _need_vllm()
+    out = tmp_path / "chain.npz"
+    proc = run_capture(["--rollout", "vllm:bf16", "--recompute", "vllm:bf16", "--trainer", "hf:fp32", "--top-p", "0.9",
+                        "--top-k-logprobs", "0", *SAMPLING, "-o", str(out)], long_prompts)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "sampler vs recompute" in proc.stdout
+    b = load(out)
+    assert b.meta["recompute"]["engine"] == "vllm" and set(b.sides) == {"recompute"}
+    # the engine's re-score is bf16 noise away from the fp32 trainer; the sampler's renormalised log-probs are not
+    engine_vs_trainer = np.abs(b.trainer_logp - b.sides["recompute"]).mean()
+    assert engine_vs_trainer < 5e-2, engine_vs_trainer
+    report = analyze(b)
+    chain = report.chain
+    assert chain["sides"] == ["rollout", "recompute", "trainer"]
+    assert chain["leading"] == "rollout → recompute", chain["links"]
+    assert sum(x["share"] for x in chain["links"]) == pytest.approx(1.0)
+    assert sum(x["bias"] for x in chain["links"]) == pytest.approx(chain["end_to_end"]["bias"], abs=1e-12)
+    assert "rollout → recompute link" in report.diagnosis["verdict"]

@@ -20,6 +20,7 @@ import numpy as np
 
 from .analysis import analyze
 from .analysis.stats import k3_per_token
+from .catalogue.chain import exact_line
 from .catalogue.findings import FINDINGS
 from .catalogue.numbers import fixed, fmt, plain
 from .config import FLOOR_BAND_FACTOR, NOISE_BANDS, POSITIVE_LOGP_TOLERANCE, DiagnosisThresholds, NoiseBand
@@ -295,10 +296,12 @@ def _message(result: MatchResult, name: str | None) -> str:
 
 
 def compare_logprobs(reference, candidate, mask=None, *, precision: str | NoiseBand = "bf16", token_ids=None,
-                     name: str | None = None, floor=None) -> MatchResult:
+                     name: str | None = None, floor=None, exact: bool = False, atol: float = 0.0) -> MatchResult:
     """The decision `assert_logprobs_match` makes, returned instead of raised."""
     band = floor_band(reference, floor, mask) if floor is not None else noise_band(precision)
     inp = _inputs(reference, candidate, mask, token_ids)
+    if exact:
+        return _exact(inp, band, name, atol)
     if inp.candidate_invalid == int(inp.mask.sum()):
         return _nothing_valid(inp, band, name)
     dt = DiagnosisThresholds(noise_kl_max=band.kl_k3_max, noise_abs_delta_max=band.abs_delta_mean_max,
@@ -320,6 +323,39 @@ def compare_logprobs(reference, candidate, mask=None, *, precision: str | NoiseB
     return result
 
 
+def _exact(inp: _Inputs, band: NoiseBand, name: str | None, atol: float) -> MatchResult:
+    """The exact gate: every compared token equal (|δ| ≤ atol; a NaN candidate differs), else the count, the share,
+    max |δ| and the first differing token. The analysis still runs, for the HTML page of a failure."""
+    if not atol >= 0 or atol == float("inf"):
+        raise ValueError(f"atol: {atol} is not a finite number ≥ 0")
+    ref, cand = inp.reference[inp.mask], inp.candidate[inp.mask]
+    d = np.abs(ref - cand)
+    differs = ~(d <= atol)
+    count, n = int(differs.sum()), int(ref.size)
+    finite = d[np.isfinite(d)]
+    first = None
+    if count:
+        row, col = (int(x[int(np.argmax(differs))]) for x in np.nonzero(inp.mask))
+        ids = inp.token_ids
+        i = int(np.argmax(differs))
+        first = {"sequence": row, "position": col, "token": f"[{int(ids[row, col])}]" if ids is not None else "",
+                 "logp": {"candidate": float(cand[i]), "reference": float(ref[i])}, "delta": float(ref[i] - cand[i])}
+    gate = {"atol": float(atol), "tokens": n, "sides": ["candidate", "reference"], "passed": count == 0,
+            "differing": count, "share": count / n, "max_abs": float(finite.max()) if finite.size else 0.0,
+            "first": first, "first_link": None, "first_link_token": None}
+    report = None
+    if inp.candidate_invalid < int(inp.mask.sum()):
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            report = analyze(_batch(inp, band, name or "assert_logprobs_match"), run_id=name or "logprobs-match")
+    numbers = {"tokens": n, "sequences": int((inp.mask.sum(1) > 0).sum()), "exact": gate}
+    regime = "identical" if count == 0 else (report.diagnosis["regime"] if report is not None else "invalid")
+    result = MatchResult(count == 0, regime, band, numbers, [], None, report)
+    if count:
+        result.message = f"{name + ': ' if name else ''}log-probs are not identical: {exact_line(gate)}."
+    return result
+
+
 def _nothing_valid(inp: _Inputs, band: NoiseBand, name: str | None) -> MatchResult:
     """Every compared candidate value is NaN, inf or above 0: a broken kernel, with nothing to analyse."""
     n = inp.candidate_invalid
@@ -333,7 +369,7 @@ def _nothing_valid(inp: _Inputs, band: NoiseBand, name: str | None) -> MatchResu
 
 
 def assert_logprobs_match(reference, candidate, mask=None, *, precision: str | NoiseBand = "bf16", token_ids=None,
-                          name: str | None = None, floor=None) -> MatchResult:
+                          name: str | None = None, floor=None, exact: bool = False, atol: float = 0.0) -> MatchResult:
     """Pass when candidate and reference log-probs of the same tokens differ by numerical noise of `precision`.
 
     `reference`, `candidate`: per-token log-probs, [tokens] or [sequences, tokens], numpy arrays, lists or
@@ -341,12 +377,14 @@ def assert_logprobs_match(reference, candidate, mask=None, *, precision: str | N
     both sides (unscored, as `score_logprobs` leaves them) are skipped. `precision`: fp32, tf32, bf16,
     fp16, fp8 (the band in `config.NOISE_BANDS`) or a `NoiseBand`. `floor`: the reference scored a second time
     under another batch composition (same shape): the band is then measured from it (`floor_band`) instead of
-    `precision`'s. `token_ids` label the HTML report.
+    `precision`'s. `token_ids` label the HTML report. `exact=True` passes only when no compared token differs (by
+    more than `atol` nats, default 0: bitwise), whatever the band, and names the first that does (docs/chain.md).
     Raises `LogprobsMismatch` (an AssertionError) whose message is the verdict, its findings with their
     evidence and the numbers that decided it; `ValueError` / `TypeError` for inputs that cannot be compared.
     """
     __tracebackhide__ = True  # pytest shows the caller's line, not this frame
-    result = compare_logprobs(reference, candidate, mask, precision=precision, token_ids=token_ids, name=name, floor=floor)
+    result = compare_logprobs(reference, candidate, mask, precision=precision, token_ids=token_ids, name=name, floor=floor,
+                              exact=exact, atol=atol)
     if not result.passed:
         raise LogprobsMismatch(result.message, result)
     return result

@@ -44,6 +44,23 @@ INPUT_PROBLEMS = {
 }
 
 
+# The sides a batch may carry (log-probs of the same tokens), in the chain's default order (design §5, docs/chain.md):
+# the sampler, the engine re-scoring the sampled tokens, the trainer in the rollout's precision, the trainer's no-grad
+# recompute, its training forward. `floor` (the trainer again under another batch) is a reference beside the trainer,
+# never a link of the path. Any other named side (StepBatch.sides) follows `train` unless meta["chain"] declares
+# the order.
+CHAIN_ORDER = ("rollout", "recompute", "shadow", "trainer", "train")
+SIDE_KINDS = {
+    "rollout": "the sampler's own log-probs",
+    "recompute": "the rollout engine re-scoring the sampled tokens (prefill, no sampling)",
+    "shadow": "the trainer's weights in the rollout's precision",
+    "trainer": "the trainer's no-grad recompute (old_log_probs)",
+    "train": "the training forward",
+    "floor": "the trainer again under another batch composition (its own floor)",
+}
+SIDE_NAME_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"
+
+
 @dataclass
 class StepBatch:
     """Token-level arrays are flat (padding removed) with CSR `offsets` per sequence, so the analysis
@@ -62,6 +79,9 @@ class StepBatch:
     advantage: np.ndarray | None = None  # [T] float64 (sequence advantages are broadcast)
     shadow_logp: np.ndarray | None = None  # [T] float64, trainer weights in rollout precision
     floor_logp: np.ndarray | None = None  # [T] float64, the trainer again under another batch composition (its own floor)
+    # [T] float64 each: further sides of the chain by name: "recompute" (the engine re-scoring), "train" (the training
+    # forward), or any other name; their order is CHAIN_ORDER's, or meta["chain"] where the file declares one
+    sides: dict[str, np.ndarray] = field(default_factory=dict)
     turn: np.ndarray | None = None  # [T] int32, turn of each token in its sequence (k-th trained span and what follows it); multi-turn only
     weight_version: np.ndarray | None = None  # [N] str, policy version(s) that generated the sequence; several joined by ","
     env: np.ndarray | None = None  # [N] str, environment name
@@ -96,6 +116,22 @@ class StepBatch:
 
     def tokens_of(self, i: int) -> slice:
         return slice(int(self.offsets[i]), int(self.offsets[i + 1]))
+
+    def side(self, name: str) -> np.ndarray | None:
+        """A side's log-probs by name: the two of every batch, shadow and floor, or a named one of `sides`."""
+        fixed = {"rollout": self.rollout_logp, "trainer": self.trainer_logp, "shadow": self.shadow_logp,
+                 "floor": self.floor_logp}
+        return fixed[name] if name in fixed else self.sides.get(name)
+
+    def chain_order(self) -> list[str]:
+        """The sides on the chain's path, in order: meta["chain"] where declared (the sides it names that the batch
+        holds), else CHAIN_ORDER's then the other named sides as they were added. The floor is never on the path."""
+        declared = self.meta.get("chain")
+        if isinstance(declared, list) and declared:
+            names = [str(n) for n in declared]
+        else:
+            names = [*CHAIN_ORDER, *(n for n in self.sides if n not in CHAIN_ORDER)]
+        return [n for n in dict.fromkeys(names) if n != "floor" and self.side(n) is not None]
 
     def token_strings(self, sl: slice) -> list[str]:
         """Decoded tokens for a slice: stored text, else the tokenizer, else `[id]`."""
@@ -132,6 +168,7 @@ class BatchReport:
     distributions: dict
     diagnosis: dict = field(default_factory=dict)  # empty when the diagnosis did not run
     topk: dict | None = None  # the two sides' top-k distributions compared (analysis/topk.py); absent with a reason
+    chain: dict | None = None  # the sides as a chain, each link's share (analysis/chain.py); None: no side beyond the pair
     samples: list = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
 
@@ -139,6 +176,8 @@ class BatchReport:
         """Every field but the samples, schema version first. Shallow: the values are the BatchReport's own (a deep
         copy of a 16M-token report's distributions cost a fifth of a second per page), so read, don't modify."""
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("samples", "schema_version")}
+        if d["chain"] is None:  # a batch of two sides: summary.json as before the chain existed
+            del d["chain"]
         return {"schema_version": self.schema_version, **d}
 
     def samples_dict(self) -> dict:

@@ -157,3 +157,60 @@ def write_prime_rl_run(out, steps: int = 30, n_seqs: int = 16, mean_len: int = 6
         (folder / "STABLE").write_text("", encoding="utf-8")
         folders.append(folder)
     return folders
+
+
+CHAIN_CAUSES = ("sampler", "engine", "train", "none")
+
+
+def make_chain_batch(cause: str, n_seqs: int = 32, mean_len: int = 64, vocab: int = 256, top_p: float = 0.9,
+                     noise: float = 2e-3, seed: int = 0) -> StepBatch:
+    """A batch of four sides (rollout → recompute → trainer → train) over really sampled tokens, with one planted
+    cause of mismatch (docs/chain.md):
+
+        sampler  the sampler draws from the top-p set and reports its renormalised log-probs; the engine's re-score,
+                 the trainer and its training forward score the full softmax (within bf16-sized noise of each other)
+        engine   the engine samples and re-scores the same full-softmax log-probs; the trainer's logits differ (other
+                 weights or kernels), its training forward agrees with its recompute
+        train    rollout, recompute and trainer are the same array; the training forward alone moves (nondeterminism)
+        none     all four sides are the same array: bitwise identical"""
+    if cause not in CHAIN_CAUSES:
+        raise ValueError(f"cause {cause!r}: one of {', '.join(CHAIN_CAUSES)}")
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(max(1, mean_len // 2), mean_len + mean_len // 2 + 1, n_seqs)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    t = int(offsets[-1])
+    logits = np.exp(rng.uniform(np.log(0.5), np.log(6.0), t))[:, None] * rng.standard_normal((t, vocab))
+    z = logits - logits.max(axis=1, keepdims=True)
+    full = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    rows = np.arange(t)
+    if cause == "sampler":  # top-p: the smallest set of most likely tokens whose mass reaches top_p, renormalised
+        order = np.argsort(-full, axis=1)
+        mass = np.cumsum(np.exp(np.take_along_axis(full, order, axis=1)), axis=1)
+        keep_sorted = np.concatenate([np.ones((t, 1), bool), mass[:, :-1] < top_p], axis=1)
+        keep = np.zeros_like(keep_sorted)
+        np.put_along_axis(keep, order, keep_sorted, axis=1)
+        kept_mass = np.log(np.where(keep, np.exp(full), 0.0).sum(axis=1))
+        sampler = np.where(keep, full - kept_mass[:, None], -np.inf)
+    else:
+        sampler = full
+    token = np.argmax(sampler + rng.gumbel(size=sampler.shape), axis=1)
+    truth = full[rows, token]
+
+    def noisy(scale: float) -> np.ndarray:
+        return np.minimum(truth + scale * rng.standard_normal(t), 0.0)
+
+    if cause == "sampler":
+        rollout, recompute, trainer = sampler[rows, token], noisy(noise), noisy(noise)
+        train = trainer.copy()
+    elif cause == "engine":
+        other = logits + 0.5 * rng.standard_normal(logits.shape)
+        oz = other - other.max(axis=1, keepdims=True)
+        trainer = (oz - np.log(np.exp(oz).sum(axis=1, keepdims=True)))[rows, token]
+        rollout, recompute, train = truth, truth.copy(), trainer.copy()
+    elif cause == "train":
+        rollout, recompute, trainer, train = truth, truth.copy(), truth.copy(), noisy(noise)
+    else:
+        rollout, recompute, trainer, train = truth, truth.copy(), truth.copy(), truth.copy()
+    return StepBatch(rollout_logp=rollout, trainer_logp=trainer, offsets=offsets, mask=np.ones(t, bool),
+                     token_ids=token.astype(np.int64), sides={"recompute": recompute, "train": train},
+                     meta={"model": "synthetic", "seed": seed, "planted": cause})

@@ -11,6 +11,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from ..catalogue import chain as chain_words
 from ..config import GROUP_TABLE_ROWS, THREAD_MIN_TOKENS, DiagnosisThresholds, Thresholds
 from ..model import BatchReport, StepBatch
 from . import breakdowns as bd
@@ -75,6 +76,9 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
         diagnosis=diagnosis,
         **families,
     )
+    report.chain = report.diagnosis.pop("chain", None)  # summary.json's own `chain`, not the diagnosis's
+    if report.chain is not None and (sentence := chain_words.verdict_sentence(report.chain)):
+        report.diagnosis["verdict"] = f"{report.diagnosis['verdict']} {sentence}"  # the verdict names the leading link
     report.routing["blocked_by_bug"] = blocked_by_bug(report.diagnosis or {})
     report.diagnosis["glance"] = glance_of(report.diagnosis, envs, metrics.get("kl_k3"))
     report.run["thresholds"] = th.to_dict()

@@ -26,7 +26,7 @@ from ..catalogue import findings as words
 from ..catalogue import severity, verdicts
 from ..config import SEVERITIES, DiagnosisThresholds, Thresholds
 from ..model import StepBatch
-from . import detectors, floor, localise, precision_gap, routes, usable  # noqa: F401  (importing one registers its detectors)
+from . import chain, detectors, floor, localise, precision_gap, routes, usable  # noqa: F401  (importing one registers its detectors)
 from .bands import apply_band, band_summary, choose_band
 from .consequence import consequence, fault_side, side_test
 from .registry import DETECTORS, Scene
@@ -68,7 +68,7 @@ def diagnose(batch: StepBatch, tok: Tokens, metrics: dict, thresholds: Diagnosis
         "findings": _by_severity(list(scene.found.values())),
         "band": band_summary(band, why, metrics["kl_k3"], dt),
         "thresholds": dt.to_dict(),
-        **sections,
+        **{k: v for k, v in sections.items() if v is not None},  # the chain's is None for a batch of two sides
     }
 
 

@@ -26,12 +26,12 @@ class Limit:
 
 @dataclass(frozen=True)
 class Violation:
-    kind: str  # "limit", "history" (the run's own band, analysis/history.py) or the finding severity
+    kind: str  # "limit", "history" (the run's own band, analysis/history.py), "exact" or the finding severity
     id: str  # metric or finding id
     message: str  # a limit's or band's message starts with the metric's name
 
     def line(self, source: str) -> str:
-        if self.kind in ("limit", "history"):
+        if self.kind in ("limit", "history", "exact"):
             return f"{source}: {self.kind} {self.message}"
         return f"{source}: {self.kind} {self.id}: {self.message}"
 

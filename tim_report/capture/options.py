@@ -17,6 +17,7 @@ class CaptureOptions:
     sampling: Sampling = field(default_factory=Sampling)
     seed: int = 0
     shadow: bool = False
+    recompute: EngineSpec | None = None  # the rollout engine re-scoring the sampled tokens (prefill, no sampling)
     trainer_floor: bool = False  # each hf trainer scores the tokens twice, under two batch compositions
     routes: bool = False  # hf scoring passes on an MoE model record each token's routed experts
     lm_head_fp32: str | None = None  # None | "rollout" | "trainer" | "both"

@@ -88,13 +88,24 @@ def check_options(opts: CaptureOptions) -> None:
         if spec.engine == "vllm" and not plain:
             raise BadInput(label, "vLLM can only score given tokens at --temperature 1 without --top-p/--top-k "
                                   "(its prompt log-probs are raw); use hf on this side")
-    check_environment([("--rollout", opts.rollouts[0])] + scorers)
+    recompute = _recompute_scorer(opts)
+    check_environment([("--rollout", opts.rollouts[0])] + scorers + recompute)
     for side, specs in (("rollout", opts.rollouts), ("trainer", opts.trainers)):
         if _lm_head(opts, side) and any(sp.engine == "vllm" for sp in specs):
             raise BadInput("--lm-head-fp32", f"vLLM cannot keep the LM head in fp32: pass --lm-head-fp32 "
                                              f"{'trainer' if side == 'rollout' else 'rollout'} or use hf on the {side} side")
     if opts.device not in ("auto", "cpu", "cuda") and not opts.device.startswith("cuda:"):
         raise BadInput("--device", f"'{opts.device}' is not auto, cpu or cuda")
+
+
+def _recompute_scorer(opts: CaptureOptions) -> list[tuple[str, EngineSpec]]:
+    """`--recompute`'s engine for the environment check; vLLM re-scores only at temperature 1 (raw prompt log-probs)."""
+    if opts.recompute is None:
+        return []
+    if opts.recompute.engine == "vllm" and opts.sampling.temperature != 1.0:
+        raise BadInput("--recompute", "vLLM re-scores given tokens only at --temperature 1 (its prompt log-probs are "
+                                      "raw); use hf for the re-score, or sample at temperature 1")
+    return [("--recompute", opts.recompute)]
 
 
 def _device(opts: CaptureOptions) -> str:
@@ -211,6 +222,9 @@ def _plan(opts: CaptureOptions) -> tuple[dict[EngineKey, list[Job]], dict[tuple[
     gen_spec = opts.rollouts[0]
     jobs: dict[EngineKey, list[Job]] = {EngineKey(gen_spec.engine, gen_spec.dtype, _lm_head(opts, "rollout")):
                                         [("generate", gen_spec, None)]}
+    if opts.recompute is not None:  # beside the sampler: the same engine is loaded once when the spec is the same
+        rc = opts.recompute
+        jobs.setdefault(EngineKey(rc.engine, rc.dtype, _lm_head(opts, "rollout")), []).append(("recompute", rc, None))
     for t in opts.trainers:
         jobs.setdefault(EngineKey(t.engine, t.dtype, _lm_head(opts, "trainer")), []).append(("trainer", t, None))
         if opts.trainer_floor and t.engine == "hf":
@@ -238,6 +252,7 @@ class _Scores:
     trainer: dict[EngineSpec, list[np.ndarray]] = field(default_factory=dict)
     shadow: dict[tuple[EngineSpec, str], list[np.ndarray]] = field(default_factory=dict)  # (trainer spec, rollout dtype)
     floor: dict[EngineSpec, list[np.ndarray]] = field(default_factory=dict)  # the trainer's second scoring
+    recompute: list[np.ndarray] | None = None  # the rollout engine's re-score of the sampled tokens
     routes: dict[tuple[str, EngineSpec], list[np.ndarray]] = field(default_factory=dict)  # ("rollout" | "trainer", spec)
     topk: dict[tuple[str, EngineSpec], list] = field(default_factory=dict)  # ("rollout" | "trainer", spec) → TopK per sequence
     versions: dict[str, str] = field(default_factory=dict)
@@ -282,6 +297,11 @@ def _run(jobs: dict[EngineKey, list[Job]], opts: CaptureOptions, prep: _Prepared
                     out.rollout[spec] = [g[1] for g in gen]
                     if opts.top_k_logprobs:
                         out.topk[("rollout", spec)] = [g[2] for g in gen]
+                    continue
+                if kind == "recompute":  # untruncated, at the sampling temperature: what the trainer should compute
+                    doing = "re-scoring the sampled tokens"
+                    with progress(f"recompute ({spec})", n_seq) as advance:
+                        out.recompute = engine.score(seq_ids, out.completions, s.temperature, 0, 1.0, progress=advance)
                     continue
                 label = {"rollout": f"scoring rollout ({spec})", "trainer": f"scoring trainer ({spec})",
                          "floor": f"trainer floor ({spec})", "shadow": f"shadow ({spec.engine} in {key.dtype})"}[kind]
@@ -377,12 +397,19 @@ def _assemble(opts: CaptureOptions, prep: _Prepared, scores: _Scores,
             else:
                 meta["trainer_floor"] = {"available": False, "reason": f"the {t.engine} trainer engine has no floor pass"}
         topk = _topk_arrays(scores, r, t)
+        sides = {}
+        if scores.recompute is not None and r == gen_spec:  # the sampler's pair: its own tokens re-scored
+            sides["recompute"] = np.concatenate(scores.recompute) if len(completions) else np.zeros(0)
+            meta["recompute"] = {"engine": ENGINE_NAMES[opts.recompute.engine] if opts.recompute else None,
+                                 "dtype": opts.recompute.dtype if opts.recompute else None,
+                                 "how": "the sampled sequences re-scored in one prefill (prompt log-probs), no sampling, "
+                                        "no top-p / top-k"}
         out[(r, t)] = StepBatch(
             rollout_logp=np.concatenate(scores.rollout[r]),
             trainer_logp=np.concatenate(scores.trainer[t]),
             offsets=offsets, mask=np.ones(len(token_ids), bool), token_ids=token_ids,
             token_text=list(token_text), prompt_ids=prompt_arrays, prompt_text=prompt_text, group=group,
-            shadow_logp=shadow, floor_logp=floor, meta=meta, **topk, **_route_arrays(scores, r, t, meta))
+            shadow_logp=shadow, floor_logp=floor, sides=sides, meta=meta, **topk, **_route_arrays(scores, r, t, meta))
     return out
 
 

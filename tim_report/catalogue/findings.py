@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import FLOOR_CLIP_WARN, ROUTING_EXPLAINS_WARN, SEVERITIES, DiagnosisThresholds
+from . import chain
 from .numbers import fixed, fmt, pct, times
 
 Words = dict[str, Any]  # a finding's evidence and its context, by name
@@ -428,6 +429,8 @@ FINDINGS: dict[str, Finding] = {f.id: f for f in (
         lambda w: "Check where the dump takes its routed experts (response-only vs whole sequence, padding) and that "
                   "both sides record the same tokens.",
         short="routes unusable", meaning="the routed-experts arrays do not line up with the tokens"),
+    Finding("chain_link", _always("info"), chain.finding_title, chain.finding_problem, chain.finding_cause,
+            chain.finding_check, short="chain link", meaning="one link of the chain carries the mismatch"),
 )}
 
 

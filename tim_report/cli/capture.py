@@ -34,6 +34,9 @@ from .text import safe
               help="Trainer engine and dtype; repeatable. Default hf:fp32.")
 @click.option("--matrix", is_flag=True, help="Every named engine in bf16, fp16 and fp32 on both sides (9 pairs per engine pair).")
 @click.option("--shadow", is_flag=True, help="Also score with the trainer's engine in the rollout's dtype (shadow_logp: precision gap β).")
+@click.option("--recompute", metavar="ENGINE:DTYPE", default=None,
+              help="Re-score the sampled sequences in this engine (usually the rollout's own, vllm:bf16): one prefill "
+                   "with prompt log-probs, no sampling (recompute_logp: the chain's sampler → recompute link).")
 @click.option("--trainer-floor", is_flag=True,
               help="Score the tokens twice with each hf trainer, under two batch compositions (floor_logp: the trainer's own "
                    "noise floor, beside the mismatch).")
@@ -62,7 +65,7 @@ from .text import safe
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path),
               help="Output .npz (one pair) or folder (several pairs).")
 @fail_cleanly
-def capture_command(model, prompts, rollouts, trainers, matrix, shadow, trainer_floor, routes, n_samples, max_new_tokens,
+def capture_command(model, prompts, rollouts, trainers, matrix, shadow, recompute, trainer_floor, routes, n_samples, max_new_tokens,
                     temperature, top_p, top_k, seed, lm_head_fp32, no_chat_template, max_prompts, device, kv_cache_gib,
                     top_k_logprobs, verbose, out) -> None:
     """Generate with the rollout engine, re-score the same tokens with the trainer, save step batch(es)."""
@@ -82,7 +85,7 @@ def capture_command(model, prompts, rollouts, trainers, matrix, shadow, trainer_
                           seed=seed, shadow=shadow, trainer_floor=trainer_floor, routes=routes, lm_head_fp32=lm_head_fp32,
                           chat_template=not no_chat_template,
                           device=device, max_prompts=max_prompts, kv_cache_gib=kv_cache_gib, top_k_logprobs=top_k_logprobs,
-                          verbose=verbose)
+                          verbose=verbose, recompute=parse_spec(recompute, "--recompute") if recompute else None)
     pairs = opts.pairs()
     single = len(pairs) == 1 and len(lengths) == 1
     if single:
@@ -137,6 +140,8 @@ def _write(batches: dict) -> None:
                 f"{b.meta['trainer_engine']} {b.meta['trainer_dtype']}: mean |δ| {fmt(abs(d).mean())} nats, max {fmt(abs(d).max())}")
         if b.shadow_logp is not None:
             line += f", |β| mean {fmt(abs(b.trainer_logp - b.shadow_logp).mean())}"
+        if "recompute" in b.sides:
+            line += f", sampler vs recompute |δ| mean {fmt(abs(b.sides['recompute'] - b.rollout_logp).mean())}"
         if b.floor_logp is not None:
             line += f", trainer floor |φ| max {fmt(abs(b.trainer_logp - b.floor_logp).max())}"
         click.echo(line)

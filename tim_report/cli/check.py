@@ -70,12 +70,17 @@ def gate_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 @click.option("--history-floor", "history_floors", multiple=True, metavar="METRIC=VALUE",
               help="The least the band reaches past the median, per metric (defaults: each metric's history floor in "
                    "docs/diagnosis.md).")
+@click.option("--exact", is_flag=True,
+              help="Also fail unless no token differs between the sides (rollout and trainer, and every side of the "
+                   "chain: recompute, train; docs/chain.md); says how many differ and the first one.")
+@click.option("--atol", type=click.FloatRange(min=0), default=0.0, show_default=True, metavar="NATS",
+              help="With --exact: a token differs only when |δ| exceeds this.")
 @ppo_eps_option
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object per file instead of lines.")
 @fail_cleanly
 @load_options
 def check_command(files, bounds, no_limits, fail_on, overrides, history, history_window, history_margin, history_floors,
-                  thresholds, as_json, load) -> None:
+                  exact, atol, thresholds, as_json, load) -> None:
     """Exit 1 when a batch breaks a limit or has a diagnosis finding (CI gate); 0 when clean; 2 on bad input.
 
     FILES are batch files or run folders (each step checked; a step that cannot be read is named, exit 2)."""
@@ -90,10 +95,14 @@ def check_command(files, bounds, no_limits, fail_on, overrides, history, history
         raise BadInput("--set", str(exc).strip("'\"")) from None
     except ValueError as exc:
         raise BadInput("--set", str(exc)) from None
+    if atol and not exact:
+        raise BadInput("--atol", "goes with --exact (the tolerance of the exact gate)")
+    if not atol < float("inf"):
+        raise BadInput("--atol", f"{atol} is not a finite number of nats")
     limits = [] if no_limits else gate_limits(bounds)
     options = CheckOptions(limits=limits, fail_on=fail_on, thresholds=thresholds, diagnosis=dth, history=history,
                            history_window=history_window, history_margin=history_margin,
-                           history_floors=_floors(history_floors))
+                           history_floors=_floors(history_floors), exact=exact, atol=atol)
     failed = unusable = False
     for checked in check(list(files), load, options):
         if isinstance(checked, Unread):
@@ -111,7 +120,8 @@ def check_command(files, bounds, no_limits, fail_on, overrides, history, history
                                    "violations": [v.__dict__ for v in res.violations],
                                    "excluded_tokens": report.data_problems["excluded_tokens"],
                                    "input_problems": report.data_problems["input"],
-                                   **({"history": {"basis": hres.basis, "note": hres.note}} if hres else {})}, sort_keys=True))
+                                   **({"history": {"basis": hres.basis, "note": hres.note}} if hres else {}),
+                                   **({"exact": checked.exact} if checked.exact is not None else {})}, sort_keys=True))
             continue
         name = safe(str(path))
         if res.input_problem is not None:

@@ -166,7 +166,7 @@ def load_options(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 key_option = click.option("--key", "keys", multiple=True, metavar="ROLE=NAME",
                           help="Use key NAME for ROLE (rollout, trainer, mask, tokens, text, group, reward, advantage, shadow, "
-                               "floor, prompt, tool, turn).")
+                               "floor, recompute, train, prompt, tool, turn).")
 pickle_option = click.option("--allow-pickle", is_flag=True,
                              help="Allow full unpickling (e.g. verl DataProto). Runs code from the file: trusted files only.")
 format_hint_option = click.option("--format-hint", metavar="FRAMEWORK", default=None, help=hint_help())

@@ -19,10 +19,10 @@ import numpy as np
 from ..config import TOPK_MAX
 from ..errors import BadInput
 from ..model import StepBatch
-from .canonical import ROUTE_FIELDS, TOPK_FIELDS
+from .canonical import ROUTE_FIELDS, TOPK_FIELDS, named_sides
 from .files import RawFile
 from .masks import outside_trained, trained, without_tools
-from .roles import RoleChoice, key_list
+from .roles import SIDE_ROLES, RoleChoice, key_list
 from .sequences import Exclusions, count_placeholders, turn_index
 from .text import as_text, decoded
 
@@ -127,15 +127,15 @@ def _exclusions(tokens: _Layout, batch: StepBatch) -> list[dict]:
 def _canonical_fields(p: Path, raw: RawFile, batch: StepBatch) -> None:
     """The optional per-sequence version / environment of a canonical file (its `turn` is a role)."""
     for name, shape, dtype in (("weight_version", batch.n_seqs, str), ("env", batch.n_seqs, str)):
-        value = raw.values.get(name)
-        if value is None:
+        if (value := raw.values.get(name)) is None:
             continue
-        arr = np.asarray(value)
-        if arr.shape != (shape,):
+        if (arr := np.asarray(value)).shape != (shape,):
             raise BadInput(p, f"'{name}' has shape {list(arr.shape)}, expected [{shape}]")
         setattr(batch, name, arr.astype(dtype))
     _topk_fields(p, raw, batch)
     _route_fields(p, raw, batch)
+    batch.sides.update(named_sides(p, raw.values, batch.n_tokens))
+
 
 
 def _route_fields(p: Path, raw: RawFile, batch: StepBatch) -> None:
@@ -295,6 +295,8 @@ def _optional_roles(p, roles, get, layout, flat, rollout_raw, raw: RawFile, batc
     batch.token_ids = _token_role(p, "tokens", roles, get("tokens"), layout, flat, rollout_raw, notes, np.int64)
     batch.shadow_logp = _token_role(p, "shadow", roles, get("shadow"), layout, flat, rollout_raw, notes, np.float64)
     batch.floor_logp = _token_role(p, "floor", roles, get("floor"), layout, flat, rollout_raw, notes, np.float64)
+    batch.sides = {r: v for r in SIDE_ROLES if (v := _token_role(p, r, roles, get(r), layout, flat, rollout_raw, notes,
+                                                                  np.float64)) is not None}
     batch.token_text = _text_role(p, roles, get("text"), layout, flat)
     batch.group = _group_role(p, roles, get("group"), batch)
     value = get("reward")

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import BadInput
 from ..model import StepBatch
 
 NO_FOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -24,6 +25,8 @@ CANONICAL_FORMAT = "tim-report/step-batch"
 CANONICAL_VERSION = 1
 # The optional [T, k] arrays of both sides' k most likely tokens (StepBatch fields of the same names).
 ROUTE_FIELDS = ("rollout_routes", "trainer_routes")  # [T, layers, k] routed experts per token, either side
+SIDE_PREFIX = "side_"  # a chain side of a name of its own: `side_NAME`; recompute and train are `recompute_logp`, `train_logp`
+CANONICAL_SIDES = {"recompute": "recompute_logp", "train": "train_logp"}
 TOPK_FIELDS = {"rollout_topk_ids": np.int32, "rollout_topk_logp": np.float32,
                "trainer_topk_ids": np.int32, "trainer_topk_logp": np.float32}
 
@@ -73,9 +76,32 @@ def batch_arrays(batch: StepBatch, compact: bool) -> dict[str, Any]:
             value = np.asarray(value)
             fits = value.size == 0 or (value.dtype.kind in "iu" and value.min() >= -2**31 and value.max() < 2**31)
             arrays[name] = value.astype(np.int32) if fits else value
+    arrays.update(_side_arrays(batch, compact))
     header = {"format": CANONICAL_FORMAT, "version": CANONICAL_VERSION, "meta": batch.meta}
     arrays["meta"] = np.asarray(json.dumps(header, sort_keys=True, default=str))
     return arrays
+
+
+def _side_arrays(batch: StepBatch, compact: bool) -> dict[str, np.ndarray]:
+    """The chain's further sides under their keys: `recompute_logp`, `train_logp`, `side_NAME`."""
+    out = {}
+    for name, value in batch.sides.items():
+        logp = np.asarray(value)
+        out[CANONICAL_SIDES.get(name, SIDE_PREFIX + name)] = logp if compact else logp.astype(np.float64)
+    return out
+
+
+def named_sides(p: Path, values: Any, n_tokens: int) -> dict[str, np.ndarray]:
+    """The chain's sides a canonical file holds under names of their own (`side_NAME`, one log-prob per token)."""
+    out = {}
+    for key in values:
+        if not key.startswith(SIDE_PREFIX):
+            continue
+        arr = np.asarray(values[key])
+        if arr.shape != (n_tokens,) or arr.dtype.kind != "f":
+            raise BadInput(p, f"'{key}' is {arr.dtype} {list(arr.shape)}: a side is one float log-prob per token ({n_tokens})")
+        out[key.removeprefix(SIDE_PREFIX)] = arr.astype(np.float64, copy=False)
+    return out
 
 
 def write_npz(arrays: dict[str, np.ndarray], path: Path, compresslevel: int) -> None:

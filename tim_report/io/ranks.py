@@ -52,6 +52,12 @@ def merge_ranks(origin: Path, batches: list[StepBatch], named: list[int] | None 
             setattr(out, name, np.concatenate([np.asarray(v) for v in values]))
         elif any(v is not None for v in values):
             out.notes.append(_partial(name, ranks, values))
+    for name in dict.fromkeys(n for b in batches for n in b.sides):  # the chain's named sides, as the token fields
+        sides = [b.sides.get(name) for b in batches]
+        if all(v is not None for v in sides):
+            out.sides[name] = np.concatenate([np.asarray(v) for v in sides])
+        else:
+            out.notes.append(_partial(f"side_{name}", ranks, sides))
     for name in LIST_FIELDS:
         lists = [getattr(b, name) for b in batches]
         if all(v is not None for v in lists):

@@ -22,6 +22,9 @@ ROLE_ALIASES: dict[str, tuple[str, ...]] = {
     "advantage": ("advantage", "advantages"),
     "shadow": ("shadow_logp", "shadow_log_probs", "shadow_logprobs"),
     "floor": ("floor_logp", "trainer_floor_logp"),
+    # the chain's further sides (docs/chain.md): the rollout engine re-scoring the sampled tokens, the training forward
+    "recompute": ("recompute_logp", "recompute_log_probs", "recompute_logprobs", "engine_recompute_logp"),
+    "train": ("train_logp", "train_log_probs", "train_logprobs", "current_log_probs", "new_log_probs"),
     "prompt": ("prompt_ids", "prompts", "prompt_token_ids", "prompt_input_ids"),
     "tool": ("tool_mask",),
     "turn": ("turn", "turn_ids", "turn_index"),
@@ -29,8 +32,9 @@ ROLE_ALIASES: dict[str, tuple[str, ...]] = {
     "attention": ("attention_mask",),
     "offsets": ("offsets", "cu_seqlens"),
 }
-USER_ROLES = ("rollout", "trainer", "mask", "tokens", "text", "group", "reward", "advantage", "shadow", "floor", "prompt", "tool",
-              "turn")
+USER_ROLES = ("rollout", "trainer", "mask", "tokens", "text", "group", "reward", "advantage", "shadow", "floor", "recompute",
+              "train", "prompt", "tool", "turn")
+SIDE_ROLES = ("recompute", "train")  # roles that fill StepBatch.sides under their own name
 
 
 @dataclass

@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from ..errors import BadInput
-from ..model import StepBatch
-from .canonical import TOPK_FIELDS
+from ..model import SIDE_NAME_CHARS, StepBatch
+from .canonical import SIDE_PREFIX, TOPK_FIELDS
 from .step_files import WHO, check_meta, precheck, step_target
 from .step_writer import StepWriter, shared_writer, write
 
@@ -117,7 +117,8 @@ def save_step(path: str | Path, rollout_logp: Any, trainer_logp: Any, *, mask: A
               offsets: Any = None, token_ids: Any = None, prompt_ids: Any = None, prompt_mask: Any = None,
               group: Any = None, reward: Any = None, advantage: Any = None, turn: Any = None, tool_mask: Any = None,
               rollout_topk_ids: Any = None, rollout_topk_logp: Any = None, trainer_topk_ids: Any = None,
-              trainer_topk_logp: Any = None, step: int | None = None, rank: int = 0, world_size: int | None = None,
+              trainer_topk_logp: Any = None, sides: dict[str, Any] | None = None, step: int | None = None,
+              rank: int = 0, world_size: int | None = None,
               model: str | None = None, rollout_engine: str | None = None, rollout_dtype: str | None = None,
               trainer_engine: str | None = None, trainer_dtype: str | None = None, meta: dict | None = None,
               background: bool | StepWriter = False) -> Path:
@@ -129,11 +130,15 @@ def save_step(path: str | Path, rollout_logp: Any, trainer_logp: Any, *, mask: A
     (BadInput naming the array). `background=True` (or a StepWriter) returns once the arrays are on the CPU and
     checked, and leaves compressing and writing to a writer thread (flushed at exit). `step`, `rank` and `world_size`
     are integers (a float, even 2.0, is refused), the rank inside the world, and nothing below `path` is followed
-    through a link save_step did not create (io/step_files.py): a refusal is one line of BadInput, nothing made."""
+    through a link save_step did not create (io/step_files.py): a refusal is one line of BadInput, nothing made.
+    `sides` adds the chain's further log-probs by name, in the layout of the two: `recompute` (the rollout engine
+    re-scoring the sampled tokens), `train` (the training forward), `shadow`, `floor`, or a name of your own
+    (docs/chain.md)."""
     arrays = dict(rollout_logp=rollout_logp, trainer_logp=trainer_logp, mask=mask, attention_mask=attention_mask,
                   offsets=offsets, token_ids=token_ids, group=group, reward=reward, advantage=advantage, turn=turn,
                   tool_mask=tool_mask, rollout_topk_ids=rollout_topk_ids, rollout_topk_logp=rollout_topk_logp,
-                  trainer_topk_ids=trainer_topk_ids, trainer_topk_logp=trainer_topk_logp, prompt_mask=prompt_mask)
+                  trainer_topk_ids=trainer_topk_ids, trainer_topk_logp=trainer_topk_logp, prompt_mask=prompt_mask,
+                  **_side_arrays(sides))
     info = dict(model=model, rollout_engine=rollout_engine, rollout_dtype=rollout_dtype, trainer_engine=trainer_engine,
                 trainer_dtype=trainer_dtype)
     target, step, rank, world_size = step_target(path, step, rank, world_size)  # checked before anything is made
@@ -161,6 +166,17 @@ def save_step(path: str | Path, rollout_logp: Any, trainer_logp: Any, *, mask: A
     else:
         write(target, batch)
     return target.path
+
+
+def _side_arrays(sides: dict[str, Any] | None) -> dict[str, Any]:
+    """`sides` by the names the arrays travel under (`side_NAME`), each name checked."""
+    out = {}
+    for name, value in (sides or {}).items():
+        if not (isinstance(name, str) and name and set(name) <= set(SIDE_NAME_CHARS)) or name in ("rollout", "trainer"):
+            raise BadInput(WHO, f"side name {name!r}: a side beyond rollout and trainer is named in lower-case letters, "
+                                "digits and _ (recompute, train, shadow, floor, or your own)")
+        out[SIDE_PREFIX + name] = value
+    return out
 
 
 class _Padded:
@@ -234,6 +250,14 @@ def _optional(a: dict, take: _Padded | _Flat, shape: tuple, batch: StepBatch) ->
     if present and len(present) != len(TOPK_FIELDS):
         raise BadInput(WHO, "top-k arrays come as all four (rollout_topk_ids, rollout_topk_logp, trainer_topk_ids, "
                             f"trainer_topk_logp); got {', '.join(present)}")
+    for key in (k for k in a if k.startswith(SIDE_PREFIX)):
+        raw = take(a, key, shape)  # float32 stays float32 (bf16 and fp16 were widened to it exactly)
+        value = raw if raw.dtype == np.float32 else _floats(key, raw)
+        name = key.removeprefix(SIDE_PREFIX)
+        if name in ("shadow", "floor"):
+            setattr(batch, f"{name}_logp", value)
+        else:
+            batch.sides[name] = value
     for name, dtype in TOPK_FIELDS.items() if present else ():
         value = take(a, name, shape)
         if value.ndim != 2:

@@ -16,6 +16,7 @@ from ..catalogue import metrics as catalogue
 from ..config import HOT_DIFF, TREND_LOG_AXIS_SPAN, health
 from . import charts as ch
 from . import index_views, run_tables
+from .chain_views import bitwise_identical, chain_view
 from .pages import asset_files, assets_href, environment, page_context, render_notes
 from .samples_js import NAME as SAMPLES_JS
 from .samples_js import samples_js, samples_json
@@ -35,7 +36,8 @@ from .views import (
 
 
 def run_context(report, notes_md: str | None = None, timestamp: str | None = None, assets: str | None = None) -> dict:
-    charts = ch.run_charts(report)
+    bitwise = bitwise_identical(report)
+    charts = [] if bitwise else ch.run_charts(report)  # a bitwise-identical batch says so instead of empty charts
     th = report.run.get("thresholds") or {}
     return {
         **page_context(charts, timestamp, assets),
@@ -44,7 +46,7 @@ def run_context(report, notes_md: str | None = None, timestamp: str | None = Non
         "groups": groups_view(report), "envs": env_view(report), "samples": samples_view(report, 0), "metrics_table": flat_metrics(report),
         "percentiles": percentile_rows(report), "notes": render_notes(notes_md), "th": th,
         "hot_diff": HOT_DIFF, "samples_open": SAMPLES_OPEN, "top_tokens": TOP_TOKENS, "diagnosis": report.diagnosis,
-        "topk": topk_view(report), "banners": banners(report),
+        "topk": topk_view(report), "banners": banners(report), "chain": chain_view(report), "bitwise": bitwise,
         "tables": {"envs": run_tables.env_table(report), "what_if": run_tables.what_if_table(report),
                    "by_probability": run_tables.probability_table(report), **run_tables.topk_tables(report)},
         # the token tables' rows: samples.js beside the page, or inline in a self-contained one

@@ -21,6 +21,7 @@ from ..catalogue.evidence import items as evidence_items
 from ..catalogue.numbers import fixed, fmt, pct, plain
 from ..config import HEALTH, HOT_DIFF, TREND_TABLE_MAX_STEPS, health
 from . import index_views, run_tables
+from .chain_views import bitwise_md, chain_md
 from .index_views import REGIME_MARK
 from .md import COLOUR, assemble, colour, details, esc, href, run_path, table, write_section, write_table
 from .tables import Section
@@ -294,6 +295,7 @@ def render_run_md(report, base_url: str | None = None) -> str:
     sub += [f"{fmt(m.get('tokens'))} tokens", f"{fmt(m.get('sequences'))} sequences", html]
     title = f"# {esc(t['model'], TEXT_CHARS)}: {esc(t['rollout'])} → {esc(t['trainer'])}\n\n" + " · ".join(sub)
     core = [title] + _banner_lines(report) + [_verdict(report), _summary(report)]
+    core += [part for part in (chain_md(report), bitwise_md(report)) if part]
     sections = [("findings", _findings(report)), ("routing and what-if", _routing(report)),
                 ("|δ| by probability", _by_probability(report)), ("whole distribution", _topk(report)),
                 ("by environment", _envs(report)), ("groups", _groups(report)),

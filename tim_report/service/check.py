@@ -11,9 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..analysis import GATE, GATE_HISTORY, analyze
-from ..analysis.gate import CheckResult, Limit, evaluate
+from ..analysis.exact import exact_gate
+from ..analysis.gate import CheckResult, Limit, Violation, evaluate
 from ..analysis.history import HistoryResult, check_history
 from ..analysis.run_index import run_row
+from ..analysis.tokens import valid_tokens
+from ..catalogue.chain import exact_line
 from ..config import HISTORY_MARGIN, HISTORY_WINDOW, DiagnosisThresholds, Thresholds
 from ..errors import BadInput
 from ..io import LoadOptions, Source, Unreadable, load, scan
@@ -32,6 +35,8 @@ class CheckOptions:
     history_window: int = HISTORY_WINDOW
     history_margin: float = HISTORY_MARGIN
     history_floors: dict[str, float] = field(default_factory=dict)
+    exact: bool = False  # also fail unless no token differs along the chain (by more than `atol`)
+    atol: float = 0.0
 
 
 @dataclass
@@ -44,6 +49,7 @@ class Checked:
     row: dict
     result: CheckResult
     history: HistoryResult | None
+    exact: dict | None = None  # the exact gate (analysis/exact.py) when asked
 
 
 @dataclass
@@ -88,4 +94,11 @@ def _checked(path: Path, batch: StepBatch, rows: list[dict] | None, options: Che
         result.violations += band.violations
         if band.note is None and not band.violations:
             result.summary += f"; within the run's band ({band.basis})"
-    return Checked(path, report, row, result, band)
+    gate = None
+    if options.exact:
+        gate = exact_gate(batch, valid_tokens(batch)[0], options.atol)
+        if not gate["passed"]:
+            result.violations.append(Violation("exact", "exact", exact_line(gate).removeprefix("exact: ")))
+        elif result.ok:
+            result.summary += "; " + exact_line(gate)
+    return Checked(path, report, row, result, band, gate)

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..analysis.history import check_history
+from ..catalogue.numbers import fmt
 from ..config import HISTORY_MARGIN, HISTORY_WINDOW
 from ..errors import BadInput
 from ..io import Source
@@ -54,7 +55,8 @@ class WatchOptions:
 
 @dataclass
 class Alarm:
-    """A step outside the run's band ("band") or a new change point ("change_point"), as one line and as data.
+    """A step outside the run's band ("band"), a new change point ("change_point"), or the first step that is not
+    bitwise identical in a run whose steps were ("identity"), as one line and as data.
 
     `row` is the index row of the alarm's step (None when the site has no row at that step): its regime, leading
     finding and side are the cause the line says first and the alarm command is told."""
@@ -198,8 +200,13 @@ class Watch:
         step outside the band, a change point at a step not alarmed yet), its cause first."""
         rnd.new_rows = [r for r in result.rows if r["id"] not in self.known_ids]
         for row in rnd.new_rows:
+            broke = identity_broken(row, result.rows)  # the sharper event of a run that was bitwise identical
             band = check_history(row, [r for r in result.rows if r is not row], self.opts.history_window, self.opts.history_margin)
-            if band.violations:
+            if broke is not None:
+                rnd.alarms.append(Alarm("identity", row.get("step"), row["id"], ["abs_delta_max"], row.get("abs_delta_max"),
+                                        f"{_cause(row)}; {broke}", row))
+                self.alarmed.add(row.get("step"))
+            elif band.violations:
                 first, more = band.violations[0], len(band.violations) - 1
                 rnd.alarms.append(Alarm("band", row.get("step"), row["id"], [v.id for v in band.violations],
                                         row.get(first.id), f"{_cause(row)}; outside the run's band: {first.message}"
@@ -216,6 +223,18 @@ class Watch:
             self.alarmed.add(cp["step"])
             self.known_changes |= pairs
         self.known_ids |= {r["id"] for r in result.rows}
+
+
+def identity_broken(row: dict, rows: list[dict]) -> str | None:
+    """The line of the first step that stops being bitwise identical in a run whose earlier steps all were, or None."""
+    value = row.get("abs_delta_max")
+    if not isinstance(value, (int, float)) or not value > 0 or not isinstance(row.get("step"), (int, float)):
+        return None
+    before = [r for r in rows if isinstance(r.get("step"), (int, float)) and r["step"] < row["step"]]
+    if not before or any(r.get("abs_delta_max") != 0 for r in before):
+        return None
+    return (f"no longer bitwise identical: max |δ| {fmt(value)} after {len(before)} identical "
+            f"step{'s' if len(before) > 1 else ''} (check --exact names the first differing token)")
 
 
 def _cause(row: dict) -> str:
