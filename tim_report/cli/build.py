@@ -15,6 +15,7 @@ from pathlib import Path
 import click
 
 from ..catalogue.formats import FORMATS
+from ..catalogue.frameworks import run_folders
 from ..catalogue.numbers import fixed, fmt
 from ..config import NOTES_MAX_BYTES
 from ..errors import BadInput, regular_file
@@ -40,7 +41,11 @@ EXIT_UNREADABLE_STEP = 3  # the site was written, but a step of a run folder cou
 CHANGE_LINES_MAX = 10
 
 
-@click.command("build")
+@click.command("build", help=f"""Analyse step batches and write the report site into OUTPUT.
+
+    FILES are step batch files, one step's folder, or run folders ({run_folders()}, a folder of step files): one
+    report per step.
+    """)
 @input_files
 @click.option("-o", "--output", "out", required=True, type=click.Path(), help="Output folder (the site).")
 @click.option("--run-id", "run_ids", multiple=True,
@@ -64,11 +69,6 @@ CHANGE_LINES_MAX = 10
 @load_options
 def build_command(files, out, run_ids, load, thresholds, notes, timestamp, self_contained, formats, base_url, jobs, executor,
                   ray_address) -> None:
-    """Analyse step batches and write the report site into OUTPUT.
-
-    FILES are step batch files, one step's folder (prime-rl step_S/), or run folders (prime-rl token_exports/,
-    a NeMo-RL log dir, a slime/miles --dump-details dir, a SkyRL export, a folder of step files): one report per step.
-    """
     from ..render import RenderOptions
     from ..service.build import BuildOptions, build
 

@@ -17,6 +17,7 @@ from typing import Any
 
 import click
 
+from ..catalogue.frameworks import hint_help
 from ..catalogue.numbers import fmt
 from ..config import MAX_TOKENS, PPO_EPS_HIGH, PPO_EPS_LOW, Thresholds
 from ..errors import BadInput, UnpicklingWarning
@@ -168,10 +169,7 @@ key_option = click.option("--key", "keys", multiple=True, metavar="ROLE=NAME",
                                "floor, recompute, train, prompt, tool, turn).")
 pickle_option = click.option("--allow-pickle", is_flag=True,
                              help="Allow full unpickling (e.g. verl DataProto). Runs code from the file: trusted files only.")
-format_hint_option = click.option(
-    "--format-hint", metavar="FRAMEWORK", default=None,
-    help="Read the input as this framework's dump instead of detecting it from the content: prime-rl, slime, miles, "
-         "nemo-rl, skyrl, verl, or dict (a plain dict of arrays).")
+format_hint_option = click.option("--format-hint", metavar="FRAMEWORK", default=None, help=hint_help())
 tokenizer_option = click.option("--tokenizer", type=click.Path(), help="Local tokenizer folder to decode token ids (offline).")
 def _thresholds(_ctx: click.Context, _param: click.Parameter, value: tuple[float, float]) -> Thresholds:
     return Thresholds(ppo_eps_low=value[0], ppo_eps_high=value[1])

@@ -23,6 +23,7 @@ from pathlib import Path
 import click
 
 from ..catalogue.formats import FORMATS
+from ..catalogue.frameworks import run_folders
 from ..config import RUN_APPEAR_WAIT
 from ..errors import BadInput
 from .options import fail_cleanly, load_options, output_path, ppo_eps_option
@@ -37,7 +38,11 @@ def _check_interval(value: float) -> None:
         raise BadInput("--interval", f"{value!r} is not a number of seconds in {INTERVAL_MIN:g} … {INTERVAL_MAX:g}")
 
 
-@click.command("watch")
+@click.command("watch", help=f"""Follow a run folder while it is written: rebuild the site in OUTPUT each time a step is complete.
+
+    RUN_DIR is a run folder `build` reads ({run_folders()}, a folder of step files); it may be empty, and may
+    appear up to --wait-for-run seconds late.
+    """)
 @click.argument("run_dir", type=click.Path(path_type=Path))
 @click.option("-o", "--output", "out", required=True, type=click.Path(), help="Output folder (the site), rewritten as steps arrive.")
 @click.option("--interval", type=float, default=5.0, show_default=True, metavar="SECONDS",
@@ -63,11 +68,6 @@ def _check_interval(value: float) -> None:
 @fail_cleanly
 @load_options
 def watch_command(run_dir, out, interval, ranks, on_alarm, wait_for_run, log_to, once, formats, thresholds, load) -> None:
-    """Follow a run folder while it is written: rebuild the site in OUTPUT each time a step is complete.
-
-    RUN_DIR is a run folder `build` reads (prime-rl token_exports/, a folder of step files, a NeMo-RL log dir, a
-    slime/miles dump dir, a SkyRL export); it may be empty, and may appear up to --wait-for-run seconds late.
-    """
     from ..service.build import BuildOptions
     from ..service.loggers import LogTarget, close_sinks, open_sinks
     from ..service.watch import Watch, WatchOptions, follow

@@ -7,9 +7,10 @@
     save_step(p, ...)     a training loop's tensors → the canonical `.npz` of one rank of a step (save_step.py)
     LoadOptions           how to read (keys, meta, pickling, tokenizer, format hint, size limit): one object for all
 
-Framework dumps (prime-rl, slime, miles, NeMo-RL, SkyRL, verl) are read by their own module in
-`readers/`; plain dicts of arrays go through `files.py` → `roles.py` → `assemble.py`. Nothing outside
-this package knows a file format or a framework's key names.
+A framework's dump is read by its own module in `dumps/` (the registry: catalogue/frameworks.py); a file is
+read by its format's module in `readers/` (the registry: `readers.FILE_FORMATS`); plain dicts of arrays go
+through `files.py` → `roles.py` → `assemble.py`. Nothing outside this package knows a file format or a
+framework's key names.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from ..errors import BadInput, parser_limits
 from ..model import META_KEYS, StepBatch
 from .assemble import build_batch
 from .canonical import save_batch
-from .detect import FRAMEWORKS
 from .discover import RANK_NPZ, SAVED_STEP, Source, Unreadable, scan, settle_step, sources
+from .dumps import Dump, dump
 from .files import RawFile, raw_file, read_file
 from .limits import limited
 from .options import LoadOptions
@@ -34,7 +35,7 @@ from .roles import ROLE_ALIASES, USER_ROLES, choose_roles
 from .text import clean_strings
 from .tokenizer import load_decoder
 
-__all__ = ["FRAMEWORKS", "ROLE_ALIASES", "USER_ROLES", "LoadOptions", "RawFile", "Source", "describe", "load",
+__all__ = ["ROLE_ALIASES", "USER_ROLES", "LoadOptions", "RawFile", "Source", "describe", "load",
            "Unreadable", "meta_overrides", "read_file", "save_batch", "scan", "sources"]
 
 
@@ -150,15 +151,13 @@ def _read(src: Source, keys: dict[str, str] | None, allow_pickle: bool) -> tuple
         parts = [_read_dict(Source((p,), "dict", src.step, src.run_id, p), keys, allow_pickle) for p in src.paths]
         named = [int(m.group(1)) if (m := RANK_NPZ.fullmatch(p.name)) else -1 for p in src.paths]
         return merge_ranks(src.origin, [b for b, _, _ in parts], named), parts[0][1], parts[0][2]
-    if src.framework in ("dict", "verl"):
-        return _read_dict(src, keys, allow_pickle)
+    d = dump(src.framework)
+    if d is None or d.read is None:  # a plain dict of arrays (or a dump read as one)
+        return _read_dict(src, keys, allow_pickle, d)
     if keys:
         raise BadInput(src.origin, f"--key applies to plain dicts of arrays; this {src.framework} dump is read by its own "
                                    "reader (--format-hint dict reads it as a plain dict)")
-    from .readers import miles, nemo_rl, prime_rl, skyrl, slime
-
-    reader = {"prime-rl": prime_rl, "nemo-rl": nemo_rl, "slime": slime, "miles": miles, "skyrl": skyrl}[src.framework]
-    batch, fields = reader.read(src, allow_pickle)
+    batch, fields = d.read(src, allow_pickle)
     batch.meta.setdefault("source", str(src.origin))
     why = f"fixed by the {src.framework} format"
     filled = {r: k for r, k in batch.meta.get("keys", {}).items() if getattr(batch, _ROLE_FIELDS.get(r, "mask")) is not None}
@@ -171,22 +170,20 @@ _ROLE_FIELDS = {"tokens": "token_ids", "text": "token_text", "group": "group", "
                 "shadow": "shadow_logp", "prompt": "prompt_ids", "turn": "turn"}
 
 
-def _read_dict(src: Source, keys: dict[str, str] | None, allow_pickle: bool) -> tuple[StepBatch, list[dict], dict]:
-    """A plain dict of arrays (or a verl DataProto, unwrapped): key names matched to roles."""
+def _read_dict(src: Source, keys: dict[str, str] | None, allow_pickle: bool,
+               d: Dump | None = None) -> tuple[StepBatch, list[dict], dict]:
+    """A plain dict of arrays (or a dump read as one, such as verl's DataProto unwrapped): key names matched to roles."""
     path = src.paths[0]
-    if src.framework == "verl":
-        from .readers import verl
-
-        values = verl.read_values(path, allow_pickle)
-        raw = raw_file(path, values)
+    if d is not None and d.values is not None:
+        raw = raw_file(path, d.values(path, allow_pickle))
     else:
         raw = read_file(path, allow_pickle=allow_pickle)
     roles = choose_roles(raw, keys)
     if hasattr(raw.values, "prefetch"):  # an .npz read lazily: its used members decompress in parallel
         raw.values.prefetch([c.key for c in roles.values() if c.key is not None])
     batch = build_batch(raw, roles)
-    if src.framework == "verl":
-        verl.annotate(batch, raw.values)
+    if d is not None and d.annotate is not None:
+        d.annotate(batch, raw.values)
     fields = [_field(k, raw.values, roles) for k in sorted(raw.values)]
     return batch, fields, {r: {"key": c.key, "reason": c.reason} for r, c in roles.items()}
 

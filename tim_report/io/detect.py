@@ -1,8 +1,9 @@
 """Which framework wrote a file, from its content: never from its name alone, and never by unpickling.
 
-JSON lines are told apart by the keys of their first record; pickles (a torch `.pt` zip's
-`data.pkl`, or a raw `.pkl`) by the class names and dict keys their opcodes mention, read with
-`pickletools` without running anything. `--format-hint` skips this.
+A file format says how to look inside (`io/readers`' `peek`); each framework's dump says what it looks for
+(`io/dumps`: `record_keys`, `pickled`), tried in the registry's order. JSON lines are told apart by the keys of
+their first record; pickles (a torch `.pt` zip's `data.pkl`, or a raw `.pkl`) by the class names and dict keys
+their opcodes mention, read with `pickletools` without running anything. `--format-hint` skips this.
 """
 
 from __future__ import annotations
@@ -13,29 +14,27 @@ import re
 import zipfile
 from pathlib import Path
 
+from ..catalogue import frameworks
 from ..errors import BadInput
+from .dumps import dumps
+from .readers import SUFFIXES
 from .text import first_line
 
-FRAMEWORKS = ("prime-rl", "slime", "miles", "nemo-rl", "skyrl", "verl", "dict")
-INPUT_SUFFIXES = (".pt", ".pth", ".npz", ".jsonl", ".pkl")
 PEEK_BYTES = 1 << 20  # structural keys and class names sit at the start of a pickle
-
-PRIME_RL_KEYS = {"inference_logprobs", "trainer_logprobs", "loss_mask", "token_ids"}
-NEMO_RL_KEYS = {"generation_logprobs", "prev_logprobs", "token_loss_mask", "token_ids"}
 
 
 def check_hint(hint: str | None) -> str | None:
-    if hint is not None and hint not in FRAMEWORKS:
-        raise BadInput("--format-hint", f"unknown framework '{hint}' (one of: {', '.join(FRAMEWORKS)})")
+    if hint is not None and hint not in frameworks.FRAMEWORKS:
+        raise BadInput("--format-hint", f"unknown framework '{hint}' (one of: {', '.join(frameworks.FRAMEWORKS)})")
     return hint
 
 
 def detect_file(path: Path) -> str:
     """The framework that wrote this file, from what it holds; "dict" for a plain dict of arrays."""
-    suffix = path.suffix.lower()
-    if suffix == ".jsonl":
+    fmt = SUFFIXES.get(path.suffix.lower())
+    if fmt is not None and fmt.peek == "records":
         return jsonl_framework(first_record(path))
-    if suffix in (".pt", ".pth", ".pkl"):
+    if fmt is not None and fmt.peek == "pickle":
         return pickle_framework(pickle_words(path))
     return "dict"
 
@@ -86,17 +85,14 @@ def _top_level(prefix: str) -> dict:
 
 
 def jsonl_framework(record: dict) -> str:
+    """The first framework whose dump's records always have these keys."""
     keys = set(record)
-    if PRIME_RL_KEYS <= keys:
-        return "prime-rl"
-    if NEMO_RL_KEYS <= keys:
-        return "nemo-rl"
-    return "dict"
+    return next((d.name for d in dumps() if d.record_keys and d.record_keys <= keys), "dict")
 
 
 def is_zip(path: Path) -> bool:
     """A torch.save zip starts with a local file header (`zipfile.is_zipfile` also says yes for a raw
-    pickle that merely holds torch.save bytes, as SkyRL's and verl's do)."""
+    pickle that merely holds torch.save bytes, as some frameworks' raw pickles do)."""
     try:
         with open(path, "rb") as fh:
             return fh.read(4) == b"PK\x03\x04"
@@ -140,13 +136,5 @@ def _words(data: bytes) -> set[str]:
 
 
 def pickle_framework(words: set[str]) -> str:
-    """slime's train dump has `format_version` and `samples`; miles' `rollout_data` columns; SkyRL and verl their classes."""
-    if any(w.startswith("skyrl") for w in words):
-        return "skyrl"
-    if any(w.startswith("verl.") and w.endswith("DataProto") for w in words):
-        return "verl"
-    if "samples" in words and ({"format_version", "rollout_position"} & words or {"group_index", "rollout_id"} <= words):
-        return "slime"
-    if {"rollout_data", "rollout_id"} <= words:
-        return "miles"
-    return "dict"
+    """The first framework whose dump's rule accepts the names this pickle mentions."""
+    return next((d.name for d in dumps() if d.pickled is not None and d.pickled(words)), "dict")

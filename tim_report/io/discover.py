@@ -1,16 +1,16 @@
 """A path on the command line → the batches to analyse (`Source`s), one per training step.
 
     a file, or one step's folder       one Source
-    prime-rl token_exports/            one per step_S/ folder (all its rank_*.jsonl files)
+    a framework's run folder           one per step, in the shapes its dump declares (io/dumps: the folder an
+                                       output dir keeps its dumps in, each step's file or its step_S/ folder of
+                                       rank files; a step of several files, such as a rollout id's ranks, is one)
     a save_step run folder             one per step_S/ folder (all its rank_*.npz files, merged by io/ranks.py)
-    a NeMo-RL log dir                  one per train_data_stepN.jsonl
-    a slime / miles dump dir           one per rollout id in train_data/ (slime joined with rollout_data/)
-    a SkyRL export dir                 one per dumped_data/global_step_N_training_input.pkl
     a folder of step files             one per file (global_step_N.pt, step_N.npz, ...)
 
 Sources come sorted by step, with run ids unique within the folder. Layouts are told apart by the
-names the frameworks give their files and folders, and the framework is confirmed from each file's
-content (`detect.py`); a folder mixing frameworks, or holding nothing readable, is bad input.
+names the frameworks give their files and folders (every registered dump's, never a framework named here),
+and the framework is confirmed from each file's content (`detect.py`); a folder mixing frameworks, or holding
+nothing readable, is bad input.
 
 `scan(path)` is what `build` and `check` use on a run folder: a step of it that cannot be read (an empty or
 truncated file, a step folder with no rank file) is an `Unreadable` with its reason, beside the steps that can,
@@ -23,19 +23,17 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ..catalogue.frameworks import run_folders
 from ..errors import BadInput, parser_limits, regular_file
-from .detect import INPUT_SUFFIXES, check_hint, detect_file, first_record
+from .detect import check_hint, detect_file, first_record
+from .dumps import Dump, dump, dumps, glob
+from .readers import SUFFIXES, named
 
 STEP_RE = re.compile(r"(?:global[_-]?)?step[_-]?(\d+)", re.IGNORECASE)
-RANK_FILE = re.compile(r"rank_(\d+)\.jsonl$")
 RANK_NPZ = re.compile(r"rank_(\d+)\.npz$")  # save_step's step_S/rank_R.npz
 SAVED_STEP = "save_step step"  # the kind of such a Source: io.load merges its rank files
 STEP_DIR = re.compile(r"step_(\d+)$")
 STEP_LIKE = re.compile(r"step_")  # a folder named like a step; one STEP_DIR does not parse is an unreadable step
-NEMO_FILE = re.compile(r"train_data_step(\d+)\.jsonl$")
-SKYRL_FILE = re.compile(r"global_step_(\d+)_training_input\.pkl$")
-SLIME_FILE = re.compile(r"(\d+)\.pt$")
-MILES_FILE = re.compile(r"(\d+)_(\d+)\.pt$")
 
 
 @dataclass(frozen=True)
@@ -67,16 +65,17 @@ class Unreadable:
 
     @classmethod
     def of(cls, path: Path, exc: BadInput) -> Unreadable:
-        step = _int(STEP_DIR, path.name) if path.is_dir() else _step_of(path)
-        named = exc.source if exc.source not in (str(path), "") else None  # a rank file inside a step folder
-        reason = f"{Path(named).name}: {exc.problem}" if named else exc.problem
-        return cls(path, step, _step_id(step, path.name if path.is_dir() else path.stem), reason)
+        step = _int(STEP_DIR, path.name) if path.is_dir() else step_of(path)
+        inner = exc.source if exc.source not in (str(path), "") else None  # a rank file inside a step folder
+        reason = f"{Path(inner).name}: {exc.problem}" if inner else exc.problem
+        return cls(path, step, step_id(step, path.name if path.is_dir() else path.stem), reason)
 
 
 def completion_marker(src: Source) -> Path | None:
-    """The file a framework writes once a step is complete (prime-rl's `step_S/STABLE`), or None when it writes none:
-    what `watch` waits for before it reads a step."""
-    return src.origin / "STABLE" if src.framework == "prime-rl" and src.origin.is_dir() else None
+    """The file a framework writes into a step folder once the step is complete (its dump's `marker`, such as
+    prime-rl's `step_S/STABLE`), or None when it writes none: what `watch` waits for before it reads a step."""
+    d = dump(src.framework)
+    return src.origin / d.marker if d is not None and d.marker and src.origin.is_dir() else None
 
 
 def settle_step(src: Source, own: object, notes: list[str]) -> object:
@@ -149,78 +148,114 @@ def file_source(path: Path, hint: str | None = None) -> Source:
     if path.stat().st_size == 0:
         raise BadInput(path, "file is empty")
     framework = hint or detect_file(path)
-    if framework == "prime-rl":
+    d = dump(framework)
+    if d is not None and d.rank_files:  # one rank of a step folder
         step = _int(STEP_DIR, path.parent.name)
         step = step if step is not None else _record_step(path)
-        return Source((path,), framework, step, _step_id(step, path.stem), path, "prime-rl rank file")
-    if framework == "slime" and path.parent.name == "train_data":
-        return _slime_source(path)
-    if framework == "miles":
-        return _miles_source(path)
-    step = _step_of(path)
-    if framework in ("nemo-rl", "skyrl", "slime"):
-        return Source((path,), framework, step, _step_id(step, path.stem), path, f"{framework} dump file")
+        return Source((path,), framework, step, step_id(step, path.stem), path, f"{framework} rank file")
+    if d is not None and d.source is not None and (found := d.source(path)) is not None:
+        return found
+    step = step_of(path, d)
+    if d is not None and d.step_files:
+        return Source((path,), framework, step, step_id(step, path.stem), path, f"{framework} dump file")
     return Source((path,), framework, step, path.stem, path, "file")
 
 
 def _folder(path: Path, hint: str | None, bad: list[Unreadable]) -> list[Source]:
-    if path.name == "train_data" or (path / "train_data").is_dir():
-        return _train_data(path if path.name == "train_data" else path / "train_data", hint, bad)
-    if (path / "token_exports").is_dir():
-        path = path / "token_exports"
-    if (path / "dumped_data").is_dir():
-        path = path / "dumped_data"
-    kinds = {
-        "prime-rl step folder": sorted(f for f in path.glob("rank_*.jsonl") if RANK_FILE.search(f.name)),
-        "save_step step folder": _rank_npz(path) or _odd_rank_files(path),
-        "step_S folders": sorted(d for d in path.iterdir() if d.is_dir() and STEP_LIKE.match(d.name)),
-        "NeMo-RL log dir": sorted(f for f in path.iterdir() if NEMO_FILE.match(f.name)),
-        "SkyRL dumped_data": sorted(f for f in path.iterdir() if SKYRL_FILE.match(f.name)),
-    }
+    registered = dumps()
+    if not _own_folder(path, registered):  # an output dir: into the folder a framework keeps its dumps in
+        path = next((path / d.folder for d in registered if d.folder and (path / d.folder).is_dir()), path)
+    members = _own_folder(path, registered)
+    if members:
+        return _dump_files(path, members, hint, bad)
+    ranked = [d for d in registered if d.rank_files]  # a step is a step_S/ folder of rank files
+    logs = [d for d in registered if d.step_files and not d.folder]  # a step is a file, in any folder
+    kinds: dict[str, list[Path]] = {f"{d.name} step folder": _ranks(path, d) for d in ranked}
+    kinds["save_step step folder"] = _rank_npz(path) or _odd_rank_files(path)
+    kinds["step_S folders"] = sorted(d for d in path.iterdir() if d.is_dir() and STEP_LIKE.match(d.name))
+    kinds.update({f"{d.name} log dir": _named(path, [d]) for d in logs})
     present = [k for k, v in kinds.items() if v]
     if len(present) > 1:
         raise BadInput(path, f"holds dumps of several layouts ({', '.join(present)}): point at one of them")
-    if present == ["prime-rl step folder"] or (not present and _looks_like_prime_step(path)):
-        return [_prime_step(path, hint)]
+    step_dump = next((d for d in ranked if present == [f"{d.name} step folder"]), None)
+    if step_dump is None and not present:  # an empty step folder of a run: its rank files are missing
+        step_dump = next((d for d in ranked if STEP_DIR.match(path.name) and
+                          ((d.marker and (path / d.marker).exists()) or path.parent.name == d.folder)), None)
+    if step_dump is not None:
+        return [_rank_step(path, step_dump, hint)]
     if present == ["save_step step folder"]:
         return [_saved_step(path, hint)]
     if present == ["step_S folders"]:
-        return _each(kinds["step_S folders"], lambda d: _step_folder(d, hint), bad)
-    if present:
-        framework = "nemo-rl" if present == ["NeMo-RL log dir"] else "skyrl"
-        return _each(kinds[present[0]], lambda f: file_source(f, hint) if hint else _confirmed(f, framework), bad)
+        return _each(kinds["step_S folders"], lambda s: _step_folder(s, ranked, hint), bad)
+    log = next((d for d in logs if present == [f"{d.name} log dir"]), None)
+    if log is not None:
+        return _each(kinds[present[0]], lambda f: file_source(f, hint) if hint else _confirmed(f, log.name), bad)
     return _plain_files(path, hint, bad)
 
 
-def _looks_like_prime_step(path: Path) -> bool:
-    """`step_S/` with prime-rl's STABLE marker, or inside `token_exports/`."""
-    return STEP_DIR.match(path.name) is not None and ((path / "STABLE").exists() or path.parent.name == "token_exports")
+def _own_folder(path: Path, registered: tuple[Dump, ...]) -> list[Dump]:
+    """The frameworks that keep their step files in a folder of this name (two may share one: the content tells them apart)."""
+    return [d for d in registered if d.folder == path.name and d.step_files]
 
 
-def _prime_step(step_dir: Path, hint: str | None) -> Source:
-    """A prime-rl step: the union of its rank files (no rank file is bad input: the step was not written)."""
-    ranks = sorted((f for f in step_dir.glob("rank_*.jsonl") if RANK_FILE.search(f.name)),
-                   key=lambda f: _int(RANK_FILE, f.name) or 0)
+def _named(folder: Path, members: list[Dump]) -> list[Path]:
+    """The files of `folder` named as these frameworks name their step files."""
+    return sorted(f for f in folder.iterdir() if f.is_file() and any(p.fullmatch(f.name) for d in members for p in d.patterns))
+
+
+def _dump_files(folder: Path, members: list[Dump], hint: str | None, bad: list[Unreadable]) -> list[Source]:
+    """A framework's own folder of step files; frameworks sharing the folder's name are told apart by the first
+    file's content. A step of several files (a rollout id's ranks, a train dump joined with its rollout dump)
+    is one Source, as the framework's `source` groups it."""
+    files = _named(folder, members)
+    if not files:
+        raise BadInput(folder, f"no {'/'.join(d.name for d in members)} dump in this folder (expected "
+                               f"{' or '.join(p for d in members for p in d.step_files)})")
+    names = [d.name for d in members]
+    if hint is not None and hint not in names:
+        return _each(files, lambda f: file_source(f, hint), bad)
+    framework = hint or (names[0] if len(names) == 1 else _first_framework(files))
+    d = next((d for d in members if d.name == framework), None)
+    if d is not None and d.source is not None:
+        grouped = _each(files, lambda f: d.source(f) or file_source(f, d.name), bad)
+        return list({s.origin: s for s in reversed(grouped)}.values())[::-1]  # one per step, its first file's
+    return _each(files, lambda f: file_source(f, hint) if hint else _confirmed(f, framework), bad)
+
+
+def _ranks(step_dir: Path, d: Dump) -> list[Path]:
+    """A step folder's rank files of this framework, in rank order."""
+    rank = d.rank_pattern
+    assert rank is not None and d.rank_files is not None
+    found = [(int(m.group(1)), f) for f in step_dir.glob(glob(d.rank_files)) if (m := rank.fullmatch(f.name))]
+    return [f for _, f in sorted(found)]
+
+
+def _step_folder(step_dir: Path, ranked: list[Dump], hint: str | None) -> Source:
+    """One step_S/ folder of a run: save_step's rank files, or a framework's; a name that is not step_N (step_-3,
+    step_2.9) is a step that cannot be read (its row says why), never a folder silently passed over."""
+    if not STEP_DIR.fullmatch(step_dir.name):
+        raise BadInput(step_dir, "is named like a step folder but its step does not parse (expected step_N, N a "
+                                 "non-negative integer): not read")
+    if _rank_npz(step_dir) or _odd_rank_files(step_dir):
+        return _saved_step(step_dir, hint)
+    d = next((d for d in ranked if _ranks(step_dir, d)), ranked[0] if ranked else None)
+    return _rank_step(step_dir, d, hint) if d is not None else _saved_step(step_dir, hint)
+
+
+def _rank_step(step_dir: Path, d: Dump, hint: str | None) -> Source:
+    """A framework's step folder: the union of its rank files (no rank file is bad input: the step was not written)."""
+    ranks = _ranks(step_dir, d)
     if not ranks:
-        raise BadInput(step_dir, "prime-rl step folder with no rank_*.jsonl file (was the step exported?)")
-    if hint not in (None, "prime-rl") and len(ranks) > 1:
-        raise BadInput(step_dir, f"--format-hint {hint} reads one file, and this prime-rl step has {len(ranks)} rank "
+        raise BadInput(step_dir, f"{d.name} step folder with no {glob(d.rank_files or '')} file (was the step exported?)")
+    if hint not in (None, d.name) and len(ranks) > 1:
+        raise BadInput(step_dir, f"--format-hint {hint} reads one file, and this {d.name} step has {len(ranks)} rank "
                                  "files: point at one of them")
     for f in ranks:
         regular_file(f)
     step = _int(STEP_DIR, step_dir.name)
     step = step if step is not None else _record_step(ranks[0])
-    return Source(tuple(ranks), hint or "prime-rl", step, _step_id(step, step_dir.name), step_dir,
-                  f"prime-rl step folder ({len(ranks)} rank file{'s' if len(ranks) != 1 else ''})")
-
-
-def _step_folder(step_dir: Path, hint: str | None) -> Source:
-    """One step_S/ folder of a run: save_step's or prime-rl's; a name that is not step_N (step_-3, step_2.9) is a step
-    that cannot be read (its row says why), never a folder silently passed over."""
-    if not STEP_DIR.fullmatch(step_dir.name):
-        raise BadInput(step_dir, "is named like a step folder but its step does not parse (expected step_N, N a "
-                                 "non-negative integer): not read")
-    return _saved_step(step_dir, hint) if _rank_npz(step_dir) or _odd_rank_files(step_dir) else _prime_step(step_dir, hint)
+    return Source(tuple(ranks), hint or d.name, step, step_id(step, step_dir.name), step_dir,
+                  f"{d.name} step folder ({len(ranks)} rank file{'s' if len(ranks) != 1 else ''})")
 
 
 def _odd_rank_files(folder: Path) -> list[Path]:
@@ -237,35 +272,23 @@ def _rank_npz(folder: Path) -> list[Path]:
 def _saved_step(step_dir: Path, hint: str | None) -> Source:
     """A step written by save_step: the canonical files of its ranks, read as one batch."""
     ranks = _rank_npz(step_dir)
+    ranked = [d for d in dumps() if d.rank_files]
     odd = _odd_rank_files(step_dir)
     if odd:
         raise BadInput(step_dir, f"holds {odd[0].name}, whose rank does not parse (expected rank_R.npz, R a non-negative "
                                  "integer): the step cannot be read whole")
     if not ranks:
-        raise BadInput(step_dir, "step folder with no rank_*.jsonl (prime-rl) or rank_*.npz (save_step) file")
-    if any(step_dir.glob("rank_*.jsonl")):
-        raise BadInput(step_dir, "holds both prime-rl rank_*.jsonl and save_step rank_*.npz files: keep one kind per step")
+        raise BadInput(step_dir, "step folder with no " + "".join(f"{glob(d.rank_files or '')} ({d.name}) or " for d in ranked)
+                       + "rank_*.npz (save_step) file")
+    for d in ranked:
+        if _ranks(step_dir, d):
+            raise BadInput(step_dir, f"holds both {d.name} {glob(d.rank_files or '')} and save_step rank_*.npz files: keep "
+                                     "one kind per step")
     if hint not in (None, "dict"):
         raise BadInput(step_dir, f"--format-hint {hint}: these rank_*.npz files are tim-report's canonical format (hint dict)")
     step = _int(STEP_DIR, step_dir.name)
-    return Source(tuple(ranks), "dict", step, _step_id(step, step_dir.name), step_dir,
+    return Source(tuple(ranks), "dict", step, step_id(step, step_dir.name), step_dir,
                   f"{SAVED_STEP} folder ({len(ranks)} rank file{'s' if len(ranks) != 1 else ''})")
-
-
-def _train_data(folder: Path, hint: str | None, bad: list[Unreadable]) -> list[Source]:
-    """slime `train_data/{id}.pt` (one per rollout id) or miles `train_data/{id}_{rank}.pt` (all ranks of an id)."""
-    files = sorted(f for f in folder.glob("*.pt") if SLIME_FILE.fullmatch(f.name) or MILES_FILE.fullmatch(f.name))
-    if not files:
-        raise BadInput(folder, "no train dump in this folder (expected {rollout_id}.pt or {rollout_id}_{rank}.pt)")
-    framework = hint or _first_framework(files)
-    if hint not in (None, "slime", "miles"):
-        return _each(files, lambda f: file_source(f, hint), bad)
-    if framework == "miles":
-        firsts = {m.group(1): f for f in reversed(files) if (m := MILES_FILE.fullmatch(f.name))}
-        return [_miles_source(f) for f in firsts.values()]
-    if framework == "slime":  # {rollout_id}.pt joins its rollout dump; a per-rank template's files stand alone
-        return [_slime_source(f) if SLIME_FILE.fullmatch(f.name) else file_source(f, "slime") for f in files]
-    return _each(files, lambda f: file_source(f, hint) if hint else _confirmed(f, framework), bad)
 
 
 def _first_framework(files: list[Path]) -> str:
@@ -280,35 +303,12 @@ def _first_framework(files: list[Path]) -> str:
     raise first
 
 
-def _slime_source(train: Path) -> Source:
-    """A slime train dump, with the rollout dump of the same id beside it when there is one (the join)."""
-    rollout_id = _int(SLIME_FILE, train.name)
-    sibling = train.parent.parent / "rollout_data" / train.name
-    paths = (train, sibling) if sibling.is_file() else (train,)
-    kind = "slime train dump" + (" + rollout dump" if len(paths) == 2 else " (no rollout_data/ sibling)")
-    step = rollout_id if rollout_id is not None else _step_of(train)
-    return Source(paths, "slime", step, _step_id(step, train.stem), train, kind)
-
-
-def _miles_source(path: Path) -> Source:
-    """A miles rollout id: every rank's file of that id (context-parallel slices need their siblings)."""
-    m = MILES_FILE.fullmatch(path.name)
-    if m is None:
-        return Source((path,), "miles", _step_of(path), path.stem, path, "miles train dump")
-    rid = m.group(1)
-    ranks = sorted((f for f in path.parent.glob(f"{rid}_*.pt") if MILES_FILE.fullmatch(f.name)),
-                   key=lambda f: int(MILES_FILE.fullmatch(f.name).group(2)))  # type: ignore[union-attr]  # matched above
-    step = int(rid)
-    return Source(tuple(ranks), "miles", step, _step_id(step, rid), path.parent / f"{rid}_*.pt",
-                  f"miles train dump ({len(ranks)} rank file{'s' if len(ranks) != 1 else ''})")
-
-
 def _plain_files(folder: Path, hint: str | None, bad: list[Unreadable]) -> list[Source]:
     """A folder of step files: one Source each; their frameworks must agree."""
-    files = sorted(f for f in folder.iterdir() if f.is_file() and f.suffix.lower() in INPUT_SUFFIXES)
+    files = sorted(f for f in folder.iterdir() if f.is_file() and f.suffix.lower() in SUFFIXES)
     if not files:
-        raise BadInput(folder, "is a directory with no step batch in it: expected .pt, .npz, .jsonl or .pkl files, a prime-rl step or "
-                               "token_exports folder, a NeMo-RL log dir, a slime/miles dump dir or a SkyRL export")
+        raise BadInput(folder, f"is a directory with no step batch in it: expected {named()} files, a step folder, or a run "
+                               f"folder ({run_folders()})")
     found = _each(files, lambda f: file_source(f, hint), bad)
     frameworks = sorted({s.framework for s in found})
     if len(frameworks) > 1:
@@ -324,10 +324,12 @@ def _confirmed(path: Path, framework: str) -> Source:
     return found
 
 
-def _step_of(path: Path) -> int | None:
-    for pattern in (NEMO_FILE, SKYRL_FILE):
-        if (m := pattern.search(path.name)) is not None:
-            return int(m.group(1))
+def step_of(path: Path, d: Dump | None = None) -> int | None:
+    """A file's step from its name: as its framework names its step files (where that applies), else `step_N`."""
+    if d is not None and (d.folder is None or path.parent.name == d.folder):
+        for p in d.patterns:
+            if (m := p.fullmatch(path.name)) is not None:
+                return int(m.group(1))
     m = STEP_RE.search(path.stem)
     return int(m.group(1)) if m else None
 
@@ -342,7 +344,7 @@ def _int(pattern: re.Pattern, name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def _step_id(step: int | None, fallback: str) -> str:
+def step_id(step: int | None, fallback: str) -> str:
     return f"step_{step}" if step is not None else fallback
 
 

@@ -12,11 +12,8 @@ import numpy as np
 
 from ..errors import BadInput, parser_limit, regular_file
 from .canonical import CANONICAL_FORMAT
-from .readers.jsonl import read_jsonl
-from .readers.npz import NpzMembers, read_npz
-from .readers.pt import read_pt
-
-READERS = {".pt": read_pt, ".pth": read_pt, ".npz": read_npz, ".jsonl": read_jsonl}
+from .readers import SUFFIXES, named, reader
+from .readers.npz import NpzMembers
 
 
 @dataclass
@@ -34,14 +31,14 @@ def read_file(path: str | Path, *, allow_pickle: bool = False) -> RawFile:
     if not path.exists():
         raise BadInput(path, "no such file")
     if path.is_dir():
-        raise BadInput(path, "is a directory, expected a .pt, .npz or .jsonl file")
+        raise BadInput(path, f"is a directory, expected a {named()} file")
     regular_file(path)
     if path.stat().st_size == 0:
         raise BadInput(path, "file is empty")
     suffix = path.suffix.lower()
-    if suffix not in READERS:
-        raise BadInput(path, f"unknown file type '{suffix or '(none)'}': expected .pt, .npz or .jsonl")
-    return raw_file(path, READERS[suffix](path, allow_pickle))
+    if suffix not in SUFFIXES:
+        raise BadInput(path, f"unknown file type '{suffix or '(none)'}': expected {named()}")
+    return raw_file(path, reader(suffix)(path, allow_pickle))
 
 
 def raw_file(path: Path, values: Any) -> RawFile:

@@ -75,7 +75,7 @@ def turn_index(mask: np.ndarray, rollout: np.ndarray, offsets: np.ndarray) -> np
 
     A trained token starts a new turn when the untrained run before it, inside the same sequence and after a
     trained token, holds only 0.0 rollout placeholders: tool and environment output, which no engine sampled
-    (verl, SkyRL, slime, prime-rl, NeMo-RL, OpenRLHF and TRL all write 0.0 there). A run of sampled tokens taken
+    (every framework dump read here, and OpenRLHF and TRL in memory, write 0.0 there: docs/formats.md). A run of sampled tokens taken
     out of the loss (verl's token-level rejection, a veto) is not a turn. None when no sequence has a second turn.
     Works on the untrained runs' ends only, so a 16M-token batch costs a few passes."""
     m, ro = np.asarray(mask, bool), np.asarray(rollout)

@@ -8,8 +8,8 @@ taken only once it is complete (`Poller`):
 - no file of it has a temporary name (`*.tmp`, `*.part`, a hidden `.name`, ...): a writer that saves to a temporary
   name and renames it into place (tim-report's own `save_step`, `torch.save` to a temp file) is seen only after the
   rename;
-- a prime-rl step folder has its `STABLE` marker, once any step of the run has one (prime-rl writes it when every
-  rank has flushed);
+- a step folder has its framework's completion marker (the dump's `marker`: prime-rl's `STABLE`, written when every
+  rank has flushed), once any step of the run has one (io.discover.completion_marker);
 - it has as many files (ranks) as `--ranks` declares, else as many as the most any earlier complete step had.
 
 A round rebuilds the site from the complete steps with `service.build.build` (the per-step cache keeps the unchanged
@@ -115,7 +115,7 @@ class Poller:
         self.run_dir, self.hint, self.declared = run_dir, format_hint, ranks
         self.seen: dict[Path, Stat | None] = {}  # every file of every step at the previous poll
         self.ranks = 0  # the most files an accepted step had
-        self.stable = False  # a step of this run has had its completion marker (prime-rl's STABLE)
+        self.stable = False  # a step of this run has had its framework's completion marker
         self.pending: set[str] = set()  # the problems the previous poll met: one met on two polls in a row is said
         self.said: set[str] = set()  # the problems said, each once while it lasts (a file being written meets one)
 
@@ -135,7 +135,7 @@ class Poller:
 
     def _discover(self) -> tuple[list[Source], list[str]]:
         """Every step `build` would find, and a note for each step it cannot read yet (a JSON-lines file half
-        written, a prime-rl step folder with no rank file yet): the others still go on (io.scan)."""
+        written, a step folder with no rank file yet): the others still go on (io.scan)."""
         if not self.run_dir.exists():
             return [], []
         try:
@@ -145,7 +145,8 @@ class Poller:
         return found, [f"waiting: {b.origin}: {b.reason}" for b in bad]
 
     def _settled(self, s: Source, now: dict, previous: dict) -> bool:
-        """Every file unchanged since the previous poll, none temporary or empty, and the STABLE marker if the run uses it."""
+        """Every file unchanged since the previous poll, none temporary or empty, and the completion marker if the run
+        uses one."""
         if any(temporary(p) for p in s.paths):
             return False
         if any(now[p] is None or now[p] != previous.get(p) or now[p][0] == 0 for p in s.paths):
@@ -155,7 +156,7 @@ class Poller:
 
 
 def build_path(s: Source) -> Path:
-    """The path `build` reads this one step from: its step folder or file (a miles step: any of its rank files)."""
+    """The path `build` reads this one step from: its step folder or file (a step of several rank files: any of them)."""
     return s.origin if s.origin.exists() else s.paths[0]
 
 

@@ -22,7 +22,7 @@ from ..limits import current
 from ..text import first_line
 
 
-def read_jsonl(path: Path, allow_pickle: bool) -> Any:
+def read(path: Path, allow_pickle: bool) -> Any:
     rows = [{k: _compact(v) for k, v in row.items()} for _, row in read_records(path)]
     keys = sorted({k for r in rows for k in r})
     return {k: [r.get(k) for r in rows] for k in keys}

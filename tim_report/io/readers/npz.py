@@ -30,7 +30,7 @@ OBJECT_ARRAYS = ("holds object arrays (pickled Python objects); store numeric or
                  "or re-run with --allow-pickle if you trust this file")
 
 
-def read_npz(path: Path, allow_pickle: bool) -> NpzMembers:
+def read(path: Path, allow_pickle: bool) -> NpzMembers:
     with open(path, "rb") as fh:
         if fh.read(4) != b"PK\x03\x04":
             raise BadInput(path, "not an .npz archive (numpy writes a zip of .npy files; this is not a zip)")

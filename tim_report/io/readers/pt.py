@@ -25,7 +25,7 @@ NUMPY_IN_PT = ("holds numpy arrays, which torch.load(weights_only=True) does not
                "(torch.from_numpy(a)), or use .npz (np.savez)")
 
 
-def read_pt(path: Path, allow_pickle: bool) -> Any:
+def read(path: Path, allow_pickle: bool) -> Any:
     obj = torch_load(path, allow_pickle)
     with warnings.catch_warnings():  # torch's notes on odd tensors (nested: "prototype stage") are not ours to say
         warnings.simplefilter("ignore")

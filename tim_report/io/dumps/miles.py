@@ -20,8 +20,10 @@ from typing import Any
 import numpy as np
 
 from ...errors import BadInput
+from ..discover import Source, step_id, step_of
+from ..readers.pt import to_plain, torch_load
 from ..sequences import Exclusions, assemble_seqs
-from .pt import to_plain, torch_load
+from . import Dump, pattern
 from .slime import ALIGNMENT, sample_seq
 
 REFUSAL = ("this miles train dump holds objects only full unpickling can load (numpy arrays: the Mooncake transfer "
@@ -161,3 +163,29 @@ def _rollout_join(src, allow_pickle: bool, notes: list[str]) -> dict[int, dict]:
 def _has(dump: dict, column: str) -> bool:
     values = dump["rollout_data"].get(column)
     return isinstance(values, list) and any(v is not None for v in values)
+
+
+RANK_FILE = "{rollout_id}_{rank}.pt"
+
+
+def rollout_source(path: Path) -> Source:
+    """A rollout id: every rank's file of that id (context-parallel slices need their siblings)."""
+    rank_file = pattern(RANK_FILE)
+    m = rank_file.fullmatch(path.name)
+    if m is None:
+        return Source((path,), "miles", step_of(path), path.stem, path, "miles train dump")
+    rid = m.group(1)
+    ranks = sorted((f for f in path.parent.glob(f"{rid}_*.pt") if rank_file.fullmatch(f.name)),
+                   key=lambda f: int(rank_file.fullmatch(f.name).group(2)))  # type: ignore[union-attr]  # matched above
+    step = int(rid)
+    return Source(tuple(ranks), "miles", step, step_id(step, rid), path.parent / f"{rid}_*.pt",
+                  f"miles train dump ({len(ranks)} rank file{'s' if len(ranks) != 1 else ''})")
+
+
+DUMP = Dump(
+    name="miles",
+    layout="per-rank column dicts (rollout_data) of response-only samples; context-parallel zigzag slices put back in place",
+    pickled=lambda words: {"rollout_data", "rollout_id"} <= words, pickled_words="`rollout_data` and `rollout_id`",
+    folder="train_data", step_files=(RANK_FILE,),
+    read=read, source=rollout_source,
+)

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import BadInput
+from ..readers.jsonl import read_records
 from ..sequences import (
     PROMPT_WHY,
     Exclusions,
@@ -24,7 +25,7 @@ from ..sequences import (
     floats,
     split_at_first_trained,
 )
-from .jsonl import read_records
+from . import Dump
 
 TOKEN_KEYS = ("token_ids", "loss_mask", "inference_logprobs", "trainer_logprobs")
 OPTIONAL_TOKEN_KEYS = ("position_ids", "advantages")
@@ -110,3 +111,12 @@ def _recorded_step(steps: set[int], notes: list[str]) -> int | None:
         notes.append(f"the records name several steps ({', '.join(map(str, sorted(steps)))}); the step folder's is used")
         return None
     return next(iter(steps), None)
+
+
+DUMP = Dump(
+    name="prime-rl",
+    layout="whole sequence per line (prompt and completion), index i scoring token i; a step is the union of its ranks",
+    record_keys=frozenset({"inference_logprobs", "trainer_logprobs", "loss_mask", "token_ids"}),
+    folder="token_exports", rank_files="rank_{R}.jsonl", marker="STABLE",
+    read=read,
+)

@@ -11,6 +11,7 @@ skipped with a note rather than failing the batch.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,10 @@ from typing import Any
 import numpy as np
 
 from ...errors import BadInput
+from ..discover import Source, step_id, step_of
+from ..readers.pt import to_plain, torch_load
 from ..sequences import Exclusions, Seq, assemble_seqs, floats, joined_versions
-from .pt import to_plain, torch_load
+from . import Dump
 
 ALIGNMENT = ("response only: rollout_log_probs[j], log_probs[j] and loss_masks[j] score response token j = "
              "tokens[total_lengths − response_lengths + j]; no first-token exclusion; nothing shifted")
@@ -161,3 +164,30 @@ def _fields(dump: dict, samples: list[dict]) -> list[dict]:
     top = [{"key": k, "type": type(v).__name__} for k, v in sorted(dump.items()) if k != "samples"]
     per = samples[0] if samples else {}
     return top + [{"key": f"samples[].{k}", "type": type(v).__name__} for k, v in sorted(per.items())]
+
+
+ROLLOUT_ID = re.compile(r"(\d+)\.pt$")
+
+
+def train_source(train: Path) -> Source | None:
+    """A train dump in train_data/, with the rollout dump of the same id beside it when there is one (the join); a
+    file elsewhere is None (read alone)."""
+    if train.parent.name != "train_data":
+        return None
+    m = ROLLOUT_ID.fullmatch(train.name) or ROLLOUT_ID.search(train.name)
+    sibling = train.parent.parent / "rollout_data" / train.name
+    paths = (train, sibling) if sibling.is_file() else (train,)
+    kind = "slime train dump" + (" + rollout dump" if len(paths) == 2 else " (no rollout_data/ sibling)")
+    step = int(m.group(1)) if m else step_of(train)
+    return Source(paths, "slime", step, step_id(step, train.stem), train, kind)
+
+
+DUMP = Dump(
+    name="slime",
+    layout="response only, per-sample lists (train dump), joined by rollout_position with the rollout dump of the same id",
+    pickled=lambda words: "samples" in words and bool({"format_version", "rollout_position"} & words
+                                                      or {"group_index", "rollout_id"} <= words),
+    pickled_words="`samples` with `format_version` or `rollout_position` (train dump) or `group_index` and `rollout_id`",
+    folder="train_data", step_files=("{rollout_id}.pt",),
+    read=read, source=train_source,
+)

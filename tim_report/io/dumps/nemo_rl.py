@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import BadInput
+from ..readers.jsonl import read_records
 from ..sequences import (
     PROMPT_WHY,
     Exclusions,
@@ -24,7 +25,7 @@ from ..sequences import (
     floats,
     split_at_first_trained,
 )
-from .jsonl import read_records
+from . import Dump
 
 TOKEN_KEYS = ("token_ids", "token_loss_mask", "generation_logprobs", "prev_logprobs")
 SCALAR_KEYS = ("input_lengths", "rewards", "sample_loss_mask")
@@ -123,3 +124,12 @@ def _content(value: Any) -> str | None:
     if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
         return "\n\n".join(value)
     return None
+
+
+DUMP = Dump(
+    name="nemo-rl",
+    layout="whole sequence per line, right-padded, every field wrapped in a length-1 list; index i scoring token i",
+    record_keys=frozenset({"generation_logprobs", "prev_logprobs", "token_loss_mask", "token_ids"}),
+    step_files=("train_data_step{N}.jsonl",),
+    read=read,
+)

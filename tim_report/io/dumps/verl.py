@@ -19,13 +19,14 @@ import numpy as np
 
 from ...errors import BadInput
 from ..detect import is_zip
-from .pt import (
+from ..readers.pt import (
     to_plain,
     torch_load,
     unpickling_failed,
     unwrap_dataproto,
     warn_unpickling,
 )
+from . import Dump
 
 REFUSAL = ("a verl DataProto is a pickle, and unpickling can run arbitrary code from the file: re-run with "
            "--allow-pickle if you trust it")
@@ -82,3 +83,12 @@ def _versions(values: Mapping[str, Any], n: int) -> np.ndarray | None:
 def fields(values: dict) -> list[dict[str, Any]]:
     return [{"key": k, "type": f"{v.dtype} {list(v.shape)}" if isinstance(v, np.ndarray) else type(v).__name__}
             for k, v in sorted(values.items())]
+
+
+DUMP = Dump(
+    name="verl",
+    layout="a pickled DataProto: response only, right-padded [B, R], read as a dict of arrays",
+    pickled=lambda words: any(w.startswith("verl.") and w.endswith("DataProto") for w in words),
+    pickled_words="verl's `DataProto` class",
+    values=read_values, annotate=annotate,
+)

@@ -26,8 +26,9 @@ from typing import Any
 import numpy as np
 
 from ...errors import BadInput
+from ..readers.pt import to_plain, unpickling_failed, warn_unpickling
 from ..sequences import Exclusions, Seq, assemble_seqs, floats
-from .pt import to_plain, unpickling_failed, warn_unpickling
+from . import Dump
 
 REFUSAL = ("a SkyRL dump is a pickle, and unpickling can run arbitrary code from the file: re-run with "
            "--allow-pickle if you trust it")
@@ -198,3 +199,12 @@ def _row(values: dict, b: int, groups: list[str] | None, ex: Exclusions) -> Seq 
                advantage=floats(adv[b][resp]) if adv is not None and adv.ndim == 2 else None,
                reward=float(rew[b][resp].sum()) if rew is not None and rew.ndim == 2 else None,
                group=groups[b] if groups is not None else None)
+
+
+DUMP = Dump(
+    name="skyrl",
+    layout="a pickled TrainingInputBatch: response tensors [B, R], right-aligned (or right-padded in older versions)",
+    pickled=lambda words: any(w.startswith("skyrl") for w in words), pickled_words="a class of the `skyrl` package",
+    folder="dumped_data", step_files=("global_step_{N}_training_input.pkl",),
+    read=read,
+)
