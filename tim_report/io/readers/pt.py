@@ -146,7 +146,9 @@ def torch_load(path: Path, allow_pickle: bool, refusal: str = NEEDS_PICKLE) -> A
             return torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except pickle.UnpicklingError as exc:
         if not allow_pickle:
-            raise BadInput(path, NUMPY_IN_PT if "GLOBAL numpy." in str(exc) else refusal) from exc
+            # a plain file of numpy arrays is a format slip; a framework's own dump (its refusal) needs the trust flag
+            numpy_slip = "GLOBAL numpy." in str(exc) and refusal is NEEDS_PICKLE
+            raise BadInput(path, NUMPY_IN_PT if numpy_slip else refusal) from exc
     except Exception as exc:
         raise BadInput(path, f"not a readable PyTorch file: truncated, corrupt or not saved by torch.save ({first_line(exc)})") from exc
     try:
