@@ -10,7 +10,6 @@ arrays go through the same assembly as any dict (`assemble.py`); this module add
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,12 +18,11 @@ import numpy as np
 
 from ...errors import BadInput
 from ..detect import is_zip
+from ..readers.pkl import unpickle
 from ..readers.pt import (
     to_plain,
     torch_load,
-    unpickling_failed,
     unwrap_dataproto,
-    warn_unpickling,
 )
 from . import Dump
 
@@ -39,14 +37,7 @@ def read_values(path: Path, allow_pickle: bool) -> dict:
     if is_zip(path):
         obj = torch_load(path, allow_pickle, refusal=REFUSAL)
     else:
-        if not allow_pickle:
-            raise BadInput(path, REFUSAL)
-        try:
-            with open(path, "rb") as fh:
-                obj = pickle.load(fh)
-        except Exception as exc:
-            raise unpickling_failed(path, exc) from exc
-        warn_unpickling(path)
+        obj = unpickle(path, allow_pickle, refusal=REFUSAL)
     values = to_plain(unwrap_dataproto(obj), path)
     if not isinstance(values, dict):
         raise BadInput(path, f"holds a {type(obj).__name__}, not a verl DataProto")

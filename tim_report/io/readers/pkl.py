@@ -20,12 +20,17 @@ REFUSAL = ("a .pkl file is a pickle, and unpickling can run arbitrary code from 
 
 
 def read(path: Path, allow_pickle: bool) -> Any:
+    return to_plain(unwrap_dataproto(unpickle(path, allow_pickle)), path)
+
+
+def unpickle(path: Path, allow_pickle: bool, refusal: str = REFUSAL) -> Any:
+    """The pickled object, only with --allow-pickle (else `refusal`, one line); a failure to unpickle is one line."""
     if not allow_pickle:
-        raise BadInput(path, REFUSAL)
+        raise BadInput(path, refusal)
     try:
         with open(path, "rb") as fh:
             obj = pickle.load(fh)
     except Exception as exc:
         raise unpickling_failed(path, exc) from exc
     warn_unpickling(path)
-    return to_plain(unwrap_dataproto(obj), path)
+    return obj
