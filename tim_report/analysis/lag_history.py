@@ -1,0 +1,65 @@
+"""A live run's steps read by lag (`watch`'s alarms; docs/watch.md, docs/staleness.md): pure functions over index rows.
+
+Staleness at the size the lag knob allows is not news, so a step is held against the steps of its own lag mix, and a
+change of the level that comes with a change of lag mix is not an alarm. What is news is the numerical floor moving:
+the lag-0 tokens of a step (those the engine says it sampled with the trainer's own weights) against the run's own
+lag-0 floor, the rolling median of the earlier steps' lag-0 KL k3 under `check --history`'s rule. A floor beyond it
+means the engine did not hold the weights it claims (a sync skipped, applied late, or rounded away), one step before
+the floor crosses the published band that the batch's own `stale_weights` finding reads.
+"""
+
+from __future__ import annotations
+
+from ..catalogue import metrics as catalogue
+from ..catalogue.numbers import fmt, plain
+from ..config import HISTORY_MARGIN, HISTORY_MIN_STEPS, HISTORY_WINDOW
+from .history import band, describe, window_rows
+
+
+def lag_key(row: dict | None) -> tuple | None:
+    """The lags a step's tokens carry (sorted; "unknown" last), or None for a step that names no version."""
+    mix = (row or {}).get("lag_mix") or {}
+    if not mix:
+        return None
+    known = sorted(int(k) for k in mix if k != "unknown")
+    return (*known, *(["unknown"] if "unknown" in mix else []))
+
+
+def same_lag(row: dict, rows: list[dict]) -> list[dict]:
+    """The rows a step's band is computed from: every row when the step names no version, else those of its lag mix."""
+    key = lag_key(row)
+    return rows if key is None else [r for r in rows if lag_key(r) == key]
+
+
+def lag_changed(row: dict | None, rows: list[dict]) -> bool:
+    """The step's lag mix differs from the step before it (a level change that comes with it is staleness)."""
+    if row is None or row.get("step") is None:
+        return False
+    before = [r for r in rows if r.get("step") is not None and r["step"] < row["step"]]
+    if not before:
+        return False
+    return lag_key(max(before, key=lambda r: r["step"])) != lag_key(row)
+
+
+def floor_kl(row: dict | None) -> float | None:
+    """The step's lag-0 KL k3 (None without lag-0 tokens)."""
+    value = ((row or {}).get("lag_kl_k3") or {}).get("0")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def floor_moved(row: dict, rows: list[dict], window: int = HISTORY_WINDOW, margin: float = HISTORY_MARGIN,
+                min_steps: int = HISTORY_MIN_STEPS) -> str | None:
+    """The sentence when the step's lag-0 KL k3 is above the run's own lag-0 band (median of the earlier steps' lag-0
+    KL k3 + max(margin × median, the kl_k3 history floor)); None when within it or when too few steps have lag 0."""
+    value = floor_kl(row)
+    if value is None:
+        return None
+    earlier = [r for r in window_rows([r for r in rows if floor_kl(r) is not None], row.get("step"), window)]
+    if len(earlier) < min_steps:
+        return None
+    values = [floor_kl(r) for r in earlier]
+    med, bound = band([v for v in values if v is not None], "up", margin, float(catalogue.metric("kl_k3").history_floor or 0.0))
+    if not value > bound:
+        return None
+    return (f"the lag-0 tokens' KL k3 {fmt(value, 3)} is above the run's lag-0 floor (median {fmt(med, 3)} of "
+            f"{describe(earlier)}, bound {fmt(bound, 3)}; margin {plain(margin)}×)")
