@@ -10,6 +10,8 @@ the floor crosses the published band that the batch's own `stale_weights` findin
 
 from __future__ import annotations
 
+import math
+
 from ..catalogue import metrics as catalogue
 from ..catalogue.numbers import fmt, plain
 from ..config import HISTORY_MARGIN, HISTORY_MIN_STEPS, HISTORY_WINDOW
@@ -63,3 +65,15 @@ def floor_moved(row: dict, rows: list[dict], window: int = HISTORY_WINDOW, margi
         return None
     return (f"the lag-0 tokens' KL k3 {fmt(value, 3)} is above the run's lag-0 floor (median {fmt(med, 3)} of "
             f"{describe(earlier)}, bound {fmt(bound, 3)}; margin {plain(margin)}×)")
+
+
+def lag_scalars(lag_kl_k3: dict, share: object, prefix: str = "tim/") -> dict[str, float]:
+    """What a logger gets of a step's lags (`Report.scalars()`, `watch --log-to`, `export --tensorboard`):
+    `tim/kl_k3_lag_<lag>` for each lag ("unknown" included) and `tim/staleness_share`, finite values only."""
+    def ok(v: object) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+    out = {f"{prefix}kl_k3_lag_{lag}": float(v) for lag, v in (lag_kl_k3 or {}).items() if ok(v)}
+    if ok(share):
+        out[f"{prefix}staleness_share"] = float(share)  # type: ignore[arg-type]
+    return out
