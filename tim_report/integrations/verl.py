@@ -77,10 +77,11 @@ def _versions(extra: dict) -> list | None:
     lo, hi = extra.get("min_global_steps"), extra.get("max_global_steps")
     if lo is None and hi is None:
         return None
-    lo, hi = list(lo if lo is not None else hi), list(hi if hi is not None else lo)
-    if len(lo) != len(hi):
-        raise BadInput(WHO, f"min_global_steps has {len(lo)} entries and max_global_steps {len(hi)}")
+    low = list(lo) if lo is not None else list(hi)
+    high = list(hi) if hi is not None else low
+    if len(low) != len(high):
+        raise BadInput(WHO, f"min_global_steps has {len(low)} entries and max_global_steps {len(high)}")
     out = []
-    for a, b in zip(map(version, lo), map(version, hi)):
+    for a, b in zip(map(version, low), map(version, high)):
         out.append(a if b is None or a == b else b if a is None else [a, b])
     return out

@@ -120,7 +120,7 @@ def _row(index: Path, i: int, r: object, keys: tuple[str, ...] = catalogue.HISTO
     if not isinstance(r, dict):
         raise BadInput(index, f"runs[{i}] is not an object")
     rid = r.get("id")
-    row = {"id": str(rid) if isinstance(rid, (str, int)) and not isinstance(rid, bool) else f"runs[{i}]",
+    row: dict = {"id": str(rid) if isinstance(rid, (str, int)) and not isinstance(rid, bool) else f"runs[{i}]",
            "step": None if r.get("step") is None else _step(index, f"runs[{i}]", r["step"])}
     for key in keys:
         row[key] = number(index, i, r, key)
