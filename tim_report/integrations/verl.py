@@ -77,8 +77,8 @@ def _versions(extra: dict) -> list | None:
     lo, hi = extra.get("min_global_steps"), extra.get("max_global_steps")
     if lo is None and hi is None:
         return None
-    low = list(lo) if lo is not None else list(hi)
-    high = list(hi) if hi is not None else low
+    given = [x for x in (lo, hi) if x is not None]  # one of the two alone stands for both
+    low, high = list(given[0]), list(given[-1])
     if len(low) != len(high):
         raise BadInput(WHO, f"min_global_steps has {len(low)} entries and max_global_steps {len(high)}")
     out = []
