@@ -85,6 +85,7 @@ def side_text(side: dict) -> str:
                "sampler": "the other side's log-probs are the sampler's: their mean importance ratio is 1",
                "declared": "the batch declares the rollout's sampling processing",
                "stale": "older policy weights sampled part of the batch",
+               "stale_sync": "its tokens labelled with the trainer's version were sampled by other weights",
                "sampler_test": _sampler_words(side, who)}[basis]
         return f"Side: the {who} ({why})."
     if basis == "alignment":
@@ -135,6 +136,11 @@ SHORT = {  # the leading finding in a few words
     "turn_boundary": lambda e: f"context differs after tool calls ({fmt(e.get('ratio'), 3)}× the rest)",
     "position_onset": lambda e: f"mismatch switches on ({fmt(e.get('ratio'), 3)}×)",
     "mixed_policy_versions": lambda e: f"{e.get('versions')} policy versions mixed",
+    "stale_weights": lambda e: f"stale weights (lag 0 {fmt(e.get('times_band'), 2)}× its band)",
+    "negative_lag": lambda e: f"negative lag ({fmt(e.get('tokens'))} tokens)",
+    "version_span": lambda e: f"{fmt(e.get('sequences'))} sequences over {fmt(e.get('threshold'))} versions",
+    "lag_ess_collapse": lambda e: f"ESS {fmt(e.get('ess'), 2)} at lag {e.get('lag')}",
+    "idle_correction": lambda e: "idle PPO clip under staleness",
     "drift_with_length": lambda e: f"|Σδ| grows as length^{fmt(e.get('exponent'), 2)}",
     "low_prob_tail": lambda e: "mismatch on unlikely tokens",
     "routing_flips": lambda e: f"routing flips ({pct(e.get('any_flip_share'))} of tokens)",
