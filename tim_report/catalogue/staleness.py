@@ -11,15 +11,6 @@ from .numbers import fmt, pct, times
 Words = dict[str, Any]
 
 
-def lag_label(lag: Any) -> str:
-    """'lag 0 (trainer's own)', 'lag 3', 'lag −1', 'unknown'."""
-    if lag == "unknown":
-        return "unknown version"
-    if lag == 0:
-        return "lag 0 (the trainer's version)"
-    return f"lag {fmt(lag)}".replace("-", "−")
-
-
 def _interval(st: dict) -> str:
     iv = st.get("share_interval")
     return f" (95% interval {pct(iv[0])}–{pct(iv[1])})" if iv else ""
