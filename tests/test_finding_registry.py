@@ -7,15 +7,12 @@ from __future__ import annotations
 
 import ast
 import io
-import json
 import re
-import subprocess
-import sys
 import tokenize
 from pathlib import Path
 
 import pytest
-from helpers import ROOT
+from helpers import ROOT, throwaway
 
 from tim_report.analysis import diagnosis  # noqa: F401  (importing the diagnosis registers every detector)
 from tim_report.analysis.registry import DETECTORS
@@ -176,9 +173,5 @@ def test_a_new_finding_is_its_detector_and_its_catalogue_entry(tmp_path):
     report.md, `check`'s line and `--fail-on`, the run verdict's and change points' step words, and index.json; what
     its entry declares beyond its words (its side, consequence, glance and place, its evidence's names) is said on
     the page, in report.md and in `check`'s line without a table anywhere else."""
-    res = subprocess.run([sys.executable, "-c", THROWAWAY, str(tmp_path)], capture_output=True, text=True, cwd=ROOT,
-                         timeout=300)
-    assert res.returncode == 0, res.stderr[-3000:]
-    found = json.loads(res.stdout.strip().splitlines()[-1])
-    assert found.pop("build") == 0
+    found = throwaway(THROWAWAY, tmp_path)
     assert all(found.values()), found
