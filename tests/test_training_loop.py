@@ -91,8 +91,9 @@ def test_watch_follows_the_example_loop_and_alarms_where_the_bug_starts(tmp_path
 @pytest.mark.parametrize("bug", ["skip-sync", "bf16-sync"])
 def test_a_weight_sync_that_does_not_arrive_alarms_stale_weights_at_its_first_step(tmp_path, bug):
     """skip-sync: the engine keeps version 5 from step 6 on; bf16-sync: each update arrives as a bf16 delta, where
-    Adam's changes at lr 1e-4 fall below the rounding step. Both claim the trainer's version (lag 0)."""
-    alarms, doc, out = follow(tmp_path, "--bug-step", "6", "--bug", bug)
+    Adam's changes at lr 2e-4 (below the bf16 rounding step of every weight above 0.05 in size) are lost. Both claim
+    the trainer's version (lag 0)."""
+    alarms, doc, out = follow(tmp_path, "--bug-step", "6", "--bug", bug, "--lr", "2e-4")
     assert alarms and alarms[0].startswith("alarm: step_6") and "stale weights" in alarms[0], out
     assert len([a for a in alarms if "stale weights" in a]) == 1, out  # one alarm per event, not one per stale step
     rows = {r["step"]: r for r in doc["runs"]}

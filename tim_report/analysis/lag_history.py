@@ -3,7 +3,8 @@
 Staleness at the size the lag knob allows is not news, so a step is held against the steps of its own lag mix, and a
 change of the level that comes with a change of lag mix is not an alarm. What is news is the numerical floor moving:
 the lag-0 tokens of a step (those the engine says it sampled with the trainer's own weights) against the run's own
-lag-0 floor, the rolling median of the earlier steps' lag-0 KL k3 under `check --history`'s rule. A floor beyond it
+lag-0 floor, the rolling median of the earlier steps' lag-0 KL k3 (`check --history`'s window and margin, the step's
+own standard error as the slack). A floor beyond it
 means the engine did not hold the weights it claims (a sync skipped, applied late, or rounded away), one step before
 the floor crosses the published band that the batch's own `stale_weights` finding reads.
 """
@@ -11,11 +12,11 @@ the floor crosses the published band that the batch's own `stale_weights` findin
 from __future__ import annotations
 
 import math
+import statistics
 
-from ..catalogue import metrics as catalogue
 from ..catalogue.numbers import fmt, plain
-from ..config import HISTORY_MARGIN, HISTORY_MIN_STEPS, HISTORY_WINDOW
-from .history import band, describe, window_rows
+from ..config import FLOOR_Z, HISTORY_MARGIN, HISTORY_MIN_STEPS, HISTORY_WINDOW
+from .history import describe, window_rows
 
 
 def lag_key(row: dict | None) -> tuple | None:
@@ -50,21 +51,25 @@ def floor_kl(row: dict | None) -> float | None:
 
 
 def floor_moved(row: dict, rows: list[dict], window: int = HISTORY_WINDOW, margin: float = HISTORY_MARGIN,
-                min_steps: int = HISTORY_MIN_STEPS) -> str | None:
-    """The sentence when the step's lag-0 KL k3 is above the run's own lag-0 band (median of the earlier steps' lag-0
-    KL k3 + max(margin × median, the kl_k3 history floor)); None when within it or when too few steps have lag 0."""
+                min_steps: int = HISTORY_MIN_STEPS, z: float = FLOOR_Z) -> str | None:
+    """The sentence when the step's lag-0 KL k3 is above the run's own lag-0 floor: beyond (1 + margin) × the median of
+    the earlier steps' lag-0 KL k3 by more than `z` of its own standard errors (`floor_kl_k3_se`); None when within it
+    or when fewer than `min_steps` earlier steps have lag 0. The step's own noise, not a published band's floor, is the
+    slack: a floor of 1e-4 that triples is news, however far below the band it stays."""
     value = floor_kl(row)
     if value is None:
         return None
-    earlier = [r for r in window_rows([r for r in rows if floor_kl(r) is not None], row.get("step"), window)]
+    earlier = window_rows([r for r in rows if floor_kl(r) is not None], row.get("step"), window)
     if len(earlier) < min_steps:
         return None
-    values = [floor_kl(r) for r in earlier]
-    med, bound = band([v for v in values if v is not None], "up", margin, float(catalogue.metric("kl_k3").history_floor or 0.0))
-    if not value > bound:
+    med = statistics.median(v for v in (floor_kl(r) for r in earlier) if v is not None)
+    se = row.get("floor_kl_k3_se")
+    slack = z * float(se) if isinstance(se, (int, float)) and not isinstance(se, bool) and math.isfinite(se) else 0.0
+    bound = (1 + margin) * med
+    if not value - slack > bound:
         return None
-    return (f"the lag-0 tokens' KL k3 {fmt(value, 3)} is above the run's lag-0 floor (median {fmt(med, 3)} of "
-            f"{describe(earlier)}, bound {fmt(bound, 3)}; margin {plain(margin)}×)")
+    return (f"the lag-0 tokens' KL k3 {fmt(value, 3)} ± {fmt(slack, 2)} is above the run's lag-0 floor ({plain(1 + margin)}× "
+            f"the median {fmt(med, 3)} of {describe(earlier)})")
 
 
 def lag_scalars(lag_kl_k3: dict, share: object, prefix: str = "tim/") -> dict[str, float]:

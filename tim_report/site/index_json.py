@@ -125,6 +125,7 @@ def _row(index: Path, i: int, r: object, keys: tuple[str, ...] = catalogue.HISTO
     for key in keys:
         row[key] = number(index, i, r, key)
     row["staleness_share"] = number(index, i, r, "staleness_share")
+    row["floor_kl_k3_se"] = number(index, i, r, "floor_kl_k3_se")
     row["lag_kl_k3"] = lag_numbers(index, i, r.get("lag_kl_k3"))
     return row
 
