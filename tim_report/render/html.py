@@ -48,7 +48,7 @@ def run_context(report, notes_md: str | None = None, timestamp: str | None = Non
         "hot_diff": HOT_DIFF, "samples_open": SAMPLES_OPEN, "top_tokens": TOP_TOKENS, "diagnosis": report.diagnosis,
         "topk": topk_view(report), "banners": banners(report), "chain": chain_view(report), "bitwise": bitwise,
         "tables": {"envs": run_tables.env_table(report), "what_if": run_tables.what_if_table(report),
-                   "by_probability": run_tables.probability_table(report), **run_tables.topk_tables(report)},
+                   "by_probability": run_tables.probability_table(report), "topk": run_tables.topk_tables(report)},
         # the token tables' rows: samples.js beside the page, or inline in a self-contained one
         "samples_data": (Markup(samples_json(report)) if assets is None else True) if report.samples else None,
     }
