@@ -8,7 +8,6 @@ import json
 from html.parser import HTMLParser
 
 import numpy as np
-
 from helpers import GFM, build_site
 from markupsafe import escape
 
