@@ -58,11 +58,11 @@ def build_engine(key: EngineKey, opts: CaptureOptions, device: str, max_model_le
     if key.engine == "vllm":
         from .vllm_engine import VLLMEngine
 
-        return VLLMEngine(opts.model, key.dtype, opts.seed, max_model_len, kv_cache_gib=opts.kv_cache_gib,
+        return VLLMEngine(opts.folder, key.dtype, opts.seed, max_model_len, kv_cache_gib=opts.kv_cache_gib,
                           topk=opts.top_k_logprobs)
     from .hf import HFEngine
 
-    return HFEngine(opts.model, key.dtype, device=device, lm_head_fp32=key.lm_head_fp32, logit_chunk_mb=opts.logit_chunk_mb)
+    return HFEngine(opts.folder, key.dtype, device=device, lm_head_fp32=key.lm_head_fp32, logit_chunk_mb=opts.logit_chunk_mb)
 
 
 def open_engine(key: EngineKey, opts: CaptureOptions, device: str, max_model_len: int):
