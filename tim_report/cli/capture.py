@@ -24,7 +24,9 @@ from .text import safe
 
 
 @click.command("capture")
-@click.option("--model", required=True, metavar="PATH", help="Local transformers model folder (config.json, weights, tokenizer).")
+@click.option("--model", required=True, metavar="PATH",
+              help="A local transformers model folder (config.json, weights, tokenizer), or a .gguf file "
+                   "(or a folder holding one), dequantised once into a cache (~/.cache/tim-report/gguf).")
 @click.option("--prompts", "prompts", required=True, metavar="FILE",
               help='Prompts: one per line, or JSONL with {"prompt": ...} or {"messages": [...]} per line.')
 @click.option("--rollout", "rollouts", multiple=True, metavar="ENGINE:DTYPE",
