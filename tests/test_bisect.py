@@ -208,6 +208,32 @@ def test_a_class_patch_is_undone_around_the_reference_and_the_floor(tmp_path):
     assert "rsqrt(variance + self.variance_epsilon)" in __import__("inspect").getsource(LlamaRMSNorm.forward)
 
 
+def test_a_patch_module_in_the_current_folder_or_named_by_its_file_is_found(tmp_path, monkeypatch):
+    """`--candidate-patch mypatch:fn` with `mypatch.py` in the current folder was a ModuleNotFoundError: the
+    `tim-report` script's import path does not hold the current folder. It is on the path for the patch now (after the
+    installed packages); `path/to/file.py:fn` is read from its file; a module found nowhere says both ways."""
+    import sys
+
+    from tim_report.capture.bisect_setup import load_patch
+    from tim_report.errors import BadInput
+
+    here = tmp_path / "work"
+    (here / "patches").mkdir(parents=True)
+    (here / "i39_local_patch.py").write_text("def patch(model):\n    return 'local'\n")
+    (here / "patches" / "deep.py").write_text("def patch(model):\n    return 'deep'\n")
+    monkeypatch.chdir(here)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(here))])  # as the console script runs
+    assert load_patch("i39_local_patch:patch")(None) == "local"
+    assert str(here) not in sys.path  # only for the patch's import
+    assert load_patch("patches/deep.py:patch")(None) == "deep"
+    with pytest.raises(BadInput) as err:
+        load_patch("i39_nowhere:patch")
+    assert "no module 'i39_nowhere' installed or in the current folder" in str(err.value)
+    assert "path/to/file.py:FUNCTION" in str(err.value)
+    with pytest.raises(BadInput, match="patches/none.py: no such file"):
+        load_patch("patches/none.py:patch")
+
+
 @pytest.mark.parametrize("args, phrases", [
     (["--candidate", "vllm:bf16"], ["--candidate", "transformers setups"]),
     (["--candidate-patch", "nope"], ["--candidate-patch", "MODULE:FUNCTION"]),

@@ -300,7 +300,8 @@ def _run(jobs: dict[EngineKey, list[Job]], opts: CaptureOptions, prep: _Prepared
     for key, todo in jobs.items():
         engine, doing = None, "starting"
         try:
-            engine = open_engine(key, opts, prep.device, prep.max_model_len)
+            with progress(f"loading {key}", 0):  # often the longest stage (vLLM's start): said before it, not after
+                engine = open_engine(key, opts, prep.device, prep.max_model_len)
             out.versions[key.engine] = engine.version
             for kind, spec, _rollout in todo:
                 if kind == "generate":
