@@ -29,7 +29,7 @@ import numpy as np
 
 from ..config import TOPK_MAX
 from ..errors import BadInput
-from ..model import StepBatch
+from ..model import StepBatch, model_name
 from .engines import EngineFailed, EngineKey, one_line, open_engine
 from .environment import check_environment
 from .options import CaptureOptions
@@ -131,6 +131,18 @@ def _device_label(device: str) -> str:
 
 def _config_hash(model: Path) -> str:
     return hashlib.sha256((model / "config.json").read_bytes()).hexdigest()[:16]
+
+
+def _model_name(model: Path) -> str:
+    """What the pages call the model: its config's `_name_or_path` (a hub name, or where it was saved from), else its
+    folder, each by its last part (model_name): a shared page never shows this machine's paths."""
+    import json
+
+    try:
+        saved = json.loads((model / "config.json").read_text()).get("_name_or_path")
+    except (OSError, ValueError, AttributeError):
+        saved = None
+    return model_name({"model": saved or str(model.resolve())}) or model.resolve().name
 
 
 def _max_len(model: Path) -> int:
@@ -330,7 +342,7 @@ def _run(jobs: dict[EngineKey, list[Job]], opts: CaptureOptions, prep: _Prepared
 def _base_meta(opts: CaptureOptions, prep: _Prepared) -> dict:
     meta = {
         "source": "tim-report capture",
-        "model": opts.model,
+        "model": _model_name(Path(opts.model)),
         "model_config_sha256": _config_hash(Path(opts.model)),
         "device": _device_label(prep.device),
         "sampling": opts.sampling.to_meta(),
