@@ -8,7 +8,7 @@ import json
 import pytest
 from helpers import build_site
 
-from tim_report.model import model_name
+from tim_report.model import model_label
 from tim_report.testing import make_batch, shifted
 
 LOCAL = "/home/someone/checkpoints/Qwen2.5-0.5B-Instruct"
@@ -20,7 +20,7 @@ LOCAL = "/home/someone/checkpoints/Qwen2.5-0.5B-Instruct"
     ("/root/.cache/huggingface/hub/models--Qwen--Qwen2.5-7B/snapshots/0123abcd", "Qwen2.5-7B"),
     ("C:\\models\\llama-3-8b", "llama-3-8b"), ("synthetic", "synthetic"), ("<b>x</b>", "<b>x</b>"), ("", None), (None, None)])
 def test_a_model_is_named_never_by_its_path(value, name):
-    assert model_name({"model": value}) == name
+    assert model_label({"model": value}) == name
 
 
 def test_pages_report_md_and_the_index_show_the_models_name_not_its_folder(tmp_path):
@@ -36,17 +36,15 @@ def test_pages_report_md_and_the_index_show_the_models_name_not_its_folder(tmp_p
     assert json.loads((out / "index.json").read_text("utf-8"))["runs"][0]["model"] == "Qwen2.5-0.5B-Instruct"
 
 
-def test_capture_records_the_models_name(tmp_path):
-    from tim_report.capture.run import _model_name
+def test_capture_records_the_models_name_not_its_folder(tmp_path):
+    from tim_report.capture.model_path import model_name
 
     folder = tmp_path / "snapshots" / "my-finetune"
     folder.mkdir(parents=True)
     (folder / "config.json").write_text("{}")
-    assert _model_name(folder) == "my-finetune"
-    (folder / "config.json").write_text(json.dumps({"_name_or_path": "HuggingFaceTB/SmolLM2-135M-Instruct"}))
-    assert _model_name(folder) == "HuggingFaceTB/SmolLM2-135M-Instruct"  # a hub name is the model's name
+    assert model_name(folder) == "my-finetune"
     (folder / "config.json").write_text(json.dumps({"_name_or_path": "/data/ckpt/step_900"}))
-    assert _model_name(folder) == "step_900"
+    assert model_name(folder) == "step_900"
 
 
 def test_the_index_says_the_cause_beside_a_systematic_verdict(tmp_path):

@@ -86,7 +86,7 @@ def load_model(path: str, setup: Setup, device: str, device_map):
 
     hf_logging.disable_progress_bar()
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[setup.dtype]
-    kw: dict = {"dtype": dtype}
+    kw: dict = {"dtype": dtype, "trust_remote_code": False}
     if setup.attn:
         kw["attn_implementation"] = setup.attn
     if device_map is not None:
@@ -133,10 +133,9 @@ class PatchScope:
 
 def load_sides(path: str, ref: Setup, cand: Setup, device: str = "cpu", device_map=None) -> tuple[Sides, PatchScope | None]:
     """The three models, checked to be the same model with understood structure; the patch applied to the candidate."""
-    from pathlib import Path
+    from .model_path import resolve_model
 
-    if not Path(path).is_dir():
-        raise BadInput(path, "no such model folder")
+    path = str(resolve_model(path))  # a folder (custom code refused before transformers runs) or a GGUF's cached one
     import torch
 
     if str(device).startswith("cuda") and not torch.cuda.is_available():
