@@ -92,9 +92,9 @@ def chart(summary: dict) -> dict:
     ]
     first = [d for d in data if d["state"] == "first beyond"]
     if first:
-        layers.append({"data": {"values": first}, "mark": {"type": "text", "align": "left", "dx": 6, "color": RED,
-                                                           "fontWeight": "bold"},
-                       "encoding": {"y": y, "x": q("p99"), "text": {"value": "first beyond"}}})
+        layers.append({"data": {"values": first}, "mark": {"type": "text", "align": "right", "dx": -8, "color": RED,
+                                                           "fontWeight": "bold"},  # left of its dot: a phone's chart ends at p99
+                       "encoding": {"y": y, "x": q("median"), "text": {"value": "first beyond"}}})
     return {"id": "bisect", "title": "Local error ÷ floor by site",
             "caption": (("Each dot is a site's local error (the candidate's module on the reference's input)" if summary.get("replay", True)
                          else "Each dot is a site's difference in the saved states (no replay)") + " at the median "
