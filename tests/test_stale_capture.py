@@ -19,8 +19,8 @@ pytestmark = pytest.mark.skipif(not (MODEL / "model.safetensors").exists() and n
 
 @pytest.fixture(scope="module")
 def versions(tmp_path_factory):
-    """v0 (the shipped model), v1, v2, v3: each 3 AdamW steps after the one before."""
-    return train_versions(tmp_path_factory.mktemp("versions"), versions=3, steps=3)
+    """v0 (the shipped model), v1, v2, v3: each one Adam step after the one before."""
+    return train_versions(tmp_path_factory.mktemp("versions"), versions=3)
 
 
 def capture_args(model, out, *extra):
@@ -54,7 +54,7 @@ def test_capture_stale_zero_is_an_engine_that_claims_the_current_version(tmp_pat
     assert run(*capture_args(versions[3], out, "--stale", f"0={versions[1]}")).exit_code == 0
     b = load(out)
     assert set(b.weight_version.tolist()) == {"0"} and b.meta["trainer_version"] == 0
-    assert kl_k3(b.trainer_logp - b.rollout_logp) > 1e-2  # labelled current, sampled by v1
+    assert kl_k3(b.trainer_logp - b.rollout_logp) > 2e-3  # labelled current, sampled by v1: 10× the bf16 floor
 
 
 @pytest.mark.parametrize("case", ["not_lag", "twice", "no_checkpoint", "other_vocab", "with_recompute", "two_rollouts"])
@@ -93,7 +93,7 @@ def test_rescore_tells_which_checkpoint_a_planted_stale_rollout_came_from(tmp_pa
     nearest = summary["chain"]["nearest"]
     assert nearest["side"] == "v1" and [r["side"] for r in nearest["by_side"]][0] == "v1"
     rows = {r["side"]: r["kl_k3"] for r in nearest["by_side"]}
-    assert rows["v1"] < 1e-3 < rows["v2"] < rows["v0"] and rows["v1"] * 100 < rows["trainer"]  # v1: only bf16 noise
+    assert rows["v1"] < 1e-3 and rows["v1"] * 10 < min(rows["v0"], rows["v2"]) and rows["v1"] * 30 < rows["trainer"]
     assert "The rollout is nearest to v1" in summary["diagnosis"]["verdict"]
     assert "**Which weights:** The rollout is nearest to v1" in (site / "rescored" / "report.md").read_text()
 

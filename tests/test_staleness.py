@@ -159,3 +159,19 @@ def test_canonical_file_keeps_versions(tmp_path):
     assert back.weight_version.tolist() == ["3", "2,3", "", "4"]
     assert back.token_version.dtype == np.int64 and (back.token_version == 3).all()
     assert back.meta["trainer_version"] == 4
+
+
+def test_page_report_md_and_summary_show_the_split(stale_run, tmp_path):
+    """One view model for both formats: the per-lag table on the page's first screen and in report.md."""
+    from helpers import build_site
+
+    site = build_site(tmp_path, [("async", stale_run)])
+    page = (site / "async" / "index.html").read_text(encoding="utf-8")
+    md = (site / "async" / "report.md").read_text(encoding="utf-8")
+    summary = json.loads((site / "async" / "summary.json").read_text(encoding="utf-8"))
+    assert page.index('id="staleness"') < page.index('id="headline"')  # in the verdict's column, before the numbers
+    for text in (page, md):
+        assert "Staleness by lag" in text and "KL beyond lag 0" in text and "at noise" in text
+    assert md.index("### Staleness by lag") < md.index("## Findings")
+    rows = summary["staleness"]["by_lag"]
+    assert [r["lag"] for r in rows] == [0, 1, 2, 3] and summary["staleness"]["dominant"] == "staleness"

@@ -85,6 +85,9 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
         report.diagnosis["verdict"] = f"{report.diagnosis['verdict']} {sentence}"  # which dominates: staleness or numerics
     report.routing["blocked_by_bug"] = blocked_by_bug(report.diagnosis or {})
     report.diagnosis["glance"] = glance_of(report.diagnosis, envs, metrics.get("kl_k3"))
+    lag_glance = lag_words.glance(report.staleness)
+    if lag_glance and not any(f["severity"] != "info" for f in report.diagnosis.get("findings") or []):
+        report.diagnosis["glance"] += f": {lag_glance}"  # what the mismatch is when no finding leads: staleness or not
     report.run["thresholds"] = th.to_dict()
     return report
 

@@ -81,7 +81,20 @@ def run_row(report: Any) -> dict:
         "data_problems": (problems.get("excluded_tokens") or 0) + sum((problems.get("input") or {}).values()),
         "health": health(finite(m.get("ess"))),
         "env_kl_k3": env_kl_k3(report),
+        **lag_fields(report),
     }
+
+
+def lag_fields(report: Any) -> dict:
+    """The step's lag mix (token share by lag: "0", "1", …, "unknown"), each lag's KL k3, the lag-0 KL k3's standard
+    error (cluster-robust over sequences) and the staleness share, from its staleness split ({} and None when the step
+    names no version)."""
+    st = (report.get("staleness") if isinstance(report, dict) else getattr(report, "staleness", None)) or {}
+    rows = [r for r in st.get("by_lag") or [] if isinstance(r, dict)]
+    lag0 = next((r for r in rows if r.get("lag") == 0), {})
+    return {"lag_mix": {str(r.get("lag")): finite(r.get("share")) for r in rows},
+            "lag_kl_k3": {str(r.get("lag")): finite(r.get("kl_k3")) for r in rows},
+            "floor_kl_k3_se": finite(lag0.get("kl_k3_se")), "staleness_share": finite(st.get("share"))}
 
 
 def _lead_side(diag: dict) -> str | None:

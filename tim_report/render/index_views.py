@@ -168,8 +168,38 @@ def envs_section(index: dict) -> Section | None:
                    "`mismatch_kl/{env}`), worst first.", (Table(columns, rows),))
 
 
+def _lag_order(key: str) -> tuple:
+    return (key == "unknown", int(key) if key.lstrip("-").isdigit() else 0)
+
+
+def lags_section(index: dict) -> Section | None:
+    """The lag mix and the staleness share of every step that names its weight versions, in step order."""
+    runs = sorted((r for r in index["runs"] if r.get("lag_mix")),
+                  key=lambda r: (r.get("step") is None, r.get("step") or 0, r["id"]))
+    if not runs:
+        return None
+    columns = (Column("step", numeric=True), Column("run"), Column("lag mix (share of tokens)"),
+               Column("staleness share", numeric=True), Column("KL k3 at lag 0", numeric=True),
+               Column("KL k3 by lag ≥ 1", wrap=True))
+    rows = []
+    for r in runs:
+        lags = sorted(r["lag_mix"], key=_lag_order)
+        older = [k for k in lags if k != "0"]
+        rows.append(Row((Cell(text(r.get("step"))), Cell(r["id"], link=r["id"], cls="id"),
+                         Cell(" · ".join(f"{k}: {pct(r['lag_mix'][k])}" for k in lags)),
+                         Cell(pct(r.get("staleness_share")) if r.get("staleness_share") is not None else "—"),
+                         Cell(fmt((r.get("lag_kl_k3") or {}).get("0")) if "0" in r["lag_mix"] else "—"),
+                         Cell(" · ".join(f"{k}: {fmt((r.get('lag_kl_k3') or {}).get(k))}" for k in older) or "—"))))
+    return Section("lags", "lag over steps", "Lag over steps",
+                   "Each step's tokens by weight-version lag (trainer version − the version that generated them; "
+                   "`unknown` where no version was recorded), the staleness share (the part of KL k3 beyond the lag-0 "
+                   "floor) and each lag's KL k3: lag 0 is the numerical floor, which should stay put; `watch` alarms "
+                   "when it moves (stale weights) or a lag is negative (docs/staleness.md).", (Table(columns, tuple(rows)),))
+
+
 def sections(index: dict) -> list[Section]:
     """The index's sections after the runs table, in the order both formats show them (each None when it has nothing
     to show is left out)."""
-    found = (pairs_section(index), precision_section(index), trend_section(index), sweep_section(index), envs_section(index))
+    found = (pairs_section(index), precision_section(index), trend_section(index), lags_section(index), sweep_section(index),
+             envs_section(index))
     return [s for s in found if s is not None]

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from ..analysis.lag_history import lag_scalars
 from ..catalogue.metrics import ROW, SCALARS
 from ..errors import BadInput
 
@@ -66,7 +67,7 @@ def row_scalars(row: dict) -> dict[str, float]:
         v = row.get(key)
         if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
             out[PREFIX + key] = float(v)
-    return out
+    return {**out, **lag_scalars(row.get("lag_kl_k3") or {}, row.get("staleness_share"), PREFIX)}
 
 
 def row_step(row: dict, position: int) -> int:

@@ -19,6 +19,7 @@ ENTRIES = (
         glance=lambda e: f"stale weights (lag 0 {fmt(e.get('times_band'), 2)}× its band)",
         evidence_names={"times_band": ("beyond the band", "x"), "mean_abs_delta": ("mean |δ| at lag 0", "num"),
                         "looks_like_lag": ("looks like lag", "count"), "looks_like_kl_k3": ("that lag's KL k3", "num"),
+                        "older_kl_k3_low": ("older lags' KL k3 from", "num"), "older_kl_k3_high": ("to", "num"),
                         "noise_kl_max": ("band's KL k3 ceiling", "num"), "material": ("material", "bool"),
                         "kl_k3_se": ("KL k3 s.e.", "num"), "noise_abs_delta_max": ("band's mean |δ| ceiling", "num"),
                         "band": ("band", "text")}),
