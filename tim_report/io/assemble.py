@@ -132,6 +132,12 @@ def _canonical_fields(p: Path, raw: RawFile, batch: StepBatch) -> None:
         if (arr := np.asarray(value)).shape != (shape,):
             raise BadInput(p, f"'{name}' has shape {list(arr.shape)}, expected [{shape}]")
         setattr(batch, name, arr.astype(dtype))
+    if "token_version" in raw.values:  # checked from the header before it is read
+        declared, kind = _declared(raw, "token_version")
+        if declared != (batch.n_tokens,) or kind.kind not in "iu":
+            raise BadInput(p, f"'token_version' is {kind} {list(declared)}: expected one integer version per token "
+                              f"({batch.n_tokens})")
+        batch.token_version = np.asarray(raw.values["token_version"]).astype(np.int64)
     _topk_fields(p, raw, batch)
     _route_fields(p, raw, batch)
     batch.sides.update(named_sides(p, raw.values, batch.n_tokens))
@@ -220,6 +226,8 @@ def _padded_layout(p: Path, roles: dict[str, RoleChoice], get: Callable, notes: 
     tokens before its first trained one are all 0.0 rollout placeholders starts with a prompt (OpenRLHF's
     whole-sequence [B, T−1] layout, both sides 0.0 there): those positions are left out."""
     rollout, trainer = _logprobs(p, roles, get, "padded")
+    if rollout.size == 0:  # a [0, 0] or [B, 0] batch: no row has a position to find its first trained one in
+        raise BadInput(p, f"no tokens: '{roles['rollout'].key}' has shape {list(rollout.shape)}")
     cols = rollout.shape[1]
     mask2d = _aligned(p, "mask", roles, get("mask"), rollout.shape, notes)
     problems: dict[str, int] = {}

@@ -1,0 +1,158 @@
+"""The staleness split's words: the verdict's sentence, the per-lag table's labels, and the five lag findings' titles,
+causes and checks (their entries are in catalogue/findings.py; the numbers come from analysis/staleness.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .numbers import fmt, pct, times
+
+Words = dict[str, Any]
+
+
+def lag_label(lag: Any) -> str:
+    """'0', '3', '−1', 'unknown': a per-lag row's first cell."""
+    return "unknown" if lag == "unknown" else fmt(lag).replace("-", "−")
+
+
+def floor_note(floor: dict) -> str:
+    """Lag 0's reading in a few words, beside its row: 'at noise' or '3.2× band'."""
+    if floor["within"]:
+        return "at noise"
+    return f"{fmt(max(floor.get('times_band_kl') or 0.0, floor.get('times_band_abs_delta') or 0.0), 2)}× band"
+
+
+def table_intro(st: dict) -> str:
+    """The sentence over the per-lag table: what a lag is here, where the trainer's version came from."""
+    source = {"meta": "the batch's `trainer_version`", "step": "the step number (no `trainer_version` given)"}
+    where = source.get(st["trainer_version_source"] or "", "nowhere: no lag is claimed")
+    per = ("per token (the framework records a version per generate call)" if st["per_token_versions"]
+           else "per sequence (a sequence of several versions at its oldest)")
+    return (f"Lag = trainer version − the version that generated the token, read {per}; the trainer's version "
+            f"{fmt(st['trainer_version']) if st['trainer_version'] is not None else '—'} comes from {where}. Lag 0 is "
+            "the numerical floor, read against its noise band; the last column is each older lag's KL beyond lag 0's "
+            "per-token rate, as a share of all KL k3 (they add up to the staleness share).")
+
+
+def _interval(st: dict) -> str:
+    iv = st.get("share_interval")
+    return f" (95% interval {pct(iv[0])}–{pct(iv[1])})" if iv else ""
+
+
+def floor_words(floor: dict | None) -> str:
+    """'lag 0 at dense bf16 noise (KL k3 2.1e-4)' or 'lag 0 12× beyond the dense bf16 noise band (KL k3 …)'."""
+    if floor is None:
+        return "no lag-0 tokens: the floor is not measured"
+    kl = fmt(floor["kl_k3"])
+    if floor["within"]:
+        return f"lag 0 at {floor['band']} noise (KL k3 {kl})"
+    far = max(floor.get("times_band_kl") or 0.0, floor.get("times_band_abs_delta") or 0.0)
+    return f"lag 0 {times(far)} beyond the {floor['band']} noise band (KL k3 {kl})"
+
+
+def verdict_sentence(st: dict | None) -> str | None:
+    """The verdict's second sentence: which dominates, staleness or numerics, and where lag 0 stands."""
+    if st is None:
+        return None
+    if st["trainer_version"] is None:
+        return ("Staleness: the batch names weight versions but not the trainer's (no trainer_version, no step), so no "
+                "lag is claimed.")
+    lags = [r["lag"] for r in st["by_lag"] if isinstance(r["lag"], int) and r["lag"] >= 0]
+    if st["share"] is None:
+        known = ", ".join(fmt(x) for x in lags[:6]) or "none"
+        return f"Staleness: {floor_words(st['floor'])}, so the staleness share is not defined (lags {known})."
+    if lags == [0]:
+        return f"Staleness: every token is at lag 0 (synchronous); {floor_words(st['floor'])}."
+    if st["floor"] is not None and not st["floor"]["within"]:
+        return (f"Staleness: not split, {floor_words(st['floor'])}: the floor is not numerical noise, so the part beyond "
+                "it is not staleness alone (see stale weights).")
+    lead = "staleness dominates" if st["dominant"] == "staleness" else "numerics dominate"
+    return (f"Staleness: {pct(st['share'])} of KL k3 comes from lag ≥ 1 beyond the lag-0 floor{_interval(st)}, "
+            f"{lead}; {floor_words(st['floor'])}.")
+
+
+def glance(st: dict | None) -> str | None:
+    """'staleness 81% of KL k3 from lag ≥ 1, lag 0 at dense bf16 noise' for a terminal line."""
+    if st is None or st["share"] is None or st["trainer_version"] is None:
+        return None
+    if all(r["lag"] == 0 for r in st["by_lag"]):
+        return f"every token at lag 0, {floor_words(st['floor'])}"
+    return f"staleness {pct(st['share'])} of KL k3 from lag ≥ 1, {floor_words(st['floor'])}"
+
+
+# ---- the five findings' words ------------------------------------------------------------------------------
+
+
+def stale_title(w: Words) -> str:
+    like = ""
+    if w.get("looks_like_lag") is not None:
+        like = f"; they look like lag {fmt(w['looks_like_lag'])}'s tokens (KL k3 {fmt(w['looks_like_kl_k3'])})"
+    elif w.get("older_kl_k3_low") is not None:
+        like = (f"; the older lags do not rise with their lag either (KL k3 {fmt(w['older_kl_k3_low'])} to "
+                f"{fmt(w['older_kl_k3_high'])}): one old version may have sampled every bucket")
+    return (f"Stale weights: tokens labelled lag 0 disagree {times(w['times_band'])} beyond the {w['band']} noise band "
+            f"(KL k3 {fmt(w['kl_k3'])}, mean |δ| {fmt(w['mean_abs_delta'])} over {fmt(w['tokens'])} tokens){like}")
+
+
+def stale_problem(w: Words) -> str:
+    return (f"an engine that did not hold the weights its tokens are labelled with (lag 0 {times(w['times_band'])} "
+            "beyond its noise band)")
+
+
+STALE_CAUSE = ("The tokens the batch labels as sampled by the trainer's own version disagree with it beyond what its "
+               "precision produces: the engine did not hold the weights it claims. A weight sync not applied or applied "
+               "late, a sync that rounds the update away (an fp32 trainer's small Adam steps fall below the bf16 rounding "
+               "step, so a bf16 engine keeps the old weights), or a stale KV / prefix cache reused across the sync.")
+STALE_CHECK = ("Compare a checksum of the engine's weights with the trainer's after each sync; log the version the "
+               "engine reports with each sample; score a saved step with the current checkpoint and an older one "
+               "(`tim-report rescore`); flush the prefix cache on sync; sync in the engine's precision only after "
+               "accumulating the update in fp32.")
+
+
+def negative_title(w: Words) -> str:
+    return (f"Negative lag: {fmt(w['tokens'])} tokens ({pct(w['share'])}) were generated by a version newer than the "
+            f"trainer's ({fmt(w['trainer_version'])}, from {w['trainer_version_source']}), by up to "
+            f"{fmt(-w['min_lag'])} versions")
+
+
+NEGATIVE_CAUSE = ("A token cannot be generated by weights the trainer has not made yet: the versions are mislabelled. "
+                  "A resume that restarted the version counter on one side, a trainer version read from the step number "
+                  "where the two count differently, or a rollout server ahead of the trainer.")
+NEGATIVE_CHECK = ("Set the trainer's version explicitly (`meta[\"trainer_version\"]`, `save_step(trainer_version=...)` "
+                  "or `--meta trainer_version=N`) and check how the engine's version counter is restored on resume.")
+
+
+def span_title(w: Words) -> str:
+    return (f"{fmt(w['sequences'])} sequences span more than {fmt(w['threshold'])} weight versions (up to "
+            f"{fmt(w['max_versions'])} in one sequence)")
+
+
+SPAN_CAUSE = ("Partial rollouts resumed across several weight syncs: one response was generated by three or more "
+              "versions, so its early tokens are older than the lag knob says.")
+SPAN_CHECK = ("Bound how often a partial rollout may be resumed (slime / miles `--partial-rollout`, AReaL's max "
+              "staleness) or drop sequences whose oldest version is beyond the lag bound.")
+
+
+def ess_title(w: Words) -> str:
+    return (f"ESS collapses at lag {fmt(w['lag'])}: its {fmt(w['tokens'])} tokens ({pct(w['share'])}) have token ESS "
+            f"{fmt(w['ess'], 2)}, and PPO clips {pct(w['clipped'])} of them")
+
+
+ESS_CAUSE = ("The weights moved far between the version that sampled these tokens and the trainer's: their importance "
+             "weights are dominated by a few tokens, so the bucket teaches little and its variance is large (VCPO, "
+             "arXiv 2602.17616, finds ESS predicts collapse from lag 2).")
+ESS_CHECK = ("Lower the maximum lag (max off-policy steps, the async buffer's depth), or the learning rate; correct with "
+             "a truncated importance weight against the behaviour policy rather than dropping the tokens.")
+
+
+def idle_title(w: Words) -> str:
+    return (f"Idle correction: the trainer logged a PPO clip fraction of {pct(w['logged'])}, while these ratios would "
+            f"clip {pct(w['expected'])} of tokens (KL k3 {fmt(w['kl_k3'])}, the floor {fmt(w['floor_kl_k3'])})")
+
+
+IDLE_CAUSE = ("The clip never fired although the rollout and the trainer disagree far above the floor: the ratio PPO "
+              "clips is taken against old log-probs recomputed by the trainer itself (r ≡ 1 on the first minibatch), "
+              "so neither staleness nor the engine mismatch is corrected (SkyRL #1850: staleness 4, clip fraction 0).")
+IDLE_CHECK = ("Use the rollout engine's log-probs as the behaviour policy in the ratio (or add a TIS / MIS correction "
+              "between rollout and trainer), and log the clip fraction of that ratio.")
