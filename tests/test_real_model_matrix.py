@@ -48,7 +48,7 @@ def test_clean_real_runs_are_noise_and_pass_check(rows, case):
     assert (r["regime"], r["check_exit"], r["finding"]) == ("numerical_noise", 0, None), r
 
 
-@pytest.mark.parametrize("case", ["shift", "temperature", "top_p_undeclared", "no_chat_template"])
+@pytest.mark.parametrize("case", ["shift", "temperature", "top_p_undeclared", "no_chat_template", "stale"])
 def test_planted_faults_are_named_and_fail_check(rows, case):
     r = rows[case]
     assert r["check_exit"] == 1, r
