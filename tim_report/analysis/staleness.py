@@ -90,8 +90,9 @@ def _run_sums(tok: Tokens, starts: np.ndarray, th: Thresholds) -> dict[str, np.n
            "abs": red(np.abs(tok.delta), starts)}
     em = np.expm1(log_r)  # r − 1, exact for tiny log r
     lo, hi = th.ppo_clip
-    out["clip"] = red(((em < lo - 1) | (em > hi - 1)).view(np.int8), starts, dtype=np.int64).astype(np.float64)
-    out["cap"] = red((em > th.tis_token_cap - 1).view(np.int8), starts, dtype=np.int64).astype(np.float64)
+    # int32 counts: a run is one sequence's tokens, far below 2³¹ (half the time of int64 sums)
+    out["clip"] = red(((em < lo - 1) | (em > hi - 1)).view(np.int8), starts, dtype=np.int32).astype(np.float64)
+    out["cap"] = red((em > th.tis_token_cap - 1).view(np.int8), starts, dtype=np.int32).astype(np.float64)
     out["r"] = red(em, starts) + out["n"]
     sq = np.square(em)
     out["r2"] = red(sq, starts) + 2 * (out["r"] - out["n"]) + out["n"]  # Σ(em + 1)² = Σem² + 2Σem + n
