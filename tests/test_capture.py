@@ -92,6 +92,7 @@ def test_meta_and_fields(precision_runs):
         assert m.get(key) not in (None, ""), key
     assert (m["rollout_engine"], m["rollout_dtype"], m["trainer_engine"], m["trainer_dtype"]) == (
         "transformers", "bf16", "transformers", "fp32")
+    assert m["model"] == "tiny-qwen2" and "model_gguf" not in m  # the model's name, never the local path given
     assert m["sampling"]["temperature"] == 1.0 and m["sampling"]["truncated"] is False
     assert m["chat_template"] is True and m["prompts"]["count"] == 4
     assert len(b.token_text) == b.n_tokens and b.prompt_text[0].startswith("<|im_start|>")

@@ -37,7 +37,10 @@ class Setup:
 
     @property
     def label(self) -> str:
-        extra = [x for x in (self.attn, self.patch) if x]
+        """`hf:bf16 (sdpa, patch)`: a patch file named by its file name, as pages name things, never by this machine's path."""
+        module, _, function = (self.patch or "").rpartition(":")
+        patch = f"{module.replace(chr(92), '/').rsplit('/', 1)[-1]}:{function}" if module.endswith(".py") else self.patch
+        extra = [x for x in (self.attn, patch) if x]
         return f"hf:{self.dtype}" + (f" ({', '.join(extra)})" if extra else "")
 
 
