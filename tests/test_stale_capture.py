@@ -130,7 +130,7 @@ def test_rescore_bad_input_is_one_line_and_writes_nothing(tmp_path, case):
     step = tmp_path / "step.npz"
     save_batch(b, step)
     res = run("rescore", step, *[x for kv in args.items() for x in kv], "-o", out)
-    phrase = {"no_tokens": "has no token ids", "no_prompts": "has no prompt ids", "no_checkpoint": "no such checkpoint",
+    phrase = {"no_tokens": "has no token ids", "no_prompts": "has no prompt ids", "no_checkpoint": "no such model folder",
               "bad_name": "--as", "fixed_name": "--as", "not_npz": "out.pt", "other_vocab": "outside"}[case]
     one_line_exit_2(res, phrase)
     assert not out.exists()

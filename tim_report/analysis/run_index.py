@@ -17,6 +17,7 @@ from typing import Any
 
 from ..catalogue import metrics as catalogue
 from ..config import HEALTH_ORDER, health
+from ..model import model_label
 from .run_verdict import run_verdict
 from .stats import finite
 from .sweep import length_sweep
@@ -64,7 +65,7 @@ def run_row(report: Any) -> dict:
     counts = routing.get("counts") or {}
     return {
         "id": str(run.get("id") or "run"),
-        "model": _text(meta.get("model") or meta.get("model_name")),
+        "model": _text(model_label(meta)),
         "rollout_engine": _label(meta.get("rollout_engine")), "rollout_dtype": _label(meta.get("rollout_dtype")),
         "trainer_engine": _label(meta.get("trainer_engine")), "trainer_dtype": _label(meta.get("trainer_dtype")),
         "device": _text(meta.get("device")), "step": _step(meta), "max_new_tokens": _max_new_tokens(meta),

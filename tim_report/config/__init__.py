@@ -25,6 +25,9 @@ from .bands import PublishedBand as PublishedBand
 # |log r| is clamped to this before exponentiating (verl's SAFETY_BOUND in rollout_corr_helper:
 # exp(20) ≈ 4.9e8). Token log-ratios, sequence log-ratio sums and the sample tables all use it.
 SAFETY_BOUND = 20.0
+# The what-if table explains a Geometric RS row that rejects at least this share of sequences when the batch's own
+# per-token noise, averaged over a typical sequence, already strays past the band (catalogue.verdicts.geo_rs_note).
+GEO_RS_NOTE_SHARE = 0.5
 # A log-prob above this is impossible rather than rounding: such tokens are excluded as data problems.
 POSITIVE_LOGP_TOLERANCE = 1e-6
 # The percentile ladder of δ, |δ|, k3 and |Δp| (design §4; llama.cpp's KL-divergence statistics).

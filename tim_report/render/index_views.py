@@ -8,6 +8,7 @@ every section that list returns, in its order.
 
 from __future__ import annotations
 
+from ..catalogue import findings
 from ..catalogue import metrics as catalogue
 from ..catalogue.numbers import fixed, fmt, pct
 from .tables import HTML, MARKDOWN, Cell, Column, Row, Section, Table, plural, text
@@ -35,12 +36,14 @@ def runs_table(index: dict) -> Table:
     for r in index["runs"]:
         rt = r["routing"]
         verdict = (r["regime"] or "—").replace("_", " ")
+        cause = lead_cause(r)
         problems = r.get("excluded_tokens") or r.get("input_problems")
         warn = (f"⚠ {fmt(r.get('excluded_tokens'))} excluded"
                 + (f", {fmt(r['input_problems'])} repaired" if r.get("input_problems") else "")) if problems else None
         rows.append(Row((
             Cell(health=r["health"]), Cell(r["id"], link=r["id"], twin=True, cls="id"),
-            Cell(verdict, cls="verdict-cell", tip=r.get("glance")), Cell(r["model"] or "unknown model", note=r["device"], note_below=True),
+            Cell(verdict, cls="verdict-cell", tip=r.get("glance"), note=cause, note_below=True),
+            Cell(r["model"] or "unknown model", note=r["device"], note_below=True),
             Cell(keep=(f"{r['rollout_engine']} {r['rollout_dtype']}", f"{r['trainer_engine']} {r['trainer_dtype']}")),
             Cell(text(r["model"])), Cell(keep=(r["rollout_engine"], r["trainer_engine"])),
             Cell(keep=(r["rollout_dtype"], r["trainer_dtype"])), Cell(text(r["device"])),
@@ -49,9 +52,18 @@ def runs_table(index: dict) -> Table:
             *[Cell(m.write(r[m.key])) for m in metrics],
             Cell("fix the bug first", icon="❌", style="route quarantine") if r["blocked_by_bug"] else
             Cell(f"{fmt(rt.get('train'))} / {fmt(rt.get('train_with_correction'))} / {fmt(rt.get('quarantine'))}"),
-            Cell(verdict, icon=REGIME_MARK.get(r["regime"], "➖")),
+            Cell(verdict, icon=REGIME_MARK.get(r["regime"], "➖"), note=f"({cause})" if cause else None),
         )))
     return Table(columns, tuple(rows), cls="runs")
+
+
+def lead_cause(row: dict) -> str | None:
+    """The cause beside a run's verdict: its leading finding's short name ("off-by-one"), as the run's glance leads with it."""
+    lead = next(iter(row.get("findings") or []), None)
+    if lead is None:
+        return None
+    entry = findings.FINDINGS.get(lead)
+    return (entry.short if entry is not None and entry.short else None) or lead.replace("_", " ")
 
 
 def unreadable_table(index: dict) -> Table:

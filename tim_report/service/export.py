@@ -19,14 +19,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..catalogue.metrics import ROW, SCALARS
+from ..catalogue.metrics import SCALARS
 from ..errors import BadInput
 from ..site.index_json import read_rows
 from .loggers import row_scalars
 
 INSTALL_HINT = 'TensorBoard is not installed: pip install "tim-report[tensorboard]" (or pip install tensorboard)'
 PREFIX = "tim/"
-KEYS = tuple(k for k in SCALARS if k in ROW)  # the logger's metrics an index row carries
+KEYS = SCALARS  # the logger's metrics: an index row carries every one (catalogue.metrics.ROW)
 
 
 @dataclass

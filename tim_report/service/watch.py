@@ -163,15 +163,19 @@ def build_path(s: Source) -> Path:
 
 
 class Watch:
-    """A run folder followed into a site: `step()` is one poll and, when a complete step is new or changed, one build."""
+    """A run folder followed into a site: `step()` is one poll and, when a complete step is new or changed, one build.
 
-    def __init__(self, run_dir: Path, out: Path, options: WatchOptions):
+    `say`, when given, is told each `skipped:` line as the build meets its step (the command line prints it then);
+    without it those lines are the round's notes."""
+
+    def __init__(self, run_dir: Path, out: Path, options: WatchOptions, say: Callable[[str], None] | None = None):
         check_target(out)  # a folder that cannot be a site is refused before the first poll
-        self.run_dir, self.out, self.opts = run_dir, out, options
+        self.run_dir, self.out, self.opts, self.say = run_dir, out, options, say
         self.poller = Poller(run_dir, options.build.load.format_hint, options.ranks)
         self.built: tuple | None = None  # the complete steps and their files' stats at the last build
         self.bad: dict[Path, tuple] = {}  # a step's path that was bad input → its stats then (retried once they change)
         self.known_ids, self.known_changes = _known(out)
+        self.held = len(self.known_ids)  # the steps the published index lists (the site's last build)
         self.alarmed = {step for step, _ in self.known_changes}  # the steps an alarm was raised for: one per event
         self.lag_events: dict[str, bool] = {}  # a lag alarm's kind → its event still open (the last step had it too)
 
@@ -182,19 +186,25 @@ class Watch:
         state = tuple((s.run_id, _stats(s)) for s in ready)
         if not ready or state == self.built:
             return rnd
-        while ready:
-            try:
-                rnd.result = build([build_path(s) for s in ready], self.out, self.opts.build)
-                break
-            except BadInput as exc:  # one bad step: said, left out until its files change; the others still build
-                culprit = next((s for s in ready if _names(s, exc.source)), None)
-                if culprit is None:
-                    raise
-                rnd.notes.append(f"skipped: {exc}")
-                self.bad[build_path(culprit)] = _stats(culprit)
-                ready = [s for s in ready if s is not culprit]
-        self.built = state
+        skipped: list[Source] = []
+
+        def skip(path: Path, exc: BadInput) -> None:  # a bad step: said now, left out until its files change
+            culprit = next((s for s in ready if build_path(s) == path or _names(s, str(path))), None)
+            if culprit is None:
+                raise exc
+            skipped.append(culprit)
+            self.bad[build_path(culprit)] = _stats(culprit)
+            line = f"skipped: {exc}"
+            self.say(line) if self.say is not None else rnd.notes.append(line)
+
+        try:  # one pass: the bad steps are left out as they are met, the others built beside them
+            rnd.result = build([build_path(s) for s in ready], self.out, self.opts.build, skip=skip)
+        except BadInput:
+            if len(skipped) < len(ready):  # not a step's own problem (the output folder): the watch cannot go on
+                raise
+        self.built = tuple(x for s, x in zip(ready, state) if s not in skipped)
         if rnd.result is not None:
+            self.held = len(rnd.result.rows)
             self._news(rnd, rnd.result)
         return rnd
 
