@@ -134,3 +134,22 @@ def test_rescore_bad_input_is_one_line_and_writes_nothing(tmp_path, case):
               "bad_name": "--as", "fixed_name": "--as", "not_npz": "out.pt", "other_vocab": "outside"}[case]
     one_line_exit_2(res, phrase)
     assert not out.exists()
+
+
+@pytest.mark.slow
+def test_rescore_takes_a_gguf_as_capture_does(tmp_path, monkeypatch):
+    """The real model: a step captured from SmolLM2's GGUF, rescored by the same GGUF (converted once into the cache)
+    in fp32, gives the trainer's fp32 log-probs: the same folder, the same scoring routine."""
+    from helpers import smollm2_gguf
+
+    gguf = smollm2_gguf()
+    monkeypatch.setenv("TIM_REPORT_CACHE", str(tmp_path / "cache"))
+    step = tmp_path / "step.npz"
+    res = run("capture", "--model", gguf, "--prompts", PROMPTS, "--rollout", "hf:bf16", "--trainer", "hf:fp32",
+              "--max-prompts", "2", "--n-samples", "1", "--max-new-tokens", "8", "--device", "cpu", "-o", step)
+    assert res.exit_code == 0, res.output
+    res = run("rescore", step, "--model", gguf, "-o", tmp_path / "out.npz")
+    assert res.exit_code == 0, res.output
+    b = load(tmp_path / "out.npz")
+    name = "smollm2_135m_instruct_q4_1"  # the file's stem as a side name
+    assert list(b.sides) == [name] and np.allclose(b.sides[name], b.trainer_logp, atol=1e-6)
