@@ -7,8 +7,8 @@
   keyed by the file's sha256, and reused afterwards. Every engine (hf and vLLM) then loads that one folder, so both
   sides score the very same float weights.
 
-The GGUF is checked before any model is loaded: the magic, a header and tensor table that parse, every tensor's data
-inside the file (a truncated download), an architecture transformers' GGUF loader knows and tensor types it can
+The GGUF is checked before any model is loaded: the magic, a header, tensor table and tensor data that read whole (a
+truncated download fails here), an architecture transformers' GGUF loader knows and tensor types it can
 dequantise. The folder is written into a staging folder beside its final name and renamed into place in one step,
 so two processes converting at once never corrupt it and a half-written folder is never used.
 """
@@ -23,6 +23,7 @@ import os
 import re
 import shutil
 import tempfile
+import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,6 +33,7 @@ from ..errors import BadInput
 GGUF_MAGIC = b"GGUF"
 MARKER = "tim-report-gguf.json"  # written last into the staging folder: what the cache folder was made from
 CONFIGS = ("config.json", "tokenizer_config.json")
+STALE_STAGING_S = 86400  # a staging folder this old is a killed conversion's, not a running one's
 # llama.cpp's architecture names that transformers' GGUF loader renames (modeling_gguf_pytorch_utils.load_gguf_checkpoint)
 LLAMA_CPP_NAMES = {"qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe", "gpt-oss": "gpt_oss", "minimax-m2": "minimax_m2",
                    "t5encoder": "t5"}
@@ -132,11 +134,15 @@ def _converted(gguf: Path, notice: Callable[[str], None] | None) -> Path:
     final = cache_root() / digest[:16]
     if (final / MARKER).is_file():  # only a whole conversion of these very bytes is ever renamed to this name
         return final
+    if final.exists():
+        raise BadInput(final, "is in tim-report's GGUF cache but was not written by it (no tim-report-gguf.json): "
+                              "remove it and run again")
     header = read_header(gguf)  # before any model is loaded: a damaged or unsupported GGUF is one line
     check_supported(gguf, header)
     final.parent.mkdir(parents=True, exist_ok=True)
     if notice is not None:
         notice(f"converting {gguf.name} once into {final} (dequantised to fp32, reused afterwards)")
+    _sweep(final.parent)
     staging = Path(tempfile.mkdtemp(prefix=f".{digest[:16]}.staging-", dir=final.parent))
     try:
         _convert(gguf, staging)
@@ -157,6 +163,14 @@ def _converted(gguf: Path, notice: Callable[[str], None] | None) -> Path:
     return final
 
 
+def _sweep(root: Path) -> None:
+    """Staging folders a killed conversion left, a day old or more: never used, removed the next time one starts."""
+    for old in root.glob(".*.staging-*"):
+        with contextlib.suppress(OSError):
+            if time.time() - old.stat().st_mtime > STALE_STAGING_S:
+                shutil.rmtree(old, ignore_errors=True)
+
+
 def read_header(gguf: Path) -> dict:
     """The GGUF's architecture, name and tensor types; BadInput for a file that is not a whole GGUF."""
     _check_magic(gguf)
@@ -167,17 +181,13 @@ def read_header(gguf: Path) -> dict:
     try:
         with _quiet():
             reader = GGUFReader(str(gguf))
-    except Exception as exc:
-        raise BadInput(gguf, f"is truncated or damaged: its header does not parse ({_one_line(exc)})") from None
-    size = gguf.stat().st_size
-    for t in reader.tensors:
-        if int(t.data_offset) + int(t.n_bytes) > size:
-            raise BadInput(gguf, f"is truncated: tensor {t.name} ends at byte {int(t.data_offset) + int(t.n_bytes)}, "
-                                 f"the file has {size}")
+    except Exception as exc:  # the reader maps every tensor's data: a short file fails here too
+        raise BadInput(gguf, f"is truncated or damaged: its header and tensors do not read ({_one_line(exc)})") from None
     arch = _field_text(reader, "general.architecture")
     if not arch:
         raise BadInput(gguf, "is not a model GGUF (no general.architecture)")
     return {"architecture": arch, "name": display_name(gguf), "general_name": _field_text(reader, "general.name"),
+            "tokenizer": _field_text(reader, "tokenizer.ggml.model"),
             "types": sorted({t.tensor_type.name for t in reader.tensors}), "tensors": len(reader.tensors)}
 
 
@@ -194,18 +204,37 @@ def _check_magic(gguf: Path) -> None:
 def check_supported(gguf: Path, header: dict) -> None:
     """BadInput unless transformers' GGUF loader knows the architecture and can dequantise every tensor type."""
     from gguf import GGMLQuantizationType
-    from gguf.quants import _type_traits  # the types gguf can dequantise (numpy)
+    from gguf import quants as gguf_quants
     from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
 
     arch = header["architecture"]
-    known = sorted(set(GGUF_SUPPORTED_ARCHITECTURES) - {"general", "tokenizer"})
-    if arch not in known and LLAMA_CPP_NAMES.get(arch) not in known:
+    arches = sorted(set(GGUF_SUPPORTED_ARCHITECTURES) - {"general", "tokenizer"})
+    if arch not in arches and LLAMA_CPP_NAMES.get(arch) not in arches:
         raise BadInput(gguf, f"architecture '{arch}' is not one transformers can load from a GGUF "
-                             f"(transformers {_transformers_version()} loads {', '.join(known)})")
+                             f"(transformers {_transformers_version()} loads {', '.join(arches)})")
     plain = {"F32", "F16", "BF16", "F64", "I8", "I16", "I32", "I64"}
-    bad = [t for t in header["types"] if t not in plain and GGMLQuantizationType[t] not in _type_traits]
+    known = getattr(gguf_quants, "_type_traits", None)  # the types gguf.dequantize (transformers' loader calls it) knows
+    bad = [t for t in header["types"] if t not in plain and known is not None and GGMLQuantizationType[t] not in known]
     if bad:
         raise BadInput(gguf, f"tensor type {', '.join(bad)} cannot be dequantised by the gguf package")
+    tokenizers = _tokenizer_types()
+    if tokenizers is not None and header["tokenizer"] not in tokenizers:
+        said = f"tokenizer '{header['tokenizer']}'" if header["tokenizer"] else "no tokenizer (tokenizer.ggml.model)"
+        raise BadInput(gguf, f"states {said}: transformers builds a tokenizer from a GGUF only for "
+                             f"{', '.join(sorted(tokenizers))}")
+
+
+def _tokenizer_types() -> set[str] | None:
+    """The `tokenizer.ggml.model` values transformers' GGUF loader builds a tokenizer for (None: not known here)."""
+    import importlib
+
+    for module, name in (("transformers.integrations.gguf.gguf_tokenizer_mapping", "GGUF_TOKENIZER_TYPES"),
+                         ("transformers.integrations.ggml", "GGUF_TO_FAST_CONVERTERS")):  # the second: transformers 4.x
+        try:
+            return set(getattr(importlib.import_module(module), name))
+        except (ImportError, AttributeError):
+            continue
+    return None
 
 
 def _convert(gguf: Path, out: Path) -> None:

@@ -97,6 +97,8 @@ def check_options(opts: CaptureOptions) -> None:
     if opts.device not in ("auto", "cpu", "cuda") and not opts.device.startswith("cuda:"):
         raise BadInput("--device", f"'{opts.device}' is not auto, cpu or cuda")
     opts.model_dir = str(resolve_model(opts.model, notice=_say))
+    if opts.stale:  # each older checkpoint as a folder too (a GGUF converted once), then checked against the model
+        opts.stale = {lag: str(resolve_model(path, notice=_say)) for lag, path in opts.stale.items()}
     check_stale(opts.folder, opts.stale, len(opts.rollouts), opts.recompute is not None)
 
 
@@ -298,7 +300,8 @@ def _run(jobs: dict[EngineKey, list[Job]], opts: CaptureOptions, prep: _Prepared
     for key, todo in jobs.items():
         engine, doing = None, "starting"
         try:
-            engine = open_engine(key, opts, prep.device, prep.max_model_len)
+            with progress(f"loading {key}", 0):  # often the longest stage (vLLM's start): said before it, not after
+                engine = open_engine(key, opts, prep.device, prep.max_model_len)
             out.versions[key.engine] = engine.version
             for kind, spec, _rollout in todo:
                 if kind == "generate":

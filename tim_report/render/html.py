@@ -50,7 +50,7 @@ def run_context(report, notes_md: str | None = None, timestamp: str | None = Non
         "topk": topk_view(report), "banners": banners(report), "chain": chain_view(report), "bitwise": bitwise,
         "tables": {"envs": run_tables.env_table(report), "what_if": run_tables.what_if_table(report),
                    "by_probability": run_tables.probability_table(report), "lags": run_tables.lag_table(report),
-                   **run_tables.topk_tables(report)},
+                   "topk": run_tables.topk_tables(report)},
         "staleness_intro": table_intro(report.staleness) if report.staleness else None,
         # the token tables' rows: samples.js beside the page, or inline in a self-contained one
         "samples_data": (Markup(samples_json(report)) if assets is None else True) if report.samples else None,

@@ -141,6 +141,7 @@ def _routing(report) -> str:
         lines += ["", "Rules: " + "; ".join(f"{esc(k)}: {esc(v, None, own=True)}" for k, v in sorted(rules.items())) + "."]
     if report.what_if:
         lines += ["", write_table(run_tables.what_if_table(report))]
+        lines += [f"\n{esc(w['note'], None, own=True)}" for w in report.what_if if w.get("note")]
     return "\n".join(lines)
 
 
