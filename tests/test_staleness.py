@@ -175,3 +175,30 @@ def test_page_report_md_and_summary_show_the_split(stale_run, tmp_path):
     assert md.index("### Staleness by lag") < md.index("## Findings")
     rows = summary["staleness"]["by_lag"]
     assert [r["lag"] for r in rows] == [0, 1, 2, 3] and summary["staleness"]["dominant"] == "staleness"
+
+
+def test_generate_calls_become_token_ranges():
+    """slime / miles: one version per generate call; miles' spans name their tokens; calls that match the trained
+    spans one for one split a multi-turn sample; a partial rollout's resumed calls inside one span do not."""
+    from tim_report.io.sequences import call_token_versions, joined_versions
+    from tim_report.model import UNKNOWN_VERSION
+
+    mask = np.array([1, 1, 0, 0, 1, 1, 1], bool)  # two assistant turns around a tool's output
+    assert call_token_versions(["4", "5"], mask, prompt_len=3).tolist() == [4, 4, 4, 4, 5, 5, 5]
+    assert call_token_versions(["4"], mask, 3) is None  # one call: the sequence's version says it
+    assert call_token_versions(["4", "5", "5"], mask, 3) is None  # resumed inside a span: no token mapping
+    spans = [[{"version": "7", "abs_start": 3, "abs_end": 5}], [{"version": "8", "abs_start": 7, "abs_end": 10}]]
+    assert call_token_versions(spans, mask, 3).tolist() == [7, 7, UNKNOWN_VERSION, UNKNOWN_VERSION, 8, 8, 8]
+    assert joined_versions(spans) == "7,8" and joined_versions(["4", "5", "5"]) == "4,5"
+
+
+def test_second_lane_split_is_the_same(monkeypatch):
+    """A large batch measures the split on analyze's second lane; the report is the same as in the diagnosis."""
+    import tim_report.analysis as analysis
+
+    b = make_batch(n_seqs=40, mean_len=30, seed=5)
+    b.weight_version = np.array([str(7 - i % 3) for i in range(40)])
+    b.meta["trainer_version"] = 7
+    here = analyze(b).staleness
+    monkeypatch.setattr(analysis, "THREAD_MIN_TOKENS", 0)
+    assert analysis.analyze(b).staleness == here

@@ -22,9 +22,11 @@ from .diagnosis import diagnose
 from .distributions import distributions
 from .metrics import LADDERS, summary_metrics
 from .samples import sample_rows
+from .staleness import split
 from .tokens import valid_tokens
 from .topk import topk_analysis
 from .verl_metrics import verl_metrics
+from .versions import has_versions
 
 __all__ = ["GATE", "GATE_HISTORY", "DiagnosisThresholds", "Scope", "Thresholds", "analyze"]
 
@@ -55,9 +57,13 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
     # samples on a second thread. numpy releases the GIL in its loops, so a large batch uses two cores; one
     # lane each keeps at most two families' temporaries alive at once (peak memory, docs/performance.md).
     with ThreadPoolExecutor(max_workers=1) as pool:
-        side = pool.submit(side_families, batch, tok, th) if tok.n >= THREAD_MIN_TOKENS else None
+        big = tok.n >= THREAD_MIN_TOKENS
+        # the staleness split first on the second lane (the diagnosis reads it), then the families
+        stale = pool.submit(split, batch, tok, th) if big and has_versions(batch) else None
+        side = pool.submit(side_families, batch, tok, th) if big else None
         metrics = summary_metrics(tok, th, scope.ladders, scope.pages)
-        diagnosis = diagnose(batch, tok, metrics, diagnosis_thresholds, th)
+        given = {"staleness": stale.result()} if stale is not None else {}
+        diagnosis = diagnose(batch, tok, metrics, diagnosis_thresholds, th, given)
         families = side.result() if side is not None else side_families(batch, tok, th)
     groups, envs = families.pop("by_group"), families.pop("by_env")
     if not scope.pages:
