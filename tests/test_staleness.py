@@ -202,3 +202,21 @@ def test_second_lane_split_is_the_same(monkeypatch):
     here = analyze(b).staleness
     monkeypatch.setattr(analysis, "THREAD_MIN_TOKENS", 0)
     assert analysis.analyze(b).staleness == here
+
+
+def test_meta_names_the_trainer_version_and_the_logged_clip_fraction(stale_run, tmp_path):
+    """`--meta ppo_clip_fraction=0` feeds the idle-correction check; a value that is no fraction is bad input."""
+    r = check(tmp_path, stale_run, "--meta", "ppo_clip_fraction=0", "--fail-on", "warn", "--no-limits")
+    assert r.exit_code == 1 and "warn idle_correction" in r.output, r.output
+    r = check(tmp_path, stale_run, "--meta", "ppo_clip_fraction=2")
+    assert r.exit_code == 2 and "ppo_clip_fraction=2: not a fraction" in r.output
+    r = check(tmp_path, stale_run, "--meta", "trainer_version=2")  # the lags move by one: lag −1 appears
+    assert r.exit_code == 0 and "negative lag (384 tokens) (warn)" in r.output and "position" not in r.output
+
+
+def test_report_md_is_valid_gfm(stale_run, tmp_path):
+    from helpers import build_site, check_gfm
+
+    site = build_site(tmp_path, [("async", stale_run)])
+    tokens = check_gfm((site / "async" / "report.md").read_text(encoding="utf-8"))  # asserts what GitHub would mangle
+    assert any(t.type == "inline" and t.content == "Staleness by lag" for t in tokens)
