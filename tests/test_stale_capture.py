@@ -66,9 +66,10 @@ def test_capture_stale_bad_input(tmp_path, versions, case):
              "no_checkpoint": ["--stale", f"1={tmp_path / 'nope'}"], "other_vocab": ["--stale", f"1={other}"],
              "with_recompute": ["--stale", f"1={versions[1]}", "--recompute", "hf:bf16"],
              "two_rollouts": ["--stale", f"1={versions[1]}", "--rollout", "hf:fp16"]}[case]
-    res = run(*capture_args(versions[3], tmp_path / "out.npz", *extra))
+    out = tmp_path / ("out" if case == "two_rollouts" else "out.npz")  # two pairs are written into a folder
+    res = run(*capture_args(versions[3], out, *extra))
     one_line_exit_2(res, "--stale" if case != "no_checkpoint" else "nope")
-    assert not (tmp_path / "out.npz").exists()
+    assert not out.exists()
 
 
 def test_rescore_tells_which_checkpoint_a_planted_stale_rollout_came_from(tmp_path, versions):
