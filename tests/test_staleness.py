@@ -59,6 +59,7 @@ def test_real_older_versions_split_by_lag(stale_run, tmp_path):
     assert "stale_weights" not in ids(report) and "negative_lag" not in ids(report)
     assert "of KL k3 comes from lag ≥ 1 beyond the lag-0 floor" in report.diagnosis["verdict"]
     assert "lag 0 at dense bf16 noise" in report.diagnosis["verdict"]
+    assert report.diagnosis["what_to_check"].startswith("Nothing in the engines: the mismatch beyond noise is staleness")
     summary = json.loads(json.dumps(report.summary_dict(), default=str))
     assert summary["staleness"]["by_lag"][0]["lag"] == 0 and "kl_k3" in summary["staleness"]["by_lag"][0]
     r = check(tmp_path, stale_run)
@@ -173,6 +174,9 @@ def test_page_report_md_and_summary_show_the_split(stale_run, tmp_path):
     for text in (page, md):
         assert "Staleness by lag" in text and "KL beyond lag 0" in text and "at noise" in text
     assert md.index("### Staleness by lag") < md.index("## Findings")
+    cost = summary["staleness"]["cost"]  # what the lag costs as importance weights, said under the table
+    assert cost["tokens"] == 1152 and cost["clipped"] > cost["clipped_lag0"] and cost["ess"] < 1
+    assert "What the lag costs: token ESS" in page and "What the lag costs: token ESS" in md
     rows = summary["staleness"]["by_lag"]
     assert [r["lag"] for r in rows] == [0, 1, 2, 3] and summary["staleness"]["dominant"] == "staleness"
 

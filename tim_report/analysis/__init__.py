@@ -89,10 +89,13 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
     report.staleness = report.diagnosis.pop("staleness", None)  # summary.json's own `staleness`
     if (sentence := lag_words.verdict_sentence(report.staleness)) is not None:
         report.diagnosis["verdict"] = f"{report.diagnosis['verdict']} {sentence}"  # which dominates: staleness or numerics
+    leads = any(f["severity"] != "info" for f in report.diagnosis.get("findings") or [])
+    if not leads and (check := lag_words.staleness_check(report.staleness)) is not None:
+        report.diagnosis["what_to_check"] = check  # beyond noise by staleness alone: the lag, not an engine, to look at
     report.routing["blocked_by_bug"] = blocked_by_bug(report.diagnosis or {})
     report.diagnosis["glance"] = glance_of(report.diagnosis, envs, metrics.get("kl_k3"))
     lag_glance = lag_words.glance(report.staleness)
-    if lag_glance and not any(f["severity"] != "info" for f in report.diagnosis.get("findings") or []):
+    if lag_glance and not leads:
         report.diagnosis["glance"] += f": {lag_glance}"  # what the mismatch is when no finding leads: staleness or not
     report.run["thresholds"] = th.to_dict()
     return report

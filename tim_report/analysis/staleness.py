@@ -70,7 +70,23 @@ def split(batch: StepBatch, tok: Tokens, th: Thresholds) -> dict | None:
         "newest_version": int(newest.max()) if (newest != UNKNOWN).any() else None,
         "max_versions_per_sequence": int(count.max()) if count.size else 0,
         "sequences_over_two_versions": int((count > 2).sum()),
+        "cost": _cost(run_lag, sums),
     }
+
+
+def _cost(run_lag: np.ndarray, sums: dict[str, np.ndarray]) -> dict | None:
+    """What the lag costs as importance weights (issue 33's units): over the tokens of lag ≥ 1 together, their Kish
+    ESS and the shares PPO clips and the TIS cap truncates, beside lag 0's clip share; None without such tokens."""
+    stale = (run_lag >= 1) & (run_lag != UNKNOWN)
+    n = float(sums["n"][stale].sum())
+    if n == 0:
+        return None
+    r, r2 = float(sums["r"][stale].sum()), float(sums["r2"][stale].sum())
+    lag0 = run_lag == 0
+    n0 = float(sums["n"][lag0].sum())
+    return {"tokens": int(n), "ess": r * r / (n * r2) if r2 > 0 else None, "clipped": float(sums["clip"][stale].sum()) / n,
+            "capped": float(sums["cap"][stale].sum()) / n,
+            "clipped_lag0": float(sums["clip"][lag0].sum()) / n0 if n0 else None}
 
 
 def _runs(tok: Tokens, lag_tok: np.ndarray | None, seq_lag: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
