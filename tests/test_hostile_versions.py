@@ -56,3 +56,12 @@ def test_an_unsigned_token_version_beyond_int64_is_unknown_not_wrapped(tmp_path)
     back = load(path)
     assert (back.token_version != -1).all()
     assert {r["lag"] for r in analyze(back).staleness["by_lag"]} == {"unknown"}
+
+
+@pytest.mark.parametrize("spec", ["99999999999999999999=m", "1_0=m", "--1=m"])
+def test_a_stale_lag_beyond_int64_or_not_plain_digits_is_refused(spec):
+    from tim_report.capture.stale import parse_stale
+    from tim_report.errors import BadInput
+
+    with pytest.raises(BadInput, match="is not LAG=CKPT"):
+        parse_stale([spec])
