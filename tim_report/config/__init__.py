@@ -360,9 +360,11 @@ class DiagnosisThresholds:
     # the least certain one, so noise makes it 1-3× the rest on our fixtures; 10× is a different context.
     first_token_ratio: float = 10.0
     min_localise_sequences: int = 8
-    # position_onset: PELT on per-position mean log|δ| (positions with at least onset_min_tokens tokens); a
-    # rise counts when the geometric-mean |δ| after it is at least onset_ratio times the level before, at z ≥
-    # `z`, with onset_min_positions positions on each side. bf16 / fp16 noise drifts by < 1.5× along a
+    # position_onset: PELT on per-position mean log|δ| (positions with at least onset_min_tokens tokens) finds a
+    # rise of the geometric-mean |δ| by onset_ratio or more, with onset_min_positions positions on each side; it
+    # counts when, within the (≥ min_localise_sequences) sequences that cross it, the mean |δ| rises by onset_ratio
+    # too and a paired test over those sequences reaches z ≥ `z` (per-token tests fired on clean SmolLM2 data:
+    # docs/calibration.md). bf16 / fp16 noise drifts by < 1.5× along a
     # response on our fixtures; 3× is a new error source switching on (an fp8 KV cache, a context cap).
     onset_ratio: float = 3.0
     onset_min_tokens: int = 8
