@@ -24,6 +24,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from processes import timed
+
 MEAN_LEN = 512
 
 
@@ -93,15 +95,8 @@ def as_process(argv: list[str], repeat: int, fresh: Path | None = None) -> tuple
     for _ in range(repeat):
         if fresh is not None:
             shutil.rmtree(fresh, ignore_errors=True)
-        t0 = time.perf_counter()
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        _, status, usage = os.wait4(proc.pid, 0)
-        best = min(best, time.perf_counter() - t0)
-        cpu = min(cpu, usage.ru_utime + usage.ru_stime)
-        rss = max(rss, usage.ru_maxrss * 1024)
-        if os.waitstatus_to_exitcode(status) != 0:
-            raise SystemExit(f"{argv}: failed: {proc.stderr.read().decode()[-2000:]}")
-        proc.stderr.close()
+        seconds, cpu_s, peak = timed(argv)
+        best, cpu, rss = min(best, seconds), min(cpu, cpu_s), max(rss, peak)
     return best, cpu, rss
 
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+
+from processes import timed
 
 PEER = """
 import sys, torch
@@ -50,20 +50,6 @@ def write_batch(folder: Path, side: int) -> tuple[Path, Path]:
     return folder / "big.npz", folder / "big.pt"
 
 
-def timed(argv: list[str]) -> tuple[float, float, int]:
-    """Wall seconds, CPU seconds (user + system) and peak RSS (bytes) of a command; its exit status 0 or 1 (`check`'s
-    verdict) is fine, anything else stops the benchmark."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    seconds = time.perf_counter() - t0
-    err = proc.stderr.read().decode()
-    proc.stderr.close()
-    if os.waitstatus_to_exitcode(status) not in (0, 1):
-        raise SystemExit(f"{argv}: failed: {err[-2000:]}")
-    return seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024
-
-
 def rounds(peer_python: str, npz: Path, pt: Path, n: int) -> dict[str, list[tuple[float, float, int]]]:
     commands = {"peer": [peer_python, "-c", PEER, str(pt)],
                 "check .npz": [sys.executable, "-m", "tim_report", "check", str(npz)],
@@ -72,7 +58,7 @@ def rounds(peer_python: str, npz: Path, pt: Path, n: int) -> dict[str, list[tupl
     names = list(commands)
     for r in range(n):
         for name in names[r % 3:] + names[:r % 3]:
-            out[name].append(timed(commands[name]))
+            out[name].append(timed(commands[name], ok=(0, 1)))  # 1: `check`'s verdict, not a failure
     return out
 
 

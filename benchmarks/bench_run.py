@@ -22,11 +22,12 @@ import importlib.util
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from processes import timed
 
 MEAN_LEN = 256
 
@@ -60,23 +61,8 @@ def baseline(run: str) -> None:
     print(len(means))
 
 
-def as_process(argv: list[str]) -> tuple[float, float, int]:
-    """Wall time of a command, its CPU time (user + system, with the worker processes it waited for: what other
-    jobs on a shared machine do not inflate; Ray's workers are not its children, so not counted) and the peak RSS
-    of the largest process of its tree (bytes)."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    seconds = time.perf_counter() - t0
-    err = proc.stderr.read().decode()
-    proc.stderr.close()
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{argv}: failed: {err[-2000:]}")
-    return seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss * 1024
-
-
 def build(run: Path, out: Path, *extra: str) -> tuple[float, float, int]:
-    return as_process([sys.executable, "-m", "tim_report", "build", str(run), "-o", str(out), *extra])
+    return timed([sys.executable, "-m", "tim_report", "build", str(run), "-o", str(out), *extra])
 
 
 def page_load(index: Path) -> float | None:
@@ -114,7 +100,7 @@ def main() -> None:
         print(f"wrote {args.steps} steps × ~{args.tokens:,} tokens in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
         exports = tmp / "run" / "token_exports"
         here = Path(__file__).resolve().parent
-        rows = [("baseline: read every step, mean abs(δ) of each", *as_process(
+        rows = [("baseline: read every step, mean abs(δ) of each", *timed(
             [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(here)!r}); "
              f"from bench_run import baseline; baseline({str(exports)!r})"]))]
         rows.append(("build --jobs 1", *build(exports, tmp / "site1")))

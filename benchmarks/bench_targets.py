@@ -31,6 +31,7 @@ import bench_analyze  # noqa: E402
 import bench_check  # noqa: E402
 import bench_run  # noqa: E402
 import bench_site_size  # noqa: E402
+import processes  # noqa: E402
 
 
 def cpu_name() -> str:
@@ -79,9 +80,9 @@ def run_section(tmp: Path, steps: int, tokens: int) -> list[tuple[str, float, fl
     exports = tmp / "run" / "token_exports"
     base_cmd = [sys.executable, "-c", f"import sys; sys.path.insert(0, {str(HERE)!r}); "
                 f"from bench_run import baseline; baseline({str(exports)!r})"]
-    base = bench_run.as_process(base_cmd)
+    base = processes.timed(base_cmd)
     full = bench_run.build(exports, tmp / "site-run")
-    base2 = bench_run.as_process(base_cmd)
+    base2 = processes.timed(base_cmd)
     bench_run.write_run(tmp / "run", steps + 1, tokens)
     again = bench_run.build(exports, tmp / "site-run")
     baseline = min(base[0], base2[0])

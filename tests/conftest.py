@@ -36,3 +36,19 @@ def trl_npz(tmp_path, batch):
 def pytest_addoption(parser):
     parser.addoption("--update-gold", action="store_true", default=False,
                      help="Rewrite the gold files in tests/gold/ from the current output.")
+
+
+@pytest.fixture(scope="session")
+def tiny_versions():
+    """Four real versions v0..v3 of models/tiny-qwen2 (one Adam step each; tim_report.testing.train_versions), made
+    once per session: the staleness split's and rescore's test bed."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from pathlib import Path
+
+    from tim_report.testing import TINY_MODEL, train_versions
+
+    model = Path(__file__).resolve().parents[1] / TINY_MODEL
+    if not (model / "model.safetensors").exists():
+        pytest.skip("models/tiny-qwen2 not present")
+    return train_versions(str(model))

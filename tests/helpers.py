@@ -11,6 +11,7 @@ import os
 import re
 import struct
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,6 +42,17 @@ HOSTILE = [
     "]]></style><script>alert(5)</script>",
     "javascript:alert(6)",
 ]
+
+
+def throwaway(script: str, tmp: Path) -> dict:
+    """Run a worked example of docs/architecture.md (a throwaway metric, framework or finding registered at run time)
+    in a fresh interpreter, so the registration reaches no other test; returns the checks its last line prints (a
+    JSON object of name → passed) once the example ran and its `build` exited 0."""
+    res = subprocess.run([sys.executable, "-c", script, str(tmp)], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    found = json.loads(res.stdout.strip().splitlines()[-1])
+    assert found.pop("build") == 0
+    return found
 
 
 def skip_or_fail(reason: str) -> None:

@@ -36,7 +36,7 @@ def test_evidence_reads_in_display_names_and_leaves_out_what_was_not_computed():
 
 def test_evidence_items_fold_the_standard_error_and_hide_thresholds():
     got = dict(items({"kl_k3": 0.002, "kl_k3_se": 0.001, "threshold_ratio": 10.0, "ratio": 12.0, "z": None,
-                      "negative_delta_share": 0.963, "declared_in_meta": 0}))
+                      "negative_delta_share": 0.963, "declared_in_meta": 0}, "processed_logprobs"))  # its entry names its keys
     assert got == {"KL k3": "0.002 ± 0.001", "ratio": "12×", "rollout ≥ trainer": "96.3%",
                    "declared in the batch's meta": "no"}
 

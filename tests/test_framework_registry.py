@@ -8,11 +8,9 @@ import importlib.util
 import json
 import pickle
 import re
-import subprocess
-import sys
 
 import numpy as np
-from helpers import ROOT, one_line_exit_2, run
+from helpers import ROOT, one_line_exit_2, run, throwaway
 
 from tim_report.catalogue.frameworks import FRAMEWORKS
 from tim_report.io import LoadOptions, load
@@ -96,11 +94,7 @@ def test_a_new_framework_is_its_dump_module_and_its_catalogue_entry(tmp_path):
     """docs/architecture.md's worked example: a throwaway framework registered in a fresh interpreter is detected from
     its content, its run folder and step folders are found, `--format-hint` and the commands' help name it, `inspect`
     describes it, `watch` waits for its completion marker, and `build` reads it, with no other file touched."""
-    res = subprocess.run([sys.executable, "-c", THROWAWAY, str(tmp_path)], capture_output=True, text=True, cwd=ROOT,
-                         timeout=300)
-    assert res.returncode == 0, res.stderr[-3000:]
-    found = json.loads(res.stdout.strip().splitlines()[-1])
-    assert found.pop("build") == 0
+    found = throwaway(THROWAWAY, tmp_path)
     assert all(found.values()), found
 
 

@@ -33,7 +33,12 @@ META_KEYS = {
     "device": "where it ran (an accelerator's name)",
     "step": "the training step (an integer)",
     "model_class": "dense or moe: which published noise band the diagnosis reads the batch against",
+    "trainer_version": "the weight version the trainer holds at this step (an integer; else the step is used)",
+    "ppo_clip_fraction": "the PPO clip fraction your trainer logged for this step (0 to 1; the idle-correction check)",
 }
+
+# A token whose generating weight version is not known (StepBatch.token_version): never read as a lag of 0.
+UNKNOWN_VERSION = -(2**63)
 
 # What a reader may count in StepBatch.problems, and how a report says it.
 INPUT_PROBLEMS = {
@@ -83,7 +88,12 @@ class StepBatch:
     # forward), or any other name; their order is CHAIN_ORDER's, or meta["chain"] where the file declares one
     sides: dict[str, np.ndarray] = field(default_factory=dict)
     turn: np.ndarray | None = None  # [T] int32, turn of each token in its sequence (k-th trained span and what follows it); multi-turn only
-    weight_version: np.ndarray | None = None  # [N] str, policy version(s) that generated the sequence; several joined by ","
+    # [N] str, the weight version(s) that generated each sequence: "3", or a span oldest → newest joined by "," ("2,3");
+    # an integer where it is one (analysis/versions.py reads them), "" where unknown
+    weight_version: np.ndarray | None = None
+    # [T] int64, the version that generated each token where the framework records it (slime / miles: one per generate
+    # call; Megatron: its per-token lag converted); UNKNOWN_VERSION where unknown
+    token_version: np.ndarray | None = None
     env: np.ndarray | None = None  # [N] str, environment name
     # The k most likely tokens at each position and their log-probs, per side ([T, k], best first; capture
     # --top-k-logprobs). The rollout's are the sampler's distribution (processed, like rollout_logp).
@@ -169,6 +179,7 @@ class BatchReport:
     diagnosis: dict = field(default_factory=dict)  # empty when the diagnosis did not run
     topk: dict | None = None  # the two sides' top-k distributions compared (analysis/topk.py); absent with a reason
     chain: dict | None = None  # the sides as a chain, each link's share (analysis/chain.py); None: no side beyond the pair
+    staleness: dict | None = None  # the split by weight-version lag (analysis/staleness.py); None: no version at all
     samples: list = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
 
@@ -176,8 +187,9 @@ class BatchReport:
         """Every field but the samples, schema version first. Shallow: the values are the BatchReport's own (a deep
         copy of a 16M-token report's distributions cost a fifth of a second per page), so read, don't modify."""
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("samples", "schema_version")}
-        if d["chain"] is None:  # a batch of two sides: summary.json as before the chain existed
-            del d["chain"]
+        for key in ("chain", "staleness"):  # a batch of two sides, or without versions: summary.json as before
+            if d[key] is None:
+                del d[key]
         return {"schema_version": self.schema_version, **d}
 
     def samples_dict(self) -> dict:

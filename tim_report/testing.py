@@ -6,6 +6,8 @@ logits, see the tiny model in `models/` and `tim-report capture`.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -214,3 +216,111 @@ def make_chain_batch(cause: str, n_seqs: int = 32, mean_len: int = 64, vocab: in
     return StepBatch(rollout_logp=rollout, trainer_logp=trainer, offsets=offsets, mask=np.ones(t, bool),
                      token_ids=token.astype(np.int64), sides={"recompute": recompute, "train": train},
                      meta={"model": "synthetic", "seed": seed, "planted": cause})
+
+
+# ---- real weight versions: the staleness split's test bed (design §10) ---------------------------------------
+
+TINY_MODEL = "models/tiny-qwen2"  # relative to the repository root
+
+
+@contextlib.contextmanager
+def _one_thread() -> Iterator[None]:
+    """Torch on one thread while the tiny model runs: its forwards are far too small to share, and on a loaded
+    machine two threads make each decode step 30× slower."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def train_versions(model_dir: str = TINY_MODEL, versions: int = 4, lr: float = 2e-4, seed: int = 0) -> list[dict]:
+    """The weights of `versions` real versions of the tiny model: v0 as shipped, then one Adam step on a fresh batch of
+    text (the Python standard library's `textwrap.py`, 8 × 64 tokens) per version. Returns their state dicts (CPU,
+    fp32), v0 first; a few seconds on a CPU. Torch and transformers are imported here only."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    with _one_thread():
+        return _train(AutoModelForCausalLM, AutoTokenizer, model_dir, versions, lr, seed)
+
+
+def _train(auto_model: Any, auto_tokenizer: Any, model_dir: str, versions: int, lr: float, seed: int) -> list[dict]:
+    import textwrap as source
+
+    import torch
+
+    torch.manual_seed(seed)
+    tok = auto_tokenizer.from_pretrained(model_dir)
+    ids = torch.tensor(tok(open(source.__file__, encoding="utf-8").read())["input_ids"][: 8 * 64 * versions])
+    model = auto_model.from_pretrained(model_dir, dtype=torch.float32)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    states = [{k: v.detach().clone() for k, v in model.state_dict().items()}]
+    for v in range(1, versions):
+        batch = ids[(v - 1) * 512: v * 512].reshape(8, 64)
+        loss = model(input_ids=batch, labels=batch).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        states.append({k: p.detach().clone() for k, p in model.state_dict().items()})
+    return states
+
+
+def sample_versioned_batch(states: list[dict], lags: list[int], model_dir: str = TINY_MODEL, new_tokens: int = 48,
+                           seqs_per_lag: int = 8, stuck_at: int | None = None, rollout_dtype: str = "bf16",
+                           label_lags: list[int] | None = None, seed: int = 0) -> StepBatch:
+    """Tokens sampled by real older versions, scored by the newest in fp32: for each lag L in `lags`, `seqs_per_lag`
+    sequences sampled (temperature 1, no truncation) by version newest − L in `rollout_dtype`, with that engine's
+    log-probs as the rollout side and the newest version's fp32 log-probs as the trainer's. `weight_version` labels
+    each sequence with its version (or, with `label_lags`, the lag written instead of the real one: a mislabelled
+    batch) and `meta["trainer_version"]` is the newest. `stuck_at=V`: the engine never received weights after version
+    V (every sequence sampled by V, whatever its label says)."""
+    with _one_thread():
+        return _sample(states, lags, model_dir, new_tokens, seqs_per_lag, stuck_at, rollout_dtype, label_lags, seed)
+
+
+def _sample(states: list[dict], lags: list[int], model_dir: str, new_tokens: int, seqs_per_lag: int,
+            stuck_at: int | None, rollout_dtype: str, label_lags: list[int] | None, seed: int) -> StepBatch:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    newest = len(states) - 1
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[rollout_dtype]
+    gen = torch.Generator().manual_seed(seed)
+    model: Any = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model.eval()
+    labels = label_lags if label_lags is not None else lags
+    seqs, rollout, versions = [], [], []
+    with torch.no_grad():
+        for lag, label in zip(lags, labels):
+            version = stuck_at if stuck_at is not None else newest - lag
+            model.load_state_dict(states[version])
+            engine = model.to(dtype=dtype)
+            x = torch.randint(3, 200, (seqs_per_lag, 4), generator=gen)  # short random prompts
+            logps, past, step_in = [], None, x
+            for _ in range(new_tokens):  # decode with the engine's KV cache, as an engine does
+                out = engine(input_ids=step_in, past_key_values=past, use_cache=True)
+                past = out.past_key_values
+                logp = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
+                nxt = torch.multinomial(logp.exp(), 1, generator=gen)
+                logps.append(logp.gather(1, nxt))
+                x = torch.cat([x, nxt], dim=1)
+                step_in = nxt
+            model.to(dtype=torch.float32)
+            seqs.append(x)
+            rollout.append(torch.cat(logps, dim=1))
+            versions += [str(newest - label)] * seqs_per_lag
+        model.load_state_dict(states[newest])
+        ids = torch.cat(seqs)
+        trainer = torch.log_softmax(model(input_ids=ids).logits[:, 3:-1].float(), dim=-1).gather(2, ids[:, 4:, None])[..., 0]
+    rollout_np = torch.cat(rollout).reshape(-1).double().numpy()
+    n = ids.shape[0]
+    return StepBatch(rollout_logp=rollout_np, trainer_logp=trainer.reshape(-1).double().numpy(),
+                     offsets=np.arange(n + 1, dtype=np.int64) * new_tokens, mask=np.ones(n * new_tokens, bool),
+                     token_ids=ids[:, 4:].reshape(-1).numpy().astype(np.int64),
+                     weight_version=np.asarray(versions, dtype=str),
+                     meta={"model": "tiny-qwen2", "rollout_engine": "transformers", "rollout_dtype": rollout_dtype,
+                           "trainer_engine": "transformers", "trainer_dtype": "fp32", "trainer_version": newest,
+                           "step": newest})

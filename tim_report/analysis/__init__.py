@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ..catalogue import chain as chain_words
+from ..catalogue import staleness as lag_words
 from ..config import GROUP_TABLE_ROWS, THREAD_MIN_TOKENS, DiagnosisThresholds, Thresholds
 from ..model import BatchReport, StepBatch
 from . import breakdowns as bd
@@ -79,6 +80,9 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
     report.chain = report.diagnosis.pop("chain", None)  # summary.json's own `chain`, not the diagnosis's
     if report.chain is not None and (sentence := chain_words.verdict_sentence(report.chain)):
         report.diagnosis["verdict"] = f"{report.diagnosis['verdict']} {sentence}"  # the verdict names the leading link
+    report.staleness = report.diagnosis.pop("staleness", None)  # summary.json's own `staleness`
+    if (sentence := lag_words.verdict_sentence(report.staleness)) is not None:
+        report.diagnosis["verdict"] = f"{report.diagnosis['verdict']} {sentence}"  # which dominates: staleness or numerics
     report.routing["blocked_by_bug"] = blocked_by_bug(report.diagnosis or {})
     report.diagnosis["glance"] = glance_of(report.diagnosis, envs, metrics.get("kl_k3"))
     report.run["thresholds"] = th.to_dict()
@@ -121,6 +125,7 @@ def run_info(batch: StepBatch, run_id: str | None) -> dict:
             "prompts": batch.prompt_ids is not None or batch.prompt_text is not None,
             "turns": batch.turn is not None,
             "weight_versions": batch.weight_version is not None,
+            "token_versions": batch.token_version is not None,
             "env": batch.env is not None,
         },
         "weight_versions": weight_versions(batch),

@@ -58,6 +58,9 @@ def chain_analysis(batch: StepBatch, tok: Tokens) -> dict | None:
         values = [(n, v[ok]) for n, v in values]
     seq, index = tok.seq[ok], tok.index[ok]
     out = _links(values, seq, index - tok.batch_offsets[seq], batch)
+    rescored = [n for n, _ in values if n in (batch.meta.get("rescore") or {})]
+    if rescored:
+        out["nearest"] = nearest_to_rollout(values, rescored, batch.meta["rescore"])
     out["left_out"] = left_out
     out["tokens_without_every_side"] = int((~ok).sum())
     return out
@@ -78,6 +81,27 @@ def _links(values: list[tuple[str, np.ndarray]], seq: np.ndarray, pos: np.ndarra
             "links": links, "end_to_end": end_numbers, "leading": _leading(links),
             "additivity": {"bias_links": float(sum(x["bias"] for x in links)), "bias_end": end_numbers["bias"],
                            "shares": float(sum(x["share"] for x in links)) if end_sq > 0 else None}}
+
+
+def nearest_to_rollout(values: list[tuple[str, np.ndarray]], rescored: list[str], how: dict) -> dict:
+    """Which side the rollout is nearest to (the smallest mean δ² of side − rollout): with checkpoints rescored
+    (`tim-report rescore`), the weights the engine most likely sampled with. The rescored sides and the trainer are
+    ranked (an engine re-score holds the sampler's own weights, whatever they were: not a candidate)."""
+    rollout = values[0][1]
+    rows = []
+    for name, v in values[1:]:
+        if name not in rescored and name != "trainer":
+            continue
+        d = v - rollout
+        n = max(d.size, 1)
+        row = {"side": name, "mean_sq": float(dot(d, d)) / n, "abs_mean": float(np.abs(d).sum()) / n,
+               "kl_k3": float(k3_per_token(np.clip(d, -SAFETY_BOUND, SAFETY_BOUND)).sum()) / n}
+        if name in rescored and isinstance(how.get(name), dict):
+            row["model"] = how[name].get("model")
+        rows.append(row)
+    rows.sort(key=lambda r: r["mean_sq"])
+    return {"side": rows[0]["side"], "by_side": rows, "rescored": rescored,
+            "rule": "the side with the smallest mean (side − rollout)² over the chain's tokens"}
 
 
 def numbers(d: np.ndarray, seq: np.ndarray, pos: np.ndarray, batch: StepBatch) -> dict:

@@ -9,6 +9,9 @@ catalogue's severity follows (an `error`, "Do not train", only when material); d
 
 `fault_side` answers which side is off for every finding that can have one: named, or "undetermined" with the
 evidence and about how many tokens would decide it (the sampler identity E_q[p/q] = 1 tested for significance).
+
+What differs between findings is declared by their catalogue entries, never by a table here: whether the effect is a
+per-token offset (`Finding.offset`) and which side the finding's own evidence names (`Finding.side`).
 """
 
 from __future__ import annotations
@@ -18,19 +21,20 @@ import math
 import numpy as np
 
 from ..catalogue import severity
+from ..catalogue.findings import FINDINGS
 from ..config import CONSEQUENCE_CAP, CONSEQUENCE_TOKEN_SHARE, DETECTOR_MAX_TOKENS, ENV_LEAD_MULTIPLE, DiagnosisThresholds
 from .stats import cluster_mean_se
 from .tokens import Tokens
 
-# The findings whose effect is a per-token offset of δ: "because of it" is what the offset adds to the shares (the
-# same tokens with the bias removed are the baseline). For the others the finding is the whole mismatch: the
-# batch's own shares are its doing (noise under a precision band clips well under 1% of tokens).
-OFFSET_KIND = ("processed_logprobs", "drift_with_length")
-
 
 def consequence(tok: Tokens, finding_id: str, dt: DiagnosisThresholds, ppo_clip: tuple[float, float],
                 cap: float = CONSEQUENCE_CAP) -> dict:
-    """The finding's effect on this batch: bias, spread, clip and mask shares due to it, sequence-level weights."""
+    """The finding's effect on this batch: bias, spread, clip and mask shares due to it, sequence-level weights.
+
+    For a finding whose effect is a per-token offset of δ (its entry's `offset`), "because of it" is what the offset
+    adds to the shares (the same tokens with the bias removed are the baseline). For the others the finding is the
+    whole mismatch: the batch's own shares are its doing (noise under a precision band clips well under 1% of tokens)."""
+    offset = FINDINGS[finding_id].offset
     delta = tok.delta
     bias, bias_se = cluster_mean_se(delta, tok.seq)
     abs_mean, abs_se = cluster_mean_se(np.abs(delta), tok.seq)
@@ -41,7 +45,7 @@ def consequence(tok: Tokens, finding_id: str, dt: DiagnosisThresholds, ppo_clip:
         return float(((d < lo) | (d > hi)).mean()), float((np.abs(d) > log_cap).mean())
 
     clip, outside = shares(delta)
-    if finding_id in OFFSET_KIND:
+    if offset:
         base_clip, base_outside = shares(delta - bias)
         clip, outside = max(0.0, clip - base_clip), max(0.0, outside - base_outside)
     lengths = tok.counts[tok.present].astype(np.float64)
@@ -53,7 +57,7 @@ def consequence(tok: Tokens, finding_id: str, dt: DiagnosisThresholds, ppo_clip:
         reasons.append("tokens")
     if abs(bias) >= dt.noise_abs_delta_max and significant:
         reasons.append("bias")
-    if finding_id not in OFFSET_KIND and abs_mean - 2 * abs_se > dt.noise_abs_delta_max:
+    if not offset and abs_mean - 2 * abs_se > dt.noise_abs_delta_max:
         reasons.append("spread")
     return {
         "bias": bias, "bias_se": bias_se, "abs_delta_mean": abs_mean, "band_abs_delta": dt.noise_abs_delta_max,
@@ -107,20 +111,16 @@ def side_test(tok: Tokens, dt: DiagnosisThresholds, keep: np.ndarray | None = No
 
 
 def fault_side(finding: dict, test: dict) -> dict:
-    """{"side": "rollout" | "trainer" | "undetermined", "basis": key of the evidence, ...}: the side at fault."""
-    e, fid = finding["evidence"], finding["id"]
-    named = {"dummy_zero": e.get("trainer_side"), "one_side_broken": e.get("trainer_broken"),
-             "temperature": e.get("trainer_off")}.get(fid)
-    if named is not None:
-        basis = {"dummy_zero": "zeros", "one_side_broken": "broken", "temperature": "sampler"}[fid]
-        return {"side": "trainer" if named else "rollout", "basis": basis}
-    if fid == "mixed_policy_versions":
-        return {"side": "rollout", "basis": "stale"}
-    if fid == "processed_logprobs" and e.get("declared_in_meta"):
-        return {"side": "rollout", "basis": "declared"}
+    """{"side": "rollout" | "trainer" | "undetermined", "basis": ..., ...}: the side at fault. The side the finding's
+    own evidence names (its entry's `side`: a placeholder side, a declared processing, an off-by-one no log-prob can
+    place) comes first; otherwise the sampler test (`side_test`) decides."""
+    rule = FINDINGS[finding["id"]].side
+    who = rule.who(finding["evidence"]) if rule is not None else None
+    if rule is not None and who in ("rollout", "trainer"):
+        return {"side": who, "basis": rule.basis}
     numbers = {k: test[k] for k in ("log_mean_ratio", "log_mean_inverse", "z", "tokens", "tokens_to_decide") if k in test}
-    if fid == "shift":
-        return {"side": "undetermined", "basis": "alignment", **numbers, "tokens_to_decide": None}
+    if rule is not None and who == "undetermined":
+        return {"side": "undetermined", "basis": rule.basis, **numbers, "tokens_to_decide": None}
     if test.get("sampler"):
         return {"side": "trainer" if test["sampler"] == "rollout" else "rollout", "basis": "sampler_test", **numbers}
     return {"side": "undetermined", "basis": "sampler_test", **numbers}

@@ -1,4 +1,4 @@
-"""The detector registry: a finding is one detector registered here plus one entry in catalogue/findings.py.
+"""The detector registry: a finding is one detector registered here plus one entry in catalogue/findings/.
 
 A detector is a function of the `Scene` (the batch, its valid tokens, the summary metrics, the thresholds, and the
 findings of the detectors that ran before it) returning a finding (`findings.make`) or None. Its module registers it:

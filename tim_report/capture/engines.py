@@ -28,9 +28,11 @@ class EngineKey:
     engine: str
     dtype: str
     lm_head_fp32: bool
+    model: str | None = None  # another checkpoint than the capture's --model (a --stale sampler)
 
     def __str__(self) -> str:
-        return f"{self.engine}:{self.dtype}" + (" (LM head in fp32)" if self.lm_head_fp32 else "")
+        return (f"{self.engine}:{self.dtype}" + (" (LM head in fp32)" if self.lm_head_fp32 else "")
+                + (f" with {self.model}" if self.model else ""))
 
 
 class EngineFailed(BadInput):
@@ -55,14 +57,15 @@ def one_line(exc: BaseException) -> str:
 
 def build_engine(key: EngineKey, opts: CaptureOptions, device: str, max_model_len: int):
     """The engine itself, in the calling process."""
+    model = key.model or opts.model
     if key.engine == "vllm":
         from .vllm_engine import VLLMEngine
 
-        return VLLMEngine(opts.model, key.dtype, opts.seed, max_model_len, kv_cache_gib=opts.kv_cache_gib,
+        return VLLMEngine(model, key.dtype, opts.seed, max_model_len, kv_cache_gib=opts.kv_cache_gib,
                           topk=opts.top_k_logprobs)
     from .hf import HFEngine
 
-    return HFEngine(opts.model, key.dtype, device=device, lm_head_fp32=key.lm_head_fp32, logit_chunk_mb=opts.logit_chunk_mb)
+    return HFEngine(model, key.dtype, device=device, lm_head_fp32=key.lm_head_fp32, logit_chunk_mb=opts.logit_chunk_mb)
 
 
 def open_engine(key: EngineKey, opts: CaptureOptions, device: str, max_model_len: int):

@@ -29,6 +29,8 @@ class CaptureOptions:
     top_k_logprobs: int = TOPK_LOGPROBS_DEFAULT  # both sides' K most likely tokens per position; 0: off
     engine_log: str | None = None  # file that receives the vLLM engine processes' output; None: our stdout/stderr
     verbose: bool = False  # vLLM logs at INFO (always so into engine_log); else ERROR only
+    stale: dict[int, str] = field(default_factory=dict)  # lag → an older checkpoint that samples part of the prompts
+    trainer_version: int | None = None  # with `stale`: the trainer's version (default the largest lag)
 
     def pairs(self) -> list[tuple[EngineSpec, EngineSpec]]:
         return [(r, t) for r in self.rollouts for t in self.trainers]

@@ -35,6 +35,7 @@ from .environment import check_environment
 from .options import CaptureOptions
 from .prompts import read_prompts, render_prompts
 from .spec import ENGINE_NAMES, EngineSpec
+from .stale import check_stale, deal, labels, samplers, trainer_version
 
 ProgressFactory = Callable[[str, int], contextlib.AbstractContextManager]
 MATRIX_DTYPES = ("bf16", "fp16", "fp32")
@@ -88,6 +89,7 @@ def check_options(opts: CaptureOptions) -> None:
         if spec.engine == "vllm" and not plain:
             raise BadInput(label, "vLLM can only score given tokens at --temperature 1 without --top-p/--top-k "
                                   "(its prompt log-probs are raw); use hf on this side")
+    check_stale(opts.model, opts.stale, len(opts.rollouts), opts.recompute is not None)
     recompute = _recompute_scorer(opts)
     check_environment([("--rollout", opts.rollouts[0])] + scorers + recompute)
     for side, specs in (("rollout", opts.rollouts), ("trainer", opts.trainers)):
@@ -172,6 +174,8 @@ class _Prepared:
     seeds: list[int]  # per sequence
     max_model_len: int
     device: str
+    sampler: list[str | None]  # per sequence: the checkpoint that samples it (None: --model)
+    lag: list[int]  # per sequence: its sampler's lag (all 0 without --stale)
 
     @property
     def seq_ids(self) -> list[list[int]]:
@@ -203,8 +207,11 @@ def _prepare(opts: CaptureOptions) -> _Prepared:
                                             f"model's context of {ctx}")
     seq_prompt = [i for i in range(len(p_ids)) for _ in range(s.n_samples)]
     seeds = [int(x) for x in np.random.SeedSequence(opts.seed).generate_state(len(seq_prompt))]
+    found = samplers(opts.model, opts.stale)
+    dealt = deal(len(p_ids), len(found))
+    sampler = [None if found[dealt[i]][1] == opts.model else found[dealt[i]][1] for i in seq_prompt]
     return _Prepared(tokenizer, p_ids, p_text, templated, seq_prompt, seeds,
-                     min(ctx, longest + s.max_new_tokens + 1), device)
+                     min(ctx, longest + s.max_new_tokens + 1), device, sampler, [found[dealt[i]][0] for i in seq_prompt])
 
 
 Job = tuple[str, EngineSpec, "EngineSpec | None"]  # (generate | rollout | trainer | floor | shadow, spec, rollout spec of a shadow)
@@ -220,8 +227,10 @@ def _plan(opts: CaptureOptions) -> tuple[dict[EngineKey, list[Job]], dict[tuple[
     The sampler first, then the trainers (each completes a pair with the sampler's rollout), then the other
     rollouts: an engine failing late leaves as many complete pairs as it can."""
     gen_spec = opts.rollouts[0]
-    jobs: dict[EngineKey, list[Job]] = {EngineKey(gen_spec.engine, gen_spec.dtype, _lm_head(opts, "rollout")):
-                                        [("generate", gen_spec, None)]}
+    jobs: dict[EngineKey, list[Job]] = {}
+    for _lag, model in samplers(opts.model, opts.stale):  # each sampler once: --model, then the --stale checkpoints
+        key = EngineKey(gen_spec.engine, gen_spec.dtype, _lm_head(opts, "rollout"), None if model == opts.model else model)
+        jobs.setdefault(key, [("generate", gen_spec, None)])
     if opts.recompute is not None:  # beside the sampler: the same engine is loaded once when the spec is the same
         rc = opts.recompute
         jobs.setdefault(EngineKey(rc.engine, rc.dtype, _lm_head(opts, "rollout")), []).append(("recompute", rc, None))
@@ -290,13 +299,7 @@ def _run(jobs: dict[EngineKey, list[Job]], opts: CaptureOptions, prep: _Prepared
             for kind, spec, _rollout in todo:
                 if kind == "generate":
                     doing = "sampling"
-                    with progress(f"generating ({spec})", n_seq) as advance:
-                        gen = engine.generate(seq_ids, prep.seeds, s.temperature, s.top_k, s.top_p, s.max_new_tokens,
-                                              progress=advance, topk=opts.top_k_logprobs)
-                    out.completions = [g[0] for g in gen]
-                    out.rollout[spec] = [g[1] for g in gen]
-                    if opts.top_k_logprobs:
-                        out.topk[("rollout", spec)] = [g[2] for g in gen]
+                    _generate(engine, key, spec, opts, prep, progress, out)
                     continue
                 if kind == "recompute":  # untruncated, at the sampling temperature: what the trainer should compute
                     doing = "re-scoring the sampled tokens"
@@ -327,6 +330,27 @@ def _run(jobs: dict[EngineKey, list[Job]], opts: CaptureOptions, prep: _Prepared
                 engine.close()
 
 
+def _generate(engine, key: EngineKey, spec: EngineSpec, opts: CaptureOptions, prep: _Prepared,
+              progress: ProgressFactory, out: _Scores) -> None:
+    """Sample the sequences this engine's checkpoint is dealt (every one without --stale) into `out`, in place."""
+    s, n_seq = opts.sampling, len(prep.seq_prompt)
+    mine = [i for i in range(n_seq) if prep.sampler[i] == key.model]
+    if not mine:
+        return
+    label = f"generating ({spec}{', ' + Path(key.model).name if key.model else ''})"
+    with progress(label, len(mine)) as advance:
+        gen = engine.generate([prep.seq_ids[i] for i in mine], [prep.seeds[i] for i in mine], s.temperature, s.top_k,
+                              s.top_p, s.max_new_tokens, progress=advance, topk=opts.top_k_logprobs)
+    if not out.completions:
+        out.completions = [[] for _ in range(n_seq)]
+    rollout = out.rollout.setdefault(spec, [np.zeros(0)] * n_seq)
+    topk = out.topk.setdefault(("rollout", spec), [None] * n_seq) if opts.top_k_logprobs else None
+    for i, g in zip(mine, gen):
+        out.completions[i], rollout[i] = g[0], g[1]
+        if topk is not None:
+            topk[i] = g[2]
+
+
 def _base_meta(opts: CaptureOptions, prep: _Prepared) -> dict:
     meta = {
         "source": "tim-report capture",
@@ -340,6 +364,11 @@ def _base_meta(opts: CaptureOptions, prep: _Prepared) -> dict:
         "sampled_by": str(opts.rollouts[0]),
         "top_k_logprobs": opts.top_k_logprobs,
     }
+    if opts.stale:
+        meta["trainer_version"] = trainer_version(opts.stale, opts.trainer_version)
+        meta["stale"] = {"samplers": {str(lag): path for lag, path in samplers(opts.model, opts.stale)},
+                         "how": "capture --stale: prompts dealt to the samplers in turn; each sequence labelled with "
+                                "the trainer's version minus its sampler's lag"}
     try:
         from importlib.metadata import version
 
@@ -356,6 +385,8 @@ def _assemble(opts: CaptureOptions, prep: _Prepared, scores: _Scores,
               shadow_skipped: dict[tuple[EngineSpec, EngineSpec], str]) -> dict[tuple[EngineSpec, EngineSpec], StepBatch]:
     """One StepBatch per (rollout, trainer) pair over the same sampled tokens: every pair whose passes are all done."""
     completions = scores.completions
+    if not completions or not all(completions):  # a sampler failed before every sequence was sampled: no pair
+        return {}
     lengths = np.asarray([len(c) for c in completions], dtype=np.int64)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     token_ids = np.asarray([t for c in completions for t in c], dtype=np.int64)
@@ -404,12 +435,14 @@ def _assemble(opts: CaptureOptions, prep: _Prepared, scores: _Scores,
                                  "dtype": opts.recompute.dtype if opts.recompute else None,
                                  "how": "the sampled sequences re-scored in one prefill (prompt log-probs), no sampling, "
                                         "no top-p / top-k"}
+        versions = (np.asarray(labels(prep.lag, meta["trainer_version"]), dtype=str) if opts.stale else None)
         out[(r, t)] = StepBatch(
             rollout_logp=np.concatenate(scores.rollout[r]),
             trainer_logp=np.concatenate(scores.trainer[t]),
             offsets=offsets, mask=np.ones(len(token_ids), bool), token_ids=token_ids,
             token_text=list(token_text), prompt_ids=prompt_arrays, prompt_text=prompt_text, group=group,
-            shadow_logp=shadow, floor_logp=floor, sides=sides, meta=meta, **topk, **_route_arrays(scores, r, t, meta))
+            shadow_logp=shadow, floor_logp=floor, sides=sides, meta=meta, weight_version=versions, **topk,
+            **_route_arrays(scores, r, t, meta))
     return out
 
 

@@ -1,6 +1,6 @@
 """The run view's words: the run-level findings, the run verdict and the change-point sentences.
 
-A run's steps are diagnosed one by one (catalogue/findings.py); this module says what they say together. The
+A run's steps are diagnosed one by one (catalogue/findings/); this module says what they say together. The
 run-level findings (analysis/drift.py measures them) are shapes of the mismatch over steps that users report, each
 with the cause it usually has: a jump after an export or weight-format change, a mismatch that grows step over step
 until a restart (a stale prefix or KV cache), spikes for a few steps after a resume. docs/report.md explains them.

@@ -4,8 +4,9 @@
 clipped or capped because of it, sequence-level weights) and which side is off; `weigh` turns that into the finding's
 severity and sentences. The rule per finding is its catalogue entry's `consequence`: "weighed" findings are an
 `error` only when their consequence is material (else a `warn` that says why it is small and when it would stop
-being small); "stated" ones carry their consequence and side, "sided" ones their side. docs/diagnosis.md
-("Severity by consequence") has the rule and its numbers.
+being small); "stated" ones carry their consequence and side, "sided" ones their side. The words of a side the
+finding's own evidence names are its entry's (`Finding.side`), as are the glance's few words and place (`glance`,
+`place`). docs/diagnosis.md ("Severity by consequence") has the rule and its numbers.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ def weigh(finding: dict, consequence: dict | None, side: dict, band: str) -> dic
             f["severity"] = "warn"
         f["consequence_text"] = consequence_text(consequence, band, f["id"] in WEIGHED)
     f["side"] = {k: _plain(v) for k, v in side.items()}
-    f["side_text"] = side_text(side)
+    rule = FINDINGS[f["id"]].side
+    f["side_text"] = side_text(side, rule.why if rule is not None and side["basis"] == rule.basis else "")
     return f
 
 
@@ -76,20 +78,14 @@ def consequence_text(c: dict, band: str, weighed: bool = True) -> str:
             "length (token-level PPO and TIS do not see it; prefer token-level or geometric-mean corrections).")
 
 
-def side_text(side: dict) -> str:
-    """'Side: the trainer (…)' or 'Side: undetermined (…): about N tokens would decide it'."""
-    who, basis = side["side"], side["basis"]
+def side_text(side: dict, why: str = "") -> str:
+    """'Side: the trainer (…)' or 'Side: undetermined (…): about N tokens would decide it'. `why`: the words of the
+    side the finding's own evidence names (its entry's `side`); without them the sampler test decided."""
+    who = side["side"]
     if who != "undetermined":
-        why = {"zeros": "its log-probs are the exact 0.0 placeholders",
-               "broken": "it is the side that does not score the sampled model",
-               "sampler": "the other side's log-probs are the sampler's: their mean importance ratio is 1",
-               "declared": "the batch declares the rollout's sampling processing",
-               "stale": "older policy weights sampled part of the batch",
-               "sampler_test": _sampler_words(side, who)}[basis]
-        return f"Side: the {who} ({why})."
-    if basis == "alignment":
-        return ("Side: undetermined: an off-by-one puts the two arrays on different tokens, so which one is shifted is in "
-                "the token ids each side scored, not in the log-probs.")
+        return f"Side: the {who} ({why or _sampler_words(side, who)})."
+    if why:
+        return f"Side: undetermined: {why}."
     numbers = (f"log mean ratio {fmt(side.get('log_mean_ratio'), 2)}, log mean inverse ratio "
                f"{fmt(side.get('log_mean_inverse'), 2)} over {fmt(side.get('tokens'))} tokens")
     if side.get("tokens_to_decide"):
@@ -118,40 +114,27 @@ def _round(n: int) -> int:
 GLANCE_MAX = 160  # characters before the numbers
 
 
-def _ratio_range(a: float, b: float) -> str:
-    lo, hi = sorted((a, b))
-    return f"{fmt(lo, 2)}–{fmt(hi, 2)}"
-
-
-SHORT = {  # the leading finding in a few words
-    "unusable_input": lambda e: "unusable input",
-    "shift": lambda e: f"off-by-one (trainer matches the rollout at t{'+1' if e.get('shift') == 1 else '−1'})",
-    "temperature": lambda e: ("one-sided temperature (T_rollout / T_trainer "
-                              f"{_ratio_range(e['temperature_ratio'], e['temperature_ratio_far'])})"),
-    "processed_logprobs": lambda e: f"processed log-probs (rollout ≥ trainer on {pct(e.get('negative_delta_share'))})",
-    "dummy_zero": lambda e: f"{fmt(e.get('tokens'))} placeholder 0.0 log-probs",
-    "one_side_broken": lambda e: f"another model or context (perplexity {fmt(e.get('ppl_ratio'), 3)}× apart)",
-    "first_token": lambda e: f"first token off ({fmt(e.get('ratio'), 3)}× the rest)",
-    "turn_boundary": lambda e: f"context differs after tool calls ({fmt(e.get('ratio'), 3)}× the rest)",
-    "position_onset": lambda e: f"mismatch switches on ({fmt(e.get('ratio'), 3)}×)",
-    "mixed_policy_versions": lambda e: f"{e.get('versions')} policy versions mixed",
-    "drift_with_length": lambda e: f"|Σδ| grows as length^{fmt(e.get('exponent'), 2)}",
-    "low_prob_tail": lambda e: "mismatch on unlikely tokens",
-    "routing_flips": lambda e: f"routing flips ({pct(e.get('any_flip_share'))} of tokens)",
-    "routes_unusable": lambda e: "routes unusable",
-    "trainer_floor": lambda e: "the trainer's own floor",
-    "precision_gap": lambda e: "precision gap",
-}
-
-
-def place(finding: dict, env: str | None = None) -> str:
-    """Where the finding sits: a position, turns, an environment, or every position."""
-    e, fid = finding.get("evidence") or {}, finding.get("id")
-    where = {"first_token": "position 0", "position_onset": f"from position {e.get('position')}",
-             "turn_boundary": "turn starts" + (f" ({', '.join(map(str, e['turns_affected'][:4]))}"
-                                                 + ("…" if len(e["turns_affected"]) > 4 else "") + ")"
-                                                 if e.get("turns_affected") else "")}.get(str(fid), "every position")
+def place(finding: dict, env: str | None = None) -> str | None:
+    """Where the finding sits (its entry's `place`: a position, turns, every position), and the environment; None
+    for a finding that has no place (the input gate)."""
+    entry = FINDINGS.get(str(finding.get("id")))
+    where = entry.place(finding.get("evidence") or {}) if entry is not None else "every position"
+    if where is None:
+        return None
     return f"{where}, env {env}" if env else where
+
+
+def _short(lead: dict) -> str:
+    """The leading finding in a few words: its entry's `glance` of its evidence, else its short name."""
+    entry = FINDINGS.get(str(lead.get("id")))
+    if entry is None:
+        return str(lead.get("id"))
+    if entry.glance is None:
+        return entry.short or entry.id
+    try:
+        return entry.glance(lead.get("evidence") or {})
+    except (KeyError, TypeError):
+        return str(lead.get("id"))
 
 
 def glance(regime: str | None, lead: dict | None, env: str | None = None) -> str:
@@ -159,10 +142,7 @@ def glance(regime: str | None, lead: dict | None, env: str | None = None) -> str
     words = (regime or "not diagnosed").replace("_", " ")
     if lead is None:
         return words + (f", most of it in env {env}" if env else "")
-    try:
-        short = SHORT[lead["id"]](lead.get("evidence") or {})
-    except (KeyError, TypeError):
-        short = str(lead.get("id"))
+    short = _short(lead)
     c = lead.get("consequence") or {}
     sev = lead.get("severity", "")
     if c and not c.get("material") and lead["id"] in WEIGHED:
@@ -170,8 +150,9 @@ def glance(regime: str | None, lead: dict | None, env: str | None = None) -> str
     parts = [f"{words}: {short} ({sev})"]
     if lead.get("side"):
         parts.append(side_short(lead["side"]))
-    if lead["id"] != "unusable_input":
-        parts.append(place(lead, env))
+    where = place(lead, env)
+    if where is not None:
+        parts.append(where)
     text = ", ".join(parts)
     return text if len(text) <= GLANCE_MAX else text[:GLANCE_MAX - 1] + "…"
 

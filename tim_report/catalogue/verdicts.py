@@ -1,7 +1,7 @@
 """The words of a batch's verdict: the regimes, the verdict sentence and its default advice, the band reading, the
 message that blocks training on a broken batch, and compare's "why" (which findings differ between two batches).
 
-The findings themselves (severity rules and words) are in catalogue/findings.py; the verdict is led by the first
+The findings themselves (severity rules and words) are in catalogue/findings/; the verdict is led by the first
 of them that is not info (analysis/diagnosis.py chooses it).
 """
 

@@ -16,6 +16,7 @@ from .compare import compare_command
 from .export import export_command
 from .inspect import inspect_command
 from .options import start_warnings
+from .rescore import rescore_command
 from .watch import watch_command
 
 
@@ -35,5 +36,5 @@ def main() -> None:
 
 
 for _command in (build_command, inspect_command, check_command, compare_command, capture_command, watch_command,
-                 export_command, bisect_command):
+                 export_command, bisect_command, rescore_command):
     main.add_command(_command)

@@ -43,6 +43,13 @@ from .text import safe
 @click.option("--routes", is_flag=True,
               help="On a mixture-of-experts model, record each side's routed experts at every token (hf scoring "
                    "passes; the sampler's are not): the report's routing agreement.")
+@click.option("--stale", "stale", multiple=True, metavar="LAG=CKPT",
+              help="Sample part of the prompts with an older checkpoint (repeatable, one per lag): the prompts are dealt "
+                   "in turn to --model (lag 0) and each CKPT, the trainer scores every token with --model, and each "
+                   "sequence is labelled with its version (trainer version − LAG). 0=CKPT: an engine that claims the "
+                   "trainer's version but holds CKPT's weights. One --rollout; not with --recompute.")
+@click.option("--trainer-version", type=int, default=None, metavar="N",
+              help="With --stale: the trainer's version (meta trainer_version; default the largest lag).")
 @click.option("--n-samples", type=int, default=4, show_default=True, help="Completions per prompt (one group each).")
 @click.option("--max-new-tokens", default="256", show_default=True, metavar="N[,N...]",
               help="Generation length cap; several (128,512,2048) capture a length sweep: one batch per length and pair "
@@ -65,13 +72,15 @@ from .text import safe
 @click.option("-o", "--output", "out", required=True, type=click.Path(path_type=Path),
               help="Output .npz (one pair) or folder (several pairs).")
 @fail_cleanly
-def capture_command(model, prompts, rollouts, trainers, matrix, shadow, recompute, trainer_floor, routes, n_samples, max_new_tokens,
+def capture_command(model, prompts, rollouts, trainers, matrix, shadow, recompute, trainer_floor, routes, stale,
+                    trainer_version, n_samples, max_new_tokens,
                     temperature, top_p, top_k, seed, lm_head_fp32, no_chat_template, max_prompts, device, kv_cache_gib,
                     top_k_logprobs, verbose, out) -> None:
     """Generate with the rollout engine, re-score the same tokens with the trainer, save step batch(es)."""
     from ..capture import CaptureOptions, EngineFailed, capture, pair_filename, parse_spec
     from ..capture.run import matrix_specs
     from ..capture.spec import Sampling
+    from ..capture.stale import parse_stale
 
     r_specs = [parse_spec(x, "--rollout") for x in (rollouts or ("vllm:bf16",))]
     t_specs = [parse_spec(x, "--trainer") for x in (trainers or ("hf:fp32",))]
@@ -85,7 +94,8 @@ def capture_command(model, prompts, rollouts, trainers, matrix, shadow, recomput
                           seed=seed, shadow=shadow, trainer_floor=trainer_floor, routes=routes, lm_head_fp32=lm_head_fp32,
                           chat_template=not no_chat_template,
                           device=device, max_prompts=max_prompts, kv_cache_gib=kv_cache_gib, top_k_logprobs=top_k_logprobs,
-                          verbose=verbose, recompute=parse_spec(recompute, "--recompute") if recompute else None)
+                          verbose=verbose, recompute=parse_spec(recompute, "--recompute") if recompute else None,
+                          stale=parse_stale(stale), trainer_version=trainer_version)
     pairs = opts.pairs()
     single = len(pairs) == 1 and len(lengths) == 1
     if single:
@@ -142,6 +152,9 @@ def _write(batches: dict) -> None:
             line += f", |β| mean {fmt(abs(b.trainer_logp - b.shadow_logp).mean())}"
         if "recompute" in b.sides:
             line += f", sampler vs recompute |δ| mean {fmt(abs(b.sides['recompute'] - b.rollout_logp).mean())}"
+        if b.weight_version is not None:
+            lags = sorted({b.meta["trainer_version"] - int(v) for v in b.weight_version})
+            line += f", lags {', '.join(map(str, lags))} (trainer version {b.meta['trainer_version']})"
         if b.floor_logp is not None:
             line += f", trainer floor |φ| max {fmt(abs(b.trainer_logp - b.floor_logp).max())}"
         click.echo(line)

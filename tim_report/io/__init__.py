@@ -85,13 +85,20 @@ def meta_overrides(pairs: dict[str, str]) -> dict:
     for key, value in pairs.items():
         if key not in META_KEYS:
             raise BadInput("--meta", f"unknown key '{key}' (keys: {', '.join(META_KEYS)})")
-        if key == "step":
+        if key in ("step", "trainer_version"):
             try:
                 out[key] = int(value)
             except ValueError:
-                raise BadInput("--meta", f"step={value[:40]}: not an integer") from None
+                raise BadInput("--meta", f"{key}={value[:40]}: not an integer") from None
             if abs(out[key]) >= MAX_STEP:
-                raise BadInput("--meta", f"step={value[:40]}: beyond ±{fmt(MAX_STEP)}, not a training step")
+                raise BadInput("--meta", f"{key}={value[:40]}: beyond ±{fmt(MAX_STEP)}, not a training step")
+        elif key == "ppo_clip_fraction":
+            try:
+                out[key] = float(value)
+            except ValueError:
+                out[key] = float("nan")
+            if not 0 <= out[key] <= 1:
+                raise BadInput("--meta", f"ppo_clip_fraction={value[:40]}: not a fraction between 0 and 1")
         elif key == "model_class":
             if value.lower() not in MODEL_CLASSES:
                 raise BadInput("--meta", f"model_class={value}: use one of {', '.join(MODEL_CLASSES)}")

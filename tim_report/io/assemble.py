@@ -132,6 +132,12 @@ def _canonical_fields(p: Path, raw: RawFile, batch: StepBatch) -> None:
         if (arr := np.asarray(value)).shape != (shape,):
             raise BadInput(p, f"'{name}' has shape {list(arr.shape)}, expected [{shape}]")
         setattr(batch, name, arr.astype(dtype))
+    if "token_version" in raw.values:  # checked from the header before it is read
+        declared, kind = _declared(raw, "token_version")
+        if declared != (batch.n_tokens,) or kind.kind not in "iu":
+            raise BadInput(p, f"'token_version' is {kind} {list(declared)}: expected one integer version per token "
+                              f"({batch.n_tokens})")
+        batch.token_version = np.asarray(raw.values["token_version"]).astype(np.int64)
     _topk_fields(p, raw, batch)
     _route_fields(p, raw, batch)
     batch.sides.update(named_sides(p, raw.values, batch.n_tokens))

@@ -27,6 +27,9 @@ CANONICAL_VERSION = 1
 ROUTE_FIELDS = ("rollout_routes", "trainer_routes")  # [T, layers, k] routed experts per token, either side
 SIDE_PREFIX = "side_"  # a chain side of a name of its own: `side_NAME`; recompute and train are `recompute_logp`, `train_logp`
 CANONICAL_SIDES = {"recompute": "recompute_logp", "train": "train_logp"}
+# The optional per-sequence and per-token arrays, each with the dtype it is written in (None: its own).
+OPTIONAL_FIELDS = {"group": str, "reward": None, "advantage": None, "shadow_logp": None, "floor_logp": None,
+                   "weight_version": str, "env": str, "turn": np.int32, "token_version": np.int64}
 TOPK_FIELDS = {"rollout_topk_ids": np.int32, "rollout_topk_logp": np.float32,
                "trainer_topk_ids": np.int32, "trainer_topk_logp": np.float32}
 
@@ -60,12 +63,9 @@ def batch_arrays(batch: StepBatch, compact: bool) -> dict[str, Any]:
         arrays["prompt_offsets"] = np.concatenate([[0], np.cumsum([len(p) for p in batch.prompt_ids])]).astype(np.int64)
     if batch.prompt_text is not None:
         arrays["prompt_text"] = np.asarray(batch.prompt_text, dtype=str)
-    for name in ("group", "reward", "advantage", "shadow_logp", "floor_logp", "weight_version", "env"):
-        value = getattr(batch, name)
-        if value is not None:
-            arrays[name] = np.asarray(value, dtype=str) if name in ("group", "weight_version", "env") else np.asarray(value)
-    if batch.turn is not None:
-        arrays["turn"] = np.asarray(batch.turn, dtype=np.int32)
+    for name, kind in OPTIONAL_FIELDS.items():
+        if (value := getattr(batch, name)) is not None:
+            arrays[name] = np.asarray(value, dtype=kind)
     for name, dtype in TOPK_FIELDS.items():
         value = getattr(batch, name)
         if value is not None:

@@ -20,7 +20,7 @@ from ..config import MAX_WORLD_SIZE
 from ..errors import BadInput
 from ..model import StepBatch
 
-TOKEN_FIELDS = ("token_ids", "shadow_logp", "floor_logp", "advantage", "turn", "rollout_topk_ids", "rollout_topk_logp",
+TOKEN_FIELDS = ("token_ids", "shadow_logp", "floor_logp", "advantage", "turn", "token_version", "rollout_topk_ids", "rollout_topk_logp",
                 "trainer_topk_ids", "trainer_topk_logp")
 SEQ_FIELDS = ("group", "reward", "weight_version", "env")
 LIST_FIELDS = ("prompt_ids", "prompt_text")

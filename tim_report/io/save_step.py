@@ -117,7 +117,8 @@ def save_step(path: str | Path, rollout_logp: Any, trainer_logp: Any, *, mask: A
               offsets: Any = None, token_ids: Any = None, prompt_ids: Any = None, prompt_mask: Any = None,
               group: Any = None, reward: Any = None, advantage: Any = None, turn: Any = None, tool_mask: Any = None,
               rollout_topk_ids: Any = None, rollout_topk_logp: Any = None, trainer_topk_ids: Any = None,
-              trainer_topk_logp: Any = None, sides: dict[str, Any] | None = None, step: int | None = None,
+              trainer_topk_logp: Any = None, sides: dict[str, Any] | None = None, weight_version: Any = None,
+              token_version: Any = None, trainer_version: int | None = None, step: int | None = None,
               rank: int = 0, world_size: int | None = None,
               model: str | None = None, rollout_engine: str | None = None, rollout_dtype: str | None = None,
               trainer_engine: str | None = None, trainer_dtype: str | None = None, meta: dict | None = None,
@@ -133,12 +134,15 @@ def save_step(path: str | Path, rollout_logp: Any, trainer_logp: Any, *, mask: A
     through a link save_step did not create (io/step_files.py): a refusal is one line of BadInput, nothing made.
     `sides` adds the chain's further log-probs by name, in the layout of the two: `recompute` (the rollout engine
     re-scoring the sampled tokens), `train` (the training forward), `shadow`, `floor`, or a name of your own
-    (docs/chain.md)."""
+    (docs/chain.md). `weight_version` is per sequence the weight version that generated it (an integer, or for a
+    sequence several versions generated, their list oldest to newest), `token_version` per token where you know it,
+    and `trainer_version` the version the trainer holds (else the step is read as it): the staleness split
+    (docs/staleness.md)."""
     arrays = dict(rollout_logp=rollout_logp, trainer_logp=trainer_logp, mask=mask, attention_mask=attention_mask,
                   offsets=offsets, token_ids=token_ids, group=group, reward=reward, advantage=advantage, turn=turn,
                   tool_mask=tool_mask, rollout_topk_ids=rollout_topk_ids, rollout_topk_logp=rollout_topk_logp,
                   trainer_topk_ids=trainer_topk_ids, trainer_topk_logp=trainer_topk_logp, prompt_mask=prompt_mask,
-                  **_side_arrays(sides))
+                  token_version=token_version, **_side_arrays(sides))
     info = dict(model=model, rollout_engine=rollout_engine, rollout_dtype=rollout_dtype, trainer_engine=trainer_engine,
                 trainer_dtype=trainer_dtype)
     target, step, rank, world_size = step_target(path, step, rank, world_size)  # checked before anything is made
@@ -149,6 +153,10 @@ def save_step(path: str | Path, rollout_logp: Any, trainer_logp: Any, *, mask: A
         header["step"] = step
     if world_size is not None:
         header["world_size"] = world_size
+    if trainer_version is not None:
+        if isinstance(trainer_version, bool) or not isinstance(trainer_version, (int, np.integer)):
+            raise BadInput(WHO, f"trainer_version={trainer_version!r:.40}: expected an integer")
+        header["trainer_version"] = int(trainer_version)
     check_meta({"meta": header})
     if not isinstance(background, (bool, StepWriter)):
         raise BadInput(WHO, f"background={type(background).__name__}: expected True, False or a StepWriter")
@@ -160,6 +168,8 @@ def save_step(path: str | Path, rollout_logp: Any, trainer_logp: Any, *, mask: A
         if len(prompts) != batch.n_seqs:
             raise BadInput(WHO, f"'prompt_ids' has {len(prompts)} prompts for {batch.n_seqs} sequences")
         batch.prompt_ids = prompts
+    if weight_version is not None:
+        batch.weight_version = sequence_versions(weight_version, batch.n_seqs)
     if background is not False:
         writer = background if isinstance(background, StepWriter) else shared_writer()
         writer.put(target, batch)
@@ -231,10 +241,9 @@ def _padded_keep(a: dict, shape: tuple) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _optional(a: dict, take: _Padded | _Flat, shape: tuple, batch: StepBatch) -> None:
-    if "token_ids" in a:
-        batch.token_ids = _ints("token_ids", take(a, "token_ids", shape)).astype(np.int64, copy=False)
-    if "turn" in a:
-        batch.turn = _ints("turn", take(a, "turn", shape)).astype(np.int32)
+    for name, kind in (("token_ids", np.int64), ("turn", np.int32), ("token_version", np.int64)):
+        if name in a:
+            setattr(batch, name, _ints(name, take(a, name, shape)).astype(kind, copy=False))
     if "advantage" in a:
         adv = a["advantage"]
         batch.advantage = (np.repeat(_floats("advantage", adv), np.diff(batch.offsets)) if adv.shape == (take.n_seqs,)
@@ -272,6 +281,25 @@ def _reward(value: np.ndarray, take: _Padded | _Flat, shape: tuple, batch: StepB
         return r
     per_token = take({"reward": r}, "reward", shape)
     return np.bincount(batch.seq_index(), weights=per_token, minlength=batch.n_seqs)
+
+
+def sequence_versions(value: Any, n_seqs: int) -> np.ndarray:
+    """One version string per sequence (the canonical `weight_version`): an integer as "3", a span as "2,3" oldest to
+    newest, None as "" (unknown); anything else is refused."""
+    items = list(value) if not hasattr(value, "detach") else to_numpy("weight_version", value).tolist()
+    if len(items) != n_seqs:
+        raise BadInput(WHO, f"'weight_version' has {len(items)} entries for {n_seqs} sequences")
+
+    def one(v: Any) -> str:
+        if v is None:
+            return ""
+        if isinstance(v, (list, tuple, np.ndarray)):
+            return ",".join(dict.fromkeys(one(x) for x in v if x is not None))
+        if isinstance(v, (bool, float)) or not isinstance(v, (int, np.integer, str)):
+            raise BadInput(WHO, f"'weight_version' holds {v!r:.40}: expected integers (or a list of them per sequence)")
+        return str(int(v)) if not isinstance(v, str) else v.strip()[:64]
+
+    return np.asarray([one(v) for v in items], dtype=str)
 
 
 def _prompts(ids: Any, mask: np.ndarray | None) -> list[np.ndarray] | None:

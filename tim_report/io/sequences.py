@@ -57,6 +57,19 @@ class Exclusions:
         return [{"what": w, "tokens": n, "why": why} for w, (n, why) in self._items.items()]
 
 
+def check_token_lists(path: Path, n: int, rec: dict, required: tuple[str, ...], optional: tuple[str, ...],
+                      record: str) -> None:
+    """One JSON-lines record's per-token lists (whole-sequence layouts): each `required` key holds a list, and every
+    list among them and the `optional` ones has one length; else bad input naming the line. `record` says what such
+    a line is ("a prime-rl token export line")."""
+    missing = [k for k in required if not isinstance(rec.get(k), list)]
+    if missing:
+        raise BadInput(path, f"line {n}: no per-token list '{missing[0]}' ({record} has {', '.join(required)})")
+    lengths = {k: len(rec[k]) for k in required + optional if isinstance(rec.get(k), list)}
+    if len(set(lengths.values())) > 1:
+        raise BadInput(path, f"line {n}: per-token fields differ in length ({', '.join(f'{k} {v}' for k, v in lengths.items())})")
+
+
 def floats(values: Any) -> np.ndarray:
     """A per-token list (JSON `null` for NaN, as prime-rl writes it) or tensor as float64."""
     if isinstance(values, np.ndarray):

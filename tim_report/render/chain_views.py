@@ -3,7 +3,7 @@ batch's words, said in place of the charts it would draw empty. No statistics: t
 
 from __future__ import annotations
 
-from ..catalogue.chain import link_words, path_label
+from ..catalogue.chain import link_words, nearest_sentence, path_label
 from ..catalogue.numbers import fmt, pct
 from ..model import SIDE_KINDS
 from .md import esc, table
@@ -25,8 +25,15 @@ def chain_view(report) -> dict | None:
 
     rows = [row(x, pct(x["share"]) if x["share"] is not None else "—") for x in ch["links"]]
     end = ch["end_to_end"]
+    rescored = (report.run.get("meta") or {}).get("rescore") or {}
+
+    def kind(n: str) -> str:
+        if isinstance(rescored.get(n), dict):
+            return f"the tokens rescored by the checkpoint {rescored[n].get('model')} ({rescored[n].get('dtype')})"
+        return SIDE_KINDS.get(n, "a side of the batch's own")
+
     return {"available": True, "path": path_label(ch["sides"]), "tokens": fmt(ch["tokens"]), "leading": ch["leading"],
-            "sides": [(n, SIDE_KINDS.get(n, "a side of the batch's own")) for n in ch["sides"]],
+            "sides": [(n, kind(n)) for n in ch["sides"]], "nearest": nearest_sentence(ch.get("nearest")),
             "columns": COLUMNS, "rows": rows, "end": row(end, "100%" if ch["additivity"]["shares"] is not None else "—",
                                                         "end to end: the links' sum"),
             "rule": ch["rule"], "without": ch.get("tokens_without_every_side") or 0,
@@ -61,7 +68,9 @@ def chain_md(report) -> str:
              f"earlier). Rule: {esc(v['rule'], None, own=True)}.", "",
              table([esc(c) for c in v["columns"]], [[esc(c, None) for c in r] for r in [*v["rows"], v["end"]]],
                    numeric=range(2, len(v["columns"]))), "",
-             "Sides: " + "; ".join(f"**{esc(n)}**: {esc(what, None, own=True)}" for n, what in v["sides"]) + "."]
+             "Sides: " + "; ".join(f"**{esc(n)}**: {esc(what, None)}" for n, what in v["sides"]) + "."]
+    if v["nearest"]:
+        lines += ["", f"**Which weights:** {esc(v['nearest'], None)}"]
     if v["without"]:
         lines += ["", f"{fmt(v['without'])} valid tokens lack a side and are out of the chain's numbers."]
     lines += [f"\n- {esc(n)} left out: {esc(why, None)}" for n, why in v["left_out"]]

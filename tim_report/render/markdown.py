@@ -116,7 +116,7 @@ def _findings(report) -> str:
             lines.append(f"- **Likely cause:** {esc(f['likely_cause'], None, own=True)}")
         if f.get("what_to_check"):
             lines.append(f"- **Check:** {esc(f['what_to_check'], None, own=True)}")
-        ev = evidence_items(f.get("evidence"))
+        ev = evidence_items(f.get("evidence"), f.get("id"))
         if ev:
             lines.append("- **Evidence:** " + " · ".join(f"{esc(k)} {esc(v, TEXT_CHARS)}" for k, v in ev))
         for name, cols, rows in kv_tables(f.get("evidence")):

@@ -22,6 +22,7 @@ from ..sequences import (
     Exclusions,
     Seq,
     assemble_seqs,
+    check_token_lists,
     floats,
     split_at_first_trained,
 )
@@ -93,16 +94,10 @@ def _sample(path: Path, n: int, rec: dict, ex: Exclusions) -> Seq | None:
 
 
 def _columns(path: Path, n: int, rec: dict) -> dict:
-    missing = [k for k in TOKEN_KEYS if not isinstance(rec.get(k), list)]
-    if missing:
-        raise BadInput(path, f"line {n}: no per-token list '{missing[0]}' (a NeMo-RL train_data line has {', '.join(TOKEN_KEYS)})")
-    keys = TOKEN_KEYS + (("advantages",) if isinstance(rec.get("advantages"), list) else ())
-    lengths = {k: len(rec[k]) for k in keys}
-    if len(set(lengths.values())) > 1:
-        raise BadInput(path, f"line {n}: per-token fields differ in length ({', '.join(f'{k} {v}' for k, v in lengths.items())})")
+    check_token_lists(path, n, rec, TOKEN_KEYS, ("advantages",), "a NeMo-RL train_data line")
     return {"tokens": np.asarray(rec["token_ids"], dtype=np.int64), "mask": np.asarray(rec["token_loss_mask"]) > 0,
             "rollout": floats(rec["generation_logprobs"]), "trainer": floats(rec["prev_logprobs"]),
-            "advantage": floats(rec["advantages"]) if "advantages" in keys else None}
+            "advantage": floats(rec["advantages"]) if isinstance(rec.get("advantages"), list) else None}
 
 
 def _input_length(path: Path, n: int, rec: dict, width: int) -> int:

@@ -10,18 +10,17 @@ shifted to "fix" them.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ...errors import BadInput
 from ..readers.jsonl import read_records
 from ..sequences import (
     PROMPT_WHY,
     Exclusions,
     Seq,
     assemble_seqs,
+    check_token_lists,
     floats,
     split_at_first_trained,
 )
@@ -44,7 +43,7 @@ def read(src, allow_pickle: bool = False):
     ranks, steps, fields = [], set(), {}
     for path in src.paths:
         for n, rec in read_records(path):
-            _check(path, n, rec)
+            check_token_lists(path, n, rec, TOKEN_KEYS, OPTIONAL_TOKEN_KEYS, "a prime-rl token export line")
             fields.update({k: type(v).__name__ for k, v in rec.items()})
             seqs += _samples(rec, ex)
             ranks.append(rec.get("rank"))
@@ -57,16 +56,6 @@ def read(src, allow_pickle: bool = False):
     meta["step"] = _recorded_step(steps, notes)
     batch = assemble_seqs(src.origin, seqs, meta, ex, notes)
     return batch, [{"key": k, "type": t} for k, t in sorted(fields.items())]
-
-
-def _check(path: Path, n: int, rec: dict) -> None:
-    missing = [k for k in TOKEN_KEYS if not isinstance(rec.get(k), list)]
-    if missing:
-        raise BadInput(path, f"line {n}: no per-token list '{missing[0]}' (a prime-rl token export line has "
-                             f"{', '.join(TOKEN_KEYS)})")
-    lengths = {k: len(rec[k]) for k in TOKEN_KEYS + OPTIONAL_TOKEN_KEYS if isinstance(rec.get(k), list)}
-    if len(set(lengths.values())) > 1:
-        raise BadInput(path, f"line {n}: per-token fields differ in length ({', '.join(f'{k} {v}' for k, v in lengths.items())})")
 
 
 def _samples(rec: dict, ex: Exclusions) -> list[Seq]:

@@ -1,0 +1,118 @@
+"""The five lag findings, each a detector over the staleness split (analysis/staleness.py; words in
+catalogue/staleness.py): stale weights (lag 0 beyond its noise band), negative lag, version span, an ESS collapse in a
+lag bucket, and an idle correction (a logged PPO clip fraction of 0 while the ratios would clip).
+
+The split is measured once per batch (`Scene.once`) and kept as summary.json's `staleness` (analyze moves it out of
+the diagnosis, as the chain's).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..catalogue import findings, severity
+from .bands import choose_band
+from .consequence import consequence
+from .registry import Scene, detector
+from .staleness import judge, split
+from .versions import sequence_versions, token_lags
+
+
+def measured(s: Scene) -> dict | None:
+    """The split with its floor judged against the batch's band (None: the batch names no version)."""
+    numbers = s.once(_numbers)
+    if numbers is None:
+        return None
+    return judge(numbers, s.dt.noise_kl_max, s.dt.noise_abs_delta_max, choose_band(s.batch.meta)[0].name)
+
+
+def _numbers(s: Scene) -> dict | None:
+    return split(s.batch, s.tok, s.th)
+
+
+def _older_like(st: dict, kl0: float) -> dict | None:
+    """The older bucket (lag ≥ 1) whose per-token KL k3 is nearest lag 0's on a log scale: whose weights lag 0 looks like."""
+    older = [r for r in st["by_lag"] if isinstance(r["lag"], int) and r["lag"] >= 1 and r["kl_k3"] > 0]
+    if not older or kl0 <= 0:
+        return None
+    return min(older, key=lambda r: abs(math.log(r["kl_k3"] / kl0)))
+
+
+@detector("stale_weights", section=("staleness", measured))
+def _stale_weights(s: Scene) -> dict | None:
+    st = s.once(measured)
+    floor = st and st["floor"]
+    if not floor or floor["within"] or floor["tokens"] < s.dt.min_tokens:
+        return None
+    lag_tok, seq_lag = token_lags(s.batch, s.tok, st["trainer_version"])
+    lag0 = (lag_tok == 0) if lag_tok is not None else (seq_lag[s.tok.seq] == 0)
+    effect = consequence(s.tok.subset(lag0), "stale_weights", s.dt, s.th.ppo_clip)
+    like = _older_like(st, floor["kl_k3"])
+    times_band = max(floor["times_band_kl"] or 0.0, floor["times_band_abs_delta"] or 0.0)
+    evidence = {"tokens": floor["tokens"], "kl_k3": floor["kl_k3"], "kl_k3_se": floor["kl_k3_se"],
+                "mean_abs_delta": floor["mean_abs_delta"], "band": floor["band"], "noise_kl_max": floor["noise_kl_max"],
+                "noise_abs_delta_max": floor["noise_abs_delta_max"], "times_band": times_band,
+                "looks_like_lag": like["lag"] if like else None, "looks_like_kl_k3": like["kl_k3"] if like else None,
+                "material": bool(effect["material"])}
+    found = findings.make("stale_weights", evidence, s.dt)
+    return severity.weigh(found, effect, {"side": "rollout", "basis": "stale_sync"}, floor["band"])
+
+
+@detector("negative_lag", when_identical=True)
+def _negative_lag(s: Scene) -> dict | None:
+    st = s.once(measured)
+    if not st or not st["negative_tokens"]:
+        return None
+    rows = [r for r in st["by_lag"] if isinstance(r["lag"], int) and r["lag"] < 0]
+    n = sum(r["tokens"] for r in rows)
+    return findings.make("negative_lag", {"tokens": n, "share": n / max(s.tok.n, 1), "min_lag": min(r["lag"] for r in rows),
+                                          "trainer_version": st["trainer_version"],
+                                          "trainer_version_source": st["trainer_version_source"]}, s.dt)
+
+
+@detector("version_span", when_identical=True)
+def _version_span(s: Scene) -> dict | None:
+    st = s.once(measured)
+    limit = s.dt.version_span_max
+    if not st or st["max_versions_per_sequence"] <= limit:
+        return None
+    _, _, count = sequence_versions(s.batch.weight_version, s.batch.n_seqs)
+    over = int((count > limit).sum())
+    return findings.make("version_span", {"sequences": over, "share": over / max(s.batch.n_seqs, 1),
+                                          "max_versions": st["max_versions_per_sequence"], "threshold": limit}, s.dt)
+
+
+@detector("lag_ess_collapse")
+def _lag_ess_collapse(s: Scene) -> dict | None:
+    st = s.once(measured)
+    if not st:
+        return None
+    weak = [r for r in st["by_lag"] if isinstance(r["lag"], int) and r["lag"] >= 1 and r["share"] >= s.dt.lag_share_min
+            and r["ess"] is not None and r["ess"] < s.dt.lag_ess_min and r["tokens"] >= s.dt.min_tokens]
+    if not weak:
+        return None
+    worst = min(weak, key=lambda r: r["ess"])
+    return findings.make("lag_ess_collapse", {"lag": worst["lag"], "tokens": worst["tokens"], "share": worst["share"],
+                                              "ess": worst["ess"], "clipped": worst["clipped"], "capped": worst["capped"],
+                                              "kl_k3": worst["kl_k3"], "threshold_ess": s.dt.lag_ess_min,
+                                              "threshold_share": s.dt.lag_share_min}, s.dt)
+
+
+@detector("idle_correction")
+def _idle_correction(s: Scene) -> dict | None:
+    """Where meta carries the trainer's logged PPO clip fraction (`ppo_clip_fraction`, `--meta ppo_clip_fraction=0`)."""
+    logged = s.batch.meta.get("ppo_clip_fraction")
+    if isinstance(logged, bool) or not isinstance(logged, (int, float)) or not np.isfinite(logged):
+        return None
+    st = s.once(measured)
+    floor = (st or {}).get("floor")
+    floor_kl = floor["kl_k3"] if floor else s.dt.noise_kl_max
+    kl, kl_se = s.metrics["kl_k3"], s.metrics.get("kl_k3_se") or 0.0
+    expected = s.metrics.get("phantom_clip") or 0.0
+    if logged > s.dt.idle_clip_logged_max or expected < s.dt.idle_clip_expected or kl - 2 * kl_se <= max(floor_kl, 0.0):
+        return None
+    return findings.make("idle_correction", {"logged": float(logged), "expected": expected, "kl_k3": kl,
+                                             "floor_kl_k3": floor_kl, "floor_from": "lag 0" if floor else "band",
+                                             "threshold_expected": s.dt.idle_clip_expected}, s.dt)

@@ -1,0 +1,173 @@
+"""The mismatch split by weight-version lag: staleness (expected, corrected by importance weights) against the numerical
+floor (lag 0, judged against its precision's band) (design §10, docs/staleness.md).
+
+Per lag bucket (0, 1, 2, …, negative ones, "unknown"): tokens and their share, KL k3, mean δ, mean |δ|, Kish ESS of
+the token ratios, the shares PPO clips and the token TIS cap truncates. With K_b = Σ k3 over bucket b's tokens, n_b
+its tokens, k̄₀ = K₀ / n₀ lag 0's per-token KL (the floor's rate) and K = Σ_b K_b over the buckets of lag ≥ 0:
+
+    K = N·k̄₀ + Σ_{b ≥ 1} (K_b − n_b·k̄₀)        exactly (N = Σ_b n_b)
+    staleness share = Σ_{b ≥ 1} (K_b − n_b·k̄₀) / K,   floor share = N·k̄₀ / K,   the two add up to 1
+
+Each bucket's excess (K_b − n_b·k̄₀)/K is its own part: additive as the chain's link shares are, and in [0, 1] when
+every older bucket disagrees at least as much per token as lag 0 does (a negative part: an older bucket closer than
+lag 0, itself a sign that lag 0 is not what its label says). The interval is a bootstrap over sequences (clusters).
+Negative and unknown lags are listed but outside the split. Every per-token sum is taken once per run of tokens of one
+sequence and one lag (one reduceat pass per quantity), so the split costs a few passes over the batch.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..config import STALENESS_BOOTSTRAP, Thresholds
+from ..model import StepBatch
+from .tokens import Tokens
+from .versions import UNKNOWN, has_versions, sequence_versions, token_lags, trainer_version
+
+RULE = ("staleness share = Σ over lag ≥ 1 of (KL k3 sum − tokens × lag 0's per-token KL k3) / KL k3 sum over lag ≥ 0: "
+        "the KL beyond what lag 0's rate gives the same tokens; with the floor share N·k̄₀/K it adds up to 1")
+
+
+def split(batch: StepBatch, tok: Tokens, th: Thresholds) -> dict | None:
+    """The staleness split's numbers (no judgement: `judge` reads them against the band); None without versions."""
+    if not has_versions(batch):
+        return None
+    trainer, source = trainer_version(batch.meta)
+    lag_tok, seq_lag = token_lags(batch, tok, trainer)
+    starts, run_lag = _runs(tok, lag_tok, seq_lag)
+    sums = _run_sums(tok, starts, th)
+    run_seq = tok.seq[starts]
+    lags = np.unique(run_lag)
+    order = sorted(int(x) for x in lags if x != UNKNOWN) + ([UNKNOWN] if (lags == UNKNOWN).any() else [])
+    rows = [_row(lag, run_lag == lag, sums, run_seq, tok.n) for lag in order]
+    split_rows = [r for r in rows if isinstance(r["lag"], int) and r["lag"] >= 0]
+    total = sum(r["k3_sum"] for r in split_rows)
+    rate0 = next((r["kl_k3"] for r in split_rows if r["lag"] == 0), None)
+    for r in rows:
+        inside = isinstance(r["lag"], int) and r["lag"] >= 0
+        r["kl_k3_part"] = r["k3_sum"] / total if total > 0 and inside else None
+        r["excess_share"] = ((r["k3_sum"] - r["tokens"] * rate0) / total
+                             if total > 0 and rate0 is not None and inside and r["lag"] >= 1 else None)
+    share = None
+    if rate0 is not None and total > 0:
+        share = float(sum(r["excess_share"] for r in split_rows if r["lag"] >= 1))
+    _, newest, count = sequence_versions(batch.weight_version, batch.n_seqs)
+    return {
+        "rule": RULE,
+        "trainer_version": trainer, "trainer_version_source": source,
+        "per_token_versions": batch.token_version is not None,
+        "by_lag": [{k: v for k, v in r.items() if k != "k3_sum"} for r in rows],
+        "share": share,
+        "share_interval": (_interval(run_lag, run_seq, sums, tok.n_seqs, seed=th.seed)
+                           if share is not None and len(split_rows) > 1 else None),
+        "floor_share": (1.0 - share) if share is not None else None,
+        "tokens_in_split": int(sum(r["tokens"] for r in split_rows)),
+        "unknown_tokens": int(sum(r["tokens"] for r in rows if r["lag"] == "unknown")),
+        "negative_tokens": int(sum(r["tokens"] for r in rows if isinstance(r["lag"], int) and r["lag"] < 0)),
+        "newest_version": int(newest.max()) if (newest != UNKNOWN).any() else None,
+        "max_versions_per_sequence": int(count.max()) if count.size else 0,
+        "sequences_over_two_versions": int((count > 2).sum()),
+    }
+
+
+def _runs(tok: Tokens, lag_tok: np.ndarray | None, seq_lag: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each run of valid tokens of one sequence and one lag starts, and the run's lag."""
+    if lag_tok is None:
+        starts = tok.starts
+        return starts, seq_lag[tok.seq[starts]]
+    change = np.flatnonzero(lag_tok[1:] != lag_tok[:-1]) + 1
+    starts = np.union1d(tok.starts, change) if change.size else tok.starts
+    return starts, lag_tok[starts]
+
+
+def _run_sums(tok: Tokens, starts: np.ndarray, th: Thresholds) -> dict[str, np.ndarray]:
+    """Per run: tokens, Σδ, Σ|δ|, Σk3, Σr, Σr², tokens PPO clips, tokens over the TIS cap (one reduceat each)."""
+    red = np.add.reduceat
+    log_r = tok.log_r
+    out = {"n": np.diff(np.append(starts, tok.n)).astype(np.float64), "delta": red(tok.delta, starts),
+           "abs": red(np.abs(tok.delta), starts)}
+    em = np.expm1(log_r)  # r − 1, exact for tiny log r
+    lo, hi = th.ppo_clip
+    out["clip"] = red(((em < lo - 1) | (em > hi - 1)).view(np.int8), starts, dtype=np.int64).astype(np.float64)
+    out["cap"] = red((em > th.tis_token_cap - 1).view(np.int8), starts, dtype=np.int64).astype(np.float64)
+    out["r"] = red(em, starts) + out["n"]
+    sq = np.square(em)
+    out["r2"] = red(sq, starts) + 2 * (out["r"] - out["n"]) + out["n"]  # Σ(em + 1)² = Σem² + 2Σem + n
+    del sq
+    em -= log_r
+    np.maximum(em, 0.0, out=em)  # k3 = r − 1 − log r (stats.k3_per_token)
+    out["k3"] = red(em, starts)
+    return out
+
+
+def _row(lag: int, runs: np.ndarray, sums: dict[str, np.ndarray], run_seq: np.ndarray, n_all: int) -> dict:
+    s = {k: v[runs] for k, v in sums.items()}
+    n = float(s["n"].sum())
+    k3, ad = float(s["k3"].sum()), float(s["abs"].sum())
+    r, r2 = float(s["r"].sum()), float(s["r2"].sum())
+    return {"lag": "unknown" if lag == UNKNOWN else lag, "tokens": int(n), "share": n / n_all,
+            "sequences": int(np.unique(run_seq[runs]).size),
+            "kl_k3": k3 / n, "kl_k3_se": _cluster_se(s["k3"], s["n"], run_seq[runs]),
+            "mean_delta": float(s["delta"].sum()) / n, "mean_abs_delta": ad / n,
+            "mean_abs_delta_se": _cluster_se(s["abs"], s["n"], run_seq[runs]),
+            "ess": r * r / (n * r2) if r2 > 0 else None, "clipped": float(s["clip"].sum()) / n,
+            "capped": float(s["cap"].sum()) / n, "k3_sum": k3}
+
+
+def _cluster_se(sums: np.ndarray, counts: np.ndarray, seq: np.ndarray) -> float | None:
+    """The token-mean's cluster-robust standard error from per-run sums, sequences as clusters (stats.cluster_mean_se)."""
+    s = np.bincount(np.unique(seq, return_inverse=True)[1], weights=sums)
+    c = np.bincount(np.unique(seq, return_inverse=True)[1], weights=counts)
+    g, total = s.size, float(c.sum())
+    if g < 2 or total <= 0:
+        return None
+    resid = s - c * (float(s.sum()) / total)
+    return math.sqrt(float(resid @ resid) * g / (g - 1)) / total
+
+
+def _interval(run_lag: np.ndarray, run_seq: np.ndarray, sums: dict[str, np.ndarray], n_seqs: int,
+              seed: int) -> list[float] | None:
+    """A 95% percentile interval of the staleness share, resampling sequences with replacement (STALENESS_BOOTSTRAP
+    draws, a fixed seed: the same batch gives the same interval)."""
+    lag0, stale = run_lag == 0, (run_lag >= 1) & (run_lag != UNKNOWN)
+    per = {name: np.bincount(run_seq[keep], weights=sums[key][keep], minlength=n_seqs)
+           for name, keep, key in (("k0", lag0, "k3"), ("n0", lag0, "n"), ("ks", stale, "k3"), ("ns", stale, "n"))}
+    used = np.flatnonzero((per["n0"] + per["ns"]) > 0)
+    if used.size < 2:
+        return None
+    vectors = np.stack([per[k][used] for k in ("k0", "n0", "ks", "ns")])  # [4, S]
+    rng = np.random.default_rng(seed)
+    draws = []
+    for lo in range(0, STALENESS_BOOTSTRAP, 50):  # 50 resamples at a time: [50, S] counts stay small
+        b = min(50, STALENESS_BOOTSTRAP - lo)
+        picks = rng.integers(0, used.size, size=(b, used.size))
+        weights = np.stack([np.bincount(p, minlength=used.size) for p in picks]).astype(np.float64)
+        k0, n0, ks, ns = (weights @ vectors.T).T
+        with np.errstate(divide="ignore", invalid="ignore"):
+            draws.append((ks - ns * k0 / n0) / (k0 + ks))
+    values = np.concatenate(draws)
+    values = values[np.isfinite(values)]
+    if values.size < STALENESS_BOOTSTRAP // 2:
+        return None
+    return [float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))]
+
+
+def judge(numbers: dict, noise_kl_max: float, noise_abs_delta_max: float, band: str, z: float = 2.0) -> dict:
+    """The split with its floor read against the band (lag 0 beyond it by `z` standard errors: `within` False) and
+    which part dominates: staleness when its share is over half, else numerics."""
+    lag0 = next((r for r in numbers["by_lag"] if r["lag"] == 0), None)
+    floor = None
+    if lag0 is not None:
+        kl, kl_se = lag0["kl_k3"], lag0["kl_k3_se"] or 0.0
+        ad, ad_se = lag0["mean_abs_delta"], lag0["mean_abs_delta_se"] or 0.0
+        beyond = (kl - z * kl_se) > noise_kl_max or (ad - z * ad_se) > noise_abs_delta_max
+        floor = {"tokens": lag0["tokens"], "kl_k3": kl, "kl_k3_se": lag0["kl_k3_se"], "mean_abs_delta": ad,
+                 "mean_abs_delta_se": lag0["mean_abs_delta_se"], "band": band, "noise_kl_max": noise_kl_max,
+                 "noise_abs_delta_max": noise_abs_delta_max, "within": not beyond,
+                 "times_band_kl": kl / noise_kl_max if noise_kl_max > 0 else None,
+                 "times_band_abs_delta": ad / noise_abs_delta_max if noise_abs_delta_max > 0 else None}
+    share = numbers["share"]
+    dominant = None if share is None else "staleness" if share > 0.5 else "numerics"
+    return {**numbers, "floor": floor, "dominant": dominant}

@@ -1,0 +1,55 @@
+"""Score saved tokens with any checkpoint (`tim-report rescore`): which weights did the engine really use?
+
+The tokens of a saved step (its prompts and responses as ids) are scored teacher-forced by a transformers checkpoint,
+through the one scoring routine of `capture` (HFEngine.score → score.token_logprobs: fp32 log-softmax of each chunk,
+the temperature applied, no top-p / top-k, as a trainer scores). The caller adds the result as a named side of the
+batch; the chain then says which checkpoint the rollout is nearest to.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import BadInput
+from .spec import ENGINE_DTYPES
+
+
+def check_checkpoint(model: str, dtype: str) -> None:
+    """A transformers folder (config.json) and an hf dtype: checked before anything is loaded."""
+    path = Path(model)
+    if not path.exists():
+        raise BadInput(model, "no such checkpoint folder")
+    if not path.is_dir() or not (path / "config.json").is_file():
+        raise BadInput(model, "not a transformers checkpoint folder (no config.json)")
+    if dtype not in ENGINE_DTYPES["hf"]:
+        raise BadInput("--dtype", f"{dtype}: rescore scores with transformers in {', '.join(ENGINE_DTYPES['hf'])}")
+
+
+def context_of(model: str) -> tuple[int, int | None]:
+    """(the checkpoint's context length, its vocabulary size when config.json says it)."""
+    cfg = json.loads((Path(model) / "config.json").read_text())
+    vocab = cfg.get("vocab_size")
+    return int(cfg.get("max_position_embeddings") or cfg.get("n_positions") or 2048), int(vocab) if vocab else None
+
+
+def score_tokens(model: str, dtype: str, device: str, prompts: list[list[int]], completions: list[list[int]],
+                 temperature: float, progress: Callable[[int], None] | None = None) -> tuple[np.ndarray, str]:
+    """Every completion token's log-prob under `model` ([T] float64, in the order of the sequences) and the
+    transformers version that scored them."""
+    import torch
+
+    from .hf import HFEngine
+
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    engine = HFEngine(model, dtype, device=device)
+    try:
+        scored = engine.score(prompts, completions, temperature, progress=progress)
+    finally:
+        engine.close()
+    flat = np.concatenate(scored) if scored else np.zeros(0)
+    return flat.astype(np.float64, copy=False), engine.version
