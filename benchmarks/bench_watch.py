@@ -9,6 +9,10 @@ site by a watch. Rows, in one process (the watch's own; no Python start), wall c
 - a poll that finds nothing new (what `watch` spends every --interval while the trainer works).
 
     python benchmarks/bench_watch.py [--steps 200] [--tokens 16384]
+
+`--unusable 200 400 800`: instead, `watch --once` (two polls) over a folder of that many small step files of which every
+other one is unusable (all its log-probs NaN), beside `build` of the same folder (its unusable steps are rows);
+the watch once rebuilt every ready step again for each bad one (quadratic).
 """
 
 from __future__ import annotations
@@ -32,11 +36,47 @@ def timed(fn) -> float:
     return time.perf_counter() - start
 
 
+def unusable(counts: list[int]) -> None:
+    print("| steps (half unusable) | `build` | `watch --once` | skipped lines |\n|---:|---:|---:|---:|")
+    for n in counts:
+        tmp = Path(tempfile.mkdtemp(prefix="bench-watch-bad-"))
+        try:
+            base, t, said = unusable_row(n, tmp)
+            print(f"| {n} | {base:.1f} s | {t:.1f} s | {said} |")
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def unusable_row(n: int, tmp: Path) -> tuple[float, float, int]:
+    """`build` and `watch --once` of n step files, every other one unusable: their seconds, and the skips said."""
+    import numpy as np
+
+    from tim_report.io import save_batch
+    from tim_report.testing import make_batch
+
+    run = tmp / "run"
+    run.mkdir()
+    for s in range(n):
+        b = make_batch(n_seqs=4, mean_len=16, seed=s)
+        if s % 2:
+            b.rollout_logp = np.full(b.n_tokens, np.nan)
+        save_batch(b, run / f"step_{s}.npz")
+    opts = BuildOptions(formats=("json",))
+    base = timed(lambda: build([run], tmp / "built", opts))
+    said: list[str] = []
+    watch = Watch(run, tmp / "site", WatchOptions(build=opts, interval=0), say=said.append)
+    return base, timed(lambda: (watch.step(), watch.step())), len(said)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--tokens", type=int, default=16384)
+    ap.add_argument("--unusable", type=int, nargs="+", metavar="STEPS")
     args = ap.parse_args()
+    if args.unusable:
+        unusable(args.unusable)
+        return
     tmp = Path(tempfile.mkdtemp(prefix="bench-watch-"))
     try:
         prepared, run = tmp / "prepared", tmp / "run" / "token_exports"

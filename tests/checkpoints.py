@@ -1,39 +1,29 @@
-"""Real older versions of the shipped tiny model: a few AdamW steps of next-token training between versions, each
-version saved as a transformers folder (for the staleness tests: sampling with an older checkpoint, rescoring)."""
+"""Real older versions of the shipped tiny model as checkpoint folders (for `capture --stale` and `rescore`, which load
+a model by its path): tim_report.testing.train_versions' real Adam steps, each version saved with the tokenizer."""
 
 from __future__ import annotations
 
-import json
 import shutil
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = ROOT / "models" / "tiny-qwen2"
-TEXT = ROOT / "examples" / "prompts.jsonl"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config.json")
 
 
-def train_versions(out: Path, versions: int = 3, steps: int = 4, lr: float = 3e-3, seed: int = 0) -> list[Path]:
-    """[v0 (the shipped model), v1, …, v_versions]: v_k is v_{k-1} after `steps` AdamW steps on the prompts' text
-    (a language-modelling loss, real gradients), saved in fp32 with the tokenizer beside it."""
+def train_versions(out: Path, versions: int = 3) -> list[Path]:
+    """[v0 (the shipped model), v1, …, v_versions]: v_k is v_{k-1} after one Adam step (testing.train_versions),
+    saved in fp32 with the tokenizer beside it."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
-    torch.manual_seed(seed)
-    tokenizer = AutoTokenizer.from_pretrained(MODEL)
+    from tim_report.testing import train_versions as states_of
+
+    states = states_of(str(MODEL), versions=versions + 1)
     model = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float32)
-    texts = [json.loads(line).get("prompt") or json.dumps(json.loads(line)) for line in TEXT.read_text().splitlines()
-             if line.strip()]
-    batch = tokenizer(texts, return_tensors="pt", padding=True)
-    labels = batch.input_ids.masked_fill(batch.attention_mask == 0, -100)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr)
     paths = [MODEL]
-    for v in range(1, versions + 1):
-        for _ in range(steps):
-            loss = model(**batch, labels=labels).loss
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
+    for v, state in enumerate(states[1:], start=1):
+        model.load_state_dict(state)
         folder = out / f"v{v}"
         model.save_pretrained(folder)
         for name in TOKENIZER_FILES:

@@ -105,3 +105,18 @@ def test_equal_arms_end_to_end_do_not_claim_a_difference(tmp_path):
     data = json.loads((tmp_path / "cmp" / "compare.json").read_text())
     kl = next(m for m in data["metrics"] if m["key"] == "kl_k3")
     assert kl["direction"] == "unresolved" and kl["effect"]["low"] <= 1 <= kl["effect"]["high"]
+
+
+@pytest.mark.parametrize("key, before, after", [
+    ("phantom_clip", [0.004, 0.25, 0.05], [0.01, 0.02]),  # positive at every step: the log scale, whose interval ran to 241%
+    ("outside_2x", [0.0, 0.55, 0.25], [0.3, 0.0, 0.01]),  # a zero step: a difference of means, whose interval went below 0
+    ("ess", [0.2, 0.99, 0.5], [0.999, 0.98]),  # 1 − ESS, a share too
+])
+def test_a_shares_interval_stays_within_0_and_100_percent(key, before, after):
+    m = metric_arms(metric(key), [{key: v} for v in before], [{key: v} for v in after])
+    for arm in ("before", "after"):
+        assert 0.0 <= m[arm]["low"] <= m[arm]["mean"] <= m[arm]["high"] <= 1.0, m[arm]
+    if m["scale"] == "difference":
+        assert -1.0 <= m["effect"]["low"] <= m["effect"]["high"] <= 1.0
+    raw = metric_arms(metric("kl_k3"), [{"kl_k3": v} for v in before if v], [{"kl_k3": v} for v in after if v])
+    assert raw["before"]["high"] > 0  # a metric that is not a share keeps its interval as computed

@@ -208,6 +208,32 @@ def test_a_class_patch_is_undone_around_the_reference_and_the_floor(tmp_path):
     assert "rsqrt(variance + self.variance_epsilon)" in __import__("inspect").getsource(LlamaRMSNorm.forward)
 
 
+def test_a_patch_module_in_the_current_folder_or_named_by_its_file_is_found(tmp_path, monkeypatch):
+    """`--candidate-patch mypatch:fn` with `mypatch.py` in the current folder was a ModuleNotFoundError: the
+    `tim-report` script's import path does not hold the current folder. It is on the path for the patch now (after the
+    installed packages); `path/to/file.py:fn` is read from its file; a module found nowhere says both ways."""
+    import sys
+
+    from tim_report.capture.bisect_setup import load_patch
+    from tim_report.errors import BadInput
+
+    here = tmp_path / "work"
+    (here / "patches").mkdir(parents=True)
+    (here / "i39_local_patch.py").write_text("def patch(model):\n    return 'local'\n")
+    (here / "patches" / "deep.py").write_text("def patch(model):\n    return 'deep'\n")
+    monkeypatch.chdir(here)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(here))])  # as the console script runs
+    assert load_patch("i39_local_patch:patch")(None) == "local"
+    assert str(here) not in sys.path  # only for the patch's import
+    assert load_patch("patches/deep.py:patch")(None) == "deep"
+    with pytest.raises(BadInput) as err:
+        load_patch("i39_nowhere:patch")
+    assert "no module 'i39_nowhere' installed or in the current folder" in str(err.value)
+    assert "path/to/file.py:FUNCTION" in str(err.value)
+    with pytest.raises(BadInput, match="patches/none.py: no such file"):
+        load_patch("patches/none.py:patch")
+
+
 @pytest.mark.parametrize("args, phrases", [
     (["--candidate", "vllm:bf16"], ["--candidate", "transformers setups"]),
     (["--candidate-patch", "nope"], ["--candidate-patch", "MODULE:FUNCTION"]),
@@ -272,5 +298,50 @@ def test_the_chart_is_valid_vega_lite_and_the_page_escapes_site_names():
     assert s["first_site"] == "model.layers.0.mlp" and s["first"]["within_before"] == "the embedding"
     validate_jsonschema(chart(s)["spec"], alt.VegaLiteSchema._rootschema)
     page = render_bisect_html(s)
-    assert "<b>model.layers.0</b>" not in page and "&lt;b&gt;model.layers.0&lt;/b&gt;" in page
+    joined = page.replace('</span><wbr><span class="seg">', "")  # the table's name, cut after each dot, read whole
+    assert "<b>model.layers.0</b>" not in page and "&lt;b&gt;model.layers.0&lt;/b&gt;" in joined
     assert "<b>" not in render_bisect_md(s)
+
+
+def llama_like_summary(layers: int = 3, bad: str = "model.layers.1.mlp") -> dict:
+    """A summary from the analysis alone, with a llama's site names (long ones among them) and one site beyond its floor."""
+    from tim_report.analysis.bisect import Accumulator, summarise
+
+    acc = Accumulator()
+    rng = np.random.default_rng(0)
+    names = [("model.embed_tokens", "embedding", None)]
+    for i in range(layers):
+        names += [(f"model.layers.{i}.input_layernorm", "input_norm", i), (f"model.layers.{i}.self_attn", "attention", i),
+                  (f"model.layers.{i}.post_attention_layernorm", "post_attention_norm", i), (f"model.layers.{i}.mlp", "mlp", i),
+                  (f"model.layers.{i}", "layer", i)]
+    for name, kind, layer in names:
+        f = rng.random(200) * 1e-3
+        scale = 40 if name == bad else 1
+        acc.add(name, kind, layer, np.arange(200) % 4, {"local": f * scale, "floor": f, "plain": f * scale, "floor_plain": f})
+    return summarise(acc, "bf16")
+
+
+def test_the_chart_names_each_site_on_its_axis_and_the_table_breaks_names_only_at_dots():
+    """The chart's axis was a site index with the names only on hover, and the table broke `post_attention_layernorm`
+    mid-word: now each site is a row of the chart named on its axis, in forward order, and a name breaks only after a
+    dot. At phone width the table keeps the two multiples and says the other numbers under the name."""
+    from tim_report.render.bisect_html import render_bisect_html
+    from tim_report.render.bisect_views import chart
+
+    s = llama_like_summary()
+    spec = chart(s)["spec"]
+    names = [x["name"] for x in s["sites"]]
+    ys = [layer["encoding"]["y"] for layer in spec["layer"] if "y" in layer["encoding"] and layer["encoding"]["y"].get("field") == "label"]
+    assert ys and all(y["type"] == "nominal" and y["sort"] == [n.removeprefix("model.") for n in names] for y in ys)
+    assert not any(layer["encoding"].get("x", {}).get("field") == "i" for layer in spec["layer"])
+    page = render_bisect_html(s)
+    assert ('<code class="site"><span class="seg">model.</span><wbr><span class="seg">layers.</span><wbr><span class="seg">0.'
+            '</span><wbr><span class="seg">post_attention_layernorm</span></code>') in page
+    assert page.count('<th class="n wide-only">') == 4 and 'class="small narrow-only">over prompts' in page
+
+
+def test_a_patch_file_is_named_by_its_file_name_not_its_path():
+    from tim_report.capture.bisect_setup import Setup
+
+    assert Setup("bf16", None, "/home/someone/work/my_kernels.py:patch").label == "hf:bf16 (my_kernels.py:patch)"
+    assert Setup("bf16", "sdpa", "my_kernels:patch").label == "hf:bf16 (sdpa, my_kernels:patch)"

@@ -95,6 +95,10 @@ def test_bad_states_are_one_line_exit_2(files, tmp_path):
     res = run("bisect", "--reference-states", odd, "--candidate-states", odd, "--floor-states", odd, "-o", tmp_path / "o")
     one_line_exit_2(res, "not a site name")
     one_line_exit_2(run("bisect", "--reference-states", files["ref"], "-o", tmp_path / "o"), "--candidate-states")
+    # a model and states together: the conflict is named (it used to say the states need all three files)
+    line = one_line_exit_2(run("bisect", "--model", LLAMA, "--reference-states", files["ref"], "-o", tmp_path / "o"),
+                           "--model: and --reference-states both name what to compare")
+    assert "all three" not in line
     bad = tmp_path / "x.pt"
     bad.write_bytes(b"\x80\x04")
     one_line_exit_2(bisect(files, bad, tmp_path), "never a pickle")

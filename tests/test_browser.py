@@ -303,3 +303,29 @@ def test_token_tables_drawn_from_samples_js_are_the_rows_the_page_carried(browse
     cells = [c for _, _, rows in drawn for row in rows for c in row]
     assert "hot" in cells and "o5:▼ 0.082085" in cells and any(c.startswith(":␣the") for c in cells)  # marks drawn
     page.close()
+
+
+def test_the_bisect_page_reads_on_a_phone(browser, tmp_path):
+    """At 420 px the bisect table scrolled its right-hand columns out of sight and broke site names mid-word
+    (`post_attenti|on_layernorm`): now its columns fit, a name breaks only after a dot, and the chart names every site."""
+    from test_bisect import llama_like_summary
+
+    from tim_report.render.bisect_html import render_bisect_html
+
+    s = llama_like_summary()
+    path = tmp_path / "bisect.html"
+    path.write_text(render_bisect_html(s), encoding="utf-8")
+    page, seen, n = open_page(browser, path, width=420)
+    assert n == 1 and seen["errors"] == []
+    assert page.evaluate("document.documentElement.scrollWidth") <= 420
+    table = page.locator("table.sites").first
+    assert page.evaluate("t => t.parentElement.scrollWidth <= t.parentElement.clientWidth", table.element_handle())
+    rights = page.evaluate("""() => [...document.querySelectorAll('table.sites thead th')]
+        .filter(th => th.getBoundingClientRect().width > 0).map(th => th.getBoundingClientRect().right)""")
+    assert len(rights) == 3 and max(rights) <= 420
+    broken = page.evaluate("""() => [...document.querySelectorAll('table.sites .seg')]
+        .filter(s => s.getClientRects().length > 1).map(s => s.textContent)""")
+    assert broken == []
+    labels = page.evaluate("() => [...document.querySelectorAll('.vega svg text')].map(t => t.textContent)")
+    assert "layers.0.post_attention_layernorm" in labels and "layers.1.mlp" in labels
+    page.close()

@@ -92,6 +92,7 @@ def test_meta_and_fields(precision_runs):
         assert m.get(key) not in (None, ""), key
     assert (m["rollout_engine"], m["rollout_dtype"], m["trainer_engine"], m["trainer_dtype"]) == (
         "transformers", "bf16", "transformers", "fp32")
+    assert m["model"] == "tiny-qwen2" and "model_gguf" not in m  # the model's name, never the local path given
     assert m["sampling"]["temperature"] == 1.0 and m["sampling"]["truncated"] is False
     assert m["chat_template"] is True and m["prompts"]["count"] == 4
     assert len(b.token_text) == b.n_tokens and b.prompt_text[0].startswith("<|im_start|>")
@@ -209,7 +210,8 @@ def test_cli_single_pair_writes_the_file(tmp_path):
 
 
 @pytest.mark.parametrize("case", ["missing_model", "empty_prompts", "bad_json", "bad_engine", "bad_dtype",
-                                  "not_npz", "messages_without_template", "too_long", "vllm_scoring_with_top_p"])
+                                  "not_npz", "messages_without_template", "too_long", "vllm_scoring_with_top_p",
+                                  "several_pairs_into_npz"])
 def test_cli_bad_input_is_one_line_exit_2_nothing_written(tmp_path, case):  # noqa: C901 (a branch per bad-input case)
     prompts = tmp_path / "p.jsonl"
     prompts.write_text('{"prompt": "hello"}\n')
@@ -236,6 +238,8 @@ def test_cli_bad_input_is_one_line_exit_2_nothing_written(tmp_path, case):  # no
     elif case == "vllm_scoring_with_top_p":
         args["--trainer"] = "vllm:bf16"
         extra = ["--top-p", "0.9"]
+    elif case == "several_pairs_into_npz":  # silently made a folder named out.npz/
+        extra = ["--trainer", "hf:bf16"]
     r = run_cli([x for kv in args.items() for x in kv] + extra + ["-o", str(out)])
     assert r.exit_code == 2, r.output
     lines = [ln for ln in r.output.splitlines() if ln.strip()]
@@ -248,6 +252,46 @@ def test_cli_bad_input_is_one_line_exit_2_nothing_written(tmp_path, case):  # no
         assert "foo" in lines[0]
     if case == "vllm_scoring_with_top_p":  # refused for the combination, whether or not vLLM is installed
         assert "--trainer vllm:bf16: vLLM can only score given tokens at --temperature 1" in lines[0]
+    if case == "several_pairs_into_npz":
+        assert f"{out}: 2 batches are written into a folder" in lines[0]
+
+
+def test_without_a_terminal_each_stage_is_a_line_as_it_starts(tmp_path):
+    """With stdout and stderr pipes (a log, CI, `| tee`), a capture said nothing until a stage was over (a 12-minute
+    `--matrix` killed before its first stage ended printed only the interrupt line). Each stage, loading an engine
+    included, is now one flushed line as it starts, read here from the pipe while the capture still runs."""
+    import os
+    import selectors
+    import subprocess
+    import sys
+    import time
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "tim_report", "capture", "--model", str(MODEL), "--prompts", str(PROMPTS),
+                             "--rollout", "hf:fp32", "--trainer", "hf:fp32", "--trainer", "hf:bf16", "--max-prompts", "2",
+                             "--n-samples", "2", "--max-new-tokens", "8", "--device", "cpu", "-o", str(tmp_path / "m")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    lines: list[tuple[str, bool]] = []  # each stderr line, and whether the capture was still running when it came
+    try:
+        assert proc.stderr
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stderr, selectors.EVENT_READ)
+        end = time.monotonic() + 300
+        while time.monotonic() < end and sel.select(timeout=end - time.monotonic()):
+            line = proc.stderr.readline()
+            if not line:
+                break
+            lines.append((line.rstrip("\n"), proc.poll() is None))
+        out = proc.communicate(timeout=60)[0]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, lines
+    assert [text for text, _ in lines] == ["loading hf:fp32", "generating (hf:fp32): 4 sequences",
+                                           "scoring trainer (hf:fp32): 4 sequences", "loading hf:bf16",
+                                           "scoring trainer (hf:bf16): 4 sequences"]
+    assert all(running for _, running in lines)  # each came while the capture went on, not at its exit
+    assert len(out.splitlines()) == 2  # the two batches written, one line each on stdout
 
 
 def test_cli_vllm_missing_names_the_extra(tmp_path, monkeypatch):
@@ -300,7 +344,9 @@ def test_cli_engine_failure_before_any_pair_writes_nothing(tmp_path, monkeypatch
     r = run_cli(["--model", str(MODEL), "--prompts", str(PROMPTS), "--rollout", "hf:bf16", "--trainer", "hf:fp32",
                  "--max-prompts", "1", "-o", str(out)])
     assert r.exit_code == 2
-    assert r.stderr.strip() == "tim-report: error: hf:bf16: the engine failed while sampling: MemoryError; no pair was written"
+    assert r.stderr.splitlines() == ["loading hf:bf16", "generating (hf:bf16): 4 sequences",  # each stage as it starts
+                                     "tim-report: error: hf:bf16: the engine failed while sampling: MemoryError; "
+                                     "no pair was written"]
     assert list(tmp_path.iterdir()) == []
 
 

@@ -117,8 +117,9 @@ def test_two_vllm_rollouts_against_two_hf_trainers_in_one_command(tmp_path, long
     assert all(1e-3 < v < 5e-2 for k, v in mean.items() if k != "vllm-fp16__hf-fp16.npz"), mean
     # our progress on stderr, vLLM's own output in the log file beside the batches
     err = proc.stderr.splitlines()
-    assert err == ["generating (vllm:bf16): 16 sequences", "scoring trainer (hf:bf16): 16 sequences",
-                   "scoring trainer (hf:fp16): 16 sequences", "scoring rollout (vllm:fp16): 16 sequences",
+    assert err == ["loading vllm:bf16", "generating (vllm:bf16): 16 sequences", "loading hf:bf16",
+                   "scoring trainer (hf:bf16): 16 sequences", "loading hf:fp16", "scoring trainer (hf:fp16): 16 sequences",
+                   "loading vllm:fp16", "scoring rollout (vllm:fp16): 16 sequences",
                    f"vLLM's own log: {out / 'capture.log'}"], proc.stderr[-3000:]
     log = (out / "capture.log").read_text()
     assert "---- tim-report: vllm:bf16" in log and "---- tim-report: vllm:fp16" in log and " INFO " in log

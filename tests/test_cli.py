@@ -187,6 +187,16 @@ def test_one_bad_file_among_good_ones_writes_nothing(tmp_path, verl_pt):
     assert not list(tmp_path.rglob(".tim-report-staging-*"))
 
 
+def test_self_contained_without_a_page_is_one_line(tmp_path, trl_npz):
+    """`build --format md --self-contained` was accepted and did nothing; with html among the formats it still works."""
+    res = run("build", trl_npz, "--format", "md", "--self-contained", "-o", tmp_path / "s")
+    lines = res.stderr.strip().splitlines()
+    assert res.exit_code == 2 and lines == ["tim-report: error: --self-contained: applies to pages (html): --format md "
+                                            "writes none"], res.output
+    assert not (tmp_path / "s").exists()
+    assert run("build", trl_npz, "--format", "md", "--format", "html", "--self-contained", "-o", tmp_path / "t").exit_code == 0
+
+
 def test_inspect_bad_input(tmp_path):
     res = run("inspect", tmp_path / "nope.npz")
     assert res.exit_code == 2 and "no such file" in res.stderr

@@ -170,6 +170,17 @@ def test_nan_offsets_are_one_line(tmp_path):
     one_line(run("build", tmp_path / "off.npz", "-o", tmp_path / "site"), "offsets", "whole numbers")
 
 
+@pytest.mark.parametrize("shape", [(0, 0), (5, 0)])
+def test_a_batch_of_zero_tokens_is_one_line(tmp_path, shape):
+    """A [0, 0] padded batch with a mask crashed build with a traceback (argmax of an empty sequence)."""
+    p = tmp_path / "empty.npz"
+    np.savez(p, rollout_log_probs=np.zeros(shape, np.float32), old_log_probs=np.zeros(shape, np.float32),
+             response_mask=np.zeros(shape))
+    for command in (["build", p, "-o", tmp_path / "site"], ["check", p]):
+        one_line(run(*command), "no tokens", str(list(shape)))
+    assert not (tmp_path / "site").exists()
+
+
 def test_all_nan_log_probs_name_the_file_not_the_tool_that_wrote_it(tmp_path):
     b = make_batch(n_seqs=4, mean_len=8)
     b.rollout_logp = np.full(b.n_tokens, np.nan)

@@ -406,6 +406,37 @@ def test_a_wide_string_dtype_is_bounded_by_bytes_not_only_elements(tmp_path):
              "more than this run reads")
 
 
+def test_a_wide_string_member_is_refused_from_its_header_limits_on_or_off(tmp_path):
+    """The red team's 974 KiB `.npz`: `token_text` declared `<U1000000` × [8, 32] (1 GB of NULs, deflated) passed the
+    byte bound (1.6 GB at the default --max-tokens) and `check --no-limits` read it whole, exit 0 at 1.9 GB. Now the
+    text bound refuses it from the header: one line, exit 2, in a process that never holds the member's gigabyte."""
+    d = to_padded(make_batch(n_seqs=8, mean_len=20), dtype=np.float64)
+    path = tmp_path / "wide.npz"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, value in d.items():
+            if value.dtype.kind != "U":
+                with zf.open(f"{name}.npy", "w") as f:
+                    np.lib.format.write_array(f, value)
+        with zf.open("token_text.npy", "w", force_zip64=True) as f:
+            wide = np.dtype("<U1000000")
+            np.lib.format.write_array_header_1_0(f, {"descr": wide.str, "fortran_order": False, "shape": (8, 32)})
+            zeros = bytes(wide.itemsize)
+            for _ in range(8 * 32):
+                f.write(zeros)
+    assert path.stat().st_size < 1_000_000
+    peak = tmp_path / "peak"
+    # the command, then its own peak resident memory (KiB) written at exit
+    code = ("import atexit, resource, sys; from tim_report.cli import main; atexit.register(lambda: open(sys.argv[1], 'w')"
+            ".write(str(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss))); main(sys.argv[2:], prog_name='tim-report')")
+    for extra in ([], ["--no-limits"]):
+        res = subprocess.run([sys.executable, "-c", code, str(peak), "check", str(path), *extra], capture_output=True,
+                             text=True, timeout=HANG, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        lines = res.stderr.strip().splitlines()
+        assert res.returncode == 2 and len(lines) == 1, res.stderr
+        assert "'token_text' declares 256 strings of 1,000,000 characters" in lines[0] and "as text" in lines[0]
+        assert int(peak.read_text()) < 900_000  # KiB: reading the member alone is 1,000,000 KiB; it was never read
+
+
 def test_detecting_a_jsonl_framework_reads_a_prefix_of_the_first_line(tmp_path):
     """A first line of 8 MB (a 2 GiB one was a MemoryError): detection reads its first MiB, and still finds its keys."""
     import tracemalloc

@@ -88,6 +88,45 @@ def test_mlflow_run_holds_every_step_and_the_alarm(watched):
     assert found.info.status == "FINISHED"
 
 
+def test_every_logger_gets_what_report_scalars_gives(watched):
+    """The same scalars everywhere: MLflow and TensorBoard lacked `tim/corr_logp` and `tim/chi2_token`, which the
+    index row did not carry although `report.scalars()` gives them."""
+    from mlflow.tracking import MlflowClient
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    import tim_report
+
+    tmp, rows, _ = watched
+    want = tim_report.analyze(tim_report.load(tmp / "token_exports" / f"step_{JUMP}")).scalars()
+    assert {"tim/corr_logp", "tim/chi2_token"} <= set(want)
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp / 'mlflow.db'}")
+    (found,) = client.search_runs([client.get_experiment_by_name("tim-test").experiment_id])
+    logged = {k: [m.value for m in client.get_metric_history(found.info.run_id, k) if m.step == JUMP] for k in want}
+    assert all(len(v) == 1 for v in logged.values()), logged
+    assert {k: v[0] for k, v in logged.items()} == pytest.approx(want, rel=1e-9)
+    acc = EventAccumulator(str(tmp / "tb"))
+    acc.Reload()
+    assert set(acc.Tags()["scalars"]) == {*want, "tim/alarm"}
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_mlflow_own_log_lines_only_with_verbose(tmp_path, verbose):
+    """MLflow printed its INFO lines ("Creating initial MLflow database tables...") into watch's terminal."""
+    import subprocess
+    import sys
+
+    from helpers import ROOT
+
+    _need("mlflow")
+    write_prime_rl_run(tmp_path, steps=2, n_seqs=4, mean_len=12)
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}", "PYTHONPATH": str(ROOT)}
+    res = subprocess.run([sys.executable, "-m", "tim_report", "watch", str(tmp_path / "token_exports"), "-o",
+                          str(tmp_path / "site"), "--once", "--interval", "0.05", "--format", "json", "--log-to", "mlflow",
+                          *(["--verbose"] if verbose else [])], capture_output=True, text=True, env=env, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert ("INFO mlflow" in res.stderr) is verbose, res.stderr
+
+
 @pytest.mark.parametrize("spec, phrase", [("slack", "unknown logger 'slack'"), ("tensorboard", "tensorboard needs a log folder")])
 def test_a_bad_logger_is_one_line(tmp_path, spec, phrase):
     res = run("watch", str(tmp_path / "run"), "-o", str(tmp_path / "site"), "--once", "--log-to", spec)

@@ -19,8 +19,8 @@ pytestmark = pytest.mark.skipif(not (MODEL / "model.safetensors").exists() and n
 
 @pytest.fixture(scope="module")
 def versions(tmp_path_factory):
-    """v0 (the shipped model), v1, v2, v3: each 3 AdamW steps after the one before."""
-    return train_versions(tmp_path_factory.mktemp("versions"), versions=3, steps=3)
+    """v0 (the shipped model), v1, v2, v3: each one Adam step after the one before."""
+    return train_versions(tmp_path_factory.mktemp("versions"), versions=3)
 
 
 def capture_args(model, out, *extra):
@@ -54,7 +54,7 @@ def test_capture_stale_zero_is_an_engine_that_claims_the_current_version(tmp_pat
     assert run(*capture_args(versions[3], out, "--stale", f"0={versions[1]}")).exit_code == 0
     b = load(out)
     assert set(b.weight_version.tolist()) == {"0"} and b.meta["trainer_version"] == 0
-    assert kl_k3(b.trainer_logp - b.rollout_logp) > 1e-2  # labelled current, sampled by v1
+    assert kl_k3(b.trainer_logp - b.rollout_logp) > 2e-3  # labelled current, sampled by v1: 10× the bf16 floor
 
 
 @pytest.mark.parametrize("case", ["not_lag", "twice", "no_checkpoint", "other_vocab", "with_recompute", "two_rollouts"])
@@ -66,9 +66,10 @@ def test_capture_stale_bad_input(tmp_path, versions, case):
              "no_checkpoint": ["--stale", f"1={tmp_path / 'nope'}"], "other_vocab": ["--stale", f"1={other}"],
              "with_recompute": ["--stale", f"1={versions[1]}", "--recompute", "hf:bf16"],
              "two_rollouts": ["--stale", f"1={versions[1]}", "--rollout", "hf:fp16"]}[case]
-    res = run(*capture_args(versions[3], tmp_path / "out.npz", *extra))
+    out = tmp_path / ("out" if case == "two_rollouts" else "out.npz")  # two pairs are written into a folder
+    res = run(*capture_args(versions[3], out, *extra))
     one_line_exit_2(res, "--stale" if case != "no_checkpoint" else "nope")
-    assert not (tmp_path / "out.npz").exists()
+    assert not out.exists()
 
 
 def test_rescore_tells_which_checkpoint_a_planted_stale_rollout_came_from(tmp_path, versions):
@@ -93,7 +94,7 @@ def test_rescore_tells_which_checkpoint_a_planted_stale_rollout_came_from(tmp_pa
     nearest = summary["chain"]["nearest"]
     assert nearest["side"] == "v1" and [r["side"] for r in nearest["by_side"]][0] == "v1"
     rows = {r["side"]: r["kl_k3"] for r in nearest["by_side"]}
-    assert rows["v1"] < 1e-3 < rows["v2"] < rows["v0"] and rows["v1"] * 100 < rows["trainer"]  # v1: only bf16 noise
+    assert rows["v1"] < 1e-3 and rows["v1"] * 10 < min(rows["v0"], rows["v2"]) and rows["v1"] * 30 < rows["trainer"]
     assert "The rollout is nearest to v1" in summary["diagnosis"]["verdict"]
     assert "**Which weights:** The rollout is nearest to v1" in (site / "rescored" / "report.md").read_text()
 
@@ -130,7 +131,26 @@ def test_rescore_bad_input_is_one_line_and_writes_nothing(tmp_path, case):
     step = tmp_path / "step.npz"
     save_batch(b, step)
     res = run("rescore", step, *[x for kv in args.items() for x in kv], "-o", out)
-    phrase = {"no_tokens": "has no token ids", "no_prompts": "has no prompt ids", "no_checkpoint": "no such checkpoint",
+    phrase = {"no_tokens": "has no token ids", "no_prompts": "has no prompt ids", "no_checkpoint": "no such model folder",
               "bad_name": "--as", "fixed_name": "--as", "not_npz": "out.pt", "other_vocab": "outside"}[case]
     one_line_exit_2(res, phrase)
     assert not out.exists()
+
+
+@pytest.mark.slow
+def test_rescore_takes_a_gguf_as_capture_does(tmp_path, monkeypatch):
+    """The real model: a step captured from SmolLM2's GGUF, rescored by the same GGUF (converted once into the cache)
+    in fp32, gives the trainer's fp32 log-probs: the same folder, the same scoring routine."""
+    from helpers import smollm2_gguf
+
+    gguf = smollm2_gguf()
+    monkeypatch.setenv("TIM_REPORT_CACHE", str(tmp_path / "cache"))
+    step = tmp_path / "step.npz"
+    res = run("capture", "--model", gguf, "--prompts", PROMPTS, "--rollout", "hf:bf16", "--trainer", "hf:fp32",
+              "--max-prompts", "2", "--n-samples", "1", "--max-new-tokens", "8", "--device", "cpu", "-o", step)
+    assert res.exit_code == 0, res.output
+    res = run("rescore", step, "--model", gguf, "-o", tmp_path / "out.npz")
+    assert res.exit_code == 0, res.output
+    b = load(tmp_path / "out.npz")
+    name = "smollm2_135m_instruct_q4_1"  # the file's stem as a side name
+    assert list(b.sides) == [name] and np.allclose(b.sides[name], b.trainer_logp, atol=1e-6)

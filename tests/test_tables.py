@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import html
 import json
+from html.parser import HTMLParser
 
-from helpers import build_site
+import numpy as np
+from helpers import GFM, build_site
 from markupsafe import escape
 
 from tim_report.analysis.run_index import index_from_rows
@@ -102,3 +104,89 @@ def test_a_new_index_table_is_one_view_model(tmp_path, monkeypatch):
     assert '<li><a href="#extra">extra table</a>' in page and '<section id="extra">\n<h2>Extra table</h2>' in page
     assert "<code>the test</code>" in page and '<td><a href="r_1/index.html">r_1</a><td class="n">12</tr>' in page
     assert "## Extra table\n\nMade up for `the test`.\n\n| run | tokens |\n|---|---:|\n| [r\\_1](r_1/index.html) | 12 |" in md
+
+
+def topk_batch():
+    """A batch with both sides' top-4 log-probs (as `capture` records by default): the sampled token first, the rest of
+    the mass spread over three other ids."""
+    b = make_batch(n_seqs=12, mean_len=16, seed=3)
+    rng = np.random.default_rng(3)
+    t = b.n_tokens
+    ids = np.column_stack([b.token_ids, rng.integers(2048, 4096, (t, 3))]).astype(np.int32)
+    split = np.log([0.5, 0.25, 0.125])
+
+    def topk(logp):
+        rest = np.log1p(-np.exp(np.minimum(logp, -1e-6)))[:, None] + split
+        return np.column_stack([logp, rest]).astype(np.float32)
+
+    b.rollout_topk_ids, b.rollout_topk_logp = ids, topk(b.rollout_logp)
+    b.trainer_topk_ids, b.trainer_topk_logp = ids.copy(), topk(b.trainer_logp)
+    return b
+
+
+class _Headers(HTMLParser):
+    """The first row of every <table>: its <th> texts, whitespace collapsed (a cell may go unclosed, as HTML allows)."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables, self._cell, self._rows = [], None, 0
+
+    def _close(self):
+        if self._cell is not None:
+            self.tables[-1].append(" ".join("".join(self._cell).split()))
+            self._cell = None
+
+    def handle_starttag(self, tag, attrs):
+        if tag in ("th", "td", "tr", "table"):
+            self._close()
+        if tag == "table":
+            self.tables.append([])
+            self._rows = 0
+        elif tag == "tr":
+            self._rows += 1
+        elif tag == "th" and self._rows == 1:
+            self._cell = []
+
+    def handle_endtag(self, tag):
+        if tag in ("th", "tr", "thead", "table"):
+            self._close()
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+def table_headers(page: str) -> list[tuple[str, ...]]:
+    parser = _Headers()
+    parser.feed(page)
+    return [tuple(t) for t in parser.tables if t]
+
+
+# report.md's tables whose columns the page words its own way
+PAGE_WORDING = {("metric", "value"): ("metric", "value ± s.e."), ("verl metric", "value"): ("verl name", "value")}
+
+
+def drawn_otherwise(header: tuple[str, ...], page: str) -> bool:
+    """The tables the page shows in another form: the headline and top-k numbers as cards, the sampled sequences' tokens
+    drawn by the page's script from samples.js."""
+    if header == ("metric", "value", "reading"):
+        return 'class="card' in page
+    return header[:3] == ("pos", "", "token") and 'id="samples"' in page and "samples.js" in page
+
+
+def test_every_table_of_report_md_is_on_the_html_page():
+    """report.md's tables (rendered as GitHub does) each appear on the run page with the same columns, on a batch with
+    top-k log-probs, whose two tables by rollout probability (|δ| and the whole distribution's KL) once shared a key."""
+    from tim_report.analysis import analyze
+    from tim_report.render import render
+
+    report = analyze(topk_batch())
+    assert report.topk["available"]
+    files = render("run", report, ("html", "md"))
+    on_page = table_headers(files["index.html"])
+    in_md = table_headers(GFM.render(files["report.md"]))
+    assert len(in_md) >= 5
+    missing = [h for h in in_md if PAGE_WORDING.get(h, h) not in on_page and not drawn_otherwise(h, files["index.html"])]
+    assert not missing, missing
+    by_probability = [h for h in on_page if h[0] == "p_rollout"]
+    assert len(by_probability) == 2 and by_probability[0] != by_probability[1]  # |δ| by probability, and the top-k one

@@ -52,31 +52,61 @@ def test_the_docs_plain_loop_runs_as_written(tmp_path, monkeypatch):
     assert max(r["abs_delta_median"] for r in result.rows) < 0.05  # bf16 against fp32, aligned: a shift would be ~1 nat
 
 
-@pytest.mark.slow
-def test_watch_follows_the_example_loop_and_alarms_where_the_bug_starts(tmp_path):
+def follow(tmp_path: Path, *train_args: str, steps: int = 9) -> tuple[list[str], dict, str]:
+    """examples/training_loop/train.py followed live by `watch`: (the alarm lines, index.json, watch's output)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
     run_dir, site = tmp_path / "tim_steps", tmp_path / "site"
     watch = subprocess.Popen([sys.executable, "-m", "tim_report", "watch", str(run_dir), "-o", str(site), "--interval", "0.3"],
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
         train = subprocess.run([sys.executable, str(ROOT / "examples" / "training_loop" / "train.py"), "--out", str(run_dir),
-                                "--steps", "9", "--bug-step", "6", "--bug", "shift", "--tokens", "16", "--pause", "0.2"],
+                                "--steps", str(steps), "--tokens", "16", "--pause", "0.2", *train_args],
                                capture_output=True, text=True, env=env, timeout=300)
         assert train.returncode == 0, train.stderr[-2000:]
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             doc = json.loads((site / "index.json").read_text()) if (site / "index.json").is_file() else {"runs": []}
-            if len(doc["runs"]) == 9:
+            if len(doc["runs"]) == steps:
                 break
             time.sleep(0.3)
     finally:
         watch.send_signal(signal.SIGTERM)
         out, _ = watch.communicate(timeout=60)
     assert watch.returncode == 0, out
-    assert len(doc["runs"]) == 9, out
-    alarms = [line for line in out.splitlines() if line.startswith("alarm:")]
+    assert len(doc["runs"]) == steps, out
+    return [line for line in out.splitlines() if line.startswith("alarm:")], doc, out
+
+
+@pytest.mark.slow
+def test_watch_follows_the_example_loop_and_alarms_where_the_bug_starts(tmp_path):
+    alarms, doc, out = follow(tmp_path, "--bug-step", "6", "--bug", "shift")
     assert alarms and "step_6" in alarms[0], out  # the first alarm is the step the bug starts at, not before
     assert doc["run"]["since_step"] == 6 and "shift" in doc["run"]["verdict"], doc["run"]
     regimes = {r["step"]: r["regime"] for r in doc["runs"]}
     assert all(regimes[s] in ("numerical_noise", "identical") for s in range(6)) and regimes[8] == "systematic", regimes
     assert np.isfinite([r["kl_k3"] for r in doc["runs"]]).all()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bug", ["skip-sync", "bf16-sync"])
+def test_a_weight_sync_that_does_not_arrive_alarms_stale_weights_at_its_first_step(tmp_path, bug):
+    """skip-sync: the engine keeps version 5 from step 6 on; bf16-sync: each update arrives as a bf16 delta, where
+    Adam's changes at lr 2e-4 (below the bf16 rounding step of every weight above 0.05 in size) are lost. Both claim
+    the trainer's version (lag 0)."""
+    alarms, doc, out = follow(tmp_path, "--bug-step", "6", "--bug", bug, "--lr", "2e-4")
+    assert alarms and alarms[0].startswith("alarm: step_6") and "stale weights" in alarms[0], out
+    assert len([a for a in alarms if "stale weights" in a]) == 1, out  # one alarm per event, not one per stale step
+    rows = {r["step"]: r for r in doc["runs"]}
+    assert all(r["lag_mix"] == {"0": 1.0} for r in rows.values())  # every step claims lag 0
+    assert rows[8]["lag_kl_k3"]["0"] > 5 * max(rows[s]["lag_kl_k3"]["0"] for s in range(6))
+
+
+@pytest.mark.slow
+def test_a_clean_asynchronous_loop_with_lag_up_to_3_raises_no_alarm(tmp_path):
+    alarms, doc, out = follow(tmp_path, "--async-lag", "3", "--bug-step", "-1")
+    assert alarms == [], out
+    rows = sorted(doc["runs"], key=lambda r: r["step"])
+    assert [list(r["lag_mix"]) for r in rows] == [["0"], ["1"], ["2"]] + [["3"]] * 6
+    kl = [r["lag_kl_k3"][str(min(r["step"], 3))] for r in rows]
+    assert kl[0] < kl[1] < kl[3]  # the mismatch grows with lag: staleness, not a bug
+    assert all("stale_weights" not in r["findings"] for r in rows)

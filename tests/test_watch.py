@@ -293,7 +293,9 @@ def test_cli_a_run_folder_that_does_not_exist_is_one_line(tmp_path):
 
     for once in (["--once"], ["--wait-for-run", "0.3", "--interval", "0.1"]):
         r = CliRunner().invoke(main, ["watch", str(tmp_path / "token_exprots"), "-o", str(tmp_path / "site"), *once])
-        assert r.exit_code == 2 and r.output.count("\n") == 1 and "token_exprots: no such run folder" in r.output, r.output
+        assert r.exit_code == 2 and r.stderr.count("\n") == 1 and "token_exprots: no such run folder" in r.stderr, r.output
+        assert r.stdout == ("" if once == ["--once"] else f"waiting up to 0.3 s for {tmp_path / 'token_exprots'} to appear "
+                                                          "(Ctrl-C stops)\n")
     assert not (tmp_path / "site").exists()
 
 
@@ -323,3 +325,91 @@ def test_a_change_point_is_alarmed_once_as_metrics_join_it(tmp_path):
                                                                                              "undetermined")
     assert env["TIM_REPORT_PAGE"] == "step_9/index.html" and float(env["TIM_REPORT_VALUE"]) == 10.0
     assert news(["kl_k3", "ess", "abs_delta_mean"], 12) == []  # more metrics joined the same change point
+
+
+def test_a_run_folder_awaited_is_said_at_once_and_ctrl_c_stops_it_cleanly(tmp_path):
+    """A mistyped folder was silent for the whole --wait-for-run (120 s), and Ctrl-C then said "the staging folder was
+    removed" with exit 130, though nothing was staged and Ctrl-C exits 0 (docs/watch.md)."""
+    import selectors
+
+    missing = tmp_path / "token_exprots"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen([sys.executable, "-m", "tim_report", "watch", str(missing), "-o", str(tmp_path / "site"),
+                             "--interval", "0.1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        assert sel.select(timeout=60), "nothing said while waiting"
+        assert proc.stdout.readline().rstrip("\n") == f"waiting up to 120 s for {missing} to appear (Ctrl-C stops)"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert err == "" and out.strip() == f"stopped while waiting for {missing} to appear; nothing was built"
+    assert not (tmp_path / "site").exists()
+
+
+def test_many_bad_steps_are_one_pass_each_said_as_it_is_met(tmp_path, monkeypatch):
+    """`watch --once` over unusable steps rebuilt every ready step again for each bad one (quadratic: 800 steps 94 s)
+    and said every "skipped" line at the end. Now one build analyses each step once, and each skip is said during it."""
+    from tim_report.io import save_batch
+    from tim_report.service import build as build_service
+    from tim_report.service import watch as watch_service
+    from tim_report.testing import make_batch
+
+    run, good, bad = tmp_path / "run", range(0, 12, 2), range(1, 12, 2)
+    run.mkdir()
+    for s in good:
+        save_batch(make_batch(n_seqs=4, mean_len=10, seed=s), run / f"step_{s}.npz")
+    for s in bad:
+        (run / f"step_{s}.npz").write_bytes(b"PK\x03\x04 not an archive at all")
+    events: list[str] = []
+    analysed: list[str] = []
+    real_build, real_analyze = watch_service.build, build_service.analyze_file
+
+    def counted_build(*args, **kw):
+        result = real_build(*args, **kw)
+        events.append("built")
+        return result
+
+    def counted_analyze(opts, src, run_id):
+        analysed.append(run_id)
+        return real_analyze(opts, src, run_id)
+
+    monkeypatch.setattr(watch_service, "build", counted_build)
+    monkeypatch.setattr(build_service, "analyze_file", counted_analyze)
+    watch = Watch(run, tmp_path / "site", WatchOptions(build=JSON, interval=0), say=events.append)
+    notes = watch.step().notes + watch.step().notes + watch.step().notes
+    assert events.count("built") == 1, events  # one pass, not one build per bad step
+    assert sorted(analysed) == sorted(f"step_{s}" for s in range(12))  # each step analysed once
+    skips = [e for e in events if e.startswith("skipped: ")]
+    assert len(skips) == len(bad) and all(any(f"step_{s}.npz: " in e for e in skips) for s in bad), skips
+    assert events[-1] == "built" and not [n for n in notes if n.startswith("skipped")]  # said during the build
+    assert site_equals_fresh_build(tmp_path / "site", run, tmp_path) == [f"step_{s}" for s in good]
+
+
+def test_the_last_line_counts_what_the_published_index_holds(tmp_path):
+    """A watched run folder deleted and made again with fewer steps: the last line said "holds 7 steps" while the
+    index listed 2 (it counted every step the watch had ever seen)."""
+    from tim_report.io import save_batch
+    from tim_report.testing import make_batch
+
+    run, site = tmp_path / "run", tmp_path / "site"
+
+    def write(n: int, seed: int) -> None:
+        run.mkdir()
+        for s in range(n):
+            save_batch(make_batch(n_seqs=4, mean_len=10, seed=seed + s), run / f"step_{s}.npz")
+
+    write(7, 0)
+    watch = Watch(run, site, WatchOptions(build=JSON, interval=0))
+    watch.step(), watch.step()
+    assert watch.held == 7
+    shutil.rmtree(run)
+    write(2, 100)
+    watch.step(), watch.step()
+    assert watch.held == len(json.loads((site / "index.json").read_text())["runs"]) == 2
+    assert Watch(run, site, WatchOptions(build=JSON, interval=0)).held == 2  # a watch restarted on the site

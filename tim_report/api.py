@@ -40,11 +40,15 @@ class Report(model.BatchReport, JupyterMixin):
         `wandb.log(report.scalars(), step=step)`, `mlflow.log_metrics(...)`, a TensorBoard `add_scalar` each
         (docs/watch.md). A metric this batch has no finite value for (None, NaN, inf) is left out, not logged as
         NaN: a logger draws a gap, and no backend rejects the call."""
+        from .analysis.lag_history import lag_scalars
         from .analysis.stats import finite
         from .catalogue.metrics import SCALARS
 
         values = {key: finite(self.metrics.get(key)) for key in SCALARS}
-        return {prefix + key: v for key, v in values.items() if v is not None}
+        st = getattr(self, "staleness", None) or {}
+        lags = {str(r.get("lag")): r.get("kl_k3") for r in st.get("by_lag") or [] if isinstance(r, dict)}
+        return {**{prefix + key: v for key, v in values.items() if v is not None},
+                **lag_scalars(lags, st.get("share"), prefix)}  # per-lag KL k3 and the staleness share, with versions
 
     def tokens_frame(self, text: bool = False):
         """The analysed batch's tokens as a pandas DataFrame, one row per token (tim_report.frames.tokens_frame:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, fields
@@ -25,7 +26,7 @@ SCHEMA_VERSION = 1
 
 # The meta keys a file may carry (or `--meta KEY=VALUE` may set) that the reports name things by.
 META_KEYS = {
-    "model": "the model's name or path",
+    "model": "the model's name (a path is shown by its last part)",
     "rollout_engine": "the engine that sampled the tokens (vllm, sglang, ...)",
     "rollout_dtype": "its precision (bf16, fp16, fp32, fp8)",
     "trainer_engine": "the engine that re-scored them (fsdp, megatron, transformers, ...)",
@@ -36,6 +37,25 @@ META_KEYS = {
     "trainer_version": "the weight version the trainer holds at this step (an integer; else the step is used)",
     "ppo_clip_fraction": "the PPO clip fraction your trainer logged for this step (0 to 1; the idle-correction check)",
 }
+
+_LOCAL_PATH = re.compile(r"^(?:[/\\~]|\.{1,2}[/\\]|[A-Za-z]:[/\\])")  # /abs, ~/home, ./rel, ../rel, a drive, a share
+_HUB_CACHE = re.compile(r"(?:^|[/\\])models--[^/\\]+?--([^/\\]+)")  # the transformers cache's models--ORG--NAME/snapshots/<hash>
+
+
+def model_label(meta: dict) -> str | None:
+    """The model's name as pages, report.md and the index show it: never a local path. A folder given as an absolute or
+    home path (what older `capture --model` runs recorded) is named by its last part, a transformers cache snapshot by
+    the model it holds; a hub name (`Qwen/Qwen2.5-7B`) and anything else stay as written; `--meta model=NAME` sets it."""
+    value = meta.get("model") or meta.get("model_name")
+    if value in (None, ""):
+        return None
+    text = str(value).strip()
+    if hub := _HUB_CACHE.search(text):
+        return hub.group(1)
+    if _LOCAL_PATH.match(text):
+        return re.split(r"[/\\]", text.rstrip("/\\"))[-1] or text
+    return text
+
 
 # A token whose generating weight version is not known (StepBatch.token_version): never read as a lag of 0.
 UNKNOWN_VERSION = -(2**63)
@@ -232,7 +252,8 @@ _ROW_VERDICT = {"routing": "counts", "routing_unit": "text", "regime": "text?", 
                 "side": "text?", "findings": "texts",
                 "blocked_by_bug": "bool",
                 "excluded_tokens": "number", "input_problems": "number", "input_problem_kinds": "texts",
-                "data_problems": "number", "health": "text", "env_kl_k3": "counts"}
+                "data_problems": "number", "health": "text", "env_kl_k3": "counts",
+                "lag_mix": "counts", "lag_kl_k3": "counts", "floor_kl_k3_se": "number?", "staleness_share": "number?"}
 
 
 def run_row_fields() -> dict[str, str]:

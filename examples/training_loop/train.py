@@ -3,19 +3,28 @@
 The rollout engine is the policy's bf16 copy (it samples the responses and scores what it sampled, as an inference
 engine does); the trainer is the fp32 policy, which recomputes the log-probs of the same tokens and takes a
 REINFORCE step (reward: the share of a response's characters that are spaces or letters, so the update is real).
-After each update the trainer's weights are copied into the rollout engine, as a weight sync does.
+Before each step's sampling the trainer's weights are synced into the rollout engine, as a weight sync does, and the
+engine is told the version it now holds: every batch it samples is labelled with that version (`weight_version`),
+every step with the trainer's (`trainer_version`: the number of updates applied).
+
+`--async-lag K` runs the loop as asynchronous frameworks do (verl's one-step-off, prime-rl, AReaL): the engine samples
+ahead into a queue, and the trainer trains on the oldest batch, sampled K versions ago (lag min(step, K)).
 
 From `--bug-step` on, one of these bugs is planted:
 
 - `temperature`: the engine samples and scores at temperature 0.7, the trainer at 1.0 (a one-sided temperature);
 - `shift`: the trainer's log-probs are off by one position (each token gets its neighbour's log-prob);
-- `stale-weights`: the weight sync stops, so the engine keeps an old policy while the trainer moves on.
+- `skip-sync` (also `stale-weights`): the weight sync is skipped, so the engine keeps an old policy while it claims
+  the new version and the trainer moves on;
+- `bf16-sync`: the sync sends each update as a delta added to the engine's bf16 weights, where an update below the
+  bf16 rounding step is lost: with a small `--lr` the engine keeps the old policy while it claims the new version.
 
     python examples/training_loop/train.py --steps 12 --bug-step 6 --out runs/demo/tim_steps &
     tim-report watch runs/demo/tim_steps -o site/ --interval 1
 
 On two CPU cores the 12 steps take about half a minute; `watch` prints one line per step and an alarm at the step
-where the bug starts (docs/integrations.md, "A plain PyTorch loop", is this loop's core).
+where the bug starts (docs/integrations.md, "A plain PyTorch loop", is this loop's core; docs/staleness.md the
+versions).
 """
 
 from __future__ import annotations
@@ -23,6 +32,8 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -33,7 +44,20 @@ import tim_report
 HERE = Path(__file__).resolve().parent
 MODEL = HERE.parent.parent / "models" / "tiny-qwen2"
 PROMPTS = HERE.parent / "prompts.jsonl"
-BUGS = ("temperature", "shift", "stale-weights")
+BUGS = ("temperature", "shift", "skip-sync", "stale-weights", "bf16-sync")
+
+
+@dataclass
+class Rollout:
+    """One sampled batch, as it waits in the queue: the tokens, the engine's log-probs and the version it claimed."""
+
+    prompt: dict
+    input_ids: torch.Tensor
+    response_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    logprobs: torch.Tensor
+    index: list[int]
+    version: int
 
 
 def policy_logprobs(model, input_ids, attention_mask, response_ids, temperature: float = 1.0):
@@ -47,12 +71,40 @@ def reward_of(texts: list[str]) -> torch.Tensor:
     return torch.tensor([sum(c.isalpha() or c == " " for c in t) / max(len(t), 1) for t in texts])
 
 
+def sync(engine, policy, synced: dict, bug: str | None) -> None:
+    """The weight sync: the engine gets the trainer's weights (skip-sync: nothing arrives; bf16-sync: each update
+    arrives as a delta added in the engine's bf16, where a change below the rounding step is lost)."""
+    if bug in ("skip-sync", "stale-weights"):
+        return
+    with torch.no_grad():
+        for name, p in policy.named_parameters():
+            if bug == "bf16-sync":
+                engine.get_parameter(name).add_((p - synced[name]).to(torch.bfloat16))
+            else:
+                engine.get_parameter(name).copy_(p)
+            synced[name].copy_(p)
+
+
+def sample(engine, tokenizer, chats, index, version: int, temperature: float, tokens: int) -> Rollout:
+    """The engine samples a batch and records the log-prob of what it sampled, with the version it claims to hold."""
+    prompt = tokenizer([chats[i] for i in index], return_tensors="pt", padding=True, padding_side="left")
+    with torch.no_grad():
+        input_ids = engine.generate(**prompt, do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
+                                    max_new_tokens=tokens, min_new_tokens=tokens, pad_token_id=0)
+        response_ids = input_ids[:, prompt.input_ids.shape[1]:]
+        attention_mask = torch.cat([prompt.attention_mask, torch.ones_like(response_ids)], dim=1)
+        rollout = policy_logprobs(engine, input_ids, attention_mask, response_ids, temperature)
+    return Rollout(dict(prompt), input_ids, response_ids, attention_mask, rollout, index, version)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path("runs/demo/tim_steps"), help="the run folder save_step writes")
     parser.add_argument("--steps", type=int, default=12)
     parser.add_argument("--bug", choices=BUGS, default="temperature")
     parser.add_argument("--bug-step", type=int, default=6, help="the first step with the bug (-1: never)")
+    parser.add_argument("--async-lag", type=int, default=0, help="sample this many versions ahead through a queue (0: synchronous)")
+    parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--batch", type=int, default=8, help="responses per step (each prompt sampled batch/8 times)")
     parser.add_argument("--tokens", type=int, default=24, help="tokens per response")
     parser.add_argument("--pause", type=float, default=0.0, help="seconds to wait between steps (to watch it live)")
@@ -64,42 +116,40 @@ def main(argv: list[str] | None = None) -> None:
     tokenizer = AutoTokenizer.from_pretrained(MODEL)
     policy = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float32)          # the trainer, fp32
     engine = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.bfloat16).eval()  # the rollout engine, bf16
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-4)
+    synced = {name: p.detach().clone() for name, p in policy.named_parameters()}       # what the last sync sent
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=args.lr)
     records = [json.loads(line) for line in PROMPTS.read_text().splitlines() if line.strip()]
     chats = [tokenizer.apply_chat_template(r.get("messages") or [{"role": "user", "content": r["prompt"]}],
                                            add_generation_prompt=True, tokenize=False) for r in records]
+    queue: deque[Rollout] = deque()
+    sampled = 0  # batches sampled so far: the next batch's prompts
 
     for step in range(args.steps):
         bug = args.bug if 0 <= args.bug_step <= step else None
-        index = [i % len(chats) for i in range(step * args.batch, (step + 1) * args.batch)]
-        prompt = tokenizer([chats[i] for i in index], return_tensors="pt", padding=True, padding_side="left")
-        temperature = 0.7 if bug == "temperature" else 1.0
-        with torch.no_grad():  # the rollout: the engine samples and records the log-prob of what it sampled
-            input_ids = engine.generate(**prompt, do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
-                                        max_new_tokens=args.tokens, min_new_tokens=args.tokens, pad_token_id=0)
-            response_ids = input_ids[:, prompt.input_ids.shape[1]:]
-            attention_mask = torch.cat([prompt.attention_mask, torch.ones_like(response_ids)], dim=1)
-            rollout = policy_logprobs(engine, input_ids, attention_mask, response_ids, temperature)
+        if step:  # version `step` exists once `step` updates are applied: the sync before this step's sampling
+            sync(engine, policy, synced, bug if bug in ("skip-sync", "stale-weights", "bf16-sync") else None)
+        while len(queue) <= args.async_lag:  # the engine samples ahead with the version it claims to hold now
+            index = [i % len(chats) for i in range(sampled * args.batch, (sampled + 1) * args.batch)]
+            queue.append(sample(engine, tokenizer, chats, index, step, 0.7 if bug == "temperature" else 1.0, args.tokens))
+            sampled += 1
+        r = queue.popleft()  # the oldest batch: sampled `lag` versions ago
 
-        trainer = policy_logprobs(policy, input_ids, attention_mask, response_ids)  # the trainer's recompute, with gradients
-        if bug == "shift":
-            saved = torch.cat([trainer[:, 1:], trainer[:, -1:]], dim=1).detach()
-        else:
-            saved = trainer.detach()
-        loss_mask = torch.ones_like(response_ids)
-        tim_report.save_step(args.out, rollout, saved, mask=loss_mask, token_ids=response_ids,
-                             group=torch.tensor(index), step=step, rank=0, world_size=1, model="tiny-qwen2",
-                             rollout_engine="hf", rollout_dtype="bf16", trainer_engine="hf", trainer_dtype="fp32")
+        trainer = policy_logprobs(policy, r.input_ids, r.attention_mask, r.response_ids)  # with gradients
+        saved = torch.cat([trainer[:, 1:], trainer[:, -1:]], dim=1).detach() if bug == "shift" else trainer.detach()
+        tim_report.save_step(args.out, r.logprobs, saved, mask=torch.ones_like(r.response_ids), token_ids=r.response_ids,
+                             prompt_ids=r.prompt["input_ids"], prompt_mask=r.prompt["attention_mask"],
+                             group=torch.tensor(r.index), step=step, rank=0, world_size=1, model="tiny-qwen2",
+                             rollout_engine="hf", rollout_dtype="bf16", trainer_engine="hf", trainer_dtype="fp32",
+                             weight_version=[r.version] * len(r.index), trainer_version=step)
 
-        rewards = reward_of(tokenizer.batch_decode(response_ids))
+        rewards = reward_of(tokenizer.batch_decode(r.response_ids))
         advantage = (rewards - rewards.mean()) / (rewards.std() + 1e-6)
         loss = -(advantage[:, None] * trainer).mean()
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        if bug != "stale-weights":  # the weight sync: the engine gets the trainer's new weights
-            engine.load_state_dict(policy.state_dict())
-        print(f"step {step}: reward {rewards.mean():.3f}{'  (bug: ' + bug + ')' if bug else ''}", flush=True)
+        lag = step - r.version
+        print(f"step {step}: reward {rewards.mean():.3f}, lag {lag}{'  (bug: ' + bug + ')' if bug else ''}", flush=True)
         time.sleep(args.pause)
 
 

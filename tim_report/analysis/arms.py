@@ -27,6 +27,8 @@ from ..config import ARM_LEVEL
 from ..model import SCHEMA_VERSION
 from .stats import finite
 
+BOUNDED = ("share", "ess")  # units whose gap from the ideal is a share in [0, 1] (1 − ESS for ESS)
+
 
 def t_quantile(df: float) -> float:
     """The two-sided ARM_LEVEL quantile of Student's t with `df` degrees of freedom."""
@@ -35,19 +37,24 @@ def t_quantile(df: float) -> float:
     return float(t.ppf(0.5 + ARM_LEVEL / 2, df))
 
 
-def arm_interval(values: np.ndarray, log: bool) -> dict:
-    """One arm's level: the (geometric) mean of its steps and its t interval; no interval from one step."""
+def arm_interval(values: np.ndarray, log: bool, bounded: bool = False) -> dict:
+    """One arm's level: the (geometric) mean of its steps and its t interval; no interval from one step. `bounded`: the
+    values are shares, so the interval keeps to [0, 1] (the true level lies there, so the cut costs no coverage)."""
     x = np.log(values) if log else values
     n, mean = len(x), float(x.mean())
     back = math.exp if log else float
     if n < 2:
         return {"steps": n, "mean": back(mean), "low": None, "high": None}
     half = t_quantile(n - 1) * float(x.std(ddof=1)) / math.sqrt(n)
-    return {"steps": n, "mean": back(mean), "low": back(mean - half), "high": back(mean + half)}
+    low, high = back(mean - half), back(mean + half)
+    if bounded:
+        low, high = max(low, 0.0), min(high, 1.0)
+    return {"steps": n, "mean": back(mean), "low": low, "high": high}
 
 
-def welch_effect(before: np.ndarray, after: np.ndarray, log: bool) -> dict | None:
-    """after ÷ before (log scale) or after − before, with Welch's interval; None when an arm has one step."""
+def welch_effect(before: np.ndarray, after: np.ndarray, log: bool, bounded: bool = False) -> dict | None:
+    """after ÷ before (log scale) or after − before, with Welch's interval; None when an arm has one step. `bounded`:
+    two shares, whose difference keeps to [−1, 1]."""
     b, a = (np.log(before), np.log(after)) if log else (before, after)
     if len(b) < 2 or len(a) < 2:
         return None
@@ -60,6 +67,8 @@ def welch_effect(before: np.ndarray, after: np.ndarray, log: bool) -> dict | Non
         half = t_quantile(df) * se
         low, high = diff - half, diff + half
     back = math.exp if log else float
+    if bounded and not log:
+        low, high = max(low, -1.0), min(high, 1.0)
     return {"value": back(diff), "low": back(low), "high": back(high)}
 
 
@@ -70,7 +79,8 @@ def metric_arms(metric: catalogue.Metric, before: list[dict], after: list[dict])
     if not len(gaps[0]) or not len(gaps[1]):
         return None
     log = bool((gaps[0] > 0).all() and (gaps[1] > 0).all())
-    effect = welch_effect(gaps[0], gaps[1], log)
+    bounded = metric.unit in BOUNDED
+    effect = welch_effect(gaps[0], gaps[1], log, bounded)
     direction = None
     if not (gaps[0].any() or gaps[1].any()):
         direction = "zero"  # at the ideal at every step of both arms: nothing to tell apart
@@ -78,7 +88,7 @@ def metric_arms(metric: catalogue.Metric, before: list[dict], after: list[dict])
         null = 1.0 if log else 0.0
         direction = "lower" if effect["high"] < null else "higher" if effect["low"] > null else "unresolved"
     row = {"key": metric.key, "name": metric.name, "gap": words.gap_name(metric), "scale": "ratio" if log else "difference",
-           "before": arm_interval(gaps[0], log), "after": arm_interval(gaps[1], log), "effect": effect,
+           "before": arm_interval(gaps[0], log, bounded), "after": arm_interval(gaps[1], log, bounded), "effect": effect,
            "direction": direction}
     return row
 

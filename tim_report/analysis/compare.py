@@ -29,7 +29,7 @@ from ..catalogue import metrics as catalogue
 from ..catalogue import verdicts
 from ..catalogue.numbers import fmt, pct, plain
 from ..config import COMPARE_REL_TOL, COMPARE_SE_TOL, COMPARE_TOKEN_TOL, Thresholds
-from ..model import SCHEMA_VERSION, BatchReport, StepBatch
+from ..model import SCHEMA_VERSION, BatchReport, StepBatch, model_label
 from .histograms import ratio_bins
 from .stats import finite
 from .tokens import Tokens, valid_tokens
@@ -72,7 +72,7 @@ def run_summary(report: BatchReport, label: str) -> dict:
     diag = report.diagnosis or {}
     return {
         "label": label, "id": report.run.get("id"), "source": report.run.get("source"),
-        "model": meta.get("model") or meta.get("model_name"),
+        "model": model_label(meta),
         "rollout": " ".join(str(meta[k]) for k in ("rollout_engine", "rollout_dtype") if meta.get(k) not in (None, "")) or None,
         "trainer": " ".join(str(meta[k]) for k in ("trainer_engine", "trainer_dtype") if meta.get(k) not in (None, "")) or None,
         "step": meta.get("step"), "tokens": report.metrics.get("tokens"), "sequences": report.metrics.get("sequences"),

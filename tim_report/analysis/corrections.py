@@ -8,7 +8,7 @@ import numpy as np
 
 from ..catalogue import verdicts
 from ..catalogue.numbers import pct, plain
-from ..config import SAFETY_BOUND, Thresholds
+from ..config import GEO_RS_NOTE_SHARE, SAFETY_BOUND, Thresholds
 from .tokens import Tokens
 
 ROUTES = ("train", "train_with_correction", "quarantine")
@@ -75,12 +75,24 @@ def what_if(tok: Tokens, th: Thresholds) -> list[dict]:
                      f"sequences whose geometric-mean ratio exp(mean δ) is outside [{plain(th.geo_low)}, {plain(th.geo_high)}] "
                      "are rejected",
                      "verl rollout_rs=geometric (Geo-RS)", _token_share(tok, seq_hit, present), float(seq_hit.mean())))
+    _explain_geo_rs(rows[-1], tok, th, rows[0]["token_fraction"])
     hit = tok.delta < math.log(th.veto)
     rows.append(_row("veto", f"Veto, r < {plain(th.veto)}", "sequence", "reject",
                      f"sequences holding any token with r < {plain(th.veto)} are rejected", "verl rollout_token_veto_threshold",
                      _token_share(tok, np.bincount(tok.seq[hit], minlength=tok.n_seqs)[present] > 0, present),
                      seq_fraction_from_tokens(hit)))
     return rows
+
+
+def _explain_geo_rs(row: dict, tok: Tokens, th: Thresholds, tis_share: float) -> None:
+    """A note beside Geometric RS when it rejects most sequences and the batch's own noise, averaged over a median
+    sequence, already strays past its band: the band, not the batch, is what that rate measures."""
+    lengths = tok.counts[tok.present]
+    if row["sequence_fraction"] < GEO_RS_NOTE_SHARE or not len(lengths) or len(tok.delta) < 2:
+        return
+    sd, median_len = float(np.std(tok.delta)), float(np.median(lengths))
+    if sd / math.sqrt(median_len) > math.log(th.geo_high):
+        row["note"] = verdicts.geo_rs_note(row["sequence_fraction"], th.geo_low, th.geo_high, sd, median_len, tis_share)
 
 
 def _token_share(tok: Tokens, seq_hit: np.ndarray, present: np.ndarray) -> float:

@@ -29,15 +29,19 @@ def measured(s: Scene) -> dict | None:
 
 
 def _numbers(s: Scene) -> dict | None:
-    return split(s.batch, s.tok, s.th)
+    return s.given["staleness"] if "staleness" in s.given else split(s.batch, s.tok, s.th)
 
 
-def _older_like(st: dict, kl0: float) -> dict | None:
-    """The older bucket (lag ≥ 1) whose per-token KL k3 is nearest lag 0's on a log scale: whose weights lag 0 looks like."""
-    older = [r for r in st["by_lag"] if isinstance(r["lag"], int) and r["lag"] >= 1 and r["kl_k3"] > 0]
-    if not older or kl0 <= 0:
-        return None
-    return min(older, key=lambda r: abs(math.log(r["kl_k3"] / kl0)))
+def _older_like(st: dict, kl0: float) -> tuple[dict | None, list[float]]:
+    """The older bucket (lag ≥ 1) whose per-token KL k3 is nearest lag 0's on a log scale: whose weights lag 0 looks
+    like; named only when the older buckets' KL rises with their lag (their labels hold), else None. Also the older
+    buckets' KL k3, lag by lag."""
+    older = sorted((r for r in st["by_lag"] if isinstance(r["lag"], int) and r["lag"] >= 1 and r["kl_k3"] > 0),
+                   key=lambda r: r["lag"])
+    kls = [r["kl_k3"] for r in older]
+    if not older or kl0 <= 0 or any(b <= a for a, b in zip(kls, kls[1:])):
+        return None, kls
+    return min(older, key=lambda r: abs(math.log(r["kl_k3"] / kl0))), kls
 
 
 @detector("stale_weights", section=("staleness", measured))
@@ -49,12 +53,14 @@ def _stale_weights(s: Scene) -> dict | None:
     lag_tok, seq_lag = token_lags(s.batch, s.tok, st["trainer_version"])
     lag0 = (lag_tok == 0) if lag_tok is not None else (seq_lag[s.tok.seq] == 0)
     effect = consequence(s.tok.subset(lag0), "stale_weights", s.dt, s.th.ppo_clip)
-    like = _older_like(st, floor["kl_k3"])
+    like, older = _older_like(st, floor["kl_k3"])
     times_band = max(floor["times_band_kl"] or 0.0, floor["times_band_abs_delta"] or 0.0)
     evidence = {"tokens": floor["tokens"], "kl_k3": floor["kl_k3"], "kl_k3_se": floor["kl_k3_se"],
                 "mean_abs_delta": floor["mean_abs_delta"], "band": floor["band"], "noise_kl_max": floor["noise_kl_max"],
                 "noise_abs_delta_max": floor["noise_abs_delta_max"], "times_band": times_band,
                 "looks_like_lag": like["lag"] if like else None, "looks_like_kl_k3": like["kl_k3"] if like else None,
+                "older_kl_k3_low": min(older) if len(older) > 1 and like is None else None,
+                "older_kl_k3_high": max(older) if len(older) > 1 and like is None else None,
                 "material": bool(effect["material"])}
     found = findings.make("stale_weights", evidence, s.dt)
     return severity.weigh(found, effect, {"side": "rollout", "basis": "stale_sync"}, floor["band"])

@@ -275,11 +275,11 @@ def detect_mixed_versions(batch: StepBatch, tok: Tokens, dt: DiagnosisThresholds
         newest, oldest = int(distinct[-1]), int(distinct[0])
         spread = newest - oldest
         stale = np.array([bool(vs) and min(int(v) for v in vs) < newest for vs in per_seq])
-        ad = np.abs(tok.delta)
-        on_stale = stale[tok.seq]
+        abs_sum, counts = tok.seq_sum(np.abs(tok.delta)), tok.counts  # per sequence: no 16M-token mask per side
+        n_stale, n_new = int(counts[stale].sum()), int(counts[~stale].sum())
         evidence.update(oldest=oldest, newest=newest, spread=spread, stale_sequence_share=float(stale.mean()),
-                        abs_delta_mean_newest=float(ad[~on_stale].mean()) if (~on_stale).any() else None,
-                        abs_delta_mean_stale=float(ad[on_stale].mean()) if on_stale.any() else None)
+                        abs_delta_mean_newest=float(abs_sum[~stale].sum()) / n_new if n_new else None,
+                        abs_delta_mean_stale=float(abs_sum[stale].sum()) / n_stale if n_stale else None)
     return findings.make("mixed_policy_versions", evidence, dt)
 
 

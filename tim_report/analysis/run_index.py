@@ -17,6 +17,7 @@ from typing import Any
 
 from ..catalogue import metrics as catalogue
 from ..config import HEALTH_ORDER, health
+from ..model import model_label
 from .run_verdict import run_verdict
 from .stats import finite
 from .sweep import length_sweep
@@ -64,7 +65,7 @@ def run_row(report: Any) -> dict:
     counts = routing.get("counts") or {}
     return {
         "id": str(run.get("id") or "run"),
-        "model": _text(meta.get("model") or meta.get("model_name")),
+        "model": _text(model_label(meta)),
         "rollout_engine": _label(meta.get("rollout_engine")), "rollout_dtype": _label(meta.get("rollout_dtype")),
         "trainer_engine": _label(meta.get("trainer_engine")), "trainer_dtype": _label(meta.get("trainer_dtype")),
         "device": _text(meta.get("device")), "step": _step(meta), "max_new_tokens": _max_new_tokens(meta),
@@ -81,7 +82,20 @@ def run_row(report: Any) -> dict:
         "data_problems": (problems.get("excluded_tokens") or 0) + sum((problems.get("input") or {}).values()),
         "health": health(finite(m.get("ess"))),
         "env_kl_k3": env_kl_k3(report),
+        **lag_fields(report),
     }
+
+
+def lag_fields(report: Any) -> dict:
+    """The step's lag mix (token share by lag: "0", "1", …, "unknown"), each lag's KL k3, the lag-0 KL k3's standard
+    error (cluster-robust over sequences) and the staleness share, from its staleness split ({} and None when the step
+    names no version)."""
+    st = (report.get("staleness") if isinstance(report, dict) else getattr(report, "staleness", None)) or {}
+    rows = [r for r in st.get("by_lag") or [] if isinstance(r, dict)]
+    lag0 = next((r for r in rows if r.get("lag") == 0), {})
+    return {"lag_mix": {str(r.get("lag")): finite(r.get("share")) for r in rows},
+            "lag_kl_k3": {str(r.get("lag")): finite(r.get("kl_k3")) for r in rows},
+            "floor_kl_k3_se": finite(lag0.get("kl_k3_se")), "staleness_share": finite(st.get("share"))}
 
 
 def _lead_side(diag: dict) -> str | None:

@@ -3,6 +3,8 @@
 Heavy imports (torch, transformers, vllm) happen inside the engine modules, only when an engine
 is built, so importing this package (or the CLI) stays cheap.
 
+    model_path.py    what --model names → a transformers folder: a model folder (custom code refused), or a GGUF
+                     dequantised once into the sha256-keyed cache (every command that loads a model calls it)
     spec.py          EngineSpec: `vllm:bf16`, `hf:fp32` parsed and checked
     options.py       CaptureOptions: what one capture needs (picklable: an engine process receives it)
     environment.py   can this Python run the engines: vLLM installed, no companion package that breaks imports
@@ -16,8 +18,10 @@ is built, so importing this package (or the CLI) stays cheap.
 """
 
 from .engines import EngineFailed
+from .model_path import model_meta, resolve_model
 from .options import CaptureOptions
 from .run import capture, pair_filename
 from .spec import EngineSpec, parse_spec
 
-__all__ = ["CaptureOptions", "EngineFailed", "EngineSpec", "capture", "pair_filename", "parse_spec"]
+__all__ = ["CaptureOptions", "EngineFailed", "EngineSpec", "capture", "model_meta", "pair_filename", "parse_spec",
+           "resolve_model"]

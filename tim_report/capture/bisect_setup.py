@@ -37,7 +37,10 @@ class Setup:
 
     @property
     def label(self) -> str:
-        extra = [x for x in (self.attn, self.patch) if x]
+        """`hf:bf16 (sdpa, patch)`: a patch file named by its file name, as pages name things, never by this machine's path."""
+        module, _, function = (self.patch or "").rpartition(":")
+        patch = f"{module.replace(chr(92), '/').rsplit('/', 1)[-1]}:{function}" if module.endswith(".py") else self.patch
+        extra = [x for x in (self.attn, patch) if x]
         return f"hf:{self.dtype}" + (f" ({', '.join(extra)})" if extra else "")
 
 
@@ -53,7 +56,7 @@ def parse_setup(text: str, option: str, attn: str | None = None, patch: str | No
 
 
 def load_patch(text: str):
-    """`package.module:function`, or `path/to/file.py:function`."""
+    """`package.module:function` (installed, or a `module.py` in the current folder), or `path/to/file.py:function`."""
     module, _, name = text.rpartition(":")
     try:
         if module.endswith(".py"):
@@ -65,15 +68,36 @@ def load_patch(text: str):
             mod = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
             spec.loader.exec_module(mod)  # type: ignore[union-attr]
         else:
-            mod = importlib.import_module(module)
+            mod = _import_here(module)
     except BadInput:
         raise
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not (module == exc.name or module.startswith(exc.name + ".")):  # one the patch imports
+            raise BadInput("--candidate-patch", f"cannot import {module}: ModuleNotFoundError: {exc}") from None
+        raise BadInput("--candidate-patch", f"cannot import {module}: no module {exc.name!r} installed or in the current "
+                                            "folder (a file elsewhere: --candidate-patch path/to/file.py:FUNCTION)") from None
     except Exception as exc:  # the user's module failed to import: say so in one line
         raise BadInput("--candidate-patch", f"cannot import {module}: {type(exc).__name__}: {exc}") from None
     fn = getattr(mod, name, None)
     if not callable(fn):
         raise BadInput("--candidate-patch", f"{module} has no function {name}")
     return fn
+
+
+def _import_here(module: str):
+    """Import `module` as `python -m` would find it: the current folder is on the import path for it (the `tim-report`
+    script's own path does not hold it), after the installed packages, so a local file never shadows one."""
+    import os
+
+    here = os.getcwd()
+    added = here not in sys.path and "" not in sys.path
+    if added:
+        sys.path.append(here)
+    try:
+        return importlib.import_module(module)
+    finally:
+        if added:
+            sys.path.remove(here)
 
 
 def load_model(path: str, setup: Setup, device: str, device_map):
@@ -83,7 +107,7 @@ def load_model(path: str, setup: Setup, device: str, device_map):
 
     hf_logging.disable_progress_bar()
     dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[setup.dtype]
-    kw: dict = {"dtype": dtype}
+    kw: dict = {"dtype": dtype, "trust_remote_code": False}
     if setup.attn:
         kw["attn_implementation"] = setup.attn
     if device_map is not None:
@@ -130,10 +154,9 @@ class PatchScope:
 
 def load_sides(path: str, ref: Setup, cand: Setup, device: str = "cpu", device_map=None) -> tuple[Sides, PatchScope | None]:
     """The three models, checked to be the same model with understood structure; the patch applied to the candidate."""
-    from pathlib import Path
+    from .model_path import resolve_model
 
-    if not Path(path).is_dir():
-        raise BadInput(path, "no such model folder")
+    path = str(resolve_model(path))  # a folder (custom code refused before transformers runs) or a GGUF's cached one
     import torch
 
     if str(device).startswith("cuda") and not torch.cuda.is_available():

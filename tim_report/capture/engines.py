@@ -57,7 +57,7 @@ def one_line(exc: BaseException) -> str:
 
 def build_engine(key: EngineKey, opts: CaptureOptions, device: str, max_model_len: int):
     """The engine itself, in the calling process."""
-    model = key.model or opts.model
+    model = key.model or opts.folder  # --model resolved (a GGUF's cached folder), or a --stale checkpoint
     if key.engine == "vllm":
         from .vllm_engine import VLLMEngine
 

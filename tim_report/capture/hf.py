@@ -40,9 +40,9 @@ def _load_model(path: str, dtype: torch.dtype):
 
     hf_logging.disable_progress_bar()  # our own progress bars; no "Loading weights" tqdm on stderr
     try:
-        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        return AutoModelForCausalLM.from_pretrained(path, dtype=dtype, trust_remote_code=False)
     except TypeError:  # transformers < 4.56 names it torch_dtype
-        return AutoModelForCausalLM.from_pretrained(path, torch_dtype=dtype)
+        return AutoModelForCausalLM.from_pretrained(path, torch_dtype=dtype, trust_remote_code=False)
 
 
 class HFEngine:

@@ -10,7 +10,7 @@ from .spec import EngineSpec, Sampling
 
 @dataclass
 class CaptureOptions:
-    model: str
+    model: str  # what --model names: a model folder, a .gguf file or a folder holding one
     prompts: str
     rollouts: list[EngineSpec]
     trainers: list[EngineSpec]
@@ -31,6 +31,12 @@ class CaptureOptions:
     verbose: bool = False  # vLLM logs at INFO (always so into engine_log); else ERROR only
     stale: dict[int, str] = field(default_factory=dict)  # lag → an older checkpoint that samples part of the prompts
     trainer_version: int | None = None  # with `stale`: the trainer's version (default the largest lag)
+    model_dir: str = ""  # the transformers folder `model` stands for (model_path.resolve_model), set by check_options
+
+    @property
+    def folder(self) -> str:
+        """The folder every engine loads: the resolved one once check_options ran."""
+        return self.model_dir or self.model
 
     def pairs(self) -> list[tuple[EngineSpec, EngineSpec]]:
         return [(r, t) for r in self.rollouts for t in self.trainers]

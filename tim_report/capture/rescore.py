@@ -15,18 +15,16 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import BadInput
+from .model_path import resolve_model
 from .spec import ENGINE_DTYPES
 
 
-def check_checkpoint(model: str, dtype: str) -> None:
-    """A transformers folder (config.json) and an hf dtype: checked before anything is loaded."""
-    path = Path(model)
-    if not path.exists():
-        raise BadInput(model, "no such checkpoint folder")
-    if not path.is_dir() or not (path / "config.json").is_file():
-        raise BadInput(model, "not a transformers checkpoint folder (no config.json)")
+def check_checkpoint(model: str, dtype: str, notice: Callable[[str], None] | None = None) -> str:
+    """The transformers folder CKPT stands for (a folder, or a GGUF converted once into the cache:
+    model_path.resolve_model) and an hf dtype, checked before anything is loaded."""
     if dtype not in ENGINE_DTYPES["hf"]:
         raise BadInput("--dtype", f"{dtype}: rescore scores with transformers in {', '.join(ENGINE_DTYPES['hf'])}")
+    return str(resolve_model(model, notice=notice))
 
 
 def context_of(model: str) -> tuple[int, int | None]:

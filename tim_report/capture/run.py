@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,7 @@ from ..errors import BadInput
 from ..model import StepBatch
 from .engines import EngineFailed, EngineKey, one_line, open_engine
 from .environment import check_environment
+from .model_path import model_meta, resolve_model
 from .options import CaptureOptions
 from .prompts import read_prompts, render_prompts
 from .spec import ENGINE_NAMES, EngineSpec
@@ -68,11 +70,8 @@ def _lm_head(opts: CaptureOptions, side: str) -> bool:
 
 
 def check_options(opts: CaptureOptions) -> None:
-    model = Path(opts.model)
-    if not model.exists():
-        raise BadInput(opts.model, "no such model folder")
-    if not model.is_dir() or not (model / "config.json").is_file():
-        raise BadInput(opts.model, "not a transformers model folder (no config.json)")
+    """Every input checked before a model is loaded; `opts.model_dir` set to the folder `--model` stands for (a GGUF
+    converted once into the cache, model_path.resolve_model)."""
     opts.sampling.check()
     if not opts.rollouts or not opts.trainers:
         raise BadInput("--rollout/--trainer", "need at least one of each")
@@ -89,7 +88,6 @@ def check_options(opts: CaptureOptions) -> None:
         if spec.engine == "vllm" and not plain:
             raise BadInput(label, "vLLM can only score given tokens at --temperature 1 without --top-p/--top-k "
                                   "(its prompt log-probs are raw); use hf on this side")
-    check_stale(opts.model, opts.stale, len(opts.rollouts), opts.recompute is not None)
     recompute = _recompute_scorer(opts)
     check_environment([("--rollout", opts.rollouts[0])] + scorers + recompute)
     for side, specs in (("rollout", opts.rollouts), ("trainer", opts.trainers)):
@@ -98,6 +96,14 @@ def check_options(opts: CaptureOptions) -> None:
                                              f"{'trainer' if side == 'rollout' else 'rollout'} or use hf on the {side} side")
     if opts.device not in ("auto", "cpu", "cuda") and not opts.device.startswith("cuda:"):
         raise BadInput("--device", f"'{opts.device}' is not auto, cpu or cuda")
+    opts.model_dir = str(resolve_model(opts.model, notice=_say))
+    if opts.stale:  # each older checkpoint as a folder too (a GGUF converted once), then checked against the model
+        opts.stale = {lag: str(resolve_model(path, notice=_say)) for lag, path in opts.stale.items()}
+    check_stale(opts.folder, opts.stale, len(opts.rollouts), opts.recompute is not None)
+
+
+def _say(line: str) -> None:
+    print(f"tim-report: {line}", file=sys.stderr, flush=True)
 
 
 def _recompute_scorer(opts: CaptureOptions) -> list[tuple[str, EngineSpec]]:
@@ -195,10 +201,10 @@ def _prepare(opts: CaptureOptions) -> _Prepared:
     try:
         from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(opts.model)
+        tokenizer = AutoTokenizer.from_pretrained(opts.folder, trust_remote_code=False)
     except Exception as exc:
         raise BadInput(opts.model, f"transformers cannot load the tokenizer ({one_line(exc)})") from None
-    ctx = _max_len(Path(opts.model))
+    ctx = _max_len(Path(opts.folder))
     p_ids, p_text, templated = render_prompts(prompts, tokenizer, opts.chat_template, opts.prompts, ctx)
     s = opts.sampling
     longest = max(len(p) for p in p_ids)
@@ -294,7 +300,8 @@ def _run(jobs: dict[EngineKey, list[Job]], opts: CaptureOptions, prep: _Prepared
     for key, todo in jobs.items():
         engine, doing = None, "starting"
         try:
-            engine = open_engine(key, opts, prep.device, prep.max_model_len)
+            with progress(f"loading {key}", 0):  # often the longest stage (vLLM's start): said before it, not after
+                engine = open_engine(key, opts, prep.device, prep.max_model_len)
             out.versions[key.engine] = engine.version
             for kind, spec, _rollout in todo:
                 if kind == "generate":
@@ -354,8 +361,8 @@ def _generate(engine, key: EngineKey, spec: EngineSpec, opts: CaptureOptions, pr
 def _base_meta(opts: CaptureOptions, prep: _Prepared) -> dict:
     meta = {
         "source": "tim-report capture",
-        "model": opts.model,
-        "model_config_sha256": _config_hash(Path(opts.model)),
+        **model_meta(Path(opts.folder)),
+        "model_config_sha256": _config_hash(Path(opts.folder)),
         "device": _device_label(prep.device),
         "sampling": opts.sampling.to_meta(),
         "seed": opts.seed,

@@ -9,6 +9,7 @@ from .run_words import REGIME_WORDS, short
 ARMS_METHOD = ("Each step is one draw of its arm's level. A metric is compared on its gap from the ideal value (1 − ESS "
                "for ESS): on the log scale when the gap is positive at every step (geometric means, the ratio after ÷ "
                "before with Welch's {level}% interval), else as a difference of means (Welch's {level}% interval). "
+               "A share's interval keeps to [0%, 100%] (a difference of shares to ±100%): the level lies there. "
                "A verdict needs two steps per arm or more.")
 
 

@@ -123,7 +123,7 @@ def nearest_sentence(nearest: dict | None) -> str | None:
         return (f"Of the rescored checkpoints and the trainer, the rollout is nearest to the trainer's weights "
                 f"(KL k3 {fmt(best['kl_k3'])} against the rollout; {others}).")
     return (f"The rollout is nearest to {best['side']} (KL k3 {fmt(best['kl_k3'])} against the rollout; {others}): "
-            f"the engine sampled with {best['side']}'s weights"
+            f"of these, {best['side']}'s weights are the likeliest the engine sampled with"
             + (", not the trainer's." if trainer is not None else "."))
 
 

@@ -399,15 +399,14 @@ COMPARE = ("tokens", "sequences", "abs_delta_median", "abs_delta_mean", "abs_del
            "corr_prob", "outside_2x", "outside_5x", "phantom_clip", "veto_token_fraction", "veto_seq_fraction",
            "token_mult_prob_error", "top1pct_mass", "abs_dp_mean", "abs_dp_max", "log_ppl_diff", "seq_log_ratio_abs_max")
 ARMS = INDEX  # an A/B comparison of arms (compare A/ B/): each arm's level with its interval, the effect, a verdict
-# the metrics an index row (index.json, the cache) carries: what the index, the trend, the history gate and the
-# engine-pair table read without the Report
+# what an experiment logger gets (Report.scalars(), `watch --log-to`, `export --tensorboard`), as "tim/<key>": the
+# headline and the summary's numbers and the batch's size; the index row carries every one, so all three log the same
+SCALARS = (*HEADLINE, *SUMMARY_EXTRA, "tokens", "sequences")
+# the metrics an index row (index.json, the cache) carries: what the index, the trend, the history gate, the
+# engine-pair table and the loggers read without the Report (every one of SCALARS)
 ROW = ("tokens", "sequences", "ess", "kl_k3", "abs_delta_median", "abs_delta_mean", "abs_delta_max", "outside_2x",
        "outside_5x", "phantom_clip", "veto_token_fraction", "veto_seq_fraction", "seq_log_ratio_mean",
-       "seq_log_ratio_abs_mean")
-
-# what an experiment logger gets (Report.scalars(), `export --tensorboard`), as "tim/<key>": the headline and the summary's
-# numbers and the batch's size; `export` from index.json rows gives those of them a row carries (ROW)
-SCALARS = (*HEADLINE, *SUMMARY_EXTRA, "tokens", "sequences")
+       "seq_log_ratio_abs_mean", "corr_logp", "chi2_token")
 
 VIEWS = {"headline": HEADLINE, "summary_extra": SUMMARY_EXTRA, "index": INDEX, "trend": TREND, "history": HISTORY,
          "gates": GATES, "compare": COMPARE, "arms": ARMS, "row": ROW, "scalars": SCALARS}

@@ -11,6 +11,30 @@ from .numbers import fmt, pct, times
 Words = dict[str, Any]
 
 
+def lag_label(lag: Any) -> str:
+    """'0', '3', '−1', 'unknown': a per-lag row's first cell."""
+    return "unknown" if lag == "unknown" else fmt(lag).replace("-", "−")
+
+
+def floor_note(floor: dict) -> str:
+    """Lag 0's reading in a few words, beside its row: 'at noise' or '3.2× band'."""
+    if floor["within"]:
+        return "at noise"
+    return f"{fmt(max(floor.get('times_band_kl') or 0.0, floor.get('times_band_abs_delta') or 0.0), 2)}× band"
+
+
+def table_intro(st: dict) -> str:
+    """The sentence over the per-lag table: what a lag is here, where the trainer's version came from."""
+    source = {"meta": "the batch's `trainer_version`", "step": "the step number (no `trainer_version` given)"}
+    where = source.get(st["trainer_version_source"] or "", "nowhere: no lag is claimed")
+    per = ("per token (the framework records a version per generate call)" if st["per_token_versions"]
+           else "per sequence (a sequence of several versions at its oldest)")
+    return (f"Lag = trainer version − the version that generated the token, read {per}; the trainer's version "
+            f"{fmt(st['trainer_version']) if st['trainer_version'] is not None else '—'} comes from {where}. Lag 0 is "
+            "the numerical floor, read against its noise band; the last column is each older lag's KL beyond lag 0's "
+            "per-token rate, as a share of all KL k3 (they add up to the staleness share).")
+
+
 def _interval(st: dict) -> str:
     iv = st.get("share_interval")
     return f" (95% interval {pct(iv[0])}–{pct(iv[1])})" if iv else ""
@@ -40,15 +64,41 @@ def verdict_sentence(st: dict | None) -> str | None:
         return f"Staleness: {floor_words(st['floor'])}, so the staleness share is not defined (lags {known})."
     if lags == [0]:
         return f"Staleness: every token is at lag 0 (synchronous); {floor_words(st['floor'])}."
+    if st["floor"] is not None and not st["floor"]["within"]:
+        return (f"Staleness: not split, {floor_words(st['floor'])}: the floor is not numerical noise, so the part beyond "
+                "it is not staleness alone (see stale weights).")
     lead = "staleness dominates" if st["dominant"] == "staleness" else "numerics dominate"
     return (f"Staleness: {pct(st['share'])} of KL k3 comes from lag ≥ 1 beyond the lag-0 floor{_interval(st)}, "
             f"{lead}; {floor_words(st['floor'])}.")
+
+
+def cost_sentence(st: dict) -> str | None:
+    """'What the lag costs: ESS 0.97 over the 1,152 tokens of lag ≥ 1, PPO clips 9.0% of them (lag 0: 0%) and the TIS
+    cap 0.17%.' (None without such tokens)."""
+    c = st.get("cost")
+    if not c:
+        return None
+    lag0 = f" (lag 0: {pct(c['clipped_lag0'])})" if c.get("clipped_lag0") is not None else ""
+    return (f"What the lag costs: token ESS {fmt(c['ess'], 3)} over the {fmt(c['tokens'])} tokens of lag ≥ 1; PPO clips "
+            f"{pct(c['clipped'])} of them{lag0} and the TIS cap {pct(c['capped'])}.")
+
+
+def staleness_check(st: dict | None) -> str | None:
+    """What to check when staleness dominates a floor at its noise and no finding leads (None otherwise)."""
+    if not st or st.get("dominant") != "staleness" or not (st.get("floor") or {}).get("within"):
+        return None
+    return ("Nothing in the engines: the mismatch beyond noise is staleness, which importance weights against the "
+            "behaviour policy correct (token TIS / MIS with the rollout's log-probs). Check the per-lag rows: if an old "
+            "lag's ESS or clipped share costs too much, lower the maximum lag (max off-policy steps, the async buffer's "
+            "depth) or the learning rate.")
 
 
 def glance(st: dict | None) -> str | None:
     """'staleness 81% of KL k3 from lag ≥ 1, lag 0 at dense bf16 noise' for a terminal line."""
     if st is None or st["share"] is None or st["trainer_version"] is None:
         return None
+    if all(r["lag"] == 0 for r in st["by_lag"]):
+        return f"every token at lag 0, {floor_words(st['floor'])}"
     return f"staleness {pct(st['share'])} of KL k3 from lag ≥ 1, {floor_words(st['floor'])}"
 
 
@@ -56,8 +106,12 @@ def glance(st: dict | None) -> str | None:
 
 
 def stale_title(w: Words) -> str:
-    like = (f"; they look like lag {fmt(w['looks_like_lag'])}'s tokens (KL k3 {fmt(w['looks_like_kl_k3'])})"
-            if w.get("looks_like_lag") is not None else "")
+    like = ""
+    if w.get("looks_like_lag") is not None:
+        like = f"; they look like lag {fmt(w['looks_like_lag'])}'s tokens (KL k3 {fmt(w['looks_like_kl_k3'])})"
+    elif w.get("older_kl_k3_low") is not None:
+        like = (f"; the older lags do not rise with their lag either (KL k3 {fmt(w['older_kl_k3_low'])} to "
+                f"{fmt(w['older_kl_k3_high'])}): one old version may have sampled every bucket")
     return (f"Stale weights: tokens labelled lag 0 disagree {times(w['times_band'])} beyond the {w['band']} noise band "
             f"(KL k3 {fmt(w['kl_k3'])}, mean |δ| {fmt(w['mean_abs_delta'])} over {fmt(w['tokens'])} tokens){like}")
 

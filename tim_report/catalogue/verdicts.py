@@ -7,8 +7,10 @@ of them that is not info (analysis/diagnosis.py chooses it).
 
 from __future__ import annotations
 
+import math
+
 from .findings import INPUT_PROBLEM
-from .numbers import fmt, sci
+from .numbers import fmt, pct, plain, sci
 
 # ---- the verdict of a batch ----------------------------------------------------------------------------
 
@@ -108,3 +110,13 @@ def compare_why(regime_before: str | None, regime_after: str | None, appeared: l
                      "No finding differs between the two sides: the regime moved with the size of the mismatch (the metrics "
                      "below).")
     return " ".join(parts)
+
+
+def geo_rs_note(rejected: float, low: float, high: float, noise_sd: float, median_len: float, tis_share: float) -> str:
+    """Beside a Geometric RS row that rejects most sequences of a batch whose noise alone explains it."""
+    return (f"Geometric RS would reject {pct(rejected)} of the sequences. Its band [{plain(low)}, {plain(high)}] lets a "
+            f"sequence's mean δ stray only {fmt(math.log(high), 2)} nats from 0, while this batch's per-token δ (s.d. "
+            f"{fmt(noise_sd, 2)} nats) averaged over a median {fmt(median_len)} tokens strays about "
+            f"{fmt(noise_sd / math.sqrt(median_len), 2)} by noise alone: the band is tighter than this precision's noise "
+            f"for sequences this short, and the rate says that, not that the sequences are broken. Widen the band for "
+            f"this precision or use a token-level correction (Token TIS truncates {pct(tis_share)} of the tokens here).")

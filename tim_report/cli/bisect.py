@@ -33,13 +33,16 @@ def _device_map(text: str | None):
 
 
 @click.command("bisect")
-@click.option("--model", default=None, metavar="PATH", help="Local transformers model folder (config.json, weights, tokenizer).")
+@click.option("--model", default=None, metavar="PATH",
+              help="A local transformers model folder (config.json, weights, tokenizer), or a .gguf file "
+                   "(or a folder holding one), dequantised once into a cache (~/.cache/tim-report/gguf).")
 @click.option("--prompts", default=None, metavar="FILE",
               help='Prompts: one per line, or JSONL with {"prompt": ...} or {"messages": [...]} per line.')
 @click.option("--reference", default="hf:fp32", show_default=True, metavar="hf:DTYPE", help="The setup taken as right.")
 @click.option("--candidate", default="hf:bf16", show_default=True, metavar="hf:DTYPE", help="The setup under test.")
 @click.option("--candidate-patch", default=None, metavar="MODULE:FUNCTION",
-              help="Called with the loaded candidate model, changes it in place (a kernel library's patch).")
+              help="Called with the loaded candidate model, changes it in place (a kernel library's patch): an "
+                   "installed module, a module.py in the current folder, or path/to/file.py:FUNCTION.")
 @click.option("--attn-implementation", default=None, metavar="NAME",
               help="The candidate's attention implementation (eager, sdpa, flash_attention_2, ...).")
 @click.option("--reference-attn-implementation", default=None, metavar="NAME",
@@ -98,11 +101,13 @@ def _from_states(states: tuple, candidate: str, model) -> dict:
     from ..service.bisect import bisect_states
 
     names = ("--reference-states", "--candidate-states", "--floor-states")
+    if model is not None:  # the conflict first: a missing states file is not what is wrong with `--model M --…-states F`
+        given = next(n for n, v in zip(names, states) if v)
+        raise BadInput("--model", f"and {given} both name what to compare: give a model to replay, or saved states, "
+                                  "not both")
     missing = [n for n, v in zip(names, states) if not v]
     if missing:
         raise BadInput(missing[0], "saved states need all three files: the reference's, the candidate's and the floor's")
-    if model is not None:
-        raise BadInput("--model", "give either a model or saved states, not both")
     dtype = parse_spec(candidate, "--candidate").dtype
     if dtype not in ("fp32", "bf16", "fp16"):
         raise BadInput("--candidate", f"'{candidate}': the floor of saved states is read for fp32, bf16 or fp16")

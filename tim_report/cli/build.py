@@ -75,6 +75,9 @@ def build_command(files, out, run_ids, load, thresholds, notes, timestamp, self_
     out = output_path(out)
     if ray_address is not None and executor != "ray":
         raise BadInput("--ray-address", "applies to --executor ray only")
+    if self_contained and formats and not any(FORMATS[f].assets for f in formats):  # it was accepted and did nothing
+        paged = ", ".join(name for name, f in FORMATS.items() if f.assets)
+        raise BadInput("--self-contained", f"applies to pages ({paged}): --format {' '.join(formats)} writes none")
     notes_md = read_notes(notes) if notes is not None else None
     opts = BuildOptions(load=load, thresholds=thresholds,
                         formats=tuple(f for f in FORMATS if f in formats) if formats else tuple(FORMATS),

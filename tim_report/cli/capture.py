@@ -24,7 +24,9 @@ from .text import safe
 
 
 @click.command("capture")
-@click.option("--model", required=True, metavar="PATH", help="Local transformers model folder (config.json, weights, tokenizer).")
+@click.option("--model", required=True, metavar="PATH",
+              help="A local transformers model folder (config.json, weights, tokenizer), or a .gguf file "
+                   "(or a folder holding one), dequantised once into a cache (~/.cache/tim-report/gguf).")
 @click.option("--prompts", "prompts", required=True, metavar="FILE",
               help='Prompts: one per line, or JSONL with {"prompt": ...} or {"messages": [...]} per line.')
 @click.option("--rollout", "rollouts", multiple=True, metavar="ENGINE:DTYPE",
@@ -46,8 +48,9 @@ from .text import safe
 @click.option("--stale", "stale", multiple=True, metavar="LAG=CKPT",
               help="Sample part of the prompts with an older checkpoint (repeatable, one per lag): the prompts are dealt "
                    "in turn to --model (lag 0) and each CKPT, the trainer scores every token with --model, and each "
-                   "sequence is labelled with its version (trainer version − LAG). 0=CKPT: an engine that claims the "
-                   "trainer's version but holds CKPT's weights. One --rollout; not with --recompute.")
+                   "sequence is labelled with its version (trainer version − LAG); CKPT a folder or a .gguf. 0=CKPT: "
+                   "an engine that claims the trainer's version but holds CKPT's weights. One --rollout; not with "
+                   "--recompute.")
 @click.option("--trainer-version", type=int, default=None, metavar="N",
               help="With --stale: the trainer's version (meta trainer_version; default the largest lag).")
 @click.option("--n-samples", type=int, default=4, show_default=True, help="Completions per prompt (one group each).")
@@ -98,13 +101,7 @@ def capture_command(model, prompts, rollouts, trainers, matrix, shadow, recomput
                           stale=parse_stale(stale), trainer_version=trainer_version)
     pairs = opts.pairs()
     single = len(pairs) == 1 and len(lengths) == 1
-    if single:
-        if out.is_dir():
-            raise BadInput(out, "is a folder; one pair is written to a .npz file")
-        if out.suffix.lower() != ".npz":
-            raise BadInput(out, "the output file must end in .npz")
-    elif out.exists() and not out.is_dir():
-        raise BadInput(out, f"{len(pairs) * len(lengths)} batches are written into a folder, and this is a file")
+    _check_output(out, len(pairs) * len(lengths))
     if not verbose:
         opts.engine_log = str(out.with_suffix(".log") if single else out / "capture.log")
 
@@ -125,6 +122,20 @@ def capture_command(model, prompts, rollouts, trainers, matrix, shadow, recomput
         _write({target(r, t, n): batches[(r, t)] for r, t in pairs})
     if opts.engine_log and Path(opts.engine_log).exists():
         click.echo(f"vLLM's own log: {safe(opts.engine_log)}", err=True)
+
+
+def _check_output(out: Path, batches: int) -> None:
+    """One batch: `-o` is a .npz file; several: a folder, never a name ending in .npz (it became a folder `pair.npz/`)."""
+    if batches == 1:
+        if out.is_dir():
+            raise BadInput(out, "is a folder; one pair is written to a .npz file")
+        if out.suffix.lower() != ".npz":
+            raise BadInput(out, "the output file must end in .npz")
+    elif out.exists() and not out.is_dir():
+        raise BadInput(out, f"{batches} batches are written into a folder, and this is a file")
+    elif out.suffix.lower() == ".npz" and not out.is_dir():
+        raise BadInput(out, f"{batches} batches are written into a folder: name a folder, not a .npz file (one "
+                            "--rollout and one --trainer write one file)")
 
 
 def _lengths(text: str) -> list[int]:

@@ -31,7 +31,13 @@ def build_progress(total: int):
 
 @contextlib.contextmanager
 def step_progress(label: str, total: int):
-    """A rich progress bar for one capture step; without a terminal, one line when it is done."""
+    """A rich progress bar for one capture stage (`total` sequences; 0: a stage without a count, such as loading an
+    engine). Without a terminal, one line as the stage starts, flushed: a log or a pipe shows what the capture is doing
+    while it does it, and a capture killed mid-stage has said which stage."""
+    if not sys.stderr.isatty():
+        click.echo(f"{label}: {total} sequences" if total else label, err=True)  # click.echo flushes
+        yield lambda n=1: None
+        return
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -41,9 +47,11 @@ def step_progress(label: str, total: int):
         TimeElapsedColumn,
     )
 
+    if not total:
+        Console(stderr=True).print(label, markup=False, highlight=False)
+        yield lambda n=1: None
+        return
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=False, disable=not sys.stderr.isatty()) as bar:
+                  console=Console(stderr=True), transient=False) as bar:
         task = bar.add_task(label, total=total)
         yield lambda n=1: bar.advance(task, n)
-    if not sys.stderr.isatty():
-        click.echo(f"{label}: {total} sequences", err=True)

@@ -15,7 +15,9 @@ from .text import safe
 
 @click.command("rescore")
 @click.argument("step", type=click.Path(path_type=Path))
-@click.option("--model", required=True, metavar="CKPT", help="A transformers checkpoint folder (config.json and weights).")
+@click.option("--model", required=True, metavar="CKPT",
+              help="A transformers checkpoint folder (config.json and weights), or a .gguf file (converted once into the "
+                   "cache, as capture does).")
 @click.option("--dtype", type=click.Choice(["fp32", "bf16", "fp16"]), default="fp32", show_default=True,
               help="The precision the checkpoint scores in.")
 @click.option("--as", "name", metavar="NAME", default=None,
@@ -37,7 +39,8 @@ def rescore_command(step, model, dtype, name, temperature, device, out, load) ->
     from .progress import step_progress
 
     done = rescore(step, out, load, RescoreOptions(model=str(model), dtype=dtype, name=name, device=device,
-                                                   temperature=temperature), progress=step_progress)
+                                                   temperature=temperature), progress=step_progress,
+                   notice=lambda line: click.echo(f"tim-report: {safe(line)}", err=True))
     b = done.batch
     line = (f"{safe(out)}: side {done.name}{' (replaced)' if done.replaced else ''} scored by {safe(model)} ({dtype}), "
             f"{b.n_seqs} sequences, {fmt(b.n_tokens)} tokens")

@@ -6,10 +6,11 @@
 
 One alarm per event: a change point at a step already alarmed (by its band or an earlier change point) is not
 alarmed again as more metrics join it. A RUN_DIR that does not exist (with --once, or still after --wait-for-run
-seconds) is one line and exit 2.
+seconds) is one line and exit 2; while it is waited for, a line says so at once.
 
 Ctrl-C or SIGTERM stops it after the build in progress (a second one stops at once, removing the staging folder):
-the site is always a complete one, the publish being all or nothing. Exit 0 when stopped, 2 on bad input.
+the site is always a complete one, the publish being all or nothing. Exit 0 when stopped (while RUN_DIR is still
+awaited too), 2 on bad input. The last line says how many steps the published index lists.
 """
 
 from __future__ import annotations
@@ -64,10 +65,12 @@ def _check_interval(value: float) -> None:
 @click.option("--once", is_flag=True, help="Poll twice, an interval apart, build what is complete, and exit.")
 @click.option("--format", "formats", multiple=True, type=click.Choice(list(FORMATS)),
               help="Write only these formats (repeatable; default all). index.json is always written.")
+@click.option("--verbose", is_flag=True, help="Show the --log-to loggers' own log lines (MLflow's INFO) here.")
 @ppo_eps_option
 @fail_cleanly
 @load_options
-def watch_command(run_dir, out, interval, ranks, on_alarm, wait_for_run, log_to, once, formats, thresholds, load) -> None:
+def watch_command(run_dir, out, interval, ranks, on_alarm, wait_for_run, log_to, once, formats, verbose, thresholds,
+                  load) -> None:
     from ..service.build import BuildOptions
     from ..service.loggers import LogTarget, close_sinks, open_sinks
     from ..service.watch import Watch, WatchOptions, follow
@@ -76,36 +79,42 @@ def watch_command(run_dir, out, interval, ranks, on_alarm, wait_for_run, log_to,
     out = output_path(out)
     argv = _alarm_command(on_alarm)
     targets = [LogTarget.parse(t) for t in log_to]  # the command line's own mistakes first
-    if not run_dir.exists() and (once or not _appears(run_dir, wait_for_run, interval)):
-        # a mistyped folder used to print "holds 0 steps" and exit 0 (--once), or wait forever for steps
-        raise BadInput(run_dir, "no such run folder" + ("" if once else f" (none appeared within {wait_for_run:g} s)"))
-    opts = WatchOptions(build=BuildOptions(load=load, thresholds=thresholds,
-                                           formats=tuple(f for f in FORMATS if f in formats) if formats else tuple(FORMATS)),
-                        interval=interval, ranks=ranks)
-    watch = Watch(run_dir, out, opts)
-    sinks = open_sinks(targets, out)
+    if not run_dir.exists() and once:  # a mistyped folder used to print "holds 0 steps" and exit 0
+        raise BadInput(run_dir, "no such run folder")
     stop = threading.Event()
     previous = {s: signal.signal(s, _stopper(stop)) for s in (signal.SIGINT, signal.SIGTERM)}
-    click.echo(f"watching {safe(run_dir)} every {interval:g} s into {safe(out)}/ (Ctrl-C stops)")
+    sinks: list = []
     try:
+        if not run_dir.exists():
+            click.echo(f"waiting up to {wait_for_run:g} s for {safe(run_dir)} to appear (Ctrl-C stops)")
+            if not _appears(run_dir, wait_for_run, interval, stop):
+                if stop.is_set():  # Ctrl-C while waiting: nothing was staged, nothing is wrong; exit 0 as documented
+                    click.echo(f"stopped while waiting for {safe(run_dir)} to appear; nothing was built")
+                    return
+                raise BadInput(run_dir, f"no such run folder (none appeared within {wait_for_run:g} s)")
+        opts = WatchOptions(build=BuildOptions(load=load, thresholds=thresholds, formats=tuple(
+            f for f in FORMATS if f in formats) if formats else tuple(FORMATS)), interval=interval, ranks=ranks)
+        watch = Watch(run_dir, out, opts, say=lambda line: click.echo(safe(line), err=True))
+        sinks = open_sinks(targets, out, verbose)
+        click.echo(f"watching {safe(run_dir)} every {interval:g} s into {safe(out)}/ (Ctrl-C stops)")
         follow(watch, lambda rnd: _report(rnd, argv, out, sinks), stop.wait, once)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
         for problem in close_sinks(sinks):
             click.echo(f"tim-report: warning: --log-to: {safe(problem)}", err=True)
-    n = len(watch.known_ids)
+    n = watch.held  # what the published index lists (not every step this watch has seen: a run folder remade smaller)
     click.echo(f"stopped: {safe(out)}/ holds {n} step{'s' if n != 1 else ''}")
 
 
-def _appears(path: Path, seconds: float, interval: float) -> bool:
-    """Whether `path` exists within `seconds` (polled every `interval`): a run started beside the watch creates it."""
+def _appears(path: Path, seconds: float, interval: float, stop: threading.Event) -> bool:
+    """Whether `path` exists within `seconds` (polled every `interval`): a run started beside the watch creates it.
+    False at once when `stop` is set (Ctrl-C, SIGTERM)."""
     deadline = time.monotonic() + seconds
     while not path.exists():
         left = deadline - time.monotonic()
-        if left <= 0:
-            return False
-        time.sleep(min(interval, left))
+        if left <= 0 or stop.wait(min(interval, left)):
+            return path.exists() and not stop.is_set()
     return True
 
 

@@ -25,6 +25,9 @@ from .bands import PublishedBand as PublishedBand
 # |log r| is clamped to this before exponentiating (verl's SAFETY_BOUND in rollout_corr_helper:
 # exp(20) ≈ 4.9e8). Token log-ratios, sequence log-ratio sums and the sample tables all use it.
 SAFETY_BOUND = 20.0
+# The what-if table explains a Geometric RS row that rejects at least this share of sequences when the batch's own
+# per-token noise, averaged over a typical sequence, already strays past the band (catalogue.verdicts.geo_rs_note).
+GEO_RS_NOTE_SHARE = 0.5
 # A log-prob above this is impossible rather than rounding: such tokens are excluded as data problems.
 POSITIVE_LOGP_TOLERANCE = 1e-6
 # The percentile ladder of δ, |δ|, k3 and |Δp| (design §4; llama.cpp's KL-divergence statistics).
@@ -457,6 +460,9 @@ HISTORY_MIN_STEPS = 5
 # tens of percent (a new sample of prompts each step); the faults the diagnosis knows multiply them
 # tenfold or more. Doubling within one step is therefore the default alarm.
 HISTORY_MARGIN = 1.0
+# `watch`'s stale-weights alarm (analysis/lag_history.py): a step's lag-0 KL k3 beyond (1 + HISTORY_MARGIN) × the run's
+# lag-0 median by more than this many of its own standard errors (two: the z of the diagnosis's noise tests).
+FLOOR_Z = 2.0
 # Each metric's floor (the least a band reaches past the median) is in its catalogue entry (catalogue.metrics).
 # The most of index.json `check --history` reads: a row is under 1 kB, so 32 MiB holds some 30,000 steps;
 # a larger (or endless) file is refused rather than read into memory.

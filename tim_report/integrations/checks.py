@@ -40,3 +40,15 @@ def user_meta(who: str, options: dict) -> dict:
     if not isinstance(meta, dict):
         raise BadInput(who, f"meta is {type(meta).__name__}, expected a dict")
     return meta
+
+
+def version(value: Any) -> Any:
+    """A framework's policy version as save_step takes it: an integer (numpy's too), None (not recorded, or NaN in an
+    object array); anything else is left for save_step to refuse, naming it."""
+    if value is None or (isinstance(value, float) and value != value):
+        return None
+    if hasattr(value, "item") and getattr(value, "ndim", 1) == 0:
+        value = value.item()
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value

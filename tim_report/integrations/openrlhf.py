@@ -13,6 +13,9 @@ Call it in `PPOTrainer.train_step` (openrlhf/trainer/ppo_trainer.py), after
     advantages          [B, A];  rewards [B];  index  the prompt index of each sample (its group)
 
 The experiences of a step have different widths A, so each is cut to its real tokens and the step is saved flat.
+An Experience records no policy version (its `info` holds none at that commit, async training included), so the
+step's versions are unknown unless the caller passes `weight_version=` (one per sample, in the experiences' order)
+and `trainer_version=` through the options: never read as lag 0.
 """
 
 from __future__ import annotations

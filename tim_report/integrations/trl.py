@@ -11,7 +11,9 @@ dict, so the callback wraps this one method of the trainer it is given, and clos
     completion_ids, prompt_ids, prompt_mask, advantages ([B])
 
 Rows are this process's slice of the generation batch, `num_generations` consecutive rows per prompt, so a
-row's group is its global index // num_generations.
+row's group is its global index // num_generations. Versions: TRL syncs vLLM before generating when
+`state.global_step != _last_loaded_step`, so `_last_loaded_step` is the version vLLM holds (every row's
+`weight_version`; the training model itself when it generates without vLLM), and `state.global_step` the trainer's.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from transformers import TrainerCallback
 from ..errors import BadInput
 from ..io.save_step import save_step
 from ..io.step_writer import StepWriter
-from .checks import needs, tensor, user_meta
+from .checks import needs, tensor, user_meta, version
 
 WHO = "TRL GRPOTrainer"
 TRAINER_FIELDS = ("_generate_and_score_completions", "accelerator", "num_generations", "state", "args", "model")
@@ -84,14 +86,17 @@ class TimReportCallback(TrainerCallback):
         group = (np.arange(first, first + rows) // _num_generations(trainer)).astype(str)
         args = trainer.args
         dtype = "bf16" if getattr(args, "bf16", False) else "fp16" if getattr(args, "fp16", False) else "fp32"
+        step = getattr(trainer.state, "global_step", None)
         options = {"model": getattr(getattr(trainer.model, "config", None), "_name_or_path", None),
+                   "weight_version": _weight_versions(trainer, step, rows),
+                   "trainer_version": step if isinstance(step, int) and not isinstance(step, bool) else None,
                    "rollout_engine": "vllm" if getattr(trainer, "use_vllm", False) else "rollout_func",
                    "trainer_engine": "transformers", "trainer_dtype": dtype,
                    **self.options, "meta": {"framework": "trl", **user_meta(WHO, self.options)}}
         return save_step(self.path, output["sampling_per_token_logps"], output["old_per_token_logps"],
                          mask=output["completion_mask"], tool_mask=output.get("tool_mask"),
                          token_ids=output["completion_ids"], prompt_ids=output["prompt_ids"], prompt_mask=output["prompt_mask"],
-                         advantage=output["advantages"], group=group, step=getattr(trainer.state, "global_step", None),
+                         advantage=output["advantages"], group=group, step=step,
                          rank=getattr(trainer.accelerator, "process_index", 0),
                          world_size=getattr(trainer.accelerator, "num_processes", None),
                          background=self.writer if self.writer is not None else False, **options)
@@ -99,3 +104,12 @@ class TimReportCallback(TrainerCallback):
     def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         if self.writer is not None:
             self.writer.flush()
+
+
+def _weight_versions(trainer: Any, step: Any, rows: int) -> list | None:
+    """Every row's generation version: vLLM's last loaded step, or the step itself when the training model generates;
+    None (unknown, never lag 0) when TRL records no loaded step."""
+    if getattr(trainer, "use_vllm", False):
+        loaded = version(getattr(trainer, "_last_loaded_step", None))
+        return [loaded] * rows if isinstance(loaded, int) and loaded >= 0 else None
+    return [step] * rows if isinstance(step, int) and not isinstance(step, bool) else None

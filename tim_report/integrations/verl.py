@@ -10,7 +10,12 @@ Call it in `RayPPOTrainer.fit` (verl/trainer/ppo/ray_trainer.py), after `batch =
     batch["responses"], batch["prompts"]   [B, R] and [B, P] token ids (prompts left-padded)
     batch["advantages"], batch["token_level_rewards"]   [B, R]
     non_tensor_batch["uid"]      [B] the prompt's id: GRPO's group
-    meta_info["global_steps"]    the step
+    non_tensor_batch["min_global_steps"], ["max_global_steps"]   [B] the policy versions that generated each sample
+                                 (fully async and partial rollouts; None for a sample no version generated)
+    meta_info["global_steps"]    the step, and the trainer's version
+
+Each sample's generation version is its min and max global step (one integer when equal, the span when not; unknown
+without them, never lag 0), the trainer's version the step, unless `weight_version=` / `trainer_version=` say otherwise.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from typing import Any
 
 from ..errors import BadInput
 from ..io.save_step import save_step
-from .checks import needs, tensor, user_meta
+from .checks import needs, tensor, user_meta, version
 
 WHO = "verl DataProto"
 
@@ -57,9 +62,26 @@ def save_dataproto(data: Any, path: str | Path, *, step: int | None = None, **op
     if step is None:
         meta_info = getattr(data, "meta_info", None)
         step = meta_info.get("global_steps") if isinstance(meta_info, dict) else None
+    versions = {"weight_version": _versions(extra), "trainer_version": step if isinstance(step, int) else None}
     return save_step(
         path, rollout, trainer, mask=mask, attention_mask=attention,
         token_ids=batch["responses"] if "responses" in keys else None,
         prompt_ids=prompts, prompt_mask=attention[:, : prompts.shape[1]] if prompts is not None and attention is not None else None,
         group=extra.get("uid"), reward=rewards, advantage=batch["advantages"] if "advantages" in keys else None,
-        step=step, **{**options, "meta": {"framework": "verl", **user_meta(WHO, options)}})
+        step=step, **{**versions, **options, "meta": {"framework": "verl", **user_meta(WHO, options)}})
+
+
+def _versions(extra: dict) -> list | None:
+    """verl's per-sample min / max global steps → one version per sample (an integer, or [min, max] for a sample
+    several versions generated); None when the batch has neither (a synchronous trainer records none)."""
+    lo, hi = extra.get("min_global_steps"), extra.get("max_global_steps")
+    if lo is None and hi is None:
+        return None
+    given = [x for x in (lo, hi) if x is not None]  # one of the two alone stands for both
+    low, high = list(given[0]), list(given[-1])
+    if len(low) != len(high):
+        raise BadInput(WHO, f"min_global_steps has {len(low)} entries and max_global_steps {len(high)}")
+    out = []
+    for a, b in zip(map(version, low), map(version, high)):
+        out.append(a if b is None or a == b else b if a is None else [a, b])
+    return out

@@ -226,6 +226,8 @@ def _padded_layout(p: Path, roles: dict[str, RoleChoice], get: Callable, notes: 
     tokens before its first trained one are all 0.0 rollout placeholders starts with a prompt (OpenRLHF's
     whole-sequence [B, T−1] layout, both sides 0.0 there): those positions are left out."""
     rollout, trainer = _logprobs(p, roles, get, "padded")
+    if rollout.size == 0:  # a [0, 0] or [B, 0] batch: no row has a position to find its first trained one in
+        raise BadInput(p, f"no tokens: '{roles['rollout'].key}' has shape {list(rollout.shape)}")
     cols = rollout.shape[1]
     mask2d = _aligned(p, "mask", roles, get("mask"), rollout.shape, notes)
     problems: dict[str, int] = {}

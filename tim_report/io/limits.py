@@ -33,6 +33,13 @@ class Limits:
         return max(8 * self.max_elements, MIN_ARRAY_BYTES)
 
     @property
+    def max_text_bytes(self) -> int:
+        """One string array's bytes: 8 for each token position (two UTF-32 characters on average), at least
+        MIN_ARRAY_BYTES. numpy pads every string to the widest, so a few wide elements (`<U1000000` × [8, 32]: 1 GB
+        declared by a 974 KiB file) would take what a real batch's text never needs, under max_bytes."""
+        return max(8 * self.max_tokens, MIN_ARRAY_BYTES)
+
+    @property
     def max_pickle_bytes(self) -> int:
         """A pickle's own records (Python numbers in lists cost ~4× their pickled size in memory)."""
         return 8 * self.max_tokens

@@ -8,6 +8,7 @@ every section that list returns, in its order.
 
 from __future__ import annotations
 
+from ..catalogue import findings
 from ..catalogue import metrics as catalogue
 from ..catalogue.numbers import fixed, fmt, pct
 from .tables import HTML, MARKDOWN, Cell, Column, Row, Section, Table, plural, text
@@ -35,12 +36,14 @@ def runs_table(index: dict) -> Table:
     for r in index["runs"]:
         rt = r["routing"]
         verdict = (r["regime"] or "—").replace("_", " ")
+        cause = lead_cause(r)
         problems = r.get("excluded_tokens") or r.get("input_problems")
         warn = (f"⚠ {fmt(r.get('excluded_tokens'))} excluded"
                 + (f", {fmt(r['input_problems'])} repaired" if r.get("input_problems") else "")) if problems else None
         rows.append(Row((
             Cell(health=r["health"]), Cell(r["id"], link=r["id"], twin=True, cls="id"),
-            Cell(verdict, cls="verdict-cell", tip=r.get("glance")), Cell(r["model"] or "unknown model", note=r["device"], note_below=True),
+            Cell(verdict, cls="verdict-cell", tip=r.get("glance"), note=cause, note_below=True),
+            Cell(r["model"] or "unknown model", note=r["device"], note_below=True),
             Cell(keep=(f"{r['rollout_engine']} {r['rollout_dtype']}", f"{r['trainer_engine']} {r['trainer_dtype']}")),
             Cell(text(r["model"])), Cell(keep=(r["rollout_engine"], r["trainer_engine"])),
             Cell(keep=(r["rollout_dtype"], r["trainer_dtype"])), Cell(text(r["device"])),
@@ -49,9 +52,18 @@ def runs_table(index: dict) -> Table:
             *[Cell(m.write(r[m.key])) for m in metrics],
             Cell("fix the bug first", icon="❌", style="route quarantine") if r["blocked_by_bug"] else
             Cell(f"{fmt(rt.get('train'))} / {fmt(rt.get('train_with_correction'))} / {fmt(rt.get('quarantine'))}"),
-            Cell(verdict, icon=REGIME_MARK.get(r["regime"], "➖")),
+            Cell(verdict, icon=REGIME_MARK.get(r["regime"], "➖"), note=f"({cause})" if cause else None),
         )))
     return Table(columns, tuple(rows), cls="runs")
+
+
+def lead_cause(row: dict) -> str | None:
+    """The cause beside a run's verdict: its leading finding's short name ("off-by-one"), as the run's glance leads with it."""
+    lead = next(iter(row.get("findings") or []), None)
+    if lead is None:
+        return None
+    entry = findings.FINDINGS.get(lead)
+    return (entry.short if entry is not None and entry.short else None) or lead.replace("_", " ")
 
 
 def unreadable_table(index: dict) -> Table:
@@ -168,8 +180,38 @@ def envs_section(index: dict) -> Section | None:
                    "`mismatch_kl/{env}`), worst first.", (Table(columns, rows),))
 
 
+def _lag_order(key: str) -> tuple:
+    return (key == "unknown", int(key) if key.lstrip("-").isdigit() else 0)
+
+
+def lags_section(index: dict) -> Section | None:
+    """The lag mix and the staleness share of every step that names its weight versions, in step order."""
+    runs = sorted((r for r in index["runs"] if r.get("lag_mix")),
+                  key=lambda r: (r.get("step") is None, r.get("step") or 0, r["id"]))
+    if not runs:
+        return None
+    columns = (Column("step", numeric=True), Column("run"), Column("lag mix (share of tokens)"),
+               Column("staleness share", numeric=True), Column("KL k3 at lag 0", numeric=True),
+               Column("KL k3 by lag ≥ 1", wrap=True))
+    rows = []
+    for r in runs:
+        lags = sorted(r["lag_mix"], key=_lag_order)
+        older = [k for k in lags if k != "0"]
+        rows.append(Row((Cell(text(r.get("step"))), Cell(r["id"], link=r["id"], cls="id"),
+                         Cell(" · ".join(f"{k}: {pct(r['lag_mix'][k])}" for k in lags)),
+                         Cell(pct(r.get("staleness_share")) if r.get("staleness_share") is not None else "—"),
+                         Cell(fmt((r.get("lag_kl_k3") or {}).get("0")) if "0" in r["lag_mix"] else "—"),
+                         Cell(" · ".join(f"{k}: {fmt((r.get('lag_kl_k3') or {}).get(k))}" for k in older) or "—"))))
+    return Section("lags", "lag over steps", "Lag over steps",
+                   "Each step's tokens by weight-version lag (trainer version − the version that generated them; "
+                   "`unknown` where no version was recorded), the staleness share (the part of KL k3 beyond the lag-0 "
+                   "floor) and each lag's KL k3: lag 0 is the numerical floor, which should stay put; `watch` alarms "
+                   "when it moves (stale weights) or a lag is negative (docs/staleness.md).", (Table(columns, tuple(rows)),))
+
+
 def sections(index: dict) -> list[Section]:
     """The index's sections after the runs table, in the order both formats show them (each None when it has nothing
     to show is left out)."""
-    found = (pairs_section(index), precision_section(index), trend_section(index), sweep_section(index), envs_section(index))
+    found = (pairs_section(index), precision_section(index), trend_section(index), lags_section(index), sweep_section(index),
+             envs_section(index))
     return [s for s in found if s is not None]

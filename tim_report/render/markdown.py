@@ -19,6 +19,7 @@ from __future__ import annotations
 from ..catalogue import metrics as catalogue
 from ..catalogue.evidence import items as evidence_items
 from ..catalogue.numbers import fixed, fmt, pct, plain
+from ..catalogue.staleness import table_intro
 from ..config import HEALTH, HOT_DIFF, TREND_TABLE_MAX_STEPS, health
 from . import index_views, run_tables
 from .chain_views import bitwise_md, chain_md
@@ -140,6 +141,7 @@ def _routing(report) -> str:
         lines += ["", "Rules: " + "; ".join(f"{esc(k)}: {esc(v, None, own=True)}" for k, v in sorted(rules.items())) + "."]
     if report.what_if:
         lines += ["", write_table(run_tables.what_if_table(report))]
+        lines += [f"\n{esc(w['note'], None, own=True)}" for w in report.what_if if w.get("note")]
     return "\n".join(lines)
 
 
@@ -295,13 +297,24 @@ def render_run_md(report, base_url: str | None = None) -> str:
     sub += [f"{fmt(m.get('tokens'))} tokens", f"{fmt(m.get('sequences'))} sequences", html]
     title = f"# {esc(t['model'], TEXT_CHARS)}: {esc(t['rollout'])} → {esc(t['trainer'])}\n\n" + " · ".join(sub)
     core = [title] + _banner_lines(report) + [_verdict(report), _summary(report)]
-    core += [part for part in (chain_md(report), bitwise_md(report)) if part]
+    core += [part for part in (chain_md(report), _staleness(report), bitwise_md(report)) if part]
     sections = [("findings", _findings(report)), ("routing and what-if", _routing(report)),
                 ("|δ| by probability", _by_probability(report)), ("whole distribution", _topk(report)),
                 ("by environment", _envs(report)), ("groups", _groups(report)),
                 ("samples", _samples(report, html)), ("all numbers", _all_numbers(report)),
                 ("about the batch", _about(report)), ("glossary", _glossary())]
     return assemble(core, [(name, s) for name, s in sections if s], html)
+
+
+def _staleness(report) -> str:
+    """The per-lag table (run_tables.lag_table, the page's too) under its sentence; empty without versions."""
+    t = run_tables.lag_table(report)
+    if t is None:
+        return ""
+    lines = "\n\n".join(f"**{esc(line, None, own=True)}**" if i == 0 else esc(line, None, own=True)
+                          for i, line in enumerate(t.after))
+    return (f"### Staleness by lag\n\n{esc(table_intro(report.staleness), None, own=True)}\n\n{write_table(t)}"
+            + (f"\n\n{lines}" if lines else ""))
 
 
 # ---- the index ------------------------------------------------------------------------------------

@@ -7,7 +7,8 @@ here. No statistics: the numbers come from the Report and are only formatted.
 
 from __future__ import annotations
 
-from ..catalogue.numbers import fmt, pct
+from ..catalogue import staleness as lag_words
+from ..catalogue.numbers import fixed, fmt, pct
 from .tables import Cell, Column, Row, Table, text
 from .views import env_view, topk_view
 
@@ -61,3 +62,30 @@ def topk_tables(report) -> dict[str, Table]:
     columns = _numeric("tokens", *v["columns"])
     return {name: Table((Column(first), *columns), tuple(Row((Cell(r[0]), *[Cell(x) for x in r[1:]])) for r in v[name]))
             for name, first in TOPK_FIRST.items()}
+
+
+def lag_table(report) -> Table | None:
+    """The staleness split, one row per lag (0, 1, …, negative, unknown) and the staleness share (None: no versions)."""
+    st = report.staleness
+    if not st:
+        return None
+    floor = st.get("floor") or {}
+    wide = {"tokens", "share", "mean δ", "over TIS cap"}  # left out at phone width: the lag's size and cost stay
+    columns = (Column("lag"), *(Column(h, numeric=True, wide_only=h in wide) for h in (
+        "tokens", "share", "KL k3", "mean δ", "mean |δ|", "ESS", "PPO-clipped", "over TIS cap", "KL beyond lag 0")))
+
+    def part(r: dict) -> Cell:
+        if r["lag"] == 0:
+            return Cell(f"floor {pct(st['floor_share'])}" if st.get("floor_share") is not None else "floor")
+        return Cell(pct(r.get("excess_share")) if r.get("excess_share") is not None else "—")
+
+    def note(r: dict) -> str | None:
+        return lag_words.floor_note(floor) if r["lag"] == 0 and floor else None
+
+    rows = tuple(Row((Cell(lag_words.lag_label(r["lag"]), note=note(r)), Cell(fmt(r["tokens"])), Cell(pct(r["share"])),
+                      Cell(fmt(r["kl_k3"])), Cell(fmt(r["mean_delta"])), Cell(fmt(r["mean_abs_delta"])),
+                      Cell(fixed(r.get("ess"), 4)), Cell(pct(r["clipped"])), Cell(pct(r["capped"])), part(r)),
+                     cls="lead" if r["lag"] == 0 else "")
+                 for r in st["by_lag"])
+    after = (lag_words.verdict_sentence(st) or "", lag_words.cost_sentence(st) or "")
+    return Table(columns, rows, after=tuple(a for a in after if a))

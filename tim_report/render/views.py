@@ -12,6 +12,7 @@ from ..catalogue import findings
 from ..catalogue import metrics as catalogue
 from ..catalogue.numbers import fixed, fmt, pct, with_se
 from ..config import GROUP_TABLE_ROWS, HOT_DIFF
+from ..model import model_label
 from .token_text import visible
 
 SAMPLES_OPEN = 3  # the worst sequences the run page shows open, each with its largest differences
@@ -25,7 +26,7 @@ def title_parts(report) -> dict:
     def side(engine_key: str, dtype_key: str) -> str:
         return " ".join(str(meta[k]) for k in (engine_key, dtype_key) if meta.get(k) not in (None, "")) or "?"
     return {
-        "model": meta.get("model") or meta.get("model_name") or "unknown model",
+        "model": model_label(meta) or "unknown model",
         "rollout": side("rollout_engine", "rollout_dtype"),
         "trainer": side("trainer_engine", "trainer_dtype"),
         "device": meta.get("device"),

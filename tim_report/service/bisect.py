@@ -7,6 +7,7 @@ summarise → render (index.html, report.md) and summary.json, written all or no
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,14 +42,14 @@ def feed(acc: Accumulator, records) -> None:
                 {"local": r.local, "floor": r.floor, "plain": r.plain, "floor_plain": r.floor_plain}, r.flips)
 
 
-def prompt_ids(opts: BisectOptions) -> list[list[int]]:
+def prompt_ids(opts: BisectOptions, folder: Path) -> list[list[int]]:
     from transformers import AutoTokenizer
 
     from ..capture.prompts import read_prompts, render_prompts
 
     prompts = read_prompts(opts.prompts)[: opts.max_prompts]
     try:
-        tok = AutoTokenizer.from_pretrained(opts.model)
+        tok = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)
     except Exception as exc:  # a folder without a usable tokenizer
         raise BadInput(opts.model, f"transformers cannot load the tokenizer ({type(exc).__name__})") from None
     ids, _, _ = render_prompts(prompts, tok, opts.chat_template, opts.prompts)
@@ -72,11 +73,11 @@ def bisect(opts: BisectOptions, progress: Callable | None = None) -> dict:
     import contextlib
 
     from ..capture.bisect_setup import load_sides
+    from ..capture.model_path import model_name, resolve_model
 
-    if not Path(opts.model).is_dir():
-        raise BadInput(opts.model, "no such model folder")
-    ids = prompt_ids(opts)
-    sides, scope = load_sides(opts.model, opts.reference, opts.candidate, opts.device, opts.device_map)
+    folder = resolve_model(opts.model, notice=lambda line: print(f"tim-report: {line}", file=sys.stderr, flush=True))
+    ids = prompt_ids(opts, folder)
+    sides, scope = load_sides(str(folder), opts.reference, opts.candidate, opts.device, opts.device_map)
     if scope is not None:
         sides.switch = scope.side
     ref, cand = opts.reference, opts.candidate
@@ -86,7 +87,7 @@ def bisect(opts: BisectOptions, progress: Callable | None = None) -> dict:
         finally:
             if scope is not None:
                 scope.side(False)
-    return summarise(acc, cand.dtype, {"reference": ref.label, "candidate": cand.label, "model": Path(opts.model).name},
+    return summarise(acc, cand.dtype, {"reference": ref.label, "candidate": cand.label, "model": model_name(folder)},
                      rounding_only=bool(cand.patch or cand.attn != ref.attn), floor_is_candidate=sides.floor is sides.cand)
 
 

@@ -42,6 +42,8 @@ from ..site.publish import (
 )
 from .executors import Progress, analyze_all, session
 
+Skip = Callable[[Path, BadInput], None]  # a step left out of a build: its path and why (watch says it)
+
 
 @dataclass
 class BuildOptions:
@@ -123,18 +125,26 @@ class Expanded:
     in_run: frozenset[str]
 
 
-def expand(paths: list[Path], given: list[str] | None, format_hint: str | None = None) -> Expanded:
+def expand(paths: list[Path], given: list[str] | None, format_hint: str | None = None,
+           skip: Skip | None = None) -> Expanded:
     """Every batch under the command-line paths (a run folder gives one per step) and its run id.
 
     `--run-id` is given once per path; a path holding several steps prefixes each step's id with it. Each Source
-    carries `shown`, the name pages and the cache key give it (`shown_path`).
+    carries `shown`, the name pages and the cache key give it (`shown_path`). With `skip`, a path that cannot be read
+    is handed to it and left out; without, it is bad input.
     """
     if given and len(given) != len(paths):
         raise BadInput("--run-id", f"given {len(given)} times for {len(paths)} inputs")
     steps: list[tuple[Source | Unreadable, bool]] = []  # each step, and whether it is one of a run folder's
     names = []
     for i, path in enumerate(paths):
-        batches, unreadable = scan(path, format_hint)
+        try:
+            batches, unreadable = scan(path, format_hint)
+        except BadInput as exc:
+            if skip is None:
+                raise
+            skip(path, exc)
+            continue
         several = len(batches) + len(unreadable) > 1
         each: list[Source | Unreadable] = [*batches, *unreadable]
         for st in (replace(x, shown=shown_path(x.origin)) for x in each):
@@ -193,21 +203,40 @@ def cache_options(opts: BuildOptions) -> str:
 
 
 def build(paths: list[Path], out: Path, opts: BuildOptions, run_ids: list[str] | None = None,
-          progress: Progress | None = None, before_publish: Callable[[BuildResult], None] | None = None) -> BuildResult:
+          progress: Progress | None = None, before_publish: Callable[[BuildResult], None] | None = None,
+          skip: Skip | None = None) -> BuildResult:
     """Analyse every batch under the inputs (a run folder: one per step), render into a staging folder, then
     move the results into `out`. A step whose run folder a previous build wrote from the same input, options
     and tool is reused as it is (site/cache.py); the index is rewritten from every step's row. `before_publish`
-    runs with the result before anything moves into `out`: when it raises, nothing is published."""
+    runs with the result before anything moves into `out`: when it raises, nothing is published.
+
+    `skip` (watch's): a step that is bad input is handed to it as it is met (its path, the problem) and left out of
+    the site, not listed as unreadable; the rest is built in the same pass. BadInput when no step is left."""
     start = time.monotonic()
     check_target(out)  # before the analysis: refusing after minutes of work would waste them
-    ex = expand(paths, run_ids, opts.load.format_hint)
-    found, ids, bad = ex.found, ex.ids, list(ex.bad)
+    ex = expand(paths, run_ids, opts.load.format_hint, skip)
+    found, ids = ex.found, ex.ids
+    in_run = ex.in_run if skip is None else frozenset(ids)  # with skip, no step stops the others
+    bad: list[Unreadable] = []
+    said: set[str] = set()  # the run ids a skip was said for, in this process as their analysis failed
+
+    def drop(u: Unreadable) -> None:
+        if skip is None:
+            bad.append(u)
+        elif u.run_id not in said:
+            said.add(u.run_id)
+            skip(u.origin, BadInput(u.origin, u.reason))
+
+    for u in ex.bad:
+        drop(u)
     fingerprint = cache_options(opts)
-    keys: list[str | None] = [_key(s, rid, fingerprint, ex.in_run, bad) for s, rid in zip(found, ids)]
+    keys: list[str | None] = [_key(s, rid, fingerprint, in_run, drop) for s, rid in zip(found, ids)]
     rows: list[dict | None] = [cached_row(out, rid, k, opts.formats) if k else None for rid, k in zip(ids, keys)]
     todo = [i for i, r in enumerate(rows) if r is None and keys[i] is not None]
     check_replaceable(out, [ids[i] for i in todo])  # a user's file in a run folder: refused before the work, too
-    task = functools.partial(analyze_and_render, analyze_file, opts, ex.in_run)
+    task = functools.partial(analyze_and_render, analyze_file, opts, in_run)
+    if skip is not None and opts.executor == "local" and opts.jobs <= 1:  # in this process: said as each one fails
+        task = functools.partial(_telling, task, drop)
     with staging(out) as folder, session(opts.executor if todo else "local", opts.jobs, opts.ray_address):
         # in chunks, so that at most a chunk of steps' rendered files is in memory at once
         chunk = max(RAY_CHUNK if opts.executor == "ray" else 32, 8 * opts.jobs)
@@ -218,7 +247,7 @@ def build(paths: list[Path], out: Path, opts: BuildOptions, run_ids: list[str] |
                                 opts.ray_address)
             for i, result in zip(part, steps):
                 if isinstance(result, BadInput):
-                    bad.append(_unreadable(found[i], ids[i], result))
+                    drop(_unreadable(found[i], ids[i], result))
                     continue
                 row, files = result
                 rows[i] = row
@@ -226,7 +255,7 @@ def build(paths: list[Path], out: Path, opts: BuildOptions, run_ids: list[str] |
         done_rows = [r for r in rows if r is not None]  # every step, cached or analysed
         bad.sort(key=lambda u: (u.step is None, u.step or 0, u.run_id))
         if not done_rows:  # nothing to build: bad input, as a single bad file is
-            raise BadInput(bad[0].origin, bad[0].reason)
+            raise BadInput(bad[0].origin, bad[0].reason) if bad else BadInput(out, "no step left to build")
         index = {**index_from_rows(done_rows), "unreadable": [u.entry() for u in bad]}
         write_files(folder, {**render("index", index, opts.formats, opts.render), index_json.INDEX_JSON: index_json.text(index)})
         reused = len(found) - len(todo) - keys.count(None)
@@ -239,16 +268,25 @@ def build(paths: list[Path], out: Path, opts: BuildOptions, run_ids: list[str] |
     return built
 
 
-def _key(src: Source, rid: str, fingerprint: str, in_run: frozenset[str], bad: list[Unreadable]) -> str | None:
-    """The step's cache key (site/cache.py); None, with the step added to `bad`, when a run folder's step cannot be
-    hashed (a FIFO or device among its files, a file that vanished)."""
+def _key(src: Source, rid: str, fingerprint: str, in_run: frozenset[str],
+         drop: Callable[[Unreadable], None]) -> str | None:
+    """The step's cache key (site/cache.py); None, with the step dropped (left out, said), when a run folder's step
+    cannot be hashed (a FIFO or device among its files, a file that vanished)."""
     try:
         return step_key(src.paths, f"{src.framework}\0{src.shown or src.origin}", rid, fingerprint)
     except BadInput as exc:
         if rid not in in_run:
             raise
-        bad.append(_unreadable(src, rid, exc))
+        drop(_unreadable(src, rid, exc))
         return None
+
+
+def _telling(task: Callable, drop: Callable[[Unreadable], None], src: Source, rid: str):
+    """`task`, with a step that fails dropped at once (watch says its skip as it is met, not after the pass)."""
+    result = task(src, rid)
+    if isinstance(result, BadInput):
+        drop(_unreadable(src, rid, result))
+    return result
 
 
 def _unreadable(src: Source, rid: str, exc: BadInput) -> Unreadable:

@@ -19,13 +19,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..catalogue.metrics import ROW, SCALARS
+from ..catalogue.metrics import SCALARS
 from ..errors import BadInput
 from ..site.index_json import read_rows
+from .loggers import row_scalars
 
 INSTALL_HINT = 'TensorBoard is not installed: pip install "tim-report[tensorboard]" (or pip install tensorboard)'
 PREFIX = "tim/"
-KEYS = tuple(k for k in SCALARS if k in ROW)  # the logger's metrics an index row carries
+KEYS = SCALARS  # the logger's metrics: an index row carries every one (catalogue.metrics.ROW)
 
 
 @dataclass
@@ -65,10 +66,9 @@ def _write(summary_writer, logdir: Path, doc: dict, rows: list[dict], steps: lis
     writer = summary_writer(log_dir=str(logdir))
     try:
         for row, step in zip(rows, steps):
-            for key in KEYS:
-                if row[key] is not None:
-                    writer.add_scalar(PREFIX + key, float(row[key]), global_step=step)
-                    scalars += 1
+            for key, value in row_scalars(row).items():  # the row's metrics and its lags, as watch --log-to logs them
+                writer.add_scalar(key, value, global_step=step)
+                scalars += 1
         for cp in doc.get("change_steps") or []:  # checked by read_rows: objects, steps in range, strings
             if isinstance(cp.get("sentence"), str):
                 writer.add_text(PREFIX + "change_points", cp["sentence"], global_step=_x(cp.get("step"), 0))

@@ -7,25 +7,29 @@ One sink per logger, each writing through the logger's own client library, impor
   (`offline` writes the run under `WANDB_DIR` for a later `wandb sync`), `WANDB_ENTITY`, `WANDB_API_KEY`;
 - `mlflow[=EXPERIMENT]`: an MLflow run in the experiment (default "tim-report") of `MLFLOW_TRACKING_URI`.
 
-A step's scalars are the index row's logger metrics (`catalogue.metrics.SCALARS`), named `tim/<key>` as
-`Report.scalars()` and `export --tensorboard` name them, at the step's training step, so a live log, a site exported
+A step's scalars are the logger metrics (`catalogue.metrics.SCALARS`, every one of which an index row carries), named
+`tim/<key>` as `Report.scalars()` and `export --tensorboard` name them, at the step's training step, so a live log, a site exported
 later and `report.scalars()` in the loop draw the same charts. An alarm is `tim/alarm` = 1 at its step and its line
 as text (TensorBoard text, a W&B history string, an MLflow tag). One logger run per `watch`: a restarted watch starts
-a new one and logs only the steps the site did not hold (the same rule as its alarms).
+a new one and logs only the steps the site did not hold (the same rule as its alarms). A logger's own log lines
+(MLflow's and its database migrations' INFO) are kept off the terminal unless `verbose`.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from ..catalogue.metrics import ROW, SCALARS
+from ..analysis.lag_history import lag_scalars
+from ..catalogue.metrics import SCALARS
 from ..errors import BadInput
 
 PREFIX = "tim/"
-KEYS = tuple(k for k in SCALARS if k in ROW)  # the logger's metrics an index row carries
+KEYS = SCALARS  # the logger's metrics, as Report.scalars() names them; an index row carries each (catalogue ROW)
+QUIET = ("mlflow", "alembic")  # the Python loggers of the logger clients that print INFO lines of their own
 LOGGERS = {  # name → (what TARGET is, its default, the pip extra that brings the client)
     "tensorboard": ("a log folder", None, "tensorboard"),
     "wandb": ("the W&B project", "tim-report", "wandb"),
@@ -66,7 +70,7 @@ def row_scalars(row: dict) -> dict[str, float]:
         v = row.get(key)
         if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
             out[PREFIX + key] = float(v)
-    return out
+    return {**out, **lag_scalars(row.get("lag_kl_k3") or {}, row.get("staleness_share"), PREFIX)}
 
 
 def row_step(row: dict, position: int) -> int:
@@ -77,12 +81,13 @@ def row_step(row: dict, position: int) -> int:
     return position
 
 
-def open_sinks(targets: list[LogTarget], site: Path) -> list[Sink]:
-    """Every sink asked for, opened before the first poll: a logger that is not installed or cannot start is one line."""
+def open_sinks(targets: list[LogTarget], site: Path, verbose: bool = False) -> list[Sink]:
+    """Every sink asked for, opened before the first poll: a logger that is not installed or cannot start is one line.
+    Not `verbose`: the clients' own INFO lines ("Creating initial MLflow database tables...") are not printed."""
     sinks: list[Sink] = []
     try:
         for t in targets:
-            sinks.append(_OPEN[t.name](t.target, site))
+            sinks.append(_OPEN[t.name](t.target, site, verbose))
     except BaseException:
         close_sinks(sinks)
         raise
@@ -104,8 +109,15 @@ def _missing(name: str) -> BadInput:
     return BadInput("--log-to", f'{name} is not installed: pip install "tim-report[{LOGGERS[name][2]}]"')
 
 
+def _hush(verbose: bool) -> None:
+    """The clients' own loggers to WARNING, after their import (MLflow sets its logger to INFO when imported)."""
+    if not verbose:
+        for name in QUIET:
+            logging.getLogger(name).setLevel(logging.WARNING)
+
+
 class TensorBoardSink:
-    def __init__(self, logdir: str, site: Path):
+    def __init__(self, logdir: str, site: Path, verbose: bool = False):
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
@@ -133,7 +145,7 @@ class TensorBoardSink:
 
 
 class WandbSink:
-    def __init__(self, project: str, site: Path):
+    def __init__(self, project: str, site: Path, verbose: bool = False):
         try:
             import wandb
         except ImportError:
@@ -158,11 +170,12 @@ class WandbSink:
 
 
 class MlflowSink:
-    def __init__(self, experiment: str, site: Path):
+    def __init__(self, experiment: str, site: Path, verbose: bool = False):
         try:
             from mlflow.tracking import MlflowClient
         except ImportError:
             raise _missing("mlflow") from None
+        _hush(verbose)
         try:
             self.client = MlflowClient()
             found = self.client.get_experiment_by_name(experiment)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,14 +46,17 @@ def side_name(opts: RescoreOptions) -> str:
         if not name or set(name) - set(SIDE_NAME_CHARS):
             raise BadInput("--as", f"{name!r}: a side is named in lower-case letters, digits and _")
     else:
-        name = re.sub(r"[^a-z0-9_]+", "_", Path(opts.model).resolve().name.lower()).strip("_") or "checkpoint"
+        given = Path(opts.model).resolve()
+        stem = given.stem if given.suffix.lower() == ".gguf" else given.name
+        name = re.sub(r"[^a-z0-9_]+", "_", stem.lower()).strip("_") or "checkpoint"
     if name in FIXED_SIDES:
         raise BadInput("--as", f"{name!r} is one of the batch's own sides ({', '.join(FIXED_SIDES)}): name the "
                                "rescored side otherwise")
     return name
 
 
-def rescore(step: Path, out: Path, load_options: LoadOptions, opts: RescoreOptions, progress=None) -> Rescored:
+def rescore(step: Path, out: Path, load_options: LoadOptions, opts: RescoreOptions, progress=None,
+            notice: Callable[[str], None] | None = None) -> Rescored:
     """Load STEP, score its tokens with the checkpoint, add the side, write OUT (atomically); every check first."""
     from ..analysis.chain import chain_analysis
     from ..analysis.tokens import valid_tokens
@@ -61,7 +65,7 @@ def rescore(step: Path, out: Path, load_options: LoadOptions, opts: RescoreOptio
     if out.is_dir() or out.suffix.lower() != ".npz":
         raise BadInput(out, "the output is one canonical .npz file")
     name = side_name(opts)
-    check_checkpoint(opts.model, opts.dtype)
+    folder = check_checkpoint(opts.model, opts.dtype, notice)
     batch = load(step, load_options)
     if batch.token_ids is None or batch.prompt_ids is None:
         missing = " and ".join(n for n, v in (("token ids", batch.token_ids), ("prompt ids", batch.prompt_ids)) if v is None)
@@ -69,12 +73,12 @@ def rescore(step: Path, out: Path, load_options: LoadOptions, opts: RescoreOptio
                              "token_ids= and prompt_ids=, capture's files)")
     prompts = [[int(t) for t in p] for p in batch.prompt_ids]
     completions = [[int(t) for t in batch.token_ids[batch.tokens_of(i)]] for i in range(batch.n_seqs)]
-    _check_fits(step, opts.model, prompts, completions)
+    _check_fits(step, folder, prompts, completions)
     temperature = opts.temperature if opts.temperature is not None else _sampling_temperature(batch)
     if not temperature > 0:
         raise BadInput("--temperature", f"{temperature} must be > 0")
     with (progress or _quiet)(f"scoring with {Path(opts.model).name} ({opts.dtype})", batch.n_seqs) as advance:
-        logp, version = score_tokens(opts.model, opts.dtype, opts.device, prompts, completions, temperature, advance)
+        logp, version = score_tokens(folder, opts.dtype, opts.device, prompts, completions, temperature, advance)
     replaced = name in batch.sides
     batch.sides[name] = logp
     batch.meta.setdefault("rescore", {})
@@ -103,7 +107,7 @@ def _sampling_temperature(batch: StepBatch) -> float:
 
 
 def _check_fits(step: Path, model: str, prompts: list[list[int]], completions: list[list[int]]) -> None:
-    """Every sequence within the checkpoint's context and every id within its vocabulary."""
+    """Every sequence within the checkpoint's context and every id within its vocabulary (`model`: its folder)."""
     from ..capture.rescore import context_of
 
     ctx, vocab = context_of(model)

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..analysis.history import check_history
+from ..analysis.lag_history import floor_moved, lag_changed, same_lag
+from ..catalogue.findings.lag import LAG_ALARMS
 from ..catalogue.numbers import fmt
 from ..config import HISTORY_MARGIN, HISTORY_WINDOW
 from ..errors import BadInput
@@ -161,16 +163,21 @@ def build_path(s: Source) -> Path:
 
 
 class Watch:
-    """A run folder followed into a site: `step()` is one poll and, when a complete step is new or changed, one build."""
+    """A run folder followed into a site: `step()` is one poll and, when a complete step is new or changed, one build.
 
-    def __init__(self, run_dir: Path, out: Path, options: WatchOptions):
+    `say`, when given, is told each `skipped:` line as the build meets its step (the command line prints it then);
+    without it those lines are the round's notes."""
+
+    def __init__(self, run_dir: Path, out: Path, options: WatchOptions, say: Callable[[str], None] | None = None):
         check_target(out)  # a folder that cannot be a site is refused before the first poll
-        self.run_dir, self.out, self.opts = run_dir, out, options
+        self.run_dir, self.out, self.opts, self.say = run_dir, out, options, say
         self.poller = Poller(run_dir, options.build.load.format_hint, options.ranks)
         self.built: tuple | None = None  # the complete steps and their files' stats at the last build
         self.bad: dict[Path, tuple] = {}  # a step's path that was bad input → its stats then (retried once they change)
         self.known_ids, self.known_changes = _known(out)
+        self.held = len(self.known_ids)  # the steps the published index lists (the site's last build)
         self.alarmed = {step for step, _ in self.known_changes}  # the steps an alarm was raised for: one per event
+        self.lag_events: dict[str, bool] = {}  # a lag alarm's kind → its event still open (the last step had it too)
 
     def step(self) -> Round:
         ready, notes = self.poller.poll()
@@ -179,19 +186,25 @@ class Watch:
         state = tuple((s.run_id, _stats(s)) for s in ready)
         if not ready or state == self.built:
             return rnd
-        while ready:
-            try:
-                rnd.result = build([build_path(s) for s in ready], self.out, self.opts.build)
-                break
-            except BadInput as exc:  # one bad step: said, left out until its files change; the others still build
-                culprit = next((s for s in ready if _names(s, exc.source)), None)
-                if culprit is None:
-                    raise
-                rnd.notes.append(f"skipped: {exc}")
-                self.bad[build_path(culprit)] = _stats(culprit)
-                ready = [s for s in ready if s is not culprit]
-        self.built = state
+        skipped: list[Source] = []
+
+        def skip(path: Path, exc: BadInput) -> None:  # a bad step: said now, left out until its files change
+            culprit = next((s for s in ready if build_path(s) == path or _names(s, str(path))), None)
+            if culprit is None:
+                raise exc
+            skipped.append(culprit)
+            self.bad[build_path(culprit)] = _stats(culprit)
+            line = f"skipped: {exc}"
+            self.say(line) if self.say is not None else rnd.notes.append(line)
+
+        try:  # one pass: the bad steps are left out as they are met, the others built beside them
+            rnd.result = build([build_path(s) for s in ready], self.out, self.opts.build, skip=skip)
+        except BadInput:
+            if len(skipped) < len(ready):  # not a step's own problem (the output folder): the watch cannot go on
+                raise
+        self.built = tuple(x for s, x in zip(ready, state) if s not in skipped)
         if rnd.result is not None:
+            self.held = len(rnd.result.rows)
             self._news(rnd, rnd.result)
         return rnd
 
@@ -199,12 +212,18 @@ class Watch:
         """The rows and change points the site did not hold before, and the alarms they raise: one per new event (a
         step outside the band, a change point at a step not alarmed yet), its cause first."""
         rnd.new_rows = [r for r in result.rows if r["id"] not in self.known_ids]
-        for row in rnd.new_rows:
+        for row in sorted(rnd.new_rows, key=lambda r: (r.get("step") is None, r.get("step") or 0)):
+            others = [r for r in result.rows if r is not row]
             broke = identity_broken(row, result.rows)  # the sharper event of a run that was bitwise identical
-            band = check_history(row, [r for r in result.rows if r is not row], self.opts.history_window, self.opts.history_margin)
+            lagged = self._lag_alarm(row, others)  # stale weights or a negative lag: the cause, before any band
+            band = check_history(row, same_lag(row, others), self.opts.history_window, self.opts.history_margin)
             if broke is not None:
                 rnd.alarms.append(Alarm("identity", row.get("step"), row["id"], ["abs_delta_max"], row.get("abs_delta_max"),
                                         f"{_cause(row)}; {broke}", row))
+                self.alarmed.add(row.get("step"))
+            elif lagged is not None:
+                if lagged.line:  # a new event; a step that continues an open one is quiet, its band included
+                    rnd.alarms.append(lagged)
                 self.alarmed.add(row.get("step"))
             elif band.violations:
                 first, more = band.violations[0], len(band.violations) - 1
@@ -214,8 +233,8 @@ class Watch:
                 self.alarmed.add(row.get("step"))
         for cp in result.change_steps:
             pairs = {(cp["step"], m) for m in cp["metrics"]}
-            if pairs - self.known_changes and cp["step"] not in self.alarmed:
-                at: dict | None = next((r for r in result.rows if r.get("id") == cp["run"]), None)
+            at: dict | None = next((r for r in result.rows if r.get("id") == cp["run"]), None)
+            if pairs - self.known_changes and cp["step"] not in self.alarmed and not lag_changed(at, result.rows):
                 metric = cp["metrics"][0] if cp["metrics"] else None
                 rnd.alarms.append(Alarm("change_point", cp["step"], cp["run"], list(cp["metrics"]),
                                         (at or {}).get(metric) if metric else None,
@@ -223,6 +242,24 @@ class Watch:
             self.alarmed.add(cp["step"])
             self.known_changes |= pairs
         self.known_ids |= {r["id"] for r in result.rows}
+
+
+    def _lag_alarm(self, row: dict, others: list[dict]) -> Alarm | None:
+        """The step's lag alarm: stale weights (its `stale_weights` finding, or its lag-0 floor above the run's own) or
+        a negative lag; an Alarm with an empty line when the step continues an event already alarmed; None without."""
+        found = set(row.get("findings") or [])
+        moved = floor_moved(row, others, self.opts.history_window, self.opts.history_margin)
+        causes = {"stale_weights": "stale_weights" in found or moved is not None, "negative_lag": "negative_lag" in found}
+        open_before, self.lag_events = self.lag_events, {k: v for k, v in causes.items() if v}
+        kind = next((k for k, v in causes.items() if v), None)
+        if kind is None:
+            return None
+        if open_before.get(kind):
+            return Alarm(kind, row.get("step"), row["id"], [], None, "", row)
+        why = moved if kind == "stale_weights" and moved is not None else "the step's own finding"
+        metric = "lag_kl_k3" if kind == "stale_weights" else "lag_mix"
+        value = (row.get("lag_kl_k3") or {}).get("0") if kind == "stale_weights" else None
+        return Alarm(kind, row.get("step"), row["id"], [metric], value, f"{_cause(row)}; {LAG_ALARMS[kind]}: {why}", row)
 
 
 def identity_broken(row: dict, rows: list[dict]) -> str | None:

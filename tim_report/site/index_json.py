@@ -26,6 +26,7 @@ from ..model import dumps
 from .layout import INDEX_JSON
 
 SCHEMA_VERSION = 1
+LAG_KEYS_MAX = 256  # the lags one row may name in lag_kl_k3 (a run's lag knob is a few versions; far beyond that is corrupt)
 
 
 def document(index: dict) -> dict:
@@ -119,11 +120,39 @@ def _row(index: Path, i: int, r: object, keys: tuple[str, ...] = catalogue.HISTO
     if not isinstance(r, dict):
         raise BadInput(index, f"runs[{i}] is not an object")
     rid = r.get("id")
-    row = {"id": str(rid) if isinstance(rid, (str, int)) and not isinstance(rid, bool) else f"runs[{i}]",
+    row: dict = {"id": str(rid) if isinstance(rid, (str, int)) and not isinstance(rid, bool) else f"runs[{i}]",
            "step": None if r.get("step") is None else _step(index, f"runs[{i}]", r["step"])}
     for key in keys:
         row[key] = number(index, i, r, key)
+    row["staleness_share"] = number(index, i, r, "staleness_share")
+    row["floor_kl_k3_se"] = number(index, i, r, "floor_kl_k3_se")
+    row["lag_kl_k3"] = lag_numbers(index, i, r.get("lag_kl_k3"))
     return row
+
+
+def lag_numbers(index: Path, i: int, value: object) -> dict[str, float]:
+    """A row's `lag_kl_k3`: at most LAG_KEYS_MAX lags, each named by an integer or "unknown", each a number (a value
+    that is not finite left out); absent or null is {}; anything else is a corrupt index."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or len(value) > LAG_KEYS_MAX:
+        raise BadInput(index, f"runs[{i}].lag_kl_k3 is not an object of at most {LAG_KEYS_MAX} lags")
+    out = {}
+    for k, v in value.items():
+        if not isinstance(k, str) or not (k == "unknown" or (len(k) <= 20 and k.lstrip("-").isdigit())):
+            raise BadInput(index, f"runs[{i}].lag_kl_k3 names a lag {str(k)[:20]!r}: an integer or unknown")
+        x = _lag_value(index, i, k, v)
+        if x is not None:
+            out[k] = float(x)
+    return out
+
+
+def _lag_value(index: Path, i: int, k: str, v: object) -> float | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise BadInput(index, f"runs[{i}].lag_kl_k3.{k} is not a number")
+    return float(v) if math.isfinite(v) else None
 
 
 def number(index: Path, i: int, r: dict, key: str) -> float | int | None:

@@ -122,6 +122,10 @@ class NpzMembers(Mapping):
         if h.dtype.kind in "SU" and chars > MAX_STRING_CHARS:  # converted to Python strings: a few take gigabytes
             raise BadInput(self.path, f"'{key}' holds strings of {fmt(chars)} characters each ({h.dtype}), more than "
                                       f"tim-report reads in one string ({fmt(MAX_STRING_CHARS)}), whatever the limits")
+        if h.dtype.kind in "SU" and count * h.dtype.itemsize > limits.max_text_bytes:
+            raise BadInput(self.path, f"'{key}' declares {fmt(count)} strings of {fmt(chars)} characters each ({h.dtype}): "
+                                      f"{fmt(count * h.dtype.itemsize)} bytes, more than this run reads as text "
+                                      f"({fmt(limits.max_text_bytes)}, from --max-tokens {fmt(limits.max_tokens)})")
         if count * h.dtype.itemsize > limits.max_bytes:
             raise BadInput(self.path, f"'{key}' declares {fmt(count)} elements of {h.dtype.itemsize} bytes ({h.dtype}): "
                                       f"{fmt(count * h.dtype.itemsize)} bytes, more than this run reads "

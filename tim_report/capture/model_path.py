@@ -1,0 +1,303 @@
+"""What `--model` names → a transformers model folder, for every command that loads a model (capture, bisect, rescore).
+
+- a folder with config.json: itself, unless its config asks for custom code (`auto_map`, `trust_remote_code`),
+  which is refused before transformers sees the folder (tim-report never runs a model folder's Python);
+- a `.gguf` file, or a folder holding exactly one `.gguf` and no config.json: a dequantised safetensors folder
+  (config, fp32 weights, tokenizer and chat template) written once by transformers' own GGUF loader into a cache
+  keyed by the file's sha256, and reused afterwards. Every engine (hf and vLLM) then loads that one folder, so both
+  sides score the very same float weights.
+
+The GGUF is checked before any model is loaded: the magic, a header, tensor table and tensor data that read whole (a
+truncated download fails here), an architecture transformers' GGUF loader knows and tensor types it can
+dequantise. The folder is written into a staging folder beside its final name and renamed into place in one step,
+so two processes converting at once never corrupt it and a half-written folder is never used.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from ..errors import BadInput
+
+GGUF_MAGIC = b"GGUF"
+MARKER = "tim-report-gguf.json"  # written last into the staging folder: what the cache folder was made from
+CONFIGS = ("config.json", "tokenizer_config.json")
+STALE_STAGING_S = 86400  # a staging folder this old is a killed conversion's, not a running one's
+# llama.cpp's architecture names that transformers' GGUF loader renames (modeling_gguf_pytorch_utils.load_gguf_checkpoint)
+LLAMA_CPP_NAMES = {"qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe", "gpt-oss": "gpt_oss", "minimax-m2": "minimax_m2",
+                   "t5encoder": "t5"}
+# a quantisation tag at the end of a GGUF's file name (SmolLM2-135M-Instruct.Q4_1, model-q4_k_m, model.f16)
+QUANT_TAG = re.compile(r"[.\-_](?:[QqIi][Qq]?\d\w*|[Ff](?:16|32|64)|[Bb][Ff]16)$")
+
+
+def cache_root() -> Path:
+    """`$TIM_REPORT_CACHE/gguf`, else `$XDG_CACHE_HOME/tim-report/gguf`, else `~/.cache/tim-report/gguf`."""
+    if os.environ.get("TIM_REPORT_CACHE"):
+        return Path(os.environ["TIM_REPORT_CACHE"]) / "gguf"
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "tim-report" / "gguf"
+
+
+def resolve_model(path: str, notice: Callable[[str], None] | None = None) -> Path:
+    """The transformers model folder that `path` (a model folder, a .gguf file or a folder holding one) stands for.
+
+    BadInput (one line) for anything else; `notice` receives one line when a GGUF is converted (the first time)."""
+    p = Path(path)
+    if not p.exists():
+        raise BadInput(path, "no such model folder or .gguf file")
+    if p.is_dir():
+        if (p / "config.json").is_file():
+            refuse_custom_code(p)
+            return p
+        found = sorted(x for x in p.glob("*.gguf") if x.is_file())
+        if not found:
+            raise BadInput(path, "not a transformers model folder (no config.json) and holds no .gguf file")
+        if len(found) > 1:
+            names = ", ".join(x.name for x in found[:4]) + (", …" if len(found) > 4 else "")
+            raise BadInput(path, f"holds {len(found)} .gguf files ({names}): name one with --model {p / found[0].name}")
+        p = found[0]
+    if not p.is_file():
+        raise BadInput(path, "is neither a model folder nor a regular .gguf file")
+    return _from_gguf(p.resolve(), notice)
+
+
+def model_name(folder: Path) -> str:
+    """The model's display name for meta and pages, never a local path: the GGUF's `general.name` for a converted
+    folder, else the basename of config.json's `_name_or_path`, else the folder's name."""
+    folder = Path(folder)
+    for source, key in ((MARKER, "name"), ("config.json", "_name_or_path")):
+        try:
+            value = json.loads((folder / source).read_text(encoding="utf-8")).get(key)
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(value, str) and value.strip():
+            return Path(value.strip()).name or value.strip()
+    return folder.resolve().name
+
+
+def model_meta(folder: Path) -> dict:
+    """A capture's meta about its model: the display name, and for a converted GGUF the file's name and sha256."""
+    meta: dict = {"model": model_name(folder)}
+    try:
+        marker = json.loads((Path(folder) / MARKER).read_text(encoding="utf-8"))
+        meta["model_gguf"] = {"file": marker["gguf_file"], "sha256": marker["sha256"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    return meta
+
+
+def refuse_custom_code(folder: Path) -> None:
+    """BadInput when the folder's config or tokenizer config asks for custom code: checked before transformers runs."""
+    for name in CONFIGS:
+        f = folder / name
+        if not f.is_file():
+            continue
+        try:
+            config = json.loads(f.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+            raise BadInput(f, f"is not valid JSON ({type(exc).__name__})") from None
+        if isinstance(config, dict):
+            asks = [k for k in ("auto_map", "trust_remote_code") if config.get(k)]
+            if asks:
+                raise BadInput(folder, f"{name} asks for custom code ({asks[0]}): tim-report never runs a model "
+                                       "folder's Python; use a model whose architecture transformers ships")
+
+
+# ---------------------------------------------------------------------------- GGUF
+
+
+_RESOLVED: dict[tuple[str, int, int], Path] = {}  # one check and one hash per file per process (a length sweep resolves again)
+
+
+def _from_gguf(gguf: Path, notice: Callable[[str], None] | None) -> Path:
+    st = gguf.stat()
+    key = (str(gguf), st.st_size, st.st_mtime_ns)
+    if key not in _RESOLVED or not (_RESOLVED[key] / MARKER).is_file():
+        _RESOLVED[key] = _converted(gguf, notice)
+    return _RESOLVED[key]
+
+
+def _converted(gguf: Path, notice: Callable[[str], None] | None) -> Path:
+    _check_magic(gguf)
+    digest = _sha256(gguf)
+    final = cache_root() / digest[:16]
+    if (final / MARKER).is_file():  # only a whole conversion of these very bytes is ever renamed to this name
+        return final
+    if final.exists():
+        raise BadInput(final, "is in tim-report's GGUF cache but was not written by it (no tim-report-gguf.json): "
+                              "remove it and run again")
+    header = read_header(gguf)  # before any model is loaded: a damaged or unsupported GGUF is one line
+    check_supported(gguf, header)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    if notice is not None:
+        notice(f"converting {gguf.name} once into {final} (dequantised to fp32, reused afterwards)")
+    _sweep(final.parent)
+    staging = Path(tempfile.mkdtemp(prefix=f".{digest[:16]}.staging-", dir=final.parent))
+    try:
+        _convert(gguf, staging)
+        (staging / MARKER).write_text(json.dumps({"gguf_file": gguf.name, "sha256": digest, "name": header["name"],
+                                                  "general_name": header["general_name"], "architecture": header["architecture"],
+                                                  "tensor_types": header["types"]}, indent=1) + "\n")
+        try:
+            os.rename(staging, final)  # one step; a folder already there (another process won the race) stays
+        except OSError:
+            if not (final / MARKER).is_file():
+                raise
+    except BadInput:
+        raise
+    except Exception as exc:
+        raise BadInput(gguf, f"transformers cannot load this GGUF ({_one_line(exc)})") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return final
+
+
+def _sweep(root: Path) -> None:
+    """Staging folders a killed conversion left, a day old or more: never used, removed the next time one starts."""
+    for old in root.glob(".*.staging-*"):
+        with contextlib.suppress(OSError):
+            if time.time() - old.stat().st_mtime > STALE_STAGING_S:
+                shutil.rmtree(old, ignore_errors=True)
+
+
+def read_header(gguf: Path) -> dict:
+    """The GGUF's architecture, name and tensor types; BadInput for a file that is not a whole GGUF."""
+    _check_magic(gguf)
+    try:
+        from gguf import GGUFReader
+    except ImportError:
+        raise BadInput(gguf, "reading a GGUF needs the gguf package: pip install gguf") from None
+    try:
+        with _quiet():
+            reader = GGUFReader(str(gguf))
+    except Exception as exc:  # the reader maps every tensor's data: a short file fails here too
+        raise BadInput(gguf, f"is truncated or damaged: its header and tensors do not read ({_one_line(exc)})") from None
+    arch = _field_text(reader, "general.architecture")
+    if not arch:
+        raise BadInput(gguf, "is not a model GGUF (no general.architecture)")
+    return {"architecture": arch, "name": display_name(gguf), "general_name": _field_text(reader, "general.name"),
+            "tokenizer": _field_text(reader, "tokenizer.ggml.model"),
+            "types": sorted({t.tensor_type.name for t in reader.tensors}), "tensors": len(reader.tensors)}
+
+
+def _check_magic(gguf: Path) -> None:
+    try:
+        with open(gguf, "rb") as f:
+            magic = f.read(4)
+    except OSError as exc:
+        raise BadInput(gguf, f"cannot read it ({exc.strerror or type(exc).__name__})") from None
+    if magic != GGUF_MAGIC:
+        raise BadInput(gguf, "is not a GGUF file (it does not start with the GGUF magic)")
+
+
+def check_supported(gguf: Path, header: dict) -> None:
+    """BadInput unless transformers' GGUF loader knows the architecture and can dequantise every tensor type."""
+    from gguf import GGMLQuantizationType
+    from gguf import quants as gguf_quants
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    arch = header["architecture"]
+    arches = sorted(set(GGUF_SUPPORTED_ARCHITECTURES) - {"general", "tokenizer"})
+    if arch not in arches and LLAMA_CPP_NAMES.get(arch) not in arches:
+        raise BadInput(gguf, f"architecture '{arch}' is not one transformers can load from a GGUF "
+                             f"(transformers {_transformers_version()} loads {', '.join(arches)})")
+    plain = {"F32", "F16", "BF16", "F64", "I8", "I16", "I32", "I64"}
+    known = getattr(gguf_quants, "_type_traits", None)  # the types gguf.dequantize (transformers' loader calls it) knows
+    bad = [t for t in header["types"] if t not in plain and known is not None and GGMLQuantizationType[t] not in known]
+    if bad:
+        raise BadInput(gguf, f"tensor type {', '.join(bad)} cannot be dequantised by the gguf package")
+    tokenizers = _tokenizer_types()
+    if tokenizers is not None and header["tokenizer"] not in tokenizers:
+        said = f"tokenizer '{header['tokenizer']}'" if header["tokenizer"] else "no tokenizer (tokenizer.ggml.model)"
+        raise BadInput(gguf, f"states {said}: transformers builds a tokenizer from a GGUF only for "
+                             f"{', '.join(sorted(tokenizers))}")
+
+
+def _tokenizer_types() -> set[str] | None:
+    """The `tokenizer.ggml.model` values transformers' GGUF loader builds a tokenizer for (None: not known here)."""
+    import importlib
+
+    for module, name in (("transformers.integrations.gguf.gguf_tokenizer_mapping", "GGUF_TOKENIZER_TYPES"),
+                         ("transformers.integrations.ggml", "GGUF_TO_FAST_CONVERTERS")):  # the second: transformers 4.x
+        try:
+            return set(getattr(importlib.import_module(module), name))
+        except (ImportError, AttributeError):
+            continue
+    return None
+
+
+def _convert(gguf: Path, out: Path) -> None:
+    """transformers' GGUF loader (dequantising to fp32), then save_pretrained: config, safetensors, tokenizer, template."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    with _quiet():
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+        # The weights are plain fp32 tensors by now; transformers only marks the model as GGUF-"quantised", which
+        # save_pretrained refuses and which a folder load would try to repeat. Unmark it.
+        setattr(model, "hf_quantizer", None)  # noqa: B010 - typed as a module attribute by torch's stubs
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(str(out), safe_serialization=True)
+        tokenizer.save_pretrained(str(out))
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """No transformers warnings, Python warnings or progress bars: a failure is our one line, not theirs after theirs."""
+    from transformers.utils import logging as hf_logging
+
+    before = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    try:  # the GGUF loader's own tqdm ("Converting and de-quantizing GGUF tensors") writes to sys.stderr
+        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        hf_logging.set_verbosity(before)
+
+
+def _transformers_version() -> str:
+    import transformers
+
+    return str(transformers.__version__)
+
+
+def display_name(gguf: Path) -> str:
+    """The file's name without its quantisation tag: what a user calls the model (general.name is often a training
+    run's label: SmolLM2's reads "Smollm2 135M 8k Lc100K Mix1 Ep2")."""
+    stem = gguf.name[: -len(".gguf")] if gguf.name.lower().endswith(".gguf") else gguf.name
+    return QUANT_TAG.sub("", stem) or stem
+
+
+def _field_text(reader, key: str) -> str | None:
+    field = reader.fields.get(key)
+    if field is None or not field.data:
+        return None
+    try:
+        return bytes(field.parts[field.data[0]]).decode("utf-8", "replace")
+    except Exception:
+        return None
+
+
+def _sha256(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0][:300]}" if text else type(exc).__name__
