@@ -66,9 +66,10 @@ def test_capture_stale_bad_input(tmp_path, versions, case):
              "no_checkpoint": ["--stale", f"1={tmp_path / 'nope'}"], "other_vocab": ["--stale", f"1={other}"],
              "with_recompute": ["--stale", f"1={versions[1]}", "--recompute", "hf:bf16"],
              "two_rollouts": ["--stale", f"1={versions[1]}", "--rollout", "hf:fp16"]}[case]
-    res = run(*capture_args(versions[3], tmp_path / "out.npz", *extra))
+    out = tmp_path / ("out" if case == "two_rollouts" else "out.npz")  # two pairs are written into a folder
+    res = run(*capture_args(versions[3], out, *extra))
     one_line_exit_2(res, "--stale" if case != "no_checkpoint" else "nope")
-    assert not (tmp_path / "out.npz").exists()
+    assert not out.exists()
 
 
 def test_rescore_tells_which_checkpoint_a_planted_stale_rollout_came_from(tmp_path, versions):
@@ -134,3 +135,22 @@ def test_rescore_bad_input_is_one_line_and_writes_nothing(tmp_path, case):
               "bad_name": "--as", "fixed_name": "--as", "not_npz": "out.pt", "other_vocab": "outside"}[case]
     one_line_exit_2(res, phrase)
     assert not out.exists()
+
+
+@pytest.mark.slow
+def test_rescore_takes_a_gguf_as_capture_does(tmp_path, monkeypatch):
+    """The real model: a step captured from SmolLM2's GGUF, rescored by the same GGUF (converted once into the cache)
+    in fp32, gives the trainer's fp32 log-probs: the same folder, the same scoring routine."""
+    from helpers import smollm2_gguf
+
+    gguf = smollm2_gguf()
+    monkeypatch.setenv("TIM_REPORT_CACHE", str(tmp_path / "cache"))
+    step = tmp_path / "step.npz"
+    res = run("capture", "--model", gguf, "--prompts", PROMPTS, "--rollout", "hf:bf16", "--trainer", "hf:fp32",
+              "--max-prompts", "2", "--n-samples", "1", "--max-new-tokens", "8", "--device", "cpu", "-o", step)
+    assert res.exit_code == 0, res.output
+    res = run("rescore", step, "--model", gguf, "-o", tmp_path / "out.npz")
+    assert res.exit_code == 0, res.output
+    b = load(tmp_path / "out.npz")
+    name = "smollm2_135m_instruct_q4_1"  # the file's stem as a side name
+    assert list(b.sides) == [name] and np.allclose(b.sides[name], b.trainer_logp, atol=1e-6)

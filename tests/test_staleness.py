@@ -59,6 +59,7 @@ def test_real_older_versions_split_by_lag(stale_run, tmp_path):
     assert "stale_weights" not in ids(report) and "negative_lag" not in ids(report)
     assert "of KL k3 comes from lag ≥ 1 beyond the lag-0 floor" in report.diagnosis["verdict"]
     assert "lag 0 at dense bf16 noise" in report.diagnosis["verdict"]
+    assert report.diagnosis["what_to_check"].startswith("Nothing in the engines: the mismatch beyond noise is staleness")
     summary = json.loads(json.dumps(report.summary_dict(), default=str))
     assert summary["staleness"]["by_lag"][0]["lag"] == 0 and "kl_k3" in summary["staleness"]["by_lag"][0]
     r = check(tmp_path, stale_run)
@@ -173,5 +174,53 @@ def test_page_report_md_and_summary_show_the_split(stale_run, tmp_path):
     for text in (page, md):
         assert "Staleness by lag" in text and "KL beyond lag 0" in text and "at noise" in text
     assert md.index("### Staleness by lag") < md.index("## Findings")
+    cost = summary["staleness"]["cost"]  # what the lag costs as importance weights, said under the table
+    assert cost["tokens"] == 1152 and cost["clipped"] > cost["clipped_lag0"] and cost["ess"] < 1
+    assert "What the lag costs: token ESS" in page and "What the lag costs: token ESS" in md
     rows = summary["staleness"]["by_lag"]
     assert [r["lag"] for r in rows] == [0, 1, 2, 3] and summary["staleness"]["dominant"] == "staleness"
+
+
+def test_generate_calls_become_token_ranges():
+    """slime / miles: one version per generate call; miles' spans name their tokens; calls that match the trained
+    spans one for one split a multi-turn sample; a partial rollout's resumed calls inside one span do not."""
+    from tim_report.io.sequences import call_token_versions, joined_versions
+    from tim_report.model import UNKNOWN_VERSION
+
+    mask = np.array([1, 1, 0, 0, 1, 1, 1], bool)  # two assistant turns around a tool's output
+    assert call_token_versions(["4", "5"], mask, prompt_len=3).tolist() == [4, 4, 4, 4, 5, 5, 5]
+    assert call_token_versions(["4"], mask, 3) is None  # one call: the sequence's version says it
+    assert call_token_versions(["4", "5", "5"], mask, 3) is None  # resumed inside a span: no token mapping
+    spans = [[{"version": "7", "abs_start": 3, "abs_end": 5}], [{"version": "8", "abs_start": 7, "abs_end": 10}]]
+    assert call_token_versions(spans, mask, 3).tolist() == [7, 7, UNKNOWN_VERSION, UNKNOWN_VERSION, 8, 8, 8]
+    assert joined_versions(spans) == "7,8" and joined_versions(["4", "5", "5"]) == "4,5"
+
+
+def test_second_lane_split_is_the_same(monkeypatch):
+    """A large batch measures the split on analyze's second lane; the report is the same as in the diagnosis."""
+    import tim_report.analysis as analysis
+
+    b = make_batch(n_seqs=40, mean_len=30, seed=5)
+    b.weight_version = np.array([str(7 - i % 3) for i in range(40)])
+    b.meta["trainer_version"] = 7
+    here = analyze(b).staleness
+    monkeypatch.setattr(analysis, "THREAD_MIN_TOKENS", 0)
+    assert analysis.analyze(b).staleness == here
+
+
+def test_meta_names_the_trainer_version_and_the_logged_clip_fraction(stale_run, tmp_path):
+    """`--meta ppo_clip_fraction=0` feeds the idle-correction check; a value that is no fraction is bad input."""
+    r = check(tmp_path, stale_run, "--meta", "ppo_clip_fraction=0", "--fail-on", "warn", "--no-limits")
+    assert r.exit_code == 1 and "warn idle_correction" in r.output, r.output
+    r = check(tmp_path, stale_run, "--meta", "ppo_clip_fraction=2")
+    assert r.exit_code == 2 and "ppo_clip_fraction=2: not a fraction" in r.output
+    r = check(tmp_path, stale_run, "--meta", "trainer_version=2")  # the lags move by one: lag −1 appears
+    assert r.exit_code == 0 and "negative lag (384 tokens) (warn)" in r.output and "position" not in r.output
+
+
+def test_report_md_is_valid_gfm(stale_run, tmp_path):
+    from helpers import build_site, check_gfm
+
+    site = build_site(tmp_path, [("async", stale_run)])
+    tokens = check_gfm((site / "async" / "report.md").read_text(encoding="utf-8"))  # asserts what GitHub would mangle
+    assert any(t.type == "inline" and t.content == "Staleness by lag" for t in tokens)

@@ -22,9 +22,11 @@ from .diagnosis import diagnose
 from .distributions import distributions
 from .metrics import LADDERS, summary_metrics
 from .samples import sample_rows
+from .staleness import split
 from .tokens import valid_tokens
 from .topk import topk_analysis
 from .verl_metrics import verl_metrics
+from .versions import has_versions
 
 __all__ = ["GATE", "GATE_HISTORY", "DiagnosisThresholds", "Scope", "Thresholds", "analyze"]
 
@@ -55,9 +57,13 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
     # samples on a second thread. numpy releases the GIL in its loops, so a large batch uses two cores; one
     # lane each keeps at most two families' temporaries alive at once (peak memory, docs/performance.md).
     with ThreadPoolExecutor(max_workers=1) as pool:
-        side = pool.submit(side_families, batch, tok, th) if tok.n >= THREAD_MIN_TOKENS else None
+        big = tok.n >= THREAD_MIN_TOKENS
+        # the staleness split first on the second lane (the diagnosis reads it), then the families
+        stale = pool.submit(split, batch, tok, th) if big and has_versions(batch) else None
+        side = pool.submit(side_families, batch, tok, th) if big else None
         metrics = summary_metrics(tok, th, scope.ladders, scope.pages)
-        diagnosis = diagnose(batch, tok, metrics, diagnosis_thresholds, th)
+        given = {"staleness": stale.result()} if stale is not None else {}
+        diagnosis = diagnose(batch, tok, metrics, diagnosis_thresholds, th, given)
         families = side.result() if side is not None else side_families(batch, tok, th)
     groups, envs = families.pop("by_group"), families.pop("by_env")
     if not scope.pages:
@@ -83,10 +89,13 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
     report.staleness = report.diagnosis.pop("staleness", None)  # summary.json's own `staleness`
     if (sentence := lag_words.verdict_sentence(report.staleness)) is not None:
         report.diagnosis["verdict"] = f"{report.diagnosis['verdict']} {sentence}"  # which dominates: staleness or numerics
+    leads = any(f["severity"] != "info" for f in report.diagnosis.get("findings") or [])
+    if not leads and (check := lag_words.staleness_check(report.staleness)) is not None:
+        report.diagnosis["what_to_check"] = check  # beyond noise by staleness alone: the lag, not an engine, to look at
     report.routing["blocked_by_bug"] = blocked_by_bug(report.diagnosis or {})
     report.diagnosis["glance"] = glance_of(report.diagnosis, envs, metrics.get("kl_k3"))
     lag_glance = lag_words.glance(report.staleness)
-    if lag_glance and not any(f["severity"] != "info" for f in report.diagnosis.get("findings") or []):
+    if lag_glance and not leads:
         report.diagnosis["glance"] += f": {lag_glance}"  # what the mismatch is when no finding leads: staleness or not
     report.run["thresholds"] = th.to_dict()
     return report

@@ -35,12 +35,13 @@ from .tokens import Tokens
 
 
 def diagnose(batch: StepBatch, tok: Tokens, metrics: dict, thresholds: DiagnosisThresholds | None = None,
-             th: Thresholds | None = None) -> dict:
+             th: Thresholds | None = None, given: dict | None = None) -> dict:
     """The `diagnosis` object of summary.json for one batch (`metrics` is `summary_metrics`' result, `th` the
-    analysis thresholds the measurements beside the verdict read: PPO's ε and clip band, the TIS cap)."""
+    analysis thresholds the measurements beside the verdict read: PPO's ε and clip band, the TIS cap; `given` what
+    analyze measured on its second lane for a detector: the staleness split's numbers)."""
     band, why = choose_band(batch.meta)
     dt = apply_band(thresholds or DiagnosisThresholds(), band)
-    scene = Scene(batch, tok, metrics, dt, th or Thresholds())
+    scene = Scene(batch, tok, metrics, dt, th or Thresholds(), given=given or {})
     _raise(scene, words.INPUT_PROBLEM)  # an input problem leads: no verdict is drawn from what is left
     identical = not scene.found and _is_identical(tok, dt, metrics["abs_delta_max"])
     for id_ in words.FINDINGS:  # the catalogue's order: a detector may read the findings of those before it

@@ -29,7 +29,7 @@ def measured(s: Scene) -> dict | None:
 
 
 def _numbers(s: Scene) -> dict | None:
-    return split(s.batch, s.tok, s.th)
+    return s.given["staleness"] if "staleness" in s.given else split(s.batch, s.tok, s.th)
 
 
 def _older_like(st: dict, kl0: float) -> tuple[dict | None, list[float]]:

@@ -39,6 +39,7 @@ class Scene:
     dt: DiagnosisThresholds
     th: Thresholds
     found: dict[str, dict] = field(default_factory=dict)
+    given: dict[str, Any] = field(default_factory=dict)  # measured before the diagnosis, on analyze's second lane
     _done: dict[Callable, Any] = field(default_factory=dict)
 
     def once(self, work: Callable[[Scene], Any]) -> Any:

@@ -7,7 +7,8 @@ as `trainer_version_source`: "meta" or "step"; None when neither is known, and t
 generation version is its `token_version` where the framework records one per token, else its sequence's
 `weight_version`; a sequence several versions generated ("2,3") without per-token versions is counted at its oldest
 version (its largest lag). A version that is missing or not an integer is unknown: its tokens go to the "unknown"
-bucket, never to lag 0.
+bucket, never to lag 0. Versions count from 0: a negative one is unknown too (AReaL writes −1 on the tokens no engine
+generated).
 """
 
 from __future__ import annotations
@@ -37,9 +38,9 @@ def trainer_version(meta: dict) -> tuple[int | None, str | None]:
 
 
 def parse(text: str) -> list[int] | None:
-    """A sequence's versions oldest → newest ("2,3" → [2, 3]); None when any part is not an integer (unknown)."""
+    """A sequence's versions oldest → newest ("2,3" → [2, 3]); None when any part is not a non-negative integer."""
     parts = [version_int(p) for p in str(text).split(",") if p.strip()]
-    if not parts or any(p is None for p in parts):
+    if not parts or any(p is None or p < 0 for p in parts):
         return None
     return [p for p in parts if p is not None]
 
@@ -75,7 +76,7 @@ def token_lags(batch: StepBatch, tok: Tokens, trainer: int | None) -> tuple[np.n
         return None, seq_lag
     gen = np.asarray(batch.token_version, np.int64)
     gen = gen if tok.valid_index is None else gen[tok.valid_index]
-    gen = np.where((gen == UNKNOWN) | (np.abs(gen) >= LIMIT), oldest[tok.seq], gen)
+    gen = np.where((gen < 0) | (gen >= LIMIT), oldest[tok.seq], gen)  # UNKNOWN, negative or huge: the sequence's
     return _lag(trainer, gen), seq_lag
 
 

@@ -72,6 +72,27 @@ def verdict_sentence(st: dict | None) -> str | None:
             f"{lead}; {floor_words(st['floor'])}.")
 
 
+def cost_sentence(st: dict) -> str | None:
+    """'What the lag costs: ESS 0.97 over the 1,152 tokens of lag ≥ 1, PPO clips 9.0% of them (lag 0: 0%) and the TIS
+    cap 0.17%.' (None without such tokens)."""
+    c = st.get("cost")
+    if not c:
+        return None
+    lag0 = f" (lag 0: {pct(c['clipped_lag0'])})" if c.get("clipped_lag0") is not None else ""
+    return (f"What the lag costs: token ESS {fmt(c['ess'], 3)} over the {fmt(c['tokens'])} tokens of lag ≥ 1; PPO clips "
+            f"{pct(c['clipped'])} of them{lag0} and the TIS cap {pct(c['capped'])}.")
+
+
+def staleness_check(st: dict | None) -> str | None:
+    """What to check when staleness dominates a floor at its noise and no finding leads (None otherwise)."""
+    if not st or st.get("dominant") != "staleness" or not (st.get("floor") or {}).get("within"):
+        return None
+    return ("Nothing in the engines: the mismatch beyond noise is staleness, which importance weights against the "
+            "behaviour policy correct (token TIS / MIS with the rollout's log-probs). Check the per-lag rows: if an old "
+            "lag's ESS or clipped share costs too much, lower the maximum lag (max off-policy steps, the async buffer's "
+            "depth) or the learning rate.")
+
+
 def glance(st: dict | None) -> str | None:
     """'staleness 81% of KL k3 from lag ≥ 1, lag 0 at dense bf16 noise' for a terminal line."""
     if st is None or st["share"] is None or st["trainer_version"] is None:

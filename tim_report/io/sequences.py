@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import BadInput
-from ..model import StepBatch
+from ..model import UNKNOWN_VERSION, StepBatch
 
 PLACEHOLDER_WHY = ("the rollout log-prob is a 0.0 placeholder (prompt, tool or environment output): outside the loss "
                    "mask it is padding, kept in the token tables but out of every metric")
@@ -39,6 +39,7 @@ class Seq:
     reward: float | None = None
     group: str | None = None
     weight_version: str | None = None
+    token_version: np.ndarray | None = None  # [L] int64, where the framework says which call generated which tokens
     env: str | None = None
 
 
@@ -119,10 +120,58 @@ def joined_versions(versions: Any) -> str | None:
     if isinstance(versions, (str, int, float)):
         return str(versions)
     seen: list[str] = []
-    for v in list(versions):
-        if str(v) not in seen:
-            seen.append(str(v))
+    for v in _call_versions(versions):
+        if v not in seen:
+            seen.append(v)
     return ",".join(seen) if seen else None
+
+
+def _call_versions(versions: Any) -> list[str]:
+    """Each generate call's version, in order: a string per call (slime, miles), or the version of each span of
+    miles' per-call span lists ({"version", "abs_start", "abs_end"})."""
+    out = []
+    for v in list(versions):
+        for span in (v if isinstance(v, (list, tuple)) else [v]):
+            out.append(str(span.get("version")) if isinstance(span, dict) else str(span))
+    return out
+
+
+def call_token_versions(versions: Any, mask: np.ndarray, prompt_len: int) -> np.ndarray | None:
+    """[L] the version that generated each response token, where the dump says which call made which tokens: miles'
+    spans (absolute positions in `tokens`, so shifted by the prompt's length), or one version per generate call of a
+    multi-turn sample whose calls match its trained spans one for one (call k made trained span k and what follows it
+    up to the next). None when the dump cannot say (one call, or a partial rollout's resumed calls inside one span):
+    the sequence's versions (oldest first) stand for it. Tokens no span covers are UNKNOWN_VERSION."""
+    if versions is None or isinstance(versions, (str, int, float)) or len(list(versions)) < 2 and not _spans(versions):
+        return None
+    out = np.full(mask.shape[0], UNKNOWN_VERSION, np.int64)
+    if _spans(versions):
+        for call in versions:
+            for span in call if isinstance(call, (list, tuple)) else [call]:
+                v = _int_version(span.get("version"))
+                lo, hi = int(span.get("abs_start", 0)) - prompt_len, int(span.get("abs_end", 0)) - prompt_len
+                if v is not None and hi > 0:
+                    out[max(lo, 0):max(hi, 0)] = v
+        return out
+    parsed = [_int_version(v) for v in _call_versions(versions)]
+    calls = [v for v in parsed if v is not None]
+    starts = np.flatnonzero(mask & ~np.concatenate([[False], mask[:-1]]))  # where each trained span begins
+    if len(calls) != starts.size or len(calls) != len(parsed):
+        return None
+    bounds = [0, *starts[1:].tolist(), mask.shape[0]]  # call k: from span k's start (the first from 0) to span k + 1's
+    for k, v in enumerate(calls):
+        out[bounds[k]: bounds[k + 1]] = v
+    return out
+
+
+def _spans(versions: Any) -> bool:
+    flat = [x for v in list(versions) for x in (v if isinstance(v, (list, tuple)) else [v])]
+    return bool(flat) and all(isinstance(x, dict) and "abs_start" in x for x in flat)
+
+
+def _int_version(v: Any) -> int | None:
+    text = str(v).strip()
+    return int(text) if text.lstrip("-").isdigit() and len(text) < 19 else None
 
 
 def assemble_seqs(path: Path | str, seqs: list[Seq], meta: dict, exclusions: Exclusions, notes: list[str]) -> StepBatch:
@@ -147,6 +196,9 @@ def assemble_seqs(path: Path | str, seqs: list[Seq], meta: dict, exclusions: Exc
         values = [getattr(s, name) for s in seqs]
         if all(v is not None for v in values):
             setattr(batch, name, np.asarray([str(v) for v in values], dtype=str))
+    if any(s.token_version is not None for s in seqs):  # the others: their sequence's version (analysis/versions.py)
+        batch.token_version = np.concatenate([s.token_version if s.token_version is not None else
+                                              np.full(len(s.rollout), UNKNOWN_VERSION, np.int64) for s in seqs])
     if batch.env is not None:
         counts = Counter(batch.env.tolist())
         batch.meta["environments"] = " · ".join(f"{name} {n}" for name, n in sorted(counts.items()))

@@ -23,9 +23,9 @@ def chain_view(report) -> dict | None:
         return [x["label"], what or link_words(x["from"], x["to"])[0], fmt(x["bias"]), fmt(x["abs_mean"]), fmt(x["abs_max"]),
                 fmt(x["kl_k3"]), f"{fmt(x['differing'])} ({pct(x['differing_share'])})", share]
 
-    rows = [row(x, pct(x["share"]) if x["share"] is not None else "—") for x in ch["links"]]
-    end = ch["end_to_end"]
     rescored = (report.run.get("meta") or {}).get("rescore") or {}
+    rows = [row(x, pct(x["share"]) if x["share"] is not None else "—", _weights(x, rescored)) for x in ch["links"]]
+    end = ch["end_to_end"]
 
     def kind(n: str) -> str:
         if isinstance(rescored.get(n), dict):
@@ -38,6 +38,16 @@ def chain_view(report) -> dict | None:
                                                         "end to end: the links' sum"),
             "rule": ch["rule"], "without": ch.get("tokens_without_every_side") or 0,
             "left_out": sorted((ch.get("left_out") or {}).items())}
+
+
+def _weights(link: dict, rescored: dict) -> str | None:
+    """What a link into or out of a rescored checkpoint compares (None: the link's usual words)."""
+    a, b = link["from"], link["to"]
+    if a not in rescored and b not in rescored:
+        return None
+    if a == "rollout":
+        return f"the sampler against {b}'s weights"
+    return f"{a}'s weights against {b}'s" if b not in ("trainer", "shadow", "train") else f"{a}'s weights against the trainer's"
 
 
 def bitwise_identical(report) -> str | None:

@@ -311,7 +311,8 @@ def _staleness(report) -> str:
     t = run_tables.lag_table(report)
     if t is None:
         return ""
-    lines = "\n\n".join(f"**{esc(line, None, own=True)}**" for line in t.after)
+    lines = "\n\n".join(f"**{esc(line, None, own=True)}**" if i == 0 else esc(line, None, own=True)
+                          for i, line in enumerate(t.after))
     return (f"### Staleness by lag\n\n{esc(table_intro(report.staleness), None, own=True)}\n\n{write_table(t)}"
             + (f"\n\n{lines}" if lines else ""))
 

@@ -87,5 +87,5 @@ def lag_table(report) -> Table | None:
                       Cell(fixed(r.get("ess"), 4)), Cell(pct(r["clipped"])), Cell(pct(r["capped"])), part(r)),
                      cls="lead" if r["lag"] == 0 else "")
                  for r in st["by_lag"])
-    after = (lag_words.verdict_sentence(st) or "",)
+    after = (lag_words.verdict_sentence(st) or "", lag_words.cost_sentence(st) or "")
     return Table(columns, rows, after=tuple(a for a in after if a))

@@ -31,8 +31,8 @@ from pathlib import Path
 
 from ..analysis.history import check_history
 from ..analysis.lag_history import floor_moved, lag_changed, same_lag
+from ..catalogue.findings.lag import LAG_ALARMS
 from ..catalogue.numbers import fmt
-from ..catalogue.run_words import LAG_ALARMS
 from ..config import HISTORY_MARGIN, HISTORY_WINDOW
 from ..errors import BadInput
 from ..io import Source
