@@ -31,6 +31,11 @@ def eps_1e5_in_layer_3(model) -> None:
     model.model.layers[3].input_layernorm.variance_epsilon = 1e-5
 
 
+def eps_1e6_in_layer_3(model) -> None:
+    """Layer 3's input norm with eps 1e-6 instead of 1e-5 (SmolLM2's): below bf16's floor, far above fp32's."""
+    model.model.layers[3].input_layernorm.variance_epsilon = 1e-6
+
+
 def gelu_in_layer_2(model) -> None:
     """Layer 2's MLP with GELU instead of SiLU (an activation swapped by a fused kernel)."""
     import torch
@@ -70,5 +75,5 @@ def eps_in_the_rmsnorm_class(model) -> None:
 
 
 # By name, as `--candidate-patch examples/bisect_patches.py:NAME` and the tests find them.
-PATCHES = {f.__name__: f for f in (rmsnorm_without_upcast, eps_in_layer_3, eps_1e5_in_layer_3, gelu_in_layer_2,
-                                   no_scaling_in_layer_4, router_in_layer_3, eps_in_the_rmsnorm_class)}
+PATCHES = {f.__name__: f for f in (rmsnorm_without_upcast, eps_in_layer_3, eps_1e5_in_layer_3, eps_1e6_in_layer_3,
+                                   gelu_in_layer_2, no_scaling_in_layer_4, router_in_layer_3, eps_in_the_rmsnorm_class)}

