@@ -25,6 +25,7 @@ from ..config import (
     OUTSIDE_2X_FEW,
     OUTSIDE_5X_FEW,
     PHANTOM_CLIP_MANY,
+    PHANTOM_CLIP_NOISE,
     PUBLISHED_BANDS,
     PUBLISHED_BF16_KL,
     SAFETY_BOUND,
@@ -187,8 +188,8 @@ CATALOGUE: tuple[Metric, ...] = (
            formula="r_t = exp(δ_t) = p_train / p_rollout", verl="rollout_is weight (before truncation)"),
     Metric("abs_delta_median", "median |δ|", "nats", 0, "up",
            plain=("The typical size of the disagreement on one token, in nats. bf16 and fp16 against fp32 measure "
-                  f"{sci(MEDIAN_NOISE_MEASURED[0])} to {sci(MEDIAN_NOISE_MEASURED[1])} nats on our fixtures; numerical "
-                  f"noise stays below {_MED_NOISE}."),
+                  f"{sci(MEDIAN_NOISE_MEASURED[0])} to {sci(MEDIAN_NOISE_MEASURED[1])} nats on a tiny model and on "
+                  f"SmolLM2-135M; numerical noise stays below {_MED_NOISE}."),
            formula="median_t |δ_t|",
            readings=(Reading(1e-9, "ok", "identical: both sides produce the same numbers"),
                      Reading(MEDIAN_ABS_DELTA_NOISE, "ok", f"the size of bf16/fp16 numerical noise (below {_MED_NOISE} nats)"),
@@ -282,7 +283,9 @@ CATALOGUE: tuple[Metric, ...] = (
                  "outside the clip range.",
            formula="mean_t [r_t < 1 − ε_low or r_t > 1 + ε_high]", verl="part of actor/pg_clipfrac at the first mini-batch",
            readings=(Reading(1e-12, "ok", "PPO clips nothing because of the mismatch"),
-                     Reading(PHANTOM_CLIP_MANY, "warn", f"PPO clips some tokens because of the mismatch alone (under "
+                     Reading(PHANTOM_CLIP_NOISE, "ok", f"PPO clips a few tokens (under {_p(PHANTOM_CLIP_NOISE)}), as bf16 "
+                                                       "precision noise alone does"),
+                     Reading(PHANTOM_CLIP_MANY, "warn", f"PPO clips more tokens than precision noise does (under "
                                                         f"{_p(PHANTOM_CLIP_MANY)}, where the routing asks for a correction)"),
                      Reading(math.inf, "bad", f"PPO clips many tokens because of the mismatch alone ({_p(PHANTOM_CLIP_MANY)} "
                                               "or more: the routing asks for a correction)")),

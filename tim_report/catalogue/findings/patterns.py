@@ -73,8 +73,9 @@ ENTRIES = (
     Finding(
         "position_onset", lambda w, dt: "info" if w["explained_by_other_finding"] else "warn",
         lambda w: (f"The mismatch switches on at response position {w['position']}: mean |δ| "
-                   f"{fmt(w['abs_delta_mean_before'])} → {fmt(w['abs_delta_mean_after'])} nats ({times(w['ratio'])} in typical "
-                   f"|δ|)" + (f", where the {w['explained_by']} finding starts" if w.get("explained_by") else "")
+                   f"{fmt(w['abs_delta_mean_before'])} → {fmt(w['abs_delta_mean_after'])} nats ({times(w['ratio'])}) in the "
+                   f"{w['sequences']} sequences that run past it"
+                   + (f", where the {w['explained_by']} finding starts" if w.get("explained_by") else "")
                    + (f"; {_boundary_words(w)}: a kernel-boundary hint" if w.get("kernel_boundary") else "")),
         lambda w: f"a mismatch that switches on at response position {w['position']} ({times(w['ratio'])} from there on)",
         lambda w: (_kernel_hint(w) + " " if w.get("kernel_boundary") else "")
