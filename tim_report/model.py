@@ -59,6 +59,14 @@ def model_label(meta: dict) -> str | None:
 
 # A token whose generating weight version is not known (StepBatch.token_version): never read as a lag of 0.
 UNKNOWN_VERSION = -(2**63)
+VERSION_DIGITS = 18  # a version or lag of more digits is unknown: every difference of two still fits int64
+_VERSION_TEXT = re.compile(rf"-?[0-9]{{1,{VERSION_DIGITS}}}")
+
+
+def version_int(value: object) -> int | None:
+    """A weight version or lag written as text ("3", "-1") → int; None for anything else ("--3", "³", "1e3", a
+    20-digit number): the ASCII digits int() takes, and no more than an int64 difference can hold."""
+    return int(value) if isinstance(value, str) and _VERSION_TEXT.fullmatch(value.strip()) else None
 
 # What a reader may count in StepBatch.problems, and how a report says it.
 INPUT_PROBLEMS = {

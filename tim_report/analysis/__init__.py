@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from ..catalogue import chain as chain_words
 from ..catalogue import staleness as lag_words
 from ..config import GROUP_TABLE_ROWS, THREAD_MIN_TOKENS, DiagnosisThresholds, Thresholds
-from ..model import BatchReport, StepBatch
+from ..model import BatchReport, StepBatch, version_int
 from . import breakdowns as bd
 from .consequence import glance_of
 from .corrections import blocked_by_bug, routing, what_if
@@ -154,5 +154,5 @@ def weight_versions(batch: StepBatch) -> dict | None:
     if batch.weight_version is None:
         return None
     distinct = sorted({v for joined in batch.weight_version for v in str(joined).split(",") if v},
-                      key=lambda v: (not v.lstrip("-").isdigit(), int(v) if v.lstrip("-").isdigit() else 0, v))
+                      key=lambda v: (version_int(v) is None, version_int(v) or 0, v))
     return {"count": len(distinct), "values": distinct[:10]}

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..catalogue import findings
 from ..config import DETECTOR_MAX_TOKENS, KERNEL_POW2_MIN, KERNEL_TILE, ONSET_MAX_POINTS, DiagnosisThresholds
-from ..model import StepBatch
+from ..model import StepBatch, version_int
 from .changepoints import change_points
 from .detectors import _thin, rest
 from .registry import Scene, detector
@@ -256,7 +256,8 @@ def detect_turn_boundary(tok: Tokens, turn: np.ndarray | None, dt: DiagnosisThre
 
 
 def _version_key(v: str):
-    return (0, int(v), v) if v.lstrip("-").isdigit() else (1, 0, v)
+    n = version_int(v)
+    return (0, n, v) if n is not None else (1, 0, v)
 
 
 def detect_mixed_versions(batch: StepBatch, tok: Tokens, dt: DiagnosisThresholds) -> dict | None:
@@ -267,7 +268,7 @@ def detect_mixed_versions(batch: StepBatch, tok: Tokens, dt: DiagnosisThresholds
     distinct = sorted({v for vs in per_seq for v in vs}, key=_version_key)
     if len(distinct) <= 1:
         return None
-    numeric = all(v.lstrip("-").isdigit() for v in distinct)
+    numeric = all(version_int(v) is not None for v in distinct)
     evidence: dict = {"versions": len(distinct), "values": ", ".join(distinct[:10]) + (", …" if len(distinct) > 10 else ""),
                       "threshold_spread": dt.versions_spread_warn}
     spread = None

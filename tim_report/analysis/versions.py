@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..model import UNKNOWN_VERSION, StepBatch
+from ..model import UNKNOWN_VERSION, VERSION_DIGITS, StepBatch, version_int
 from .tokens import Tokens
 
 UNKNOWN = UNKNOWN_VERSION  # the sentinel of an unknown version, and of an unknown lag
+LIMIT = 10**VERSION_DIGITS  # a version this large or larger is unknown (a lag must not wrap around int64)
 
 
 def trainer_version(meta: dict) -> tuple[int | None, str | None]:
@@ -27,21 +28,21 @@ def trainer_version(meta: dict) -> tuple[int | None, str | None]:
         v = meta.get(key)
         if isinstance(v, bool) or v is None:
             continue
-        if isinstance(v, (int, np.integer)):
-            return int(v), source
         if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        if isinstance(v, (int, np.integer)) and abs(int(v)) < LIMIT:
             return int(v), source
-        if isinstance(v, str) and v.strip().lstrip("-").isdigit() and len(v.strip()) < 19:
-            return int(v), source
+        if isinstance(v, str) and (n := version_int(v)) is not None:
+            return n, source
     return None, None
 
 
 def parse(text: str) -> list[int] | None:
     """A sequence's versions oldest → newest ("2,3" → [2, 3]); None when any part is not a non-negative integer."""
-    parts = [p.strip() for p in str(text).split(",") if p.strip()]
-    if not parts or not all(p.isdigit() and len(p) < 19 for p in parts):
+    parts = [version_int(p) for p in str(text).split(",") if p.strip()]
+    if not parts or any(p is None or p < 0 for p in parts):
         return None
-    return [int(p) for p in parts]
+    return [p for p in parts if p is not None]
 
 
 def sequence_versions(weight_version: np.ndarray | None, n_seqs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -75,7 +76,7 @@ def token_lags(batch: StepBatch, tok: Tokens, trainer: int | None) -> tuple[np.n
         return None, seq_lag
     gen = np.asarray(batch.token_version, np.int64)
     gen = gen if tok.valid_index is None else gen[tok.valid_index]
-    gen = np.where(gen < 0, oldest[tok.seq], gen)  # UNKNOWN and any negative version: the sequence's, if known
+    gen = np.where((gen < 0) | (gen >= LIMIT), oldest[tok.seq], gen)  # UNKNOWN, negative or huge: the sequence's
     return _lag(trainer, gen), seq_lag
 
 

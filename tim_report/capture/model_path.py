@@ -16,6 +16,7 @@ so two processes converting at once never corrupt it and a half-written folder i
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import io
 import json
@@ -33,6 +34,7 @@ from ..errors import BadInput
 GGUF_MAGIC = b"GGUF"
 MARKER = "tim-report-gguf.json"  # written last into the staging folder: what the cache folder was made from
 CONFIGS = ("config.json", "tokenizer_config.json")
+CACHE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}  # the cache's fault, not the file's
 STALE_STAGING_S = 86400  # a staging folder this old is a killed conversion's, not a running one's
 # llama.cpp's architecture names that transformers' GGUF loader renames (modeling_gguf_pytorch_utils.load_gguf_checkpoint)
 LLAMA_CPP_NAMES = {"qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe", "gpt-oss": "gpt_oss", "minimax-m2": "minimax_m2",
@@ -139,12 +141,16 @@ def _converted(gguf: Path, notice: Callable[[str], None] | None) -> Path:
                               "remove it and run again")
     header = read_header(gguf)  # before any model is loaded: a damaged or unsupported GGUF is one line
     check_supported(gguf, header)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    if notice is not None:
-        notice(f"converting {gguf.name} once into {final} (dequantised to fp32, reused afterwards)")
-    _sweep(final.parent)
-    staging = Path(tempfile.mkdtemp(prefix=f".{digest[:16]}.staging-", dir=final.parent))
     try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{digest[:16]}.staging-", dir=final.parent))
+    except OSError as exc:
+        raise BadInput(final.parent, f"cannot write the GGUF cache here ({exc.strerror or type(exc).__name__}): "
+                                     "set TIM_REPORT_CACHE to a writable folder") from None
+    try:
+        if notice is not None:
+            notice(f"converting {gguf.name} once into {final} (dequantised to fp32, reused afterwards)")
+        _sweep(final.parent)
         _convert(gguf, staging)
         (staging / MARKER).write_text(json.dumps({"gguf_file": gguf.name, "sha256": digest, "name": header["name"],
                                                   "general_name": header["general_name"], "architecture": header["architecture"],
@@ -156,6 +162,10 @@ def _converted(gguf: Path, notice: Callable[[str], None] | None) -> Path:
                 raise
     except BadInput:
         raise
+    except OSError as exc:
+        if exc.errno not in CACHE_ERRNOS:  # transformers says much else as OSError: that is the GGUF's
+            raise BadInput(gguf, f"transformers cannot load this GGUF ({_one_line(exc)})") from None
+        raise BadInput(final.parent, f"cannot write the converted model into the GGUF cache ({_one_line(exc)})") from None
     except Exception as exc:
         raise BadInput(gguf, f"transformers cannot load this GGUF ({_one_line(exc)})") from None
     finally:

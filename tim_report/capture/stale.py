@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 
 from ..errors import BadInput
+from ..model import version_int
 
 
 def parse_stale(values: tuple[str, ...] | list[str]) -> dict[int, str]:
@@ -21,12 +22,9 @@ def parse_stale(values: tuple[str, ...] | list[str]) -> dict[int, str]:
     out: dict[int, str] = {}
     for v in values:
         lag, sep, path = str(v).partition("=")
-        try:
-            n = int(lag.strip())
-        except ValueError:
-            n = None
+        n = version_int(lag)  # at most 18 digits: the versions it makes must fit int64
         if not sep or n is None or not path.strip():
-            raise BadInput("--stale", f"'{v}' is not LAG=CKPT (an integer lag, then a checkpoint folder)")
+            raise BadInput("--stale", f"'{v}' is not LAG=CKPT (an integer lag of at most 18 digits, then a checkpoint folder)")
         if n in out:
             raise BadInput("--stale", f"lag {n} is named twice")
         out[n] = path.strip()

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..config import TOPK_MAX
 from ..errors import BadInput
-from ..model import StepBatch
+from ..model import UNKNOWN_VERSION, StepBatch
 from .canonical import ROUTE_FIELDS, TOPK_FIELDS, named_sides
 from .files import RawFile
 from .masks import outside_trained, trained, without_tools
@@ -137,7 +137,7 @@ def _canonical_fields(p: Path, raw: RawFile, batch: StepBatch) -> None:
         if declared != (batch.n_tokens,) or kind.kind not in "iu":
             raise BadInput(p, f"'token_version' is {kind} {list(declared)}: expected one integer version per token "
                               f"({batch.n_tokens})")
-        batch.token_version = np.asarray(raw.values["token_version"]).astype(np.int64)
+        batch.token_version = as_versions(raw.values["token_version"])
     _topk_fields(p, raw, batch)
     _route_fields(p, raw, batch)
     batch.sides.update(named_sides(p, raw.values, batch.n_tokens))
@@ -489,3 +489,12 @@ def _prompt_roles(p, roles, ids, text, attention, raw: RawFile, batch: StepBatch
         batch.prompt_ids = [row[k].astype(np.int64) for row, k in zip(arr, keep)]
     if len(batch.prompt_ids) != batch.n_seqs:
         raise BadInput(p, f"'{key}' has {len(batch.prompt_ids)} prompts for {batch.n_seqs} sequences")
+
+
+def as_versions(values: Any) -> np.ndarray:
+    """Per-token versions as int64; an unsigned value int64 cannot hold is unknown, never wrapped to a small one."""
+    v = np.asarray(values)
+    out = v.astype(np.int64)
+    if v.dtype.kind == "u":
+        out[v > np.iinfo(np.int64).max] = UNKNOWN_VERSION
+    return out

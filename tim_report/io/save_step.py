@@ -23,6 +23,7 @@ import numpy as np
 
 from ..errors import BadInput
 from ..model import SIDE_NAME_CHARS, StepBatch
+from .assemble import as_versions
 from .canonical import SIDE_PREFIX, TOPK_FIELDS
 from .step_files import WHO, check_meta, precheck, step_target
 from .step_writer import StepWriter, shared_writer, write
@@ -240,10 +241,16 @@ def _padded_keep(a: dict, shape: tuple) -> tuple[np.ndarray, np.ndarray]:
     return keep, mask
 
 
-def _optional(a: dict, take: _Padded | _Flat, shape: tuple, batch: StepBatch) -> None:
-    for name, kind in (("token_ids", np.int64), ("turn", np.int32), ("token_version", np.int64)):
+def _int_fields(a: dict, take: _Padded | _Flat, shape: tuple, batch: StepBatch) -> None:
+    for name, kind in (("token_ids", np.int64), ("turn", np.int32)):
         if name in a:
             setattr(batch, name, _ints(name, take(a, name, shape)).astype(kind, copy=False))
+    if "token_version" in a:  # a uint64 beyond int64 is unknown, not wrapped
+        batch.token_version = as_versions(_ints("token_version", take(a, "token_version", shape)))
+
+
+def _optional(a: dict, take: _Padded | _Flat, shape: tuple, batch: StepBatch) -> None:
+    _int_fields(a, take, shape, batch)
     if "advantage" in a:
         adv = a["advantage"]
         batch.advantage = (np.repeat(_floats("advantage", adv), np.diff(batch.offsets)) if adv.shape == (take.n_seqs,)

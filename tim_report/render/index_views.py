@@ -11,6 +11,7 @@ from __future__ import annotations
 from ..catalogue import findings
 from ..catalogue import metrics as catalogue
 from ..catalogue.numbers import fixed, fmt, pct
+from ..model import version_int
 from .tables import HTML, MARKDOWN, Cell, Column, Row, Section, Table, plural, text
 from .views import flagged_note
 
@@ -181,7 +182,7 @@ def envs_section(index: dict) -> Section | None:
 
 
 def _lag_order(key: str) -> tuple:
-    return (key == "unknown", int(key) if key.lstrip("-").isdigit() else 0)
+    return (key == "unknown", version_int(key) or 0)
 
 
 def lags_section(index: dict) -> Section | None:

@@ -22,7 +22,7 @@ from ..catalogue import metrics as catalogue
 from ..catalogue.numbers import fmt
 from ..config import HISTORY_MAX_BYTES, MAX_STEP
 from ..errors import BadInput, regular_file
-from ..model import dumps
+from ..model import dumps, version_int
 from .layout import INDEX_JSON
 
 SCHEMA_VERSION = 1
@@ -139,7 +139,7 @@ def lag_numbers(index: Path, i: int, value: object) -> dict[str, float]:
         raise BadInput(index, f"runs[{i}].lag_kl_k3 is not an object of at most {LAG_KEYS_MAX} lags")
     out = {}
     for k, v in value.items():
-        if not isinstance(k, str) or not (k == "unknown" or (len(k) <= 20 and k.lstrip("-").isdigit())):
+        if not isinstance(k, str) or not (k == "unknown" or version_int(k) is not None):
             raise BadInput(index, f"runs[{i}].lag_kl_k3 names a lag {str(k)[:20]!r}: an integer or unknown")
         x = _lag_value(index, i, k, v)
         if x is not None:
