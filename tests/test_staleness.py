@@ -59,6 +59,12 @@ def test_real_older_versions_split_by_lag(stale_run, tmp_path):
     assert "stale_weights" not in ids(report) and "negative_lag" not in ids(report)
     assert "of KL k3 comes from lag ≥ 1 beyond the lag-0 floor" in report.diagnosis["verdict"]
     assert "lag 0 at dense bf16 noise" in report.diagnosis["verdict"]
+    # the numerical regime is lag 0's: the batch as a whole is beyond noise (mean |δ| over the band) only by its lag
+    assert report.metrics["abs_delta_mean"] > report.diagnosis["thresholds"]["noise_abs_delta_max"]
+    assert report.diagnosis["regime"] == "numerical_noise" and report.diagnosis["regime_basis"] == "lag_0"
+    assert report.diagnosis["verdict"].startswith("Numerical noise at lag 0: the 384 tokens"), report.diagnosis["verdict"]
+    assert "What the lag costs: token ESS" in report.diagnosis["verdict"]
+    assert report.diagnosis["glance"].startswith("numerical noise: staleness")
     assert report.diagnosis["what_to_check"].startswith("Nothing in the engines: the mismatch beyond noise is staleness")
     summary = json.loads(json.dumps(report.summary_dict(), default=str))
     assert summary["staleness"]["by_lag"][0]["lag"] == 0 and "kl_k3" in summary["staleness"]["by_lag"][0]
@@ -66,11 +72,28 @@ def test_real_older_versions_split_by_lag(stale_run, tmp_path):
     assert r.exit_code == 0, r.output  # staleness at its expected size is not a bug
 
 
+def test_too_few_lag_zero_tokens_judge_the_mix(stale_run):
+    """Lag 0 cut to a handful of tokens: the floor is not judged apart from the lag, and the verdict says so."""
+    from dataclasses import replace
+
+    offsets = stale_run.offsets
+    keep = np.ones(stale_run.rollout_logp.shape[0], dtype=bool)
+    lag0 = [i for i in range(stale_run.n_seqs) if int(stale_run.weight_version[i]) == 3]
+    for i in lag0:  # 4 tokens of each lag-0 sequence stay: 32 in all, under the 64 a finding needs
+        keep[offsets[i] + 4:offsets[i + 1]] = False
+    report = analyze(replace(stale_run, mask=stale_run.mask & keep))
+    assert not report.staleness["floor"]["enough"] and "regime_basis" not in report.diagnosis
+    assert report.diagnosis["regime"] == "elevated"
+    assert "too few to judge the numerics apart from the lag" in report.diagnosis["verdict"]
+
+
 def test_engine_stuck_at_an_old_version(tiny_versions, tmp_path):
     """The engine never received the weights after v0 while the labels say lags 0..3: lag 0 is far beyond its band."""
     stuck = sample_versioned_batch(tiny_versions, [0, 1, 2, 3], model_dir=MODEL, stuck_at=0)
     report = analyze(stuck)
     assert ids(report)["stale_weights"] == "error"
+    assert report.diagnosis["regime"] == "systematic" and "regime_basis" not in report.diagnosis
+    assert report.diagnosis["verdict"].startswith("Systematic: stale weights"), report.diagnosis["verdict"]
     finding = next(f for f in report.diagnosis["findings"] if f["id"] == "stale_weights")
     assert finding["evidence"]["times_band"] > 1 and "beyond the dense bf16 noise band" in finding["title"]
     r = check(tmp_path, stuck)

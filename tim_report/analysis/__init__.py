@@ -89,6 +89,8 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
     report.staleness = report.diagnosis.pop("staleness", None)  # summary.json's own `staleness`
     if (sentence := lag_words.verdict_sentence(report.staleness)) is not None:
         report.diagnosis["verdict"] = f"{report.diagnosis['verdict']} {sentence}"  # which dominates: staleness or numerics
+    if report.diagnosis.get("regime_basis") == "lag_0" and (cost := lag_words.cost_sentence(report.staleness or {})):
+        report.diagnosis["verdict"] += f" {cost}"  # judged on lag 0: what the lag costs is the rest of the story
     leads = any(f["severity"] != "info" for f in report.diagnosis.get("findings") or [])
     if not leads and (check := lag_words.staleness_check(report.staleness)) is not None:
         report.diagnosis["what_to_check"] = check  # beyond noise by staleness alone: the lag, not an engine, to look at

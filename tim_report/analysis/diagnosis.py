@@ -3,6 +3,7 @@
 `diagnose()` returns the `diagnosis` object of summary.json:
 
     {"regime": "identical" | "numerical_noise" | "elevated" | "systematic",
+     "regime_basis": "lag_0" (only where the regime is judged on the lag-0 tokens of a stale batch: docs/staleness.md),
      "verdict": one plain sentence, "evidence": {name: number}, "what_to_check": text,
      "findings": [{"id", "severity": "info" | "warn" | "error", "title", "problem" (a noun phrase),
                    "evidence", "likely_cause", "what_to_check"}],
@@ -51,7 +52,8 @@ def diagnose(batch: StepBatch, tok: Tokens, metrics: dict, thresholds: Diagnosis
     if not identical and words.INPUT_PROBLEM not in scene.found:
         _weigh(scene, band.name)  # severity by consequence: an immaterial systematic fault is a warn
     judged = _by_severity(list(scene.found.values()))
-    regime = "identical" if identical else _regime(judged, tok, metrics, dt)
+    lag0 = None if identical else _numerical_floor(scene)
+    regime = "identical" if identical else _regime(judged, tok, metrics, dt, lag0)
     for id_, f in scene.found.items():  # e.g. the tail's advice: "expected for numerical noise" only where it is noise
         if words.FINDINGS[id_].reads_regime:
             scene.found[id_] = words.make(id_, f["evidence"], dt, regime=regime)
@@ -60,9 +62,11 @@ def diagnose(batch: StepBatch, tok: Tokens, metrics: dict, thresholds: Diagnosis
     for id_ in words.FINDINGS:  # beside the verdict: they never move the regime nor lead the verdict
         if DETECTORS[id_].beside:
             _raise(scene, id_)
-    verdict, what_to_check = _verdict(regime, judged, metrics, bool(sections["precision_gap"].get("available")), band.name)
+    verdict, what_to_check = _verdict(regime, judged, metrics, bool(sections["precision_gap"].get("available")), band.name,
+                                      lag0)
     return {
         "regime": regime,
+        **({"regime_basis": "lag_0"} if lag0 is not None else {}),  # judged on lag 0's tokens, not the lag mix
         "verdict": verdict,
         "evidence": _evidence(tok, metrics),
         "what_to_check": what_to_check,
@@ -116,11 +120,28 @@ def _is_identical(tok: Tokens, dt: DiagnosisThresholds, abs_delta_max: float) ->
     return bool(np.all(np.abs(tok.delta) <= tol))
 
 
-def _regime(findings: list[dict], tok: Tokens, metrics: dict, dt: DiagnosisThresholds) -> str:
-    """systematic on an error finding or decorrelated log-probs; elevated on a warning or numbers beyond noise."""
-    corr = metrics.get("corr_logp")
-    kl, kl_se = metrics["kl_k3"], metrics.get("kl_k3_se") or 0.0
-    ad, ad_se = metrics["abs_delta_mean"], metrics.get("abs_delta_mean_se") or 0.0
+def _numerical_floor(scene: Scene) -> dict | None:
+    """Lag 0's reading (the staleness split's `floor`) when the numerical regime is judged on it rather than on the mix
+    of lag and numerics: the batch names versions, staleness dominates, and lag 0 holds enough tokens to judge and is
+    within its band (a lag 0 beyond it is stale weights, judged on the whole batch). None otherwise."""
+    st = scene.once(lag_findings.measured)
+    lag0 = (st or {}).get("floor")
+    if not lag0 or st["dominant"] != "staleness" or not lag0["within"] or not lag0["enough"]:
+        return None
+    return lag0
+
+
+def _regime(findings: list[dict], tok: Tokens, metrics: dict, dt: DiagnosisThresholds, lag0: dict | None = None) -> str:
+    """systematic on an error finding or decorrelated log-probs; elevated on a warning or numbers beyond noise. With a
+    `lag0` the numbers are lag 0's (what is numerical); the rest of the mismatch is the lag's, staleness."""
+    if lag0 is None:
+        corr = metrics.get("corr_logp")
+        kl, kl_se = metrics["kl_k3"], metrics.get("kl_k3_se") or 0.0
+        ad, ad_se = metrics["abs_delta_mean"], metrics.get("abs_delta_mean_se") or 0.0
+    else:  # lag 0's numbers; the whole batch's correlation is the lag's as much as the engines': not read
+        corr = None
+        kl, kl_se = lag0["kl_k3"], lag0["kl_k3_se"] or 0.0
+        ad, ad_se = lag0["mean_abs_delta"], lag0["mean_abs_delta_se"] or 0.0
     worst = max((SEVERITIES.index(f["severity"]) for f in findings), default=0)
     # a correlation of a handful of tokens says little: then it is not read at all
     read = corr if corr is not None and tok.n >= dt.min_tokens else None
@@ -136,9 +157,9 @@ def _regime(findings: list[dict], tok: Tokens, metrics: dict, dt: DiagnosisThres
 
 
 def _verdict(regime: str, findings: list[dict], metrics: dict, has_shadow: bool,
-             band: str = "dense bf16") -> tuple[str, str]:
+             band: str = "dense bf16", lag0: dict | None = None) -> tuple[str, str]:
     """The verdict sentence and what to check, led by the first non-info finding (or by declared processing, an
-    info finding that explains the whole mismatch)."""
+    info finding that explains the whole mismatch); with a `lag0`, by lag 0's numerical reading."""
     top = findings[0] if findings and findings[0]["severity"] != "info" else None
     explains = next((f for f in findings if words.FINDINGS[f["id"]].leads_as_info), None) if top is None else None
-    return verdicts.verdict(regime, metrics, top or explains, band, has_shadow)
+    return verdicts.verdict(regime, metrics, top or explains, band, has_shadow, lag0)

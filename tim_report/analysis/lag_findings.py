@@ -25,7 +25,8 @@ def measured(s: Scene) -> dict | None:
     numbers = s.once(_numbers)
     if numbers is None:
         return None
-    return judge(numbers, s.dt.noise_kl_max, s.dt.noise_abs_delta_max, choose_band(s.batch.meta)[0].name)
+    return judge(numbers, s.dt.noise_kl_max, s.dt.noise_abs_delta_max, choose_band(s.batch.meta)[0].name,
+                 min_tokens=s.dt.min_tokens)
 
 
 def _numbers(s: Scene) -> dict | None:
@@ -48,7 +49,7 @@ def _older_like(st: dict, kl0: float) -> tuple[dict | None, list[float]]:
 def _stale_weights(s: Scene) -> dict | None:
     st = s.once(measured)
     floor = st and st["floor"]
-    if not floor or floor["within"] or floor["tokens"] < s.dt.min_tokens:
+    if not floor or floor["within"] or not floor["enough"]:
         return None
     lag_tok, seq_lag = token_lags(s.batch, s.tok, st["trainer_version"])
     lag0 = (lag_tok == 0) if lag_tok is not None else (seq_lag[s.tok.seq] == 0)

@@ -15,8 +15,10 @@ import math
 import statistics
 
 from ..catalogue.numbers import fmt, plain
-from ..config import FLOOR_Z, HISTORY_MARGIN, HISTORY_MIN_STEPS, HISTORY_WINDOW
+from ..config import FLOOR_Z, HISTORY_MARGIN, HISTORY_MIN_STEPS, HISTORY_WINDOW, DiagnosisThresholds
 from .history import describe, window_rows
+
+MIN_TOKENS = DiagnosisThresholds().min_tokens  # the diagnosis's: fewer lag-0 tokens than this judge no floor
 
 
 def lag_key(row: dict | None) -> tuple | None:
@@ -42,6 +44,17 @@ def lag_changed(row: dict | None, rows: list[dict]) -> bool:
     if not before:
         return False
     return lag_key(max(before, key=lambda r: r["step"])) != lag_key(row)
+
+
+def lag_only(row: dict, min_tokens: int = MIN_TOKENS) -> bool:
+    """The step's `elevated` reads lag and numerics together, with nothing to tell them apart: it carries tokens of lag
+    ≥ 1, fewer than `min_tokens` of lag 0 (the floor not judged: its diagnosis had to read the mix) and no warn or
+    error finding. Such a step is no evidence of a numerical change: the run view reads it as the steps before it."""
+    mix = row.get("lag_mix") or {}
+    if row.get("regime") != "elevated" or row.get("findings") or not any(k.isdigit() and k != "0" for k in mix):
+        return False
+    lag0, tokens = mix.get("0") or 0.0, row.get("tokens") or 0
+    return lag0 * tokens < min_tokens
 
 
 def floor_kl(row: dict | None) -> float | None:

@@ -184,9 +184,11 @@ def _interval(run_lag: np.ndarray, run_seq: np.ndarray, sums: dict[str, np.ndarr
     return [float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))]
 
 
-def judge(numbers: dict, noise_kl_max: float, noise_abs_delta_max: float, band: str, z: float = 2.0) -> dict:
-    """The split with its floor read against the band (lag 0 beyond it by `z` standard errors: `within` False) and
-    which part dominates: staleness when its share is over half, else numerics."""
+def judge(numbers: dict, noise_kl_max: float, noise_abs_delta_max: float, band: str, z: float = 2.0,
+          min_tokens: int = 0) -> dict:
+    """The split with its floor read against the band (lag 0 beyond it by `z` standard errors: `within` False; fewer
+    than `min_tokens` lag-0 tokens: `enough` False, too few to judge the numerics apart from the lag) and which part
+    dominates: staleness when its share is over half, else numerics."""
     lag0 = next((r for r in numbers["by_lag"] if r["lag"] == 0), None)
     floor = None
     if lag0 is not None:
@@ -196,6 +198,7 @@ def judge(numbers: dict, noise_kl_max: float, noise_abs_delta_max: float, band: 
         floor = {"tokens": lag0["tokens"], "kl_k3": kl, "kl_k3_se": lag0["kl_k3_se"], "mean_abs_delta": ad,
                  "mean_abs_delta_se": lag0["mean_abs_delta_se"], "band": band, "noise_kl_max": noise_kl_max,
                  "noise_abs_delta_max": noise_abs_delta_max, "within": not beyond,
+                 "enough": lag0["tokens"] >= min_tokens,
                  "times_band_kl": kl / noise_kl_max if noise_kl_max > 0 else None,
                  "times_band_abs_delta": ad / noise_abs_delta_max if noise_abs_delta_max > 0 else None}
     share = numbers["share"]

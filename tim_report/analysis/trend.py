@@ -21,6 +21,7 @@ from ..catalogue import run_words as words
 from ..catalogue.metrics import Metric
 from ..catalogue.numbers import plain
 from ..config import CHANGE_POINT_MIN_SIZE, TREND_LOG_AXIS_SPAN
+from .lag_history import lag_key
 from .run_verdict import State, change_context, explaining, step_states
 from .shifts import Series, level_shifts, prune
 from .stats import finite
@@ -40,7 +41,7 @@ def trend(rows: list[dict], run_findings: list[dict] | None = None) -> dict | No
                 "constant": _constant([t[m.key] for t in table])} for m in followed]
     cps = run_change_points(table, steps)
     return {"metrics": metrics, "rows": table, "steps": len(steps), "unstepped": len(rows) - len(stepped),
-            "change_points": cps, "change_steps": by_step(cps, step_states(rows), run_findings or []),
+            "change_points": cps, "change_steps": by_step(cps, step_states(rows), run_findings or [], lag_moves(stepped)),
             "min_steps_for_change": 2 * CHANGE_POINT_MIN_SIZE}
 
 
@@ -138,10 +139,23 @@ def _describe(m: Metric, steps: list, at: int, start: int, end: int, before: flo
             "change": words.change_clause(m.name, _level(before, m), _level(after, m), up, ratio if in_logs else None)}
 
 
-def by_step(change_points: list[dict], states: list[State] | None = None, run_findings: list[dict] | None = None) -> list[dict]:
+def lag_moves(stepped: list[dict]) -> dict:
+    """{step: (lag mix before, lag mix at it)} for each step whose lag mix differs from the step before's (the first
+    run at a step speaks for it); {} for a run whose steps name no version."""
+    first: dict = {}
+    for r in stepped:
+        first.setdefault(r["step"], r)
+    steps = sorted(first)
+    return {b: (lag_key(first[a]), lag_key(first[b])) for a, b in zip(steps, steps[1:])
+            if None not in (lag_key(first[a]), lag_key(first[b])) and lag_key(first[a]) != lag_key(first[b])}
+
+
+def by_step(change_points: list[dict], states: list[State] | None = None, run_findings: list[dict] | None = None,
+            lags: dict | None = None) -> list[dict]:
     """The change points grouped by step, each step with one sentence a user can act on: what the steps after it
-    (up to the next change) are diagnosed with, or the finding the steps before had and these have not, or the
-    run-level finding at that step; where to look when none says why."""
+    (up to the next change) are diagnosed with, or the finding the steps before had and these have not, or the lag
+    mix that changed at that step (`lags`, lag_moves'), or the run-level finding at that step; where to look when none
+    says why."""
     states = states or []
     steps: dict = {}
     for c in change_points:
@@ -159,7 +173,8 @@ def by_step(change_points: list[dict], states: list[State] | None = None, run_fi
                     "explained_by": after[0] if after else None,
                     "sentence": words.change_sentence(plain(step) if isinstance(step, float) else str(step),
                                                       [c["change"] for c in cs], worse, after, gone,
-                                                      change_context(run_findings or [], step, [s.step for s in states]))})
+                                                      change_context(run_findings or [], step, [s.step for s in states]),
+                                                      words.lag_change(*lags[step]) if lags and step in lags else None)})
     return out
 
 

@@ -155,6 +155,26 @@ def run_verdict_sentence(regime: str, first: Any, last: Any, since_start: bool, 
     return head + (": " + "; ".join(parts) if parts else "") + "."
 
 
+def lag_only_note(first: Any, last: Any, count: int) -> str:
+    """Said after the run verdict when steps of a stale run were read as the steps before them."""
+    which = _steps(first, last)
+    which = which[0].upper() + which[1:] + (f" ({count} steps) carry" if count > 1 else " carries")
+    return (f"{which} tokens of lag ≥ 1 with too few of lag 0 to judge the numerics apart from the lag, and no finding: "
+            "the mismatch beyond noise there comes with the lag (staleness, see the lag mix), so they are read as the "
+            "steps before them; `watch` holds each step against steps of its own lag mix.")
+
+
+def lag_change(before: tuple | None, after: tuple | None) -> str:
+    """A change point at a step whose lag mix changed: 'the lag mix changed (lag 1 → lags 2, 3) …'."""
+    def mix(key: tuple | None) -> str:
+        if not key:
+            return "no versions"
+        return ("lag " if len(key) == 1 else "lags ") + ", ".join(str(k) for k in key)
+
+    return (f"the lag mix changed at that step ({mix(before)} → {mix(after)}): staleness grows with the lag, which is "
+            "not a change of regime; `watch` holds each step against steps of its own lag mix")
+
+
 # ---- the run view: change points ---------------------------------------------------------------------------
 
 CHANGE_ADVICE = {
@@ -194,10 +214,12 @@ def run_change(kind: str, f: dict) -> str:
 
 
 def change_sentence(step: str, clauses: list[str], worse: bool, after: tuple[str, int, int] | None = None,
-                    gone: tuple[str, int, int] | None = None, run_finding: str | None = None) -> str:
+                    gone: tuple[str, int, int] | None = None, run_finding: str | None = None,
+                    lag_moved: str | None = None) -> str:
     """One step's change of level, then what the steps after it say: the finding most of them are diagnosed with
     (`after`: id, steps with it, steps), or the one that the steps before had and these have not (`gone`), or a
-    run-level finding at that step; generic advice only when none does."""
+    change of the lag mix at that step (`lag_moved`, lag_change's words), or a run-level finding at that step; generic
+    advice only when none does."""
     joined = clauses[0] if len(clauses) == 1 else ", ".join(clauses[:-1]) + " and " + clauses[-1]
     if after is not None:
         fid, k, n = after
@@ -206,6 +228,8 @@ def change_sentence(step: str, clauses: list[str], worse: bool, after: tuple[str
     elif gone is not None:
         fid, k, n = gone
         why = f"the {short(fid)} finding of the steps before ({k} of {n}) is gone from step {step}"
+    elif lag_moved is not None:
+        why = lag_moved
     elif run_finding is not None:
         why = run_finding
     else:

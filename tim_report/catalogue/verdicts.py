@@ -35,8 +35,10 @@ def _article(name: str) -> str:
     return "an" if name[0] in "AEIOM" else "a"
 
 
-def verdict(regime: str, metrics: dict, lead: dict | None, band: str, has_shadow: bool) -> tuple[str, str]:
-    """(one plain sentence naming the regime and the finding that leads it, what to check)."""
+def verdict(regime: str, metrics: dict, lead: dict | None, band: str, has_shadow: bool,
+            floor: dict | None = None) -> tuple[str, str]:
+    """(one plain sentence naming the regime and the finding that leads it, what to check). With a `floor` (the
+    staleness split's lag-0 reading) the regime was judged on lag 0's tokens: the sentence says so."""
     nums = (f"KL k3 {fmt(metrics['kl_k3'], missing='n/a')}, mean |δ| {fmt(metrics['abs_delta_mean'], missing='n/a')} nats, "
             f"log-prob correlation {fmt(metrics.get('corr_logp'), missing='n/a')}")
     title = lead["title"][0].lower() + lead["title"][1:] if lead else None
@@ -50,6 +52,10 @@ def verdict(regime: str, metrics: dict, lead: dict | None, band: str, has_shadow
         size = ("the size bf16/fp16 engine differences produce" if band == "dense bf16"
                 else f"within the noise published for {_article(band)} {band} model")
         text = f"Numerical noise: the mismatch is {size} ({nums})."
+        if floor is not None and lead is None:
+            text = (f"Numerical noise at lag 0: the {fmt(floor['tokens'])} tokens sampled with the trainer's own weights "
+                    f"disagree {'by ' if band == 'dense bf16' else ''}{size} (KL k3 {fmt(floor['kl_k3'])}, mean |δ| "
+                    f"{fmt(floor['mean_abs_delta'])} nats); the batch as a whole ({nums}) is beyond that by the lag: staleness.")
     elif regime == "elevated":
         text = f"Elevated: beyond numerical noise but not clearly broken ({nums})" + (f"; {title}." if title else ".")
     else:

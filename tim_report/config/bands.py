@@ -49,10 +49,10 @@ NOISE_BANDS: dict[str, NoiseBand] = {b.name: b for b in (
               "the fp16 band; tiny-qwen2 with TF32-rounded linear inputs (emulated on CPU) measures 5.3e-4, KL 2.7e-7"),
     NoiseBand("fp16", 6e-3, 1.6e-4,
               "the bf16 band scaled by fp16's 3 extra mantissa bits (2⁻³ in |δ|, 2⁻⁶ in KL), the ratio "
-              "tiny-qwen2 shows (8.3× in mean |δ|, 73× in KL); fp16 vs fp32 measures 1.4e-3, KL 1.6e-6"),
+              "tiny-qwen2 shows (8.3× in mean |δ|, 73× in KL); fp16 vs fp32 measures 1.4e-3, KL 1.6e-6 (SmolLM2-135M: 4.5e-3, KL 2.3e-5, docs/calibration.md)"),
     NoiseBand("bf16", 5e-2, PUBLISHED_BF16_KL[1],
               "published dense bf16 engine-vs-trainer runs: KL k3 up to 1e-2 (the dense bf16 band, 1e-5 to 1e-2), mean "
-              "|δ| a few hundredths (the diagnosis's noise ceiling); tiny-qwen2 bf16 vs fp32 measures 1.1e-2, KL 1.2e-4"),
+              "|δ| a few hundredths (the diagnosis's noise ceiling); tiny-qwen2 bf16 vs fp32 measures 1.1e-2, KL 1.2e-4; SmolLM2-135M 3.5e-2, KL 1.5e-3 (docs/calibration.md)"),
     NoiseBand("fp8", 0.15, 2e-2,
               "no published kernel-level band: 3× the mean |δ| and 8× the KL tiny-qwen2 measures with e4m3 "
               "weights (per-channel scales, emulated) and bf16 compute (5.0e-2, KL 2.5e-3)"),
