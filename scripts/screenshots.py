@@ -54,10 +54,21 @@ def main() -> None:
         browser.close()
 
 
-# Table cells whose text does not fit their box (clipped, or cut with an ellipsis): what the browser tests forbid.
-CUT_CELLS = """() => [...document.querySelectorAll('td, th')]
-  .filter(c => c.scrollWidth > c.clientWidth + 1 || /…$/.test(c.textContent.trim()))
-  .map(c => c.textContent.trim().slice(0, 20))"""
+# Table cells whose text does not fit their box (clipped, or cut with an ellipsis): what the browser tests forbid;
+# and cells that stick out of the box their table scrolls in, so the first screen shows them cut at its edge
+# (marked "(scrolled)"; token tables, .tok, scroll on purpose and are left out of that).
+CUT_CELLS = """() => {
+  const box = c => { for (let a = c.parentElement; a; a = a.parentElement) {
+    if (getComputedStyle(a).overflowX !== 'visible') return a; } return null; };
+  const past = c => { const b = box(c); if (!b || c.closest('table.tok')) return false;
+    const r = c.getBoundingClientRect(), o = b.getBoundingClientRect();
+    return r.width > 0 && (r.right > o.left + b.clientWidth + 1 || r.left < o.left - 1); };
+  return [...document.querySelectorAll('td, th')].flatMap(c => {
+    const t = c.textContent.trim().slice(0, 20);
+    if (c.scrollWidth > c.clientWidth + 1 || /…$/.test(c.textContent.trim())) return [t];
+    return past(c) ? [t + ' (scrolled)'] : [];
+  });
+}"""
 
 
 # The outermost elements that stick out of the viewport (not those clipped inside a scroll box).

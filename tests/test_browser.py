@@ -329,3 +329,39 @@ def test_the_bisect_page_reads_on_a_phone(browser, tmp_path):
     labels = page.evaluate("() => [...document.querySelectorAll('.vega svg text')].map(t => t.textContent)")
     assert "layers.0.post_attention_layernorm" in labels and "layers.1.mlp" in labels
     page.close()
+
+
+def test_the_staleness_table_reads_on_a_phone(browser, tmp_path):
+    """At 420 px the "Staleness by lag" table scrolled inside its box, so the first screen cut "KL beyond lag 0" and
+    its percentages: now its phone columns fit unscrolled, and scripts/screenshots.py's check sees a cell cut by its
+    scrolling box (which it missed)."""
+    import importlib.util
+
+    import numpy as np
+
+    from tim_report.testing import make_batch
+
+    b = make_batch(n_seqs=20, mean_len=40, seed=1)
+    lag = np.array([0, 1, 2, 3, -1] * 4)
+    noise = np.random.default_rng(0).normal(0, 1, b.n_tokens) * np.repeat(0.3 * np.abs(lag) + 0.05, np.diff(b.offsets))
+    b.rollout_logp = np.minimum(b.rollout_logp + noise, -1e-6)
+    b.weight_version = np.array([str(9 - x) for x in lag])
+    b.weight_version[[4, 9]] = ""  # an unknown row too
+    b.meta["trainer_version"] = 9
+    site = build_site(tmp_path, [("step9", b)])
+    page, seen, _ = open_page(browser, site / "step9" / "index.html", width=420)
+    assert seen["errors"] == []
+    table = page.locator("#staleness ~ .scroll").first
+    assert page.evaluate("s => s.scrollWidth <= s.clientWidth", table.element_handle())
+    heads = page.evaluate("""() => [...document.querySelector('#staleness ~ .scroll').querySelectorAll('thead th')]
+        .filter(th => th.getBoundingClientRect().width > 0).map(th => th.textContent.trim())""")
+    assert heads[0] == "lag" and heads[-1] == "KL beyond lag 0" and "KL k3" in heads and "ESS" in heads
+    spec = importlib.util.spec_from_file_location("screenshots", Path(__file__).parent.parent / "scripts" / "screenshots.py")
+    shots = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shots)
+    page.close()
+    bare = browser.new_page(viewport={"width": 420, "height": 900})
+    bare.set_content('<div style="overflow-x:auto;width:60px"><table><tr><td>6.14%</td><td>0.794%</td>'
+                     '<td>KL beyond lag 0</td></tr></table></div>')  # a table its box scrolls: the last cells are cut
+    assert "0.794% (scrolled)" in bare.evaluate(shots.CUT_CELLS)
+    bare.close()

@@ -106,6 +106,24 @@ def test_rescore_of_a_synchronous_rollout_names_the_trainer_weights(tmp_path, ve
     assert res.exit_code == 0 and res.stdout.rstrip().endswith("nearest: trainer"), res.output
 
 
+def test_a_negative_stale_lag_plants_a_negative_lag_on_purpose(tmp_path, versions):
+    """`--stale -1=CKPT` is documented as deliberate (a test-planting tool): the batch flags its negative lag."""
+    assert "negative LAG (-1=CKPT) is deliberate" in " ".join(run("capture", "--help").output.split())
+    out = tmp_path / "negative.npz"
+    res = run(*capture_args(versions[3], out, "--stale", f"-1={versions[2]}", "--max-prompts", "2", "--n-samples", "1"))
+    assert res.exit_code == 0 and "lags -1, 0 (trainer version 0)" in res.output, res.output
+    res = run("check", out)
+    assert "negative lag" in res.output.lower(), res.output
+
+
+def test_rescore_with_the_trainer_own_checkpoint_is_a_tie_not_a_winner(tmp_path, versions):
+    """The trainer's own checkpoint in fp32 scores the tokens exactly as the trainer does: neither is named."""
+    sync = tmp_path / "sync.npz"
+    assert run(*capture_args(versions[3], sync, "--max-prompts", "2", "--n-samples", "1")).exit_code == 0
+    res = run("rescore", sync, "--model", versions[3], "--as", "v3", "-o", sync)
+    assert res.exit_code == 0 and res.stdout.rstrip().endswith("nearest: v3 and the trainer tie"), res.output
+
+
 @pytest.mark.parametrize("case", ["no_tokens", "no_prompts", "no_checkpoint", "bad_name", "fixed_name", "not_npz",
                                   "other_vocab"])
 def test_rescore_bad_input_is_one_line_and_writes_nothing(tmp_path, case):

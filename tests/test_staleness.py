@@ -247,3 +247,19 @@ def test_report_md_is_valid_gfm(stale_run, tmp_path):
     site = build_site(tmp_path, [("async", stale_run)])
     tokens = check_gfm((site / "async" / "report.md").read_text(encoding="utf-8"))  # asserts what GitHub would mangle
     assert any(t.type == "inline" and t.content == "Staleness by lag" for t in tokens)
+
+
+@pytest.mark.parametrize("bad", ["abc", float("nan"), True, np.bool_(True), "--3"])
+def test_invalid_trainer_version_claims_no_lag_and_says_why(bad):
+    """A trainer_version that is present but not an integer version is unknown: no lag from the step, and a note."""
+    b = make_batch(n_seqs=8, mean_len=20)
+    b.weight_version = np.array(["3"] * 8)
+    b.meta.update(step=5, trainer_version=bad)
+    report = analyze(b)
+    st = report.staleness
+    assert st["trainer_version"] is None and st["trainer_version_source"] == "invalid"
+    assert [r["lag"] for r in st["by_lag"]] == ["unknown"] and st["share"] is None
+    assert "not an integer version" in report.diagnosis["verdict"]
+    assert any("trainer_version" in n and "unknown" in n for n in report.summary_dict()["run"]["notes"])
+    b.meta["trainer_version"] = None  # absent (null): the step stands in, as documented
+    assert analyze(b).staleness["trainer_version_source"] == "step"

@@ -26,7 +26,7 @@ from .staleness import split
 from .tokens import valid_tokens
 from .topk import topk_analysis
 from .verl_metrics import verl_metrics
-from .versions import has_versions
+from .versions import has_versions, trainer_version
 
 __all__ = ["GATE", "GATE_HISTORY", "DiagnosisThresholds", "Scope", "Thresholds", "analyze"]
 
@@ -128,7 +128,8 @@ def run_info(batch: StepBatch, run_id: str | None) -> dict:
         "id": run_id or meta.get("run_id"),
         "source": meta.get("source"),
         "meta": meta,
-        "notes": list(batch.notes),
+        "notes": list(batch.notes) + ([lag_words.invalid_trainer_note(meta["trainer_version"])]
+                                      if trainer_version(meta)[1] == "invalid" else []),
         "available": {
             "token_ids": batch.token_ids is not None,
             "token_text": batch.token_text is not None or batch.decoder is not None,

@@ -3,7 +3,8 @@
     lag = trainer version − generation version        (docs/staleness.md)
 
 The trainer's version is `meta["trainer_version"]` where the file or `--meta` gives one, else the step number (said
-as `trainer_version_source`: "meta" or "step"; None when neither is known, and then no lag is claimed). A token's
+as `trainer_version_source`: "meta" or "step"; None when neither is known, "invalid" when the meta's is present but
+not an integer version: then no lag is claimed, never one from the step). A token's
 generation version is its `token_version` where the framework records one per token, else its sequence's
 `weight_version`; a sequence several versions generated ("2,3") without per-token versions is counted at its oldest
 version (its largest lag). A version that is missing or not an integer is unknown: its tokens go to the "unknown"
@@ -23,18 +24,27 @@ LIMIT = 10**VERSION_DIGITS  # a version this large or larger is unknown (a lag m
 
 
 def trainer_version(meta: dict) -> tuple[int | None, str | None]:
-    """(the trainer's version, "meta" | "step" | None): meta["trainer_version"], else the step number."""
-    for key, source in (("trainer_version", "meta"), ("step", "step")):
-        v = meta.get(key)
-        if isinstance(v, bool) or v is None:
-            continue
-        if isinstance(v, float) and v.is_integer():
-            v = int(v)
-        if isinstance(v, (int, np.integer)) and abs(int(v)) < LIMIT:
-            return int(v), source
-        if isinstance(v, str) and (n := version_int(v)) is not None:
-            return n, source
-    return None, None
+    """(the trainer's version, "meta" | "step" | "invalid" | None): meta["trainer_version"], else the step number.
+
+    Only an absent (or null) trainer_version falls back to the step: one that is present but not an integer version
+    ("abc", NaN, True) makes the trainer's version unknown ("invalid"), so no lag is claimed (missing stays missing)."""
+    given = meta.get("trainer_version")
+    if given is not None:
+        v = _version(given)
+        return (v, "meta") if v is not None else (None, "invalid")
+    v = _version(meta.get("step"))
+    return (v, "step") if v is not None else (None, None)
+
+
+def _version(v: object) -> int | None:
+    """An integer version from meta (an int, a whole float, ASCII digits as text) below LIMIT; None otherwise."""
+    if isinstance(v, (bool, np.bool_)) or v is None:
+        return None
+    if isinstance(v, (float, np.floating)) and float(v).is_integer():
+        v = int(v)
+    if isinstance(v, (int, np.integer)) and abs(int(v)) < LIMIT:
+        return int(v)
+    return version_int(v) if isinstance(v, str) else None
 
 
 def parse(text: str) -> list[int] | None:

@@ -112,10 +112,20 @@ def verdict_sentence(chain: dict) -> str | None:
     return f"{text} {near}" if near else text
 
 
+def tie_words(tied: list[str]) -> str:
+    """'v0 and the trainer tie' / 'v0, v1 and the trainer tie': the sides the rollout is equally near to."""
+    names = [("the trainer" if n == "trainer" else n) for n in tied]
+    return f"{', '.join(names[:-1])} and {names[-1]} tie"
+
+
 def nearest_sentence(nearest: dict | None) -> str | None:
     """Which weights the rollout is nearest to, once checkpoints were rescored (`tim-report rescore`)."""
     if not nearest:
         return None
+    if nearest.get("tied"):
+        kls = "; ".join(f"{r['side']} {fmt(r['kl_k3'])}" for r in nearest["by_side"])
+        return (f"Nearest: {tie_words(nearest['tied'])} (the rollout is as near to each within their standard errors; "
+                f"KL k3 against the rollout: {kls}), so these tokens cannot tell which weights the engine sampled with.")
     rows = {r["side"]: r for r in nearest["by_side"]}
     best, trainer = rows[nearest["side"]], rows.get("trainer")
     others = "; ".join(f"{r['side']} {fmt(r['kl_k3'])}" for r in nearest["by_side"][1:])

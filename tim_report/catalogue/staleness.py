@@ -25,7 +25,8 @@ def floor_note(floor: dict) -> str:
 
 def table_intro(st: dict) -> str:
     """The sentence over the per-lag table: what a lag is here, where the trainer's version came from."""
-    source = {"meta": "the batch's `trainer_version`", "step": "the step number (no `trainer_version` given)"}
+    source = {"meta": "the batch's `trainer_version`", "step": "the step number (no `trainer_version` given)",
+              "invalid": "nowhere: the batch's `trainer_version` is not an integer version, so no lag is claimed"}
     where = source.get(st["trainer_version_source"] or "", "nowhere: no lag is claimed")
     per = ("per token (the framework records a version per generate call)" if st["per_token_versions"]
            else "per sequence (a sequence of several versions at its oldest)")
@@ -33,6 +34,12 @@ def table_intro(st: dict) -> str:
             f"{fmt(st['trainer_version']) if st['trainer_version'] is not None else '—'} comes from {where}. Lag 0 is "
             "the numerical floor, read against its noise band; the last column is each older lag's KL beyond lag 0's "
             "per-token rate, as a share of all KL k3 (they add up to the staleness share).")
+
+
+def invalid_trainer_note(value: Any) -> str:
+    """The note a page and summary.json carry when meta trainer_version is present but not an integer version."""
+    return (f"meta trainer_version {str(value)[:40]!r} is not an integer version: the trainer's version is unknown, "
+            "so every lag is unknown (the step is not used in its place)")
 
 
 def _interval(st: dict) -> str:
@@ -55,6 +62,9 @@ def verdict_sentence(st: dict | None) -> str | None:
     """The verdict's second sentence: which dominates, staleness or numerics, and where lag 0 stands."""
     if st is None:
         return None
+    if st["trainer_version"] is None and st["trainer_version_source"] == "invalid":
+        return ("Staleness: the batch's trainer_version is not an integer version, so the trainer's version is unknown "
+                "and no lag is claimed (the step is not used in its place).")
     if st["trainer_version"] is None:
         return ("Staleness: the batch names weight versions but not the trainer's (no trainer_version, no step), so no "
                 "lag is claimed.")

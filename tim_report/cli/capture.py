@@ -50,8 +50,9 @@ from .text import safe
               help="Sample part of the prompts with an older checkpoint (repeatable, one per lag): the prompts are dealt "
                    "in turn to --model (lag 0) and each CKPT, the trainer scores every token with --model, and each "
                    "sequence is labelled with its version (trainer version − LAG); CKPT a folder or a .gguf. 0=CKPT: "
-                   "an engine that claims the trainer's version but holds CKPT's weights. One --rollout; not with "
-                   "--recompute.")
+                   "an engine that claims the trainer's version but holds CKPT's weights. A negative LAG (-1=CKPT) is "
+                   "deliberate: it plants a negative-lag fixture (CKPT's sequences labelled newer than the trainer). "
+                   "One --rollout; not with --recompute.")
 @click.option("--trainer-version", type=int, default=None, metavar="N",
               help="With --stale: the trainer's version (meta trainer_version; default the largest lag).")
 @click.option("--n-samples", type=int, default=4, show_default=True, help="Completions per prompt (one group each).")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from ..catalogue.chain import tie_words
 from ..catalogue.numbers import fmt
 from .options import fail_cleanly, load_options
 from .text import safe
@@ -47,5 +48,6 @@ def rescore_command(step, model, dtype, name, temperature, device, out, load) ->
     near = (done.chain or {}).get("nearest")
     if near:
         ranked = ", ".join(f"{r['side']} {fmt(r['kl_k3'])}" for r in near["by_side"])
-        line += f"; KL k3 against the rollout: {safe(ranked)}; nearest: {safe(near['side'])}"
+        nearest = tie_words(near["tied"]) if near.get("tied") else near["side"]
+        line += f"; KL k3 against the rollout: {safe(ranked)}; nearest: {safe(nearest)}"
     click.echo(line)

@@ -25,6 +25,9 @@ from .bands import PublishedBand as PublishedBand
 # |log r| is clamped to this before exponentiating (verl's SAFETY_BOUND in rollout_corr_helper:
 # exp(20) ≈ 4.9e8). Token log-ratios, sequence log-ratio sums and the sample tables all use it.
 SAFETY_BOUND = 20.0
+# rescore's nearest side: sides whose mean (side − rollout)² differs from the nearest's by at most this many standard
+# errors (paired, clustered by sequence) tie with it (analysis/chain.py, docs/chain.md)
+NEAREST_TIE_SE = 2.0
 # The what-if table explains a Geometric RS row that rejects at least this share of sequences when the batch's own
 # per-token noise, averaged over a typical sequence, already strays past the band (catalogue.verdicts.geo_rs_note).
 GEO_RS_NOTE_SHARE = 0.5

@@ -70,7 +70,8 @@ def lag_table(report) -> Table | None:
     if not st:
         return None
     floor = st.get("floor") or {}
-    wide = {"tokens", "share", "mean δ", "over TIS cap"}  # left out at phone width: the lag's size and cost stay
+    # left out at phone width, so that the rest fits a 420 px screen unscrolled: the lag's KL, cost and excess stay
+    wide = {"tokens", "share", "mean δ", "mean |δ|", "over TIS cap"}
     columns = (Column("lag"), *(Column(h, numeric=True, wide_only=h in wide) for h in (
         "tokens", "share", "KL k3", "mean δ", "mean |δ|", "ESS", "PPO-clipped", "over TIS cap", "KL beyond lag 0")))
 
