@@ -22,7 +22,8 @@ def test_a_version_that_is_not_an_ascii_integer_is_unknown(text):
 
 @pytest.mark.parametrize("value", ["--3", "³", 10**30, 1e30, -(2**63), 2**63, float("nan")])
 def test_a_trainer_version_that_is_not_an_int64_integer_is_not_used(value):
-    assert trainer_version({"trainer_version": value}) == (None, None)
+    # present but unusable: no version, and no fallback to the step either (its source says why: "invalid")
+    assert trainer_version({"trainer_version": value, "step": 5}) == (None, "invalid")
 
 
 @pytest.mark.parametrize("version", ["--3", "³"])
