@@ -66,3 +66,16 @@ def test_a_stale_lag_beyond_int64_or_not_plain_digits_is_refused(spec):
 
     with pytest.raises(BadInput, match="is not LAG=CKPT"):
         parse_stale([spec])
+
+
+def test_a_generate_call_span_with_a_garbled_version_or_position_covers_nothing():
+    """miles' per-call spans are read from the dump: a version "--3" or "³", or a position "abc", raised int()'s
+    ValueError (a traceback) through a copy of the digit check that model.version_int replaced; such a span is now
+    skipped, its tokens unknown."""
+    from tim_report.io.sequences import call_token_versions
+    from tim_report.model import UNKNOWN_VERSION
+
+    calls = [[{"version": "--3", "abs_start": 0, "abs_end": 2}], [{"version": 2, "abs_start": "abc", "abs_end": 4}],
+             [{"version": "³", "abs_start": 4, "abs_end": 5}], [{"version": "1", "abs_start": 5, "abs_end": 6}]]
+    got = call_token_versions(calls, np.ones(6, bool), 0)
+    assert got is not None and got.tolist() == [UNKNOWN_VERSION] * 5 + [1]

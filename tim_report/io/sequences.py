@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import BadInput
-from ..model import UNKNOWN_VERSION, StepBatch
+from ..model import UNKNOWN_VERSION, StepBatch, version_int
 
 PLACEHOLDER_WHY = ("the rollout log-prob is a 0.0 placeholder (prompt, tool or environment output): outside the loss "
                    "mask it is padding, kept in the token tables but out of every metric")
@@ -148,9 +148,11 @@ def call_token_versions(versions: Any, mask: np.ndarray, prompt_len: int) -> np.
     if _spans(versions):
         for call in versions:
             for span in call if isinstance(call, (list, tuple)) else [call]:
-                v = _int_version(span.get("version"))
-                lo, hi = int(span.get("abs_start", 0)) - prompt_len, int(span.get("abs_end", 0)) - prompt_len
-                if v is not None and hi > 0:
+                v, start, end = (_int_version(span.get(k)) for k in ("version", "abs_start", "abs_end"))
+                if v is None or start is None or end is None:
+                    continue  # a span that does not say its version or its tokens in plain integers covers nothing
+                lo, hi = start - prompt_len, end - prompt_len
+                if hi > 0:
                     out[max(lo, 0):max(hi, 0)] = v
         return out
     parsed = [_int_version(v) for v in _call_versions(versions)]
@@ -170,8 +172,8 @@ def _spans(versions: Any) -> bool:
 
 
 def _int_version(v: Any) -> int | None:
-    text = str(v).strip()
-    return int(text) if text.lstrip("-").isdigit() and len(text) < 19 else None
+    """A dump's version or position (an int, or its text) → int, by model.version_int's rule; None for anything else."""
+    return version_int(str(v))
 
 
 def assemble_seqs(path: Path | str, seqs: list[Seq], meta: dict, exclusions: Exclusions, notes: list[str]) -> StepBatch:
