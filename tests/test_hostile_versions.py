@@ -10,7 +10,7 @@ import pytest
 from helpers import run
 
 from tim_report.analysis import analyze
-from tim_report.analysis.versions import parse, trainer_version
+from tim_report.analysis.lag.versions import parse, trainer_version
 from tim_report.io import load
 from tim_report.testing import make_batch
 

@@ -10,7 +10,7 @@ import pytest
 from helpers import build_site
 
 import tim_report
-from tim_report.analysis.lag_history import floor_moved, lag_changed, lag_key, same_lag
+from tim_report.analysis.lag.history import floor_moved, lag_changed, lag_key, same_lag
 from tim_report.errors import BadInput
 from tim_report.site.index_json import read_rows
 from tim_report.testing import make_batch

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from tim_report import save_step
 from tim_report.analysis import analyze
-from tim_report.analysis.staleness import split
+from tim_report.analysis.lag.split import split
 from tim_report.analysis.tokens import valid_tokens
 from tim_report.cli import main
 from tim_report.config import Thresholds

@@ -40,7 +40,7 @@ class Report(model.BatchReport, JupyterMixin):
         `wandb.log(report.scalars(), step=step)`, `mlflow.log_metrics(...)`, a TensorBoard `add_scalar` each
         (docs/watch.md). A metric this batch has no finite value for (None, NaN, inf) is left out, not logged as
         NaN: a logger draws a gap, and no backend rejects the call."""
-        from .analysis.lag_history import lag_scalars
+        from .analysis.lag.history import lag_scalars
         from .analysis.stats import finite
         from .catalogue.metrics import SCALARS
 

@@ -117,7 +117,7 @@ class StepBatch:
     sides: dict[str, np.ndarray] = field(default_factory=dict)
     turn: np.ndarray | None = None  # [T] int32, turn of each token in its sequence (k-th trained span and what follows it); multi-turn only
     # [N] str, the weight version(s) that generated each sequence: "3", or a span oldest → newest joined by "," ("2,3");
-    # an integer where it is one (analysis/versions.py reads them), "" where unknown
+    # an integer where it is one (analysis/lag/versions.py reads them), "" where unknown
     weight_version: np.ndarray | None = None
     # [T] int64, the version that generated each token where the framework records it (slime / miles: one per generate
     # call; Megatron: its per-token lag converted); UNKNOWN_VERSION where unknown
@@ -207,7 +207,7 @@ class BatchReport:
     diagnosis: dict = field(default_factory=dict)  # empty when the diagnosis did not run
     topk: dict | None = None  # the two sides' top-k distributions compared (analysis/topk.py); absent with a reason
     chain: dict | None = None  # the sides as a chain, each link's share (analysis/chain.py); None: no side beyond the pair
-    staleness: dict | None = None  # the split by weight-version lag (analysis/staleness.py); None: no version at all
+    staleness: dict | None = None  # the split by weight-version lag (analysis/lag/split.py); None: no version at all
     samples: list = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
 

@@ -20,13 +20,13 @@ from .consequence import glance_of
 from .corrections import blocked_by_bug, routing, what_if
 from .diagnosis import diagnose
 from .distributions import distributions
+from .lag.split import split
+from .lag.versions import has_versions, trainer_version
 from .metrics import LADDERS, summary_metrics
 from .samples import sample_rows
-from .staleness import split
 from .tokens import valid_tokens
 from .topk import topk_analysis
 from .verl_metrics import verl_metrics
-from .versions import has_versions, trainer_version
 
 __all__ = ["GATE", "GATE_HISTORY", "DiagnosisThresholds", "Scope", "Thresholds", "analyze"]
 

@@ -17,7 +17,7 @@ from ..catalogue import run_words as words
 from ..catalogue.verdicts import REGIMES
 from ..config import CHANGE_POINT_MIN_SIZE, RUN_VERDICT_SHARE, SEVERITIES
 from .drift import run_shapes
-from .lag_history import lag_only
+from .lag.history import lag_only
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class State:
     regime: str
     lead: str | None
     run: str
-    carried: bool = False  # its own regime read lag and numerics together (lag_history.lag_only): the steps' before
+    carried: bool = False  # its own regime read lag and numerics together (lag.history.lag_only): the steps' before
 
 
 def step_states(rows: list[dict]) -> list[State]:

@@ -21,7 +21,7 @@ from ..catalogue import run_words as words
 from ..catalogue.metrics import Metric
 from ..catalogue.numbers import plain
 from ..config import CHANGE_POINT_MIN_SIZE, TREND_LOG_AXIS_SPAN
-from .lag_history import lag_key
+from .lag.history import lag_key
 from .run_verdict import State, change_context, explaining, step_states
 from .shifts import Series, level_shifts, prune
 from .stats import finite

@@ -1,5 +1,5 @@
 """The staleness split's words: the verdict's sentence, the per-lag table's labels, and the five lag findings' titles,
-causes and checks (their entries are in catalogue/findings.py; the numbers come from analysis/staleness.py).
+causes and checks (their entries are in catalogue/findings.py; the numbers come from analysis/lag/split.py).
 """
 
 from __future__ import annotations

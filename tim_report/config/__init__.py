@@ -463,7 +463,7 @@ HISTORY_MIN_STEPS = 5
 # tens of percent (a new sample of prompts each step); the faults the diagnosis knows multiply them
 # tenfold or more. Doubling within one step is therefore the default alarm.
 HISTORY_MARGIN = 1.0
-# `watch`'s stale-weights alarm (analysis/lag_history.py): a step's lag-0 KL k3 beyond (1 + HISTORY_MARGIN) × the run's
+# `watch`'s stale-weights alarm (analysis/lag/history.py): a step's lag-0 KL k3 beyond (1 + HISTORY_MARGIN) × the run's
 # lag-0 median by more than this many of its own standard errors (two: the z of the diagnosis's noise tests).
 FLOOR_Z = 2.0
 # Each metric's floor (the least a band reaches past the median) is in its catalogue entry (catalogue.metrics).

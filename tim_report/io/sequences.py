@@ -198,7 +198,7 @@ def assemble_seqs(path: Path | str, seqs: list[Seq], meta: dict, exclusions: Exc
         values = [getattr(s, name) for s in seqs]
         if all(v is not None for v in values):
             setattr(batch, name, np.asarray([str(v) for v in values], dtype=str))
-    if any(s.token_version is not None for s in seqs):  # the others: their sequence's version (analysis/versions.py)
+    if any(s.token_version is not None for s in seqs):  # the others: their sequence's version (analysis/lag/versions.py)
         batch.token_version = np.concatenate([s.token_version if s.token_version is not None else
                                               np.full(len(s.rollout), UNKNOWN_VERSION, np.int64) for s in seqs])
     if batch.env is not None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from ..analysis.lag_history import lag_scalars
+from ..analysis.lag.history import lag_scalars
 from ..catalogue.metrics import SCALARS
 from ..errors import BadInput
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..analysis.history import check_history
-from ..analysis.lag_history import floor_moved, lag_changed, same_lag
+from ..analysis.lag.history import floor_moved, lag_changed, same_lag
 from ..catalogue.findings.lag import LAG_ALARMS
 from ..catalogue.numbers import fmt
 from ..config import HISTORY_MARGIN, HISTORY_WINDOW

@@ -1,4 +1,4 @@
-"""The lag findings over the staleness split (analysis/lag_findings.py; their sentences in catalogue/staleness.py):
+"""The lag findings over the staleness split (analysis/lag/findings.py; their sentences in catalogue/staleness.py):
 a weight sync that did not happen, versions newer than the trainer's, sequences over several versions, an ESS
 collapse in a lag bucket, and a PPO clip that never fires (docs/staleness.md).
 """
@@ -9,7 +9,7 @@ from .. import staleness as lag
 from ..numbers import fmt
 from .entry import Finding, Side, always, nowhere
 
-# `watch`'s alarms of a live run by lag (service/watch.py, analysis/lag_history.py): the cause first.
+# `watch`'s alarms of a live run by lag (service/watch.py, analysis/lag/history.py): the cause first.
 LAG_ALARMS = {
     "stale_weights": "stale weights: the engine does not hold the weights it claims (a weight sync skipped, applied late "
                      "or rounded away, or a stale KV / prefix cache)",

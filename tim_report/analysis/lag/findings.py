@@ -1,4 +1,4 @@
-"""The five lag findings, each a detector over the staleness split (analysis/staleness.py; words in
+"""The five lag findings, each a detector over the staleness split (analysis/lag/split.py; words in
 catalogue/staleness.py): stale weights (lag 0 beyond its noise band), negative lag, version span, an ESS collapse in a
 lag bucket, and an idle correction (a logged PPO clip fraction of 0 while the ratios would clip).
 
@@ -12,11 +12,11 @@ import math
 
 import numpy as np
 
-from ..catalogue import findings, severity
-from .bands import choose_band
-from .consequence import consequence
-from .registry import Scene, detector
-from .staleness import judge, split
+from ...catalogue import findings, severity
+from ..bands import choose_band
+from ..consequence import consequence
+from ..registry import Scene, detector
+from .split import judge, split
 from .versions import sequence_versions, token_lags
 
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 import math
 import statistics
 
-from ..catalogue.numbers import fmt, plain
-from ..config import FLOOR_Z, HISTORY_MARGIN, HISTORY_MIN_STEPS, HISTORY_WINDOW, DiagnosisThresholds
-from .history import describe, window_rows
+from ...catalogue.numbers import fmt, plain
+from ...config import FLOOR_Z, HISTORY_MARGIN, HISTORY_MIN_STEPS, HISTORY_WINDOW, DiagnosisThresholds
+from ..history import describe, window_rows
 
 MIN_TOKENS = DiagnosisThresholds().min_tokens  # the diagnosis's: fewer lag-0 tokens than this judge no floor
 

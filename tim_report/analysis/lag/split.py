@@ -21,10 +21,10 @@ import math
 
 import numpy as np
 
-from ..config import STALENESS_BOOTSTRAP, Thresholds
-from ..model import StepBatch
-from .histograms import CHUNK
-from .tokens import Tokens
+from ...config import STALENESS_BOOTSTRAP, Thresholds
+from ...model import StepBatch
+from ..histograms import CHUNK
+from ..tokens import Tokens
 from .versions import UNKNOWN, has_versions, sequence_versions, token_lags, trainer_version
 
 RULE = ("staleness share = Σ over lag ≥ 1 of (KL k3 sum − tokens × lag 0's per-token KL k3) / KL k3 sum over lag ≥ 0: "

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..model import UNKNOWN_VERSION, VERSION_DIGITS, StepBatch, version_int
-from .tokens import Tokens
+from ...model import UNKNOWN_VERSION, VERSION_DIGITS, StepBatch, version_int
+from ..tokens import Tokens
 
 UNKNOWN = UNKNOWN_VERSION  # the sentinel of an unknown version, and of an unknown lag
 LIMIT = 10**VERSION_DIGITS  # a version this large or larger is unknown (a lag must not wrap around int64)
