@@ -39,10 +39,34 @@ def load(name: str):
     return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
 
 
-def main() -> None:
+def measure(name: str, repeat: int) -> str:
+    """One model's row of the table."""
     import torch
 
     import tim_report
+
+    model = load(name)
+    params = dict(model.named_parameters())
+
+    def cast() -> int:
+        return sum(t.detach().to(torch.bfloat16).numel() for t in params.values())
+
+    cast()  # warm: the allocator and torch's kernels, for both
+    cw, cc, _ = best(cast, repeat)
+    dw, dc, d0 = best(lambda: tim_report.weight_digest(model, "bf16", version=0), repeat)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
+    x = torch.randint(0, model.config.vocab_size, (2, 64))
+    model(input_ids=x, labels=x).loss.backward()
+    opt.step()
+    sw, sc, d1 = best(lambda: tim_report.weight_digest(model, "bf16", since=d0, version=1), repeat)
+    kept = sum(p[2].nbytes for p in d1._parts.values())
+    return (f"| {name} | {d1.elements:,} | {d1.tensors} | {cw:.3f} s wall, {cc:.3f} s CPU | {dw:.3f} s, {dc:.3f} s CPU "
+            f"| {sw:.3f} s, {sc:.3f} s CPU | {sc / cc:.1f}× | {kept / 2**20:.2f} MiB (stride {d1.stride}) "
+            f"| {100 * d1.changed_share:.2f}% |")
+
+
+def main() -> None:
+    import torch
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default="tiny,smollm2")
@@ -54,23 +78,7 @@ def main() -> None:
           "kept for the next | changed share after one AdamW step (lr 1e-6) |")
     print("|---|---:|---:|---|---|---|---:|---:|---:|")
     for name in args.models.split(","):
-        model = load(name)
-        params = dict(model.named_parameters())
-
-        def cast() -> int:
-            return sum(t.detach().to(torch.bfloat16).numel() for t in params.values())
-
-        cw, cc, _ = best(cast, args.repeat)
-        dw, dc, d0 = best(lambda: tim_report.weight_digest(model, "bf16", version=0), args.repeat)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-6)
-        x = torch.randint(0, model.config.vocab_size, (2, 64))
-        model(input_ids=x, labels=x).loss.backward()
-        opt.step()
-        sw, sc, d1 = best(lambda: tim_report.weight_digest(model, "bf16", since=d0, version=1), args.repeat)
-        kept = sum(p[2].nbytes for p in d1._parts.values())
-        print(f"| {name} | {d1.elements:,} | {d1.tensors} | {cw:.3f} s wall, {cc:.3f} s CPU | {dw:.3f} s, {dc:.3f} s CPU "
-              f"| {sw:.3f} s, {sc:.3f} s CPU | {sc / cc:.1f}× | {kept / 2**20:.2f} MiB (stride {d1.stride}) "
-              f"| {100 * d1.changed_share:.2f}% |")
+        print(measure(name, args.repeat))
 
 
 if __name__ == "__main__":
