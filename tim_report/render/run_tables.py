@@ -90,3 +90,19 @@ def lag_table(report) -> Table | None:
                  for r in st["by_lag"])
     after = (lag_words.verdict_sentence(st) or "", lag_words.cost_sentence(st) or "")
     return Table(columns, rows, after=tuple(a for a in after if a))
+
+
+def cache_table(report) -> Table | None:
+    """The mismatch of prefix-cache hits against misses, one row each (None: the batch does not say what was cached)."""
+    pc = (report.diagnosis or {}).get("prefix_cache")
+    if not pc:
+        return None
+    columns = (Column("prompt"), *_numeric("sequences", "tokens", "KL k3 ± s.e.", "mean |δ| ± s.e.", "mean δ"))
+
+    def se(g: dict, key: str) -> str:
+        return f"{fmt(g[key])} ± {fmt(g[key + '_se'], 2)}" if g.get(key + "_se") is not None else fmt(g[key])
+
+    rows = tuple(Row((Cell(label), Cell(fmt(g["sequences"])), Cell(fmt(g["tokens"])), Cell(se(g, "kl_k3")),
+                      Cell(se(g, "mean_abs_delta")), Cell(fmt(g["mean_delta"]))))
+                 for label, g in (("cache hit", pc["hit"]), ("miss", pc["miss"])))
+    return Table(columns, rows, after=(lag_words.cache_sentence(pc),))
