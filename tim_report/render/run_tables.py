@@ -97,7 +97,9 @@ def cache_table(report) -> Table | None:
     pc = (report.diagnosis or {}).get("prefix_cache")
     if not pc:
         return None
-    columns = (Column("prompt"), *_numeric("sequences", "tokens", "KL k3 ± s.e.", "mean |δ| ± s.e.", "mean δ"))
+    # at phone width only the sequences and the tested mean |δ| stay, so that the table fits a 420 px screen unscrolled
+    columns = (Column("prompt"), *(Column(h, numeric=True, wide_only=h in ("tokens", "KL k3 ± s.e.", "mean δ"))
+                                   for h in ("sequences", "tokens", "KL k3 ± s.e.", "mean |δ| ± s.e.", "mean δ")))
 
     def se(g: dict, key: str) -> str:
         return f"{fmt(g[key])} ± {fmt(g[key + '_se'], 2)}" if g.get(key + "_se") is not None else fmt(g[key])
