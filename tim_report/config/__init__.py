@@ -405,13 +405,10 @@ class DiagnosisThresholds:
     # idle_clip_expected of the tokens (SkyRL #1850: recomputed old log-probs made r ≡ 1 under staleness 4).
     idle_clip_logged_max: float = 0.0
     idle_clip_expected: float = 0.01
-    # stale_prefix_cache (analysis/lag/cache.py): the sequences the engine served from its prefix cache (cached_tokens >
-    # 0) disagree beyond those it computed afresh in the same batch: mean |δ| higher by z ≥ cache_z (cluster-robust,
-    # sequences as clusters) and by cache_ratio_min× at least, with cache_min_sequences sequences on each side (the
-    # localisers' minimum). The z is the detectors' own. Measured on 600 clean SmolLM2 subsets whose hits fall at random,
-    # by prompt or on every sample of a prompt but its first (benchmarks/bench_false_alarms.py; 448 with 8 sequences on
-    # each side): z has sd 1.0 (1.21 by prompt: prompts differ), at most 3.92, the ratio at most 1.35, so none fires;
-    # a prompt read one Adam step earlier on the tiny model reads z 8.5 and 2.4× (docs/staleness.md).
+    # stale_prefix_cache (analysis/lag/cache.py): prefix-cache hits' mean |δ| beyond the misses' of the batch by z ≥
+    # cache_z (the detectors' z) and cache_ratio_min×, cache_min_sequences on each side. 600 clean SmolLM2 subsets, hits
+    # at random, by prompt or by sample (bench_false_alarms.py): z sd 1.0-1.21, max 3.92, ratio max 1.35, none fires;
+    # a prompt read one Adam step earlier (tiny model) reads z 8.5, 2.4× (docs/staleness.md, docs/calibration.md).
     cache_z: float = 5.0
     cache_ratio_min: float = 1.5
     cache_min_sequences: int = 8
