@@ -270,19 +270,23 @@ def _train(auto_model: Any, auto_tokenizer: Any, model_dir: str, versions: int, 
 
 def sample_versioned_batch(states: list[dict], lags: list[int], model_dir: str = TINY_MODEL, new_tokens: int = 48,
                            seqs_per_lag: int = 8, stuck_at: int | None = None, rollout_dtype: str = "bf16",
-                           label_lags: list[int] | None = None, seed: int = 0) -> StepBatch:
+                           label_lags: list[int] | None = None, seed: int = 0,
+                           sampled_by: list[int] | None = None) -> StepBatch:
     """Tokens sampled by real older versions, scored by the newest in fp32: for each lag L in `lags`, `seqs_per_lag`
     sequences sampled (temperature 1, no truncation) by version newest − L in `rollout_dtype`, with that engine's
     log-probs as the rollout side and the newest version's fp32 log-probs as the trainer's. `weight_version` labels
     each sequence with its version (or, with `label_lags`, the lag written instead of the real one: a mislabelled
     batch) and `meta["trainer_version"]` is the newest. `stuck_at=V`: the engine never received weights after version
-    V (every sequence sampled by V, whatever its label says)."""
+    V (every sequence sampled by V, whatever its label says); `sampled_by`: the version that really samples each lag's
+    sequences (one bucket planted from another version, the others honest). `prompt_ids` holds each sequence's
+    prompt, so `rescore` can score the batch again."""
     with _one_thread():
-        return _sample(states, lags, model_dir, new_tokens, seqs_per_lag, stuck_at, rollout_dtype, label_lags, seed)
+        by = sampled_by or [stuck_at if stuck_at is not None else len(states) - 1 - lag for lag in lags]
+        return _sample(states, lags, model_dir, new_tokens, seqs_per_lag, by, rollout_dtype, label_lags, seed)
 
 
 def _sample(states: list[dict], lags: list[int], model_dir: str, new_tokens: int, seqs_per_lag: int,
-            stuck_at: int | None, rollout_dtype: str, label_lags: list[int] | None, seed: int) -> StepBatch:
+            sampled_by: list[int], rollout_dtype: str, label_lags: list[int] | None, seed: int) -> StepBatch:
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -294,8 +298,7 @@ def _sample(states: list[dict], lags: list[int], model_dir: str, new_tokens: int
     labels = label_lags if label_lags is not None else lags
     seqs, rollout, versions = [], [], []
     with torch.no_grad():
-        for lag, label in zip(lags, labels):
-            version = stuck_at if stuck_at is not None else newest - lag
+        for label, version in zip(labels, sampled_by):
             model.load_state_dict(states[version])
             engine = model.to(dtype=dtype)
             x = torch.randint(3, 200, (seqs_per_lag, 4), generator=gen)  # short random prompts
@@ -320,6 +323,7 @@ def _sample(states: list[dict], lags: list[int], model_dir: str, new_tokens: int
     return StepBatch(rollout_logp=rollout_np, trainer_logp=trainer.reshape(-1).double().numpy(),
                      offsets=np.arange(n + 1, dtype=np.int64) * new_tokens, mask=np.ones(n * new_tokens, bool),
                      token_ids=ids[:, 4:].reshape(-1).numpy().astype(np.int64),
+                     prompt_ids=[p.astype(np.int64) for p in ids[:, :4].numpy()],
                      weight_version=np.asarray(versions, dtype=str),
                      meta={"model": "tiny-qwen2", "rollout_engine": "transformers", "rollout_dtype": rollout_dtype,
                            "trainer_engine": "transformers", "trainer_dtype": "fp32", "trainer_version": newest,

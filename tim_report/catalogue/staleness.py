@@ -127,6 +127,9 @@ def stale_title(w: Words) -> str:
     elif w.get("older_kl_k3_low") is not None:
         like = (f"; the older lags do not rise with their lag either (KL k3 {fmt(w['older_kl_k3_low'])} to "
                 f"{fmt(w['older_kl_k3_high'])}): one old version may have sampled every bucket")
+    if w.get("rescored_looks_like_version") is not None:  # a rescore of checkpoints measured it: no inference from KL
+        like = (f"; rescored, they are labelled v{w['labelled_version']} and look like "
+                f"v{w['rescored_looks_like_version']}")
     return (f"Stale weights: tokens labelled lag 0 disagree {times(w['times_band'])} beyond the {w['band']} noise band "
             f"(KL k3 {fmt(w['kl_k3'])}, mean |δ| {fmt(w['mean_abs_delta'])} over {fmt(w['tokens'])} tokens){like}")
 
