@@ -98,6 +98,17 @@ def test_a_tie_is_a_tie():
     assert analyze(one).rescore["by_lag"][0]["tied"] == ["v0", "trainer"]
 
 
+def test_a_rescored_side_that_scores_no_token_is_left_out_with_its_reason():
+    b, _ = two_buckets()
+    b.sides["v1"] = np.full(b.n_tokens, np.nan)
+    report = analyze(b)
+    assert "v1" in report.rescore["left_out"] and [c["side"] for c in report.rescore["candidates"]] == ["v3", "trainer"]
+    b.sides["v3"] = np.full(b.n_tokens, np.nan)
+    report = analyze(b)
+    assert report.rescore["by_lag"] == [] and set(report.rescore["left_out"]) == {"v1", "v3"}
+    assert "Which weights" not in report.diagnosis["verdict"]
+
+
 def test_the_stale_weights_finding_says_labelled_and_looks_like():
     """Lag 0 beyond its band, and a rescored v1 the rollout is nearest to: the finding's evidence and title carry it."""
     b = make_batch(n_seqs=32, mean_len=40, noise=0.3, seed=3)

@@ -200,6 +200,9 @@ class StepBatch:
     # [T] int64, the version that generated each token where the framework records it (slime / miles: one per generate
     # call; Megatron: its per-token lag converted); UNKNOWN_VERSION where unknown
     token_version: np.ndarray | None = None
+    # [N] int64, the prompt tokens the rollout engine served from its prefix cache (vLLM's RequestOutput.num_cached_tokens,
+    # SGLang's meta_info cached_tokens): a cache hit is > 0; a KV cache computed by older weights shows there first
+    cached_tokens: np.ndarray | None = None
     env: np.ndarray | None = None  # [N] str, environment name
     # The k most likely tokens at each position and their log-probs, per side ([T, k], best first; capture
     # --top-k-logprobs). The rollout's are the sampler's distribution (processed, like rollout_logp).

@@ -154,6 +154,7 @@ def run_info(batch: StepBatch, run_id: str | None) -> dict:
             "turns": batch.turn is not None,
             "weight_versions": batch.weight_version is not None,
             "token_versions": batch.token_version is not None,
+            "cached_tokens": batch.cached_tokens is not None,
             "env": batch.env is not None,
         },
         "weight_versions": weight_versions(batch),

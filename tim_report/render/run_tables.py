@@ -116,3 +116,21 @@ def weights_table(report) -> Table | None:
                       Cell(fmt(r["tokens"])), *(kl(r, n) for n in names)))
                  for r in w["by_lag"])
     return Table(columns, rows)
+
+
+def cache_table(report) -> Table | None:
+    """The mismatch of prefix-cache hits against misses, one row each (None: the batch does not say what was cached)."""
+    pc = (report.diagnosis or {}).get("prefix_cache")
+    if not pc:
+        return None
+    # at phone width only the sequences and the tested mean |δ| stay, so that the table fits a 420 px screen unscrolled
+    columns = (Column("prompt"), *(Column(h, numeric=True, wide_only=h in ("tokens", "KL k3 ± s.e.", "mean δ"))
+                                   for h in ("sequences", "tokens", "KL k3 ± s.e.", "mean |δ| ± s.e.", "mean δ")))
+
+    def se(g: dict, key: str) -> str:
+        return f"{fmt(g[key])} ± {fmt(g[key + '_se'], 2)}" if g.get(key + "_se") is not None else fmt(g[key])
+
+    rows = tuple(Row((Cell(label), Cell(fmt(g["sequences"])), Cell(fmt(g["tokens"])), Cell(se(g, "kl_k3")),
+                      Cell(se(g, "mean_abs_delta")), Cell(fmt(g["mean_delta"]))))
+                 for label, g in (("cache hit", pc["hit"]), ("miss", pc["miss"])))
+    return Table(columns, rows, after=(lag_words.cache_sentence(pc),))

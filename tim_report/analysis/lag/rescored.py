@@ -66,7 +66,7 @@ def weights_by_lag(batch: StepBatch, tok: Tokens) -> dict | None:
     seq, rollout = tok.seq[ok], tok.rollout[ok]
     values = [(n, v[ok]) for n, v in values]
     rows = []
-    for lag in _order(lags):
+    for lag in _order(lags) if len(values) > 1 else []:  # the trainer alone is no ranking: `left_out` says why
         keep = lags == lag
         row = nearest(rollout[keep], [(n, v[keep]) for n, v in values], seq[keep], versions)
         labelled = trainer - lag if trainer is not None and lag != UNKNOWN else None

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from .. import staleness as lag
 from .. import sync
-from ..numbers import fmt, pct
-from .entry import Finding, Side, always, nowhere
+from ..numbers import fmt, pct, times
+from .entry import Finding, Side, Words, always, nowhere
 
 # `watch`'s alarms of a live run by lag (service/watch.py, analysis/lag/history.py): the cause first.
 LAG_ALARMS = {
@@ -54,7 +54,37 @@ SYNC_ENTRIES = (
         glance=lambda e: f"engine weights ≠ trainer's v{e.get('version')}"),
 )
 
+
+def _cache_title(w: Words) -> str:
+    return (f"Prompts served from the prefix cache disagree {times(w['ratio'])} more than those computed afresh: mean |δ| "
+            f"{fmt(w['hit_mean_abs_delta'])} over {fmt(w['hit_sequences'])} cache hits against {fmt(w['miss_mean_abs_delta'])} "
+            f"over {fmt(w['miss_sequences'])} misses (z = {fmt(w['z'], 2)})")
+
+
+CACHE_CAUSE = ("The engine served these prompts' KV from its prefix (radix) cache, and that KV was computed by older weights "
+               "than the ones that answered: a cache kept across a weight update (NeMo-RL #4018, miles #2783: one outlived 17 "
+               "updates). The misses of the same batch, computed afresh by the same engine at the same step, show what its "
+               "numerics alone give.")
+CACHE_CHECK = ("Reset the prefix cache after every weight sync (vLLM `llm.reset_prefix_cache()` or POST `/reset_prefix_cache`, "
+               "SGLang `/flush_cache`), or key cached blocks by the weight version; a step with prefix caching off "
+               "(`enable_prefix_caching=False`) should lose the hits' excess. `cached_tokens` per sequence is vLLM's "
+               "`RequestOutput.num_cached_tokens` (save_step(cached_tokens=...)).")
+
+
 ENTRIES = (
+    Finding(
+        "stale_prefix_cache", lambda w, dt: "error" if w["material"] else "warn", _cache_title,
+        lambda w: "a prefix cache that outlived a weight update (cached prompts read by older weights)",
+        lambda w: CACHE_CAUSE, lambda w: CACHE_CHECK, short="stale prefix cache",
+        meaning="the prompts the engine served from its prefix cache were read by older weights than the answer",
+        side=Side(lambda e: "rollout", "stale_cache", "its cached prompts were read by other weights than the ones that "
+                                                      "answered"),
+        place=nowhere, glance=lambda e: f"stale prefix cache (hits {times(e.get('ratio'))} the misses' |δ|)",
+        evidence_names={"z": ("z, hits vs misses", "num"), "ratio": ("hits / misses mean |δ|", "x"),
+                        "hit_sequences": ("cache hits", "count"), "hit_tokens": ("their tokens", "count"),
+                        "miss_sequences": ("misses", "count"), "hit_mean_abs_delta": ("mean |δ| of the hits", "num"),
+                        "miss_mean_abs_delta": ("of the misses", "num"), "hit_kl_k3": ("KL k3 of the hits", "num"),
+                        "miss_kl_k3": ("of the misses", "num"), "material": ("material", "bool")}),
     Finding(
         "stale_weights", lambda w, dt: "error" if w["material"] else "warn", lag.stale_title, lag.stale_problem,
         lambda w: lag.STALE_CAUSE, lambda w: lag.STALE_CHECK, short="stale weights",
