@@ -4,6 +4,7 @@ batches whose digests say what happened."""
 
 from __future__ import annotations
 
+import html
 import json
 
 import numpy as np
@@ -284,3 +285,24 @@ def test_a_run_reads_the_digests_of_its_steps_together(tmp_path):
     assert run["regime"] == "systematic" and run["verdict"].startswith("Sync not applied: the engine's weights at version 2")
     assert run["what_to_check"] == lead["what_to_check"]
     assert "Sync not applied" in (site / "report.md").read_text()
+
+
+def test_the_page_report_md_and_the_terminal_line_show_the_sync(tmp_path):
+    from helpers import build_site
+
+    clean = with_digests([rec(5, A, 0.015, 4)], [rec(5, A, 0.015, 4), rec(6, B, 0.016, 5)], trainer_version=6, step=6)
+    clean.weight_version = np.full(clean.n_seqs, "5")
+    stuck = with_digests([rec(5, A, 0.0, 4)], [rec(5, B, 0.016, 4)], trainer_version=5, step=7)
+    site = build_site(tmp_path, [("clean", clean), ("stuck", stuck)])
+    page, md = (site / "clean" / "index.html").read_text(), (site / "clean" / "report.md").read_text()
+    line = ("Sync: the engine holds the trainer's weights at version 5 (bf16 digests equal); since version 4 the engine "
+            "changed 1.5% of its elements, the trainer 1.5%.")
+    assert 'id="sync"' in page and html.escape(line).replace('&#x27;', '&#39;') in page and "✓ equal" in page
+    assert "### Weight sync" in md and f"**{line}**" in md and f"| 5 | {A[:12]} | {A[:12]} | 1.5% since v4" in md
+    assert "| 6 | — | " + B[:12] + " |" in md and "one side only" in md
+    rows = {r["id"]: r for r in json.loads((site / "index.json").read_text())["runs"]}
+    assert rows["clean"]["glance"].endswith("; sync: bf16 digests equal at v5")
+    assert rows["stuck"]["glance"].startswith("systematic: sync not applied (engine v5 = v4) (error)")
+    assert "✖ differ" in (site / "stuck" / "index.html").read_text()
+    res = run("check", tmp_path / "in" / "clean.npz")
+    assert res.exit_code == 0 and "sync: bf16 digests equal at v5" in res.output

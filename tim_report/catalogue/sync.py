@@ -60,6 +60,37 @@ def sync_line(st: dict | None) -> str | None:
             "compares them across steps.")
 
 
+TABLE_INTRO = ("The weights as the engine held them when it sampled, and the trainer's cast to the engine's dtype, as "
+               "sha256 digests by version (`tim_report.weight_digest`); a changed share counts the elements whose value "
+               "changed since the version it names. Equal digests are the same weights bit for bit.")
+
+
+def agreement(both: bool, differ: bool) -> tuple[str, str]:
+    """A version's last cell and its style: the two sides' digests equal, differing, or one side only."""
+    if not both:
+        return "one side only", ""
+    return ("✖ differ", "differs") if differ else ("✓ equal", "agrees")
+
+
+def digests_cell(records: list[dict]) -> str:
+    """'1a2b3c4d5e6f', a digest's first 12 hex digits (several: joined by ', '), '—' without one."""
+    return ", ".join(dict.fromkeys(r["digest"][:12] for r in records)) or "—"
+
+
+def share_cell(records: list[dict]) -> str:
+    """'1.52% since v4', '—' without a changed share."""
+    r = next((r for r in records if r["changed_share"] is not None), None)
+    return f"{pct(r['changed_share'])} since v{r['since']}" if r else "—"
+
+
+def glance(st: dict | None) -> str | None:
+    """'sync: digests equal at v5' for a terminal line when the digests agree (None otherwise: a fault leads itself)."""
+    if not st or st["health"] != "agree":
+        return None
+    versions = [c["version"] for c in st["compared"]]
+    return f"sync: {st['engine'][0]['dtype']} digests equal at v{', v'.join(str(v) for v in versions[:3])}"
+
+
 def steps_read(sentence: str) -> str:
     """The run verdict's own sentence after a sync fault that leads it: what the steps' log-probs say, read one by one."""
     return f"Step by step, the log-probs read: {sentence[:1].lower()}{sentence[1:]}"

@@ -194,9 +194,9 @@ def run_sync_findings(rows: list[dict]) -> list[dict]:
 def sync_leads(verdict: dict) -> dict:
     """The run verdict with its sync errors first (cause first: exact evidence of what the engine held), their check as
     what to check, and the regime systematic: the digests say the engine sampled other weights, whatever its steps'
-    log-probs look like."""
+    log-probs look like. Unchanged when the steps' own findings lead with a sync finding already."""
     lead = [f for f in verdict["findings"] if f["id"] in SYNC_IDS and f["severity"] == "error"]
-    if not lead:
+    if not lead or verdict["lead"] in SYNC_IDS:  # the steps' own diagnosis already names it first
         return verdict
     rest = verdict["verdict"]
     for f in lead:
