@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .numbers import pct, times
+from .numbers import pct
 
 Words = dict[str, Any]
 
@@ -133,10 +133,10 @@ NOT_APPLIED_CHECK = ("Log the engine's digest after each sync (`tim_report.weigh
 def rounded_title(w: Words) -> str:
     return (f"Updates rounded away: between versions {w['since']} and {w['version']} the engine's weights changed in "
             f"{pct(w['engine_changed_share'])} of their elements, the trainer's (cast to the engine's dtype) in "
-            f"{pct(w['trainer_changed_share'])}: the engine kept {times(w['ratio'])} of the update{_more(w)}")
+            f"{pct(w['trainer_changed_share'])}: {pct(1 - w['ratio'], 2)} of the changes did not reach the engine{_more(w)}")
 
 
-ROUNDED_CAUSE = ("The sync arrived but most of the update did not: a change below half a rounding step of the engine's "
+ROUNDED_CAUSE = ("The sync arrived but part of the update did not: a change below half a rounding step of the engine's "
                  "dtype is lost when it is added there, so only the largest changes (or those to the smallest weights) "
                  "survive. A sync that sends each update as a delta added to the engine's bf16 weights, or an engine "
                  "that accumulates updates in its own precision, keeps the old policy while claiming the new version; "
@@ -162,7 +162,8 @@ def mismatch_problem(w: Words) -> str:
 MISMATCH_CAUSE = ("The engine's weights at the version its tokens are labelled with are not the trainer's weights of that "
                   "version, cast to the engine's dtype: a sync that loaded tensors under each other's names or in the "
                   "wrong dtype (a mixed-dtype bucket), a partial sync, an engine replica that missed it, a version "
-                  "label that runs ahead of the weights, or a LoRA adapter merged differently on the two sides.")
+                  "label that runs ahead of the weights, updates sent as deltas added in the engine's precision, or a "
+                  "LoRA adapter merged differently on the two sides.")
 MISMATCH_CHECK = ("Digest both sides' weights by tensor and list the ones that differ "
                   "(`engine_digest.differing(trainer_digest)` names them); check the sync's name mapping and each "
                   "bucket's dtype, that every engine replica received the sync, and that the version the engine reports "
