@@ -1,0 +1,24 @@
+"""Bounds on what a hostile file or model folder may declare, each beside its source: a GGUF's header, a run's weight
+versions, a model folder's chat template.
+
+Part of `config` (imported as `config.bounds`): every number here is a cap checked before the work it bounds starts.
+"""
+
+from __future__ import annotations
+
+# ---- a GGUF's header (capture/gguf_header.py) ------------------------------------------------------------------
+
+# gguf's reader builds one Python object (a numpy view, ~800 bytes and ~25 µs each: measured on SmolLM2-135M's header,
+# 245,000 of them, 200 MB and 6 s) per metadata value, per array element and per tensor field. A real model's header is
+# a sliver of its file: SmolLM2-135M (Q4_1, 98 MB) declares one per 400 bytes, Gemma 3 270M (a 262,144-token
+# vocabulary, ~240 MB at Q4_0) about one per 230 bytes. A header declaring more than one per GGUF_BYTES_PER_ENTRY bytes
+# of the file, or more than GGUF_MAX_ENTRIES in all (~3 GB of the reader's objects), is refused before the reader runs.
+# Whatever the file's size, GGUF_MIN_ENTRIES are allowed (~50 MB and a second or two of the reader's work): a test's
+# tiny GGUF of a few hundred bytes still reads.
+GGUF_BYTES_PER_ENTRY = 128
+GGUF_MAX_ENTRIES = 1 << 22
+GGUF_MIN_ENTRIES = 1 << 16
+# A tensor's entry costs the reader its six fields and the tensor object: counted as this many entries.
+GGUF_TENSOR_ENTRIES = 8
+# Arrays of arrays: llama.cpp writes none; the reader recurses per level.
+GGUF_MAX_ARRAY_DEPTH = 4
