@@ -122,6 +122,9 @@ class StepBatch:
     # [T] int64, the version that generated each token where the framework records it (slime / miles: one per generate
     # call; Megatron: its per-token lag converted); UNKNOWN_VERSION where unknown
     token_version: np.ndarray | None = None
+    # [N] int64, the prompt tokens the rollout engine served from its prefix cache (vLLM's RequestOutput.num_cached_tokens,
+    # SGLang's meta_info cached_tokens): a cache hit is > 0; a KV cache computed by older weights shows there first
+    cached_tokens: np.ndarray | None = None
     env: np.ndarray | None = None  # [N] str, environment name
     # The k most likely tokens at each position and their log-probs, per side ([T, k], best first; capture
     # --top-k-logprobs). The rollout's are the sampler's distribution (processed, like rollout_logp).
@@ -208,6 +211,7 @@ class BatchReport:
     topk: dict | None = None  # the two sides' top-k distributions compared (analysis/topk.py); absent with a reason
     chain: dict | None = None  # the sides as a chain, each link's share (analysis/chain.py); None: no side beyond the pair
     staleness: dict | None = None  # the split by weight-version lag (analysis/lag/split.py); None: no version at all
+    rescore: dict | None = None  # which weights sampled each lag bucket (analysis/lag/rescored.py); None: none rescored
     samples: list = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
 
@@ -215,7 +219,7 @@ class BatchReport:
         """Every field but the samples, schema version first. Shallow: the values are the BatchReport's own (a deep
         copy of a 16M-token report's distributions cost a fifth of a second per page), so read, don't modify."""
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("samples", "schema_version")}
-        for key in ("chain", "staleness"):  # a batch of two sides, or without versions: summary.json as before
+        for key in ("chain", "staleness", "rescore"):  # two sides, no versions, none rescored: summary.json as before
             if d[key] is None:
                 del d[key]
         return {"schema_version": self.schema_version, **d}

@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ..catalogue import chain as chain_words
+from ..catalogue import rescore as rescore_words
 from ..catalogue import staleness as lag_words
 from ..config import GROUP_TABLE_ROWS, THREAD_MIN_TOKENS, DiagnosisThresholds, Thresholds
 from ..model import BatchReport, StepBatch, version_int
@@ -20,6 +21,7 @@ from .consequence import glance_of
 from .corrections import blocked_by_bug, routing, what_if
 from .diagnosis import diagnose
 from .distributions import distributions
+from .lag.rescored import weights_by_lag
 from .lag.split import split
 from .lag.versions import has_versions, trainer_version
 from .metrics import LADDERS, summary_metrics
@@ -63,6 +65,8 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
         side = pool.submit(side_families, batch, tok, th) if big else None
         metrics = summary_metrics(tok, th, scope.ladders, scope.pages)
         given = {"staleness": stale.result()} if stale is not None else {}
+        if (weights := weights_by_lag(batch, tok)) is not None:
+            given["rescore"] = weights  # which weights sampled each lag bucket: the stale-weights finding cites it
         diagnosis = diagnose(batch, tok, metrics, diagnosis_thresholds, th, given)
         families = side.result() if side is not None else side_families(batch, tok, th)
     groups, envs = families.pop("by_group"), families.pop("by_env")
@@ -91,6 +95,9 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
         report.diagnosis["verdict"] = f"{report.diagnosis['verdict']} {sentence}"  # which dominates: staleness or numerics
     if report.diagnosis.get("regime_basis") == "lag_0" and (cost := lag_words.cost_sentence(report.staleness or {})):
         report.diagnosis["verdict"] += f" {cost}"  # judged on lag 0: what the lag costs is the rest of the story
+    report.rescore = given.get("rescore")
+    if (sentence := rescore_words.verdict_sentence(report.rescore)) is not None:
+        report.diagnosis["verdict"] += f" {sentence}"  # which weights the engine used, lag bucket by lag bucket
     leads = any(f["severity"] != "info" for f in report.diagnosis.get("findings") or [])
     if not leads and (check := lag_words.staleness_check(report.staleness)) is not None:
         report.diagnosis["what_to_check"] = check  # beyond noise by staleness alone: the lag, not an engine, to look at
@@ -141,6 +148,7 @@ def run_info(batch: StepBatch, run_id: str | None) -> dict:
             "turns": batch.turn is not None,
             "weight_versions": batch.weight_version is not None,
             "token_versions": batch.token_version is not None,
+            "cached_tokens": batch.cached_tokens is not None,
             "env": batch.env is not None,
         },
         "weight_versions": weight_versions(batch),

@@ -22,7 +22,7 @@ from ..model import StepBatch
 
 TOKEN_FIELDS = ("token_ids", "shadow_logp", "floor_logp", "advantage", "turn", "token_version", "rollout_topk_ids", "rollout_topk_logp",
                 "trainer_topk_ids", "trainer_topk_logp")
-SEQ_FIELDS = ("group", "reward", "weight_version", "env")
+SEQ_FIELDS = ("group", "reward", "weight_version", "env", "cached_tokens")
 LIST_FIELDS = ("prompt_ids", "prompt_text")
 
 

@@ -26,6 +26,7 @@ from ..errors import BadInput
 from ..model import SIDE_NAME_CHARS, VERSION_DIGITS, StepBatch
 from .assemble import as_versions
 from .canonical import SIDE_PREFIX, TOPK_FIELDS
+from .sequences import cached_counts
 from .step_files import WHO, check_meta, precheck, step_target
 from .step_writer import StepWriter, shared_writer, write
 
@@ -120,7 +121,8 @@ def save_step(path: str | Path, rollout_logp: Any, trainer_logp: Any, *, mask: A
               group: Any = None, reward: Any = None, advantage: Any = None, turn: Any = None, tool_mask: Any = None,
               rollout_topk_ids: Any = None, rollout_topk_logp: Any = None, trainer_topk_ids: Any = None,
               trainer_topk_logp: Any = None, sides: dict[str, Any] | None = None, weight_version: Any = None,
-              token_version: Any = None, trainer_version: int | None = None, step: int | None = None,
+              token_version: Any = None, trainer_version: int | None = None, cached_tokens: Any = None,
+              step: int | None = None,
               rank: int = 0, world_size: int | None = None,
               model: str | None = None, rollout_engine: str | None = None, rollout_dtype: str | None = None,
               trainer_engine: str | None = None, trainer_dtype: str | None = None, meta: dict | None = None,
@@ -139,7 +141,8 @@ def save_step(path: str | Path, rollout_logp: Any, trainer_logp: Any, *, mask: A
     (docs/chain.md). `weight_version` is per sequence the weight version that generated it (an integer, or for a
     sequence several versions generated, their list oldest to newest), `token_version` per token where you know it,
     and `trainer_version` the version the trainer holds (else the step is read as it): the staleness split
-    (docs/staleness.md)."""
+    (docs/staleness.md). `cached_tokens` is per sequence the prompt tokens the engine served from its prefix cache
+    (vLLM's `RequestOutput.num_cached_tokens`): the mismatch split by cache hit and miss."""
     arrays = dict(rollout_logp=rollout_logp, trainer_logp=trainer_logp, mask=mask, attention_mask=attention_mask,
                   offsets=offsets, token_ids=token_ids, group=group, reward=reward, advantage=advantage, turn=turn,
                   tool_mask=tool_mask, rollout_topk_ids=rollout_topk_ids, rollout_topk_logp=rollout_topk_logp,
@@ -174,6 +177,8 @@ def save_step(path: str | Path, rollout_logp: Any, trainer_logp: Any, *, mask: A
         batch.prompt_ids = prompts
     if weight_version is not None:
         batch.weight_version = sequence_versions(weight_version, batch.n_seqs)
+    if cached_tokens is not None:
+        batch.cached_tokens = cached_counts(WHO, to_numpy("cached_tokens", cached_tokens), batch.n_seqs)
     if background is not False:
         writer = background if isinstance(background, StepWriter) else shared_writer()
         writer.put(target, batch)
