@@ -159,11 +159,7 @@ def save_step(path: str | Path, rollout_logp: Any, trainer_logp: Any, *, mask: A
     if world_size is not None:
         header["world_size"] = world_size
     if trainer_version is not None:
-        if isinstance(trainer_version, bool) or not isinstance(trainer_version, (int, np.integer)):
-            raise BadInput(WHO, f"trainer_version={_short(trainer_version)}: expected an integer")
-        if abs(int(trainer_version)) >= 10**VERSION_DIGITS:
-            raise BadInput(WHO, f"trainer_version is an integer of more than {VERSION_DIGITS} digits: not a version")
-        header["trainer_version"] = int(trainer_version)
+        header["trainer_version"] = _trainer_version(trainer_version)
     check_meta({"meta": header})
     if not isinstance(background, (bool, StepWriter)):
         raise BadInput(WHO, f"background={type(background).__name__}: expected True, False or a StepWriter")
@@ -332,6 +328,14 @@ def _version(v: Any) -> str:
     if abs(int(v)) >= 10**VERSION_DIGITS:
         raise BadInput(WHO, f"'weight_version' holds an integer of more than {VERSION_DIGITS} digits: not a version")
     return str(int(v))
+
+
+def _trainer_version(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise BadInput(WHO, f"trainer_version={_short(v)}: expected an integer")
+    if abs(int(v)) >= 10**VERSION_DIGITS:
+        raise BadInput(WHO, f"trainer_version is an integer of more than {VERSION_DIGITS} digits: not a version")
+    return int(v)
 
 
 def _short(v: Any) -> str:
