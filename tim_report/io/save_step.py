@@ -23,7 +23,7 @@ import numpy as np
 
 from ..config.bounds import MAX_SEQUENCE_VERSIONS
 from ..errors import BadInput
-from ..model import SIDE_NAME_CHARS, VERSION_DIGITS, StepBatch
+from ..model import SIDE_NAME_CHARS, VERSION_DIGITS, StepBatch, digest_records
 from .assemble import as_versions
 from .canonical import SIDE_PREFIX, TOPK_FIELDS
 from .sequences import cached_counts
@@ -122,7 +122,7 @@ def save_step(path: str | Path, rollout_logp: Any, trainer_logp: Any, *, mask: A
               rollout_topk_ids: Any = None, rollout_topk_logp: Any = None, trainer_topk_ids: Any = None,
               trainer_topk_logp: Any = None, sides: dict[str, Any] | None = None, weight_version: Any = None,
               token_version: Any = None, trainer_version: int | None = None, cached_tokens: Any = None,
-              step: int | None = None,
+              engine_digest: Any = None, trainer_digest: Any = None, step: int | None = None,
               rank: int = 0, world_size: int | None = None,
               model: str | None = None, rollout_engine: str | None = None, rollout_dtype: str | None = None,
               trainer_engine: str | None = None, trainer_dtype: str | None = None, meta: dict | None = None,
@@ -142,7 +142,11 @@ def save_step(path: str | Path, rollout_logp: Any, trainer_logp: Any, *, mask: A
     sequence several versions generated, their list oldest to newest), `token_version` per token where you know it,
     and `trainer_version` the version the trainer holds (else the step is read as it): the staleness split
     (docs/staleness.md). `cached_tokens` is per sequence the prompt tokens the engine served from its prefix cache
-    (vLLM's `RequestOutput.num_cached_tokens`): the mismatch split by cache hit and miss."""
+    (vLLM's `RequestOutput.num_cached_tokens`): the mismatch split by cache hit and miss. `engine_digest` and
+    `trainer_digest` are the sync's round trip (docs/sync.md): each a `weight_digest(...)` (or its record or text, or a
+    list of them, one per version), the engine's weights as it held them when it sampled and the trainer's cast to the
+    engine's dtype; a digest made without `version=` belongs to the batch's one generation version (the engine's) or
+    to the trainer's version (the trainer's)."""
     arrays = dict(rollout_logp=rollout_logp, trainer_logp=trainer_logp, mask=mask, attention_mask=attention_mask,
                   offsets=offsets, token_ids=token_ids, group=group, reward=reward, advantage=advantage, turn=turn,
                   tool_mask=tool_mask, rollout_topk_ids=rollout_topk_ids, rollout_topk_logp=rollout_topk_logp,
@@ -160,6 +164,7 @@ def save_step(path: str | Path, rollout_logp: Any, trainer_logp: Any, *, mask: A
         header["world_size"] = world_size
     if trainer_version is not None:
         header["trainer_version"] = _trainer_version(trainer_version)
+    header.update(digest_meta(engine_digest, trainer_digest, header.get("trainer_version", step), weight_version))
     check_meta({"meta": header})
     if not isinstance(background, (bool, StepWriter)):
         raise BadInput(WHO, f"background={type(background).__name__}: expected True, False or a StepWriter")
@@ -181,6 +186,46 @@ def save_step(path: str | Path, rollout_logp: Any, trainer_logp: Any, *, mask: A
     else:
         write(target, batch)
     return target.path
+
+
+def digest_meta(engine: Any, trainer: Any, trainer_version: int | None, weight_version: Any) -> dict[str, list[dict]]:
+    """The digests given for each side → meta's `engine_digest` and `trainer_digest` (docs/sync.md)."""
+    return {f"{side}_digest": _side_digests(side, given, trainer_version, weight_version)
+            for side, given in (("engine", engine), ("trainer", trainer)) if given is not None}
+
+
+def _side_digests(side: str, given: Any, trainer: int | None, weight_version: Any) -> list[dict]:
+    """One side's digests → the records meta carries (model.digest_records checks them; BadInput names what is
+    wrong). A WeightDigest without a version belongs to the trainer's version (the trainer's side) or to the one
+    version every sequence was generated with (the engine's)."""
+    items = given if isinstance(given, list) else [given]
+    out: list[dict] = []
+    for item in items:
+        if hasattr(item, "record") and callable(item.record):
+            item = item.record()
+            if item["version"] is None:
+                item["version"] = trainer if side == "trainer" else _one_version(weight_version)
+                if item["version"] is None:
+                    raise BadInput(WHO, f"{side}_digest has no version and the step names no single one: make it with "
+                                        "weight_digest(..., version=V)")
+        records, problem = digest_records(item)
+        if problem:
+            raise BadInput(WHO, f"{side}_digest {problem}")
+        out += records
+    _, problem = digest_records(out)  # the count, all together
+    if problem:
+        raise BadInput(WHO, f"{side}_digest {problem}")
+    return out
+
+
+def _one_version(weight_version: Any) -> int | None:
+    """The one integer version every sequence names, else None."""
+    if weight_version is None or hasattr(weight_version, "detach"):
+        values = [] if weight_version is None else to_numpy("weight_version", weight_version).tolist()
+    else:
+        values = list(weight_version)
+    ints = [v for v in values if isinstance(v, (int, np.integer)) and not isinstance(v, bool)]  # a list is no version
+    return int(ints[0]) if ints and len(ints) == len(values) and len(set(ints)) == 1 else None
 
 
 def _side_arrays(sides: dict[str, Any] | None) -> dict[str, Any]:
