@@ -111,6 +111,8 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
     lag_glance = lag_words.glance(report.staleness)
     if lag_glance and not leads:
         report.diagnosis["glance"] += f": {lag_glance}"  # what the mismatch is when no finding leads: staleness or not
+    if (sync_glance := sync_words.glance(report.sync)) is not None:
+        report.diagnosis["glance"] += f"; {sync_glance}"  # the weight sync checked exactly, and it held
     report.run["thresholds"] = th.to_dict()
     return report
 
