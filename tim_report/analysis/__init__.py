@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from ..catalogue import chain as chain_words
 from ..catalogue import rescore as rescore_words
 from ..catalogue import staleness as lag_words
+from ..catalogue import sync as sync_words
 from ..config import GROUP_TABLE_ROWS, THREAD_MIN_TOKENS, DiagnosisThresholds, Thresholds
 from ..model import BatchReport, StepBatch, version_int
 from . import breakdowns as bd
@@ -21,6 +22,7 @@ from .consequence import glance_of
 from .corrections import blocked_by_bug, routing, what_if
 from .diagnosis import diagnose
 from .distributions import distributions
+from .lag.digests import sync_records
 from .lag.rescored import weights_by_lag
 from .lag.split import split
 from .lag.versions import has_versions, trainer_version
@@ -91,6 +93,9 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
     if report.chain is not None and (sentence := chain_words.verdict_sentence(report.chain)):
         report.diagnosis["verdict"] = f"{report.diagnosis['verdict']} {sentence}"  # the verdict names the leading link
     report.staleness = report.diagnosis.pop("staleness", None)  # summary.json's own `staleness`
+    report.sync = report.diagnosis.pop("sync", None)  # summary.json's own `sync`: the weight digests' round trip
+    if report.sync is not None:
+        report.sync["line"] = sync_words.sync_line(report.sync)
     if (sentence := lag_words.verdict_sentence(report.staleness)) is not None:
         report.diagnosis["verdict"] = f"{report.diagnosis['verdict']} {sentence}"  # which dominates: staleness or numerics
     if report.diagnosis.get("regime_basis") == "lag_0" and (cost := lag_words.cost_sentence(report.staleness or {})):
@@ -136,7 +141,8 @@ def run_info(batch: StepBatch, run_id: str | None) -> dict:
         "source": meta.get("source"),
         "meta": meta,
         "notes": list(batch.notes) + ([lag_words.invalid_trainer_note(meta["trainer_version"])]
-                                      if trainer_version(meta)[1] == "invalid" else []),
+                                      if trainer_version(meta)[1] == "invalid" else [])
+        + [sync_words.invalid_note(side, problem) for side, problem in sync_records(meta)["problems"].items()],
         "available": {
             "token_ids": batch.token_ids is not None,
             "token_text": batch.token_text is not None or batch.decoder is not None,

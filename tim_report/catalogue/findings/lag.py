@@ -1,12 +1,15 @@
 """The lag findings over the staleness split (analysis/lag/findings.py; their sentences in catalogue/staleness.py):
 a weight sync that did not happen, versions newer than the trainer's, sequences over several versions, an ESS
-collapse in a lag bucket, and a PPO clip that never fires (docs/staleness.md).
+collapse in a lag bucket, and a PPO clip that never fires (docs/staleness.md). And the exact sync findings over the
+weight digests (analysis/lag/digests.py; sentences in catalogue/sync.py, docs/sync.md): `SYNC_ENTRIES`, which the
+catalogue runs and lists right after the input gate, since their evidence is exact.
 """
 
 from __future__ import annotations
 
 from .. import staleness as lag
-from ..numbers import fmt, times
+from .. import sync
+from ..numbers import fmt, pct, times
 from .entry import Finding, Side, Words, always, nowhere
 
 # `watch`'s alarms of a live run by lag (service/watch.py, analysis/lag/history.py): the cause first.
@@ -17,6 +20,39 @@ LAG_ALARMS = {
                     "ahead of the trainer)",
 }
 
+
+_ENGINE = Side(lambda e: "rollout", "weight_digest", "its weight digests differ from the trainer's")
+_DIGEST_NAMES = {"version": ("version", "count"), "since": ("since version", "count"),
+                 "engine_digest": ("engine digest", "text"), "trainer_digest": ("trainer digest", "text"),
+                 "engine_changed_share": ("engine's changed share", "share"),
+                 "trainer_changed_share": ("trainer's changed share", "share"), "ratio": ("engine / trainer", "num"),
+                 "threshold": ("below", "num"), "versions": ("versions affected", "count"),
+                 "last_version": ("up to version", "count"), "holds_version": ("holds the trainer's version", "count"),
+                 "engine_digests": ("engine digests", "count"), "differing": ("differing", "count")}
+
+SYNC_ENTRIES = (
+    Finding(
+        "sync_not_applied", always("error"), sync.not_applied_title,
+        lambda w: f"a weight sync that did not reach the engine (its weights of version {w['since']} kept)",
+        lambda w: sync.NOT_APPLIED_CAUSE, lambda w: sync.NOT_APPLIED_CHECK, short="sync not applied",
+        meaning="the engine's weights stopped changing while the trainer's moved (a weight sync that did not arrive)",
+        side=_ENGINE, place=nowhere, evidence_names=_DIGEST_NAMES,
+        glance=lambda e: f"sync not applied (engine v{e.get('version')} = v{e.get('since')})"),
+    Finding(
+        "updates_rounded_away", always("error"), sync.rounded_title,
+        lambda w: f"an update rounded away on its way to the engine ({pct(w['engine_changed_share'])} of elements changed, "
+                  f"not {pct(w['trainer_changed_share'])})",
+        lambda w: sync.ROUNDED_CAUSE, lambda w: sync.ROUNDED_CHECK, short="updates rounded away",
+        meaning="the engine's weights change far less than the trainer's (the update rounded away on its way)",
+        side=_ENGINE, place=nowhere, evidence_names=_DIGEST_NAMES,
+        glance=lambda e: f"updates rounded away ({fmt(e.get('ratio'), 2)}× kept)"),
+    Finding(
+        "weights_mismatch", always("error"), sync.mismatch_title, sync.mismatch_problem,
+        lambda w: sync.MISMATCH_CAUSE, lambda w: sync.MISMATCH_CHECK, short="weights mismatch",
+        meaning="the engine holds other weights than the version its tokens are labelled with",
+        side=_ENGINE, place=nowhere, evidence_names=_DIGEST_NAMES,
+        glance=lambda e: f"engine weights ≠ trainer's v{e.get('version')}"),
+)
 
 
 def _cache_title(w: Words) -> str:
