@@ -62,7 +62,7 @@ def build_engine(key: EngineKey, opts: CaptureOptions, device: str, max_model_le
         from .vllm_engine import VLLMEngine
 
         return VLLMEngine(model, key.dtype, opts.seed, max_model_len, kv_cache_gib=opts.kv_cache_gib,
-                          topk=opts.top_k_logprobs)
+                          topk=opts.top_k_logprobs, prefix_caching=opts.prefix_caching)
     from .hf import HFEngine
 
     return HFEngine(model, key.dtype, device=device, lm_head_fp32=key.lm_head_fp32, logit_chunk_mb=opts.logit_chunk_mb)

@@ -154,8 +154,9 @@ class HFEngine:
     @torch.inference_mode()
     def generate(self, prompts: list[list[int]], seeds: list[int], temperature: float, top_k: int, top_p: float,
                  max_new_tokens: int, progress=None, topk: int = 0) -> list[tuple]:
-        """Sample completions with one seeded torch.Generator per sequence; returns (token ids, processed log-probs),
-        and with `topk` K > 0 a third element: the K most likely tokens of the sampling distribution (TopK)."""
+        """Sample completions with one seeded torch.Generator per sequence; returns per sequence (token ids, processed
+        log-probs, with `topk` K > 0 the K most likely tokens of the sampling distribution (TopK) else None, the prompt
+        tokens served from a prefix cache: 0, this engine has none)."""
         results: list[tuple] = []
         for start in range(0, len(prompts), self.gen_batch):
             chunk = prompts[start : start + self.gen_batch]
@@ -204,9 +205,8 @@ class HFEngine:
             out = self.base(input_ids=nxt[:, None].to(self.device), attention_mask=am, position_ids=pos,
                             past_key_values=past, use_cache=True)
             past, h = out.past_key_values, out.last_hidden_state[:, -1]
-        if not k:
-            return [(t, np.asarray(lp, dtype=np.float64)) for t, lp in zip(toks, lps)]
-        return [(t, np.asarray(lp, dtype=np.float64), _stack(tp, k)) for t, lp, tp in zip(toks, lps, tops)]
+        # no prefix cache here: every prompt is computed afresh, so none of its tokens came from a cache (0, not unknown)
+        return [(t, np.asarray(lp, dtype=np.float64), _stack(tp, k) if k else None, 0) for t, lp, tp in zip(toks, lps, tops)]
 
 
 def _stack(rows: list[tuple], k: int) -> TopK:

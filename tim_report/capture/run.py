@@ -270,6 +270,7 @@ class _Scores:
     recompute: list[np.ndarray] | None = None  # the rollout engine's re-score of the sampled tokens
     routes: dict[tuple[str, EngineSpec], list[np.ndarray]] = field(default_factory=dict)  # ("rollout" | "trainer", spec)
     topk: dict[tuple[str, EngineSpec], list] = field(default_factory=dict)  # ("rollout" | "trainer", spec) → TopK per sequence
+    cached: list = field(default_factory=list)  # per sequence, the prompt tokens its sampler served from a prefix cache
     versions: dict[str, str] = field(default_factory=dict)
 
 
@@ -349,11 +350,11 @@ def _generate(engine, key: EngineKey, spec: EngineSpec, opts: CaptureOptions, pr
         gen = engine.generate([prep.seq_ids[i] for i in mine], [prep.seeds[i] for i in mine], s.temperature, s.top_k,
                               s.top_p, s.max_new_tokens, progress=advance, topk=opts.top_k_logprobs)
     if not out.completions:
-        out.completions = [[] for _ in range(n_seq)]
+        out.completions, out.cached = [[] for _ in range(n_seq)], [None] * n_seq
     rollout = out.rollout.setdefault(spec, [np.zeros(0)] * n_seq)
     topk = out.topk.setdefault(("rollout", spec), [None] * n_seq) if opts.top_k_logprobs else None
     for i, g in zip(mine, gen):
-        out.completions[i], rollout[i] = g[0], g[1]
+        out.completions[i], rollout[i], out.cached[i] = g[0], g[1], g[3]
         if topk is not None:
             topk[i] = g[2]
 
@@ -369,7 +370,7 @@ def _base_meta(opts: CaptureOptions, prep: _Prepared) -> dict:
         "chat_template": prep.templated,
         "prompts": {"file": Path(opts.prompts).name, "count": len(prep.prompt_ids), "n_samples": opts.sampling.n_samples},
         "sampled_by": str(opts.rollouts[0]),
-        "top_k_logprobs": opts.top_k_logprobs,
+        "top_k_logprobs": opts.top_k_logprobs, "prefix_caching": opts.prefix_caching,
     }
     if opts.stale:
         meta["trainer_version"] = trainer_version(opts.stale, opts.trainer_version)
@@ -449,6 +450,7 @@ def _assemble(opts: CaptureOptions, prep: _Prepared, scores: _Scores,
             offsets=offsets, mask=np.ones(len(token_ids), bool), token_ids=token_ids,
             token_text=list(token_text), prompt_ids=prompt_arrays, prompt_text=prompt_text, group=group,
             shadow_logp=shadow, floor_logp=floor, sides=sides, meta=meta, weight_version=versions, **topk,
+            cached_tokens=np.asarray(scores.cached, np.int64) if None not in scores.cached else None,
             **_route_arrays(scores, r, t, meta))
     return out
 

@@ -50,7 +50,7 @@ def _on_gpu() -> bool:
 
 class VLLMEngine:
     def __init__(self, model_path: str, dtype: str, seed: int, max_model_len: int, kv_cache_gib: int = 1,
-                 max_num_seqs: int = 16, topk: int = 0):
+                 max_num_seqs: int = 16, topk: int = 0, prefix_caching: bool = False):
         if _cpu_build():  # before torch loads OpenMP, which reads it once
             os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) - 1)))
         gpu = _on_gpu()
@@ -72,7 +72,8 @@ class VLLMEngine:
         kwargs: dict[str, Any] = dict(model=model_path, tokenizer=model_path, dtype=VLLM_DTYPES[dtype], seed=seed,
                       max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                       max_num_batched_tokens=max(2048, max_model_len), logprobs_mode="processed_logprobs",
-                      max_logprobs=max(1, int(topk)), enable_prefix_caching=False, enforce_eager=not gpu)
+                      max_logprobs=max(1, int(topk)), enable_prefix_caching=prefix_caching,
+                      enforce_eager=not gpu)
         if not gpu:  # a seeded request must prefill in one step: vLLM rewinds its generator after a partial one,
             kwargs["enable_chunked_prefill"] = False  # which a CPU generator cannot ("does not use offset")
         if dtype == "fp8":
@@ -95,8 +96,10 @@ class VLLMEngine:
 
     def generate(self, prompts: list[list[int]], seeds: list[int], temperature: float, top_k: int, top_p: float,
                  max_new_tokens: int, progress=None, topk: int = 0) -> list[tuple]:
-        """(token ids, processed log-probs) per sequence; with `topk` K > 0 also the sampler's K most likely tokens
-        (SamplingParams logprobs=K, processed like the sampled token's) as a third element."""
+        """Per sequence (token ids, processed log-probs, with `topk` K > 0 the sampler's K most likely tokens
+        (SamplingParams logprobs=K, processed like the sampled token's) else None, the prompt tokens vLLM served from
+        its prefix cache: `RequestOutput.num_cached_tokens`, filled at the first output from the request's first
+        prefill; whole blocks, never the prompt's last token; 0 with prefix caching off)."""
         from vllm import SamplingParams
 
         results = []
@@ -110,8 +113,8 @@ class VLLMEngine:
                 comp = out.outputs[0]
                 ids = [int(t) for t in comp.token_ids]
                 lps = [step[t].logprob for t, step in zip(ids, comp.logprobs)]
-                row = (ids, np.asarray(lps, dtype=np.float64))
-                results.append(row + (topk_rows(comp.logprobs, topk),) if topk else row)
+                results.append((ids, np.asarray(lps, dtype=np.float64), topk_rows(comp.logprobs, topk) if topk else None,
+                                int(out.num_cached_tokens or 0)))
             if progress is not None:
                 progress(len(chunk))
         return results
