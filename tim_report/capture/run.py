@@ -205,7 +205,7 @@ def _prepare(opts: CaptureOptions) -> _Prepared:
     except Exception as exc:
         raise BadInput(opts.model, f"transformers cannot load the tokenizer ({one_line(exc)})") from None
     ctx = _max_len(Path(opts.folder))
-    p_ids, p_text, templated = render_prompts(prompts, tokenizer, opts.chat_template, opts.prompts, ctx)
+    p_ids, p_text, templated = render_prompts(prompts, tokenizer, opts.chat_template, opts.prompts, ctx, opts.model)
     s = opts.sampling
     longest = max(len(p) for p in p_ids)
     if longest + s.max_new_tokens > ctx:
