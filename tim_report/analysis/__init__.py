@@ -66,7 +66,7 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
         stale = pool.submit(split, batch, tok, th) if big and has_versions(batch) else None
         side = pool.submit(side_families, batch, tok, th) if big else None
         metrics = summary_metrics(tok, th, scope.ladders, scope.pages)
-        given = {"staleness": stale.result()} if stale is not None else {}
+        given = {"data_problems": problems, **({"staleness": stale.result()} if stale is not None else {})}
         if (weights := weights_by_lag(batch, tok)) is not None:
             given["rescore"] = weights  # which weights sampled each lag bucket: the stale-weights finding cites it
         diagnosis = diagnose(batch, tok, metrics, diagnosis_thresholds, th, given)
@@ -111,6 +111,8 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
     lag_glance = lag_words.glance(report.staleness)
     if lag_glance and not leads:
         report.diagnosis["glance"] += f": {lag_glance}"  # what the mismatch is when no finding leads: staleness or not
+    if (sync_glance := sync_words.glance(report.sync)) is not None:
+        report.diagnosis["glance"] += f"; {sync_glance}"  # the weight sync checked exactly, and it held
     report.run["thresholds"] = th.to_dict()
     return report
 

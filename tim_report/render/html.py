@@ -15,6 +15,7 @@ from markupsafe import Markup
 from ..catalogue import metrics as catalogue
 from ..catalogue.rescore import table_intro as weights_intro
 from ..catalogue.staleness import cache_intro, table_intro
+from ..catalogue.sync import TABLE_INTRO as SYNC_INTRO
 from ..config import HOT_DIFF, TREND_LOG_AXIS_SPAN, health
 from . import charts as ch
 from . import index_views, run_tables
@@ -52,7 +53,9 @@ def run_context(report, notes_md: str | None = None, timestamp: str | None = Non
         "tables": {"envs": run_tables.env_table(report), "what_if": run_tables.what_if_table(report),
                    "by_probability": run_tables.probability_table(report), "lags": run_tables.lag_table(report),
                    "weights": run_tables.weights_table(report),
-                   "topk": run_tables.topk_tables(report), "cache": run_tables.cache_table(report)},
+                   "topk": run_tables.topk_tables(report), "cache": run_tables.cache_table(report),
+                   "sync": run_tables.sync_table(report)},
+        "sync_intro": SYNC_INTRO,
         "staleness_intro": table_intro(report.staleness) if report.staleness else None,
         "weights_intro": weights_intro(report.rescore) if report.rescore else None,
         "cache_intro": cache_intro(report.diagnosis["prefix_cache"]) if (report.diagnosis or {}).get("prefix_cache") else None,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..catalogue import rescore as weight_words
 from ..catalogue import staleness as lag_words
+from ..catalogue import sync as sync_words
 from ..catalogue.numbers import fixed, fmt, pct
 from .tables import Cell, Column, Row, Table, text
 from .views import env_view, topk_view
@@ -134,3 +135,24 @@ def cache_table(report) -> Table | None:
                       Cell(se(g, "mean_abs_delta")), Cell(fmt(g["mean_delta"]))))
                  for label, g in (("cache hit", pc["hit"]), ("miss", pc["miss"])))
     return Table(columns, rows, after=(lag_words.cache_sentence(pc),))
+
+
+def sync_table(report) -> Table | None:
+    """The weight digests by version, the engine's beside the trainer's, and whether they agree (None: no digest)."""
+    st = getattr(report, "sync", None)
+    if not st:
+        return None
+    # at phone width the version, the two digests and whether they agree stay; the changed shares are wide-only
+    columns = (Column("version", numeric=True), Column("engine digest"), Column("trainer digest"),
+               *(Column(h, numeric=True, wide_only=True) for h in ("engine changed", "trainer changed")), Column("digests"))
+    versions = sorted({r["version"] for side in ("engine", "trainer") for r in st[side]})
+    faulty = {v for v in versions if any(not c["equal"] for c in st["compared"] if c["version"] == v)}
+    rows = []
+    for v in versions:
+        e = [r for r in st["engine"] if r["version"] == v]
+        t = [r for r in st["trainer"] if r["version"] == v]
+        both = bool(e and t)
+        word, style = sync_words.agreement(both, v in faulty)
+        rows.append(Row((Cell(fmt(v)), Cell(sync_words.digests_cell(e)), Cell(sync_words.digests_cell(t)),
+                         Cell(sync_words.share_cell(e)), Cell(sync_words.share_cell(t)), Cell(word, style=style))))
+    return Table(columns, tuple(rows), after=(st["line"],))

@@ -43,9 +43,9 @@ SYNC_ENTRIES = (
         lambda w: f"an update rounded away on its way to the engine ({pct(w['engine_changed_share'])} of elements changed, "
                   f"not {pct(w['trainer_changed_share'])})",
         lambda w: sync.ROUNDED_CAUSE, lambda w: sync.ROUNDED_CHECK, short="updates rounded away",
-        meaning="the engine's weights change far less than the trainer's (the update rounded away on its way)",
+        meaning="the engine's weights change in fewer elements than the trainer's (part of each update rounded away)",
         side=_ENGINE, place=nowhere, evidence_names=_DIGEST_NAMES,
-        glance=lambda e: f"updates rounded away ({fmt(e.get('ratio'), 2)}× kept)"),
+        glance=lambda e: f"updates rounded away ({pct(1 - (e.get('ratio') or 0), 2)} of changes lost)"),
     Finding(
         "weights_mismatch", always("error"), sync.mismatch_title, sync.mismatch_problem,
         lambda w: sync.MISMATCH_CAUSE, lambda w: sync.MISMATCH_CHECK, short="weights mismatch",
