@@ -54,12 +54,15 @@ def vllm_rollout(old: str, new: str, prompts: list[list[int]], tokens: int, seed
               enable_chunked_prefill=False, max_model_len=max(len(p) for p in prompts) + tokens + 8, seed=seed,
               logprobs_mode="processed_logprobs", max_num_seqs=16)
     sp = [SamplingParams(max_tokens=tokens, temperature=1.0, logprobs=0, seed=seed + i) for i in range(len(prompts))]
-    llm.generate([{"prompt_token_ids": p} for p in prompts[::2]], sp[::2], use_tqdm=False)  # the old weights read them
-    llm.collective_rpc("reload_weights", kwargs={"weights_path": new})  # in place; the prefix cache stays
-    if clean:  # reset at the update, then the same prompts read again by the new weights: hits, but fresh ones
-        llm.reset_prefix_cache()
-        llm.generate([{"prompt_token_ids": p} for p in prompts[::2]], sp[::2], use_tqdm=False)
-    outs = llm.generate([{"prompt_token_ids": p} for p in prompts], sp, use_tqdm=False)
+    try:
+        llm.generate([{"prompt_token_ids": p} for p in prompts[::2]], sp[::2], use_tqdm=False)  # the old weights read them
+        llm.collective_rpc("reload_weights", kwargs={"weights_path": new})  # in place; the prefix cache stays
+        if clean:  # reset at the update, then the same prompts read again by the new weights: hits, but fresh ones
+            llm.reset_prefix_cache()
+            llm.generate([{"prompt_token_ids": p} for p in prompts[::2]], sp[::2], use_tqdm=False)
+        outs = llm.generate([{"prompt_token_ids": p} for p in prompts], sp, use_tqdm=False)
+    finally:
+        llm.llm_engine.engine_core.shutdown()  # its threads and KV cache gone before the next engine starts
     comps = [list(o.outputs[0].token_ids) for o in outs]
     lps = [[step[t].logprob for t, step in zip(o.outputs[0].token_ids, o.outputs[0].logprobs)] for o in outs]
     return {"completions": comps, "rollout": lps, "cached": [int(o.num_cached_tokens or 0) for o in outs],

