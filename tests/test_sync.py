@@ -95,6 +95,15 @@ def test_a_sampled_share_reads_the_same_positions_on_both_sides(monkeypatch):
     assert same.changed_share == d1.changed_share
 
 
+def test_a_digester_reads_a_sync_stream_as_it_passes(tiny_versions):
+    v1 = tiny_versions[1]
+    digester = tim_report.WeightDigester("bf16", packed={"gate_up_proj": ["gate_proj", "up_proj"]})
+    passed = list(digester.tap(iter(v1.items())))  # what the engine's load_weights would receive, unchanged
+    assert [n for n, _ in passed] == list(v1) and all(t is v1[n] for n, t in passed)
+    assert digester.result(version=1).digest == tim_report.weight_digest(
+        v1, "bf16", packed={"gate_up_proj": ["gate_proj", "up_proj"]}).digest
+
+
 def test_packed_parts_digest_as_the_engine_fuses_them(tiny_versions):
     v1 = tiny_versions[1]
     fused = {}

@@ -15,8 +15,8 @@ DIGEST_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 # about this many above (every s-th element, s the smallest prime ≥ its elements / this), weighted by the tensors'
 # sizes: at most 8 KiB of bf16 kept per tensor for the next digest's share (SmolLM2-135M, 272 tensors: 1.65 MiB; a 7B
 # Llama, 291 tensors: at most 2.3 MiB), and a standard error of about sqrt(p(1 − p) / sampled elements): 1.3e-4 on a
-# share p of 1.5% over SmolLM2's 865,070 sampled elements (docs/sync.md, "What it costs"). Per tensor, so a sync's stream of gathered tensors is
-# digested one tensor at a time, without knowing the model's size first.
+# share p of 1.5% over SmolLM2's 865,070 sampled elements (docs/sync.md, "What it costs"). Per tensor, so a sync's
+# stream of gathered tensors is digested one tensor at a time, without knowing the model's size first.
 DIGEST_SAMPLE = 1 << 12
 
 # A step may carry a few digests per side (the version its tokens were sampled with, the trainer's own, one per engine
