@@ -325,3 +325,24 @@ def test_an_engine_that_holds_the_trainers_weights_is_not_judged_by_its_share():
     # the engine was wrong at version 4 and holds the trainer's weights at 5: its share since 4 says nothing wrong at 5
     assert checks([rec(5, A, 0.001, 4)], [rec(5, A, 0.015, 4)]) == []
     assert checks([rec(5, A, 0.0, 4)], [rec(5, A, 0.015, 4)]) == []
+
+
+def test_check_on_a_run_folder_reads_its_steps_digests_together(tmp_path):
+    from tim_report.io import save_batch
+
+    (tmp_path / "stuck").mkdir()
+    (tmp_path / "clean").mkdir()
+    for name, b in one_step_off(2):
+        save_batch(b, tmp_path / "stuck" / f"{name}.npz")
+    for name, b in one_step_off(None):
+        save_batch(b, tmp_path / "clean" / f"{name}.npz")
+    res = run("check", tmp_path / "stuck")
+    assert res.exit_code == 1, res.output
+    line = res.output.strip().splitlines()[-1]
+    assert line.startswith(f"{tmp_path / 'stuck'}: error sync_not_applied (the steps read together): Sync not applied: "
+                           "the engine's weights at version 2 are its weights of version 1")
+    assert all(": ok: " in x for x in res.output.strip().splitlines()[:-1])  # no step alone could tell
+    res = run("check", tmp_path / "clean")
+    assert res.exit_code == 0 and "sync_not_applied" not in res.output
+    res = run("check", "--json", tmp_path / "stuck")
+    assert json.loads(res.output.strip().splitlines()[-1])["across_steps"] == "sync_not_applied"
