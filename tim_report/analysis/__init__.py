@@ -64,6 +64,7 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
         metrics = summary_metrics(tok, th, scope.ladders, scope.pages)
         given = {"staleness": stale.result()} if stale is not None else {}
         diagnosis = diagnose(batch, tok, metrics, diagnosis_thresholds, th, given)
+        verl = verl_metrics(tok, metrics) if scope.pages else {}  # on this lane, while the other may still run
         families = side.result() if side is not None else side_families(batch, tok, th)
     groups, envs = families.pop("by_group"), families.pop("by_env")
     if not scope.pages:
@@ -78,7 +79,7 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
                                                      if scope.pages else {}),
                     "by_group": groups, **({"by_env": envs} if envs is not None else {})},
         routing=route,
-        verl=verl_metrics(tok, metrics) if scope.pages else {},
+        verl=verl,
         data_problems=problems,
         diagnosis=diagnosis,
         **families,
