@@ -46,9 +46,12 @@ def large_batch():
 
 
 def numbers(obj):
-    """The numbers of a JSON value, its structure kept (strings dropped: the words are other tests' business)."""
+    """The numbers of a JSON value, its structure kept (strings dropped: the words are other tests' business); a list
+    of objects with ids (findings, what-if rows) by id, so that one added since is a new key, not a shifted list."""
     if isinstance(obj, dict):
         return {k: v for k, v in ((k, numbers(v)) for k, v in obj.items()) if v is not None}
+    if isinstance(obj, list) and obj and all(isinstance(v, dict) and isinstance(v.get("id"), str) for v in obj):
+        return {v["id"]: numbers(v) for v in obj}
     if isinstance(obj, list):
         return [numbers(v) for v in obj]
     if isinstance(obj, bool) or not isinstance(obj, (int, float)):

@@ -27,9 +27,10 @@ from ..catalogue import findings as words
 from ..catalogue import severity, verdicts
 from ..config import SEVERITIES, DiagnosisThresholds, Thresholds
 from ..model import StepBatch
-from . import chain, detectors, floor, localise, precision_gap, routes, usable  # noqa: F401  (importing one registers its detectors)
+from . import chain, confident, detectors, floor, localise, precision_gap, routes, usable  # noqa: F401  (importing one registers its detectors)
 from .bands import apply_band, band_summary, choose_band
 from .consequence import consequence, fault_side, side_test
+from .lag import cache, digests  # noqa: F401  (register the prefix-cache and the sync detectors)
 from .lag import findings as lag_findings  # registers the lag detectors
 from .registry import DETECTORS, Scene
 from .stats import exp_or_inf
@@ -118,7 +119,7 @@ def _is_identical(tok: Tokens, dt: DiagnosisThresholds, abs_delta_max: float) ->
     if abs_delta_max > dt.identical_atol + dt.identical_rtol * max(-float(tok.rollout.min()), -float(tok.trainer.min())):
         return False  # beyond the loosest per-token tolerance: no need to look token by token
     tol = dt.identical_atol + dt.identical_rtol * np.maximum(np.abs(tok.rollout), np.abs(tok.trainer))
-    return bool(np.all(np.abs(tok.delta) <= tol))
+    return bool(np.all(tok.abs_delta <= tol))
 
 
 def _numerical_floor(scene: Scene) -> dict | None:

@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from ..config import PERCENTILES, SAFETY_BOUND, Thresholds
+from ..config import CONFIDENT_GAP, CONFIDENT_P, PERCENTILES, SAFETY_BOUND, Thresholds
 from .distributions import abs_dp_histogram, ratio_histogram
 from .stats import (
     dot,
@@ -50,6 +50,7 @@ def summary_metrics(tok: Tokens, th: Thresholds, ladders: tuple[str, ...] = LADD
     _sizes(tok, th, m)
     for key, q in (("abs_delta_median", 50), ("abs_delta_p90", 90), ("abs_delta_p99", 99)):
         m[key] = ladder["abs_delta"][PERCENTILES.index(q)] if "abs_delta" in ladder else None
+    _confident(tok, m)
     if pages:
         _perplexity_and_agreement(tok, m)
         _probabilities(tok, m, ladder, "abs_dp" in ladders)
@@ -174,6 +175,15 @@ def _sizes(tok: Tokens, th: Thresholds, m: dict) -> None:
     vetoed = tok.delta < math.log(th.veto)
     m["veto_token_fraction"] = float(np.count_nonzero(vetoed) / tok.n)
     m["veto_seq_fraction"] = float((np.bincount(tok.seq[vetoed], minlength=tok.n_seqs)[tok.present] > 0).mean())
+
+
+def _confident(tok: Tokens, m: dict) -> None:
+    """Confident disagreements: tokens the engine sampled with p ≥ CONFIDENT_P that the trainer puts more than
+    CONFIDENT_GAP nats lower (spliced or garbled tokens), counted and per token. The far-below tokens are few, so the
+    probability is read on them alone."""
+    low = np.flatnonzero(tok.delta < -CONFIDENT_GAP)
+    m["confident_disagree"] = int(np.count_nonzero(tok.rollout[low] >= math.log(CONFIDENT_P)))
+    m["confident_disagree_rate"] = m["confident_disagree"] / tok.n
 
 
 def _perplexity_and_agreement(tok: Tokens, m: dict) -> None:
