@@ -196,6 +196,13 @@ def run_sync_findings(rows: list[dict]) -> list[dict]:
             for fid, evs in grouped.items()]
 
 
+def across_steps(rows: list[dict]) -> list[dict]:
+    """The run's sync errors that none of its steps raised itself (`check` on a run folder fails on them too): the
+    faults only the steps read side by side show."""
+    raised = {f for r in rows for f in r.get("findings") or []}
+    return [f for f in run_sync_findings(rows) if f["severity"] == "error" and f["id"] not in raised]
+
+
 def sync_leads(verdict: dict) -> dict:
     """The run verdict with its sync errors first (cause first: exact evidence of what the engine held), their check as
     what to check, and the regime systematic: the digests say the engine sampled other weights, whatever its steps'
