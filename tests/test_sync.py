@@ -346,3 +346,25 @@ def test_check_on_a_run_folder_reads_its_steps_digests_together(tmp_path):
     assert res.exit_code == 0 and "sync_not_applied" not in res.output
     res = run("check", "--json", tmp_path / "stuck")
     assert json.loads(res.output.strip().splitlines()[-1])["across_steps"] == "sync_not_applied"
+
+
+def test_watch_alarms_once_per_sync_fault_cause_first(tmp_path):
+    from tim_report.io import save_batch
+
+    for folder, steps in (("own", [with_digests([rec(v, A if v < 2 else B, 0.0 if v >= 2 else 0.01, v - 1)],
+                                                [rec(v, f"{v:064x}", 0.015, v - 1)], trainer_version=v, step=v)
+                                   for v in range(1, 5)]),
+                          ("together", [b for _, b in one_step_off(2)])):
+        (tmp_path / folder).mkdir()
+        for b in steps:
+            save_batch(b, tmp_path / folder / f"step_{b.meta['step']}.npz")
+    res = run("watch", tmp_path / "own", "-o", tmp_path / "own_site", "--once", "--interval", "0.05")
+    alarms = [x for x in res.output.splitlines() if x.startswith("alarm: ")]
+    assert len(alarms) == 2, res.output  # step 1's partial update, then the stuck engine from step 2 on (one event)
+    assert alarms[1].startswith("alarm: step_2: systematic: sync not applied (engine v2 = v1) (error); sync not applied: ")
+    assert alarms[1].endswith("(exact: the weight digests say so)")
+    res = run("watch", tmp_path / "together", "-o", tmp_path / "together_site", "--once", "--interval", "0.05")
+    alarms = [x for x in res.output.splitlines() if x.startswith("alarm: ")]
+    assert len(alarms) == 1 and alarms[0].startswith("alarm: step_3: Sync not applied: the engine's weights at version 2 "
+                                                     "are its weights of version 1"), res.output
+    assert alarms[0].endswith("(the steps read together)")
