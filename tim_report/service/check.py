@@ -7,7 +7,7 @@ A run folder is checked step by step; a step of it that cannot be read is an `Un
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..analysis import GATE, GATE_HISTORY, analyze
@@ -50,6 +50,7 @@ class Checked:
     result: CheckResult
     history: HistoryResult | None
     exact: dict | None = None  # the exact gate (analysis/exact.py) when asked
+    source: Path | None = None  # the file or run folder given: a run folder's steps are also read together
 
 
 @dataclass
@@ -79,7 +80,7 @@ def check(paths: list[Path], load_options: LoadOptions, options: CheckOptions) -
                     raise
                 yield Unread(src.origin, Unreadable.of(src.origin, exc).reason)
                 continue
-            yield _checked(src.origin if several else Path(path), batch, rows, options)
+            yield replace(_checked(src.origin if several else Path(path), batch, rows, options), source=Path(path))
 
 
 def _checked(path: Path, batch: StepBatch, rows: list[dict] | None, options: CheckOptions) -> Checked:
