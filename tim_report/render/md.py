@@ -147,6 +147,16 @@ def details(summary: str, body: str) -> str:
     return f"<details>\n<summary>{summary}</summary>\n\n{body}\n\n</details>"
 
 
+def fold(block: str) -> str:
+    """A section collapsed under its heading (a PR comment keeps only the verdict and the headline numbers on its first
+    screen); a block already collapsed, or without a heading, stays as it is."""
+    first, _, rest = block.partition("\n\n")
+    if not first.startswith("#") or block.startswith("<details>"):
+        return block
+    title = re.sub(r"\\(.)", r"\1", first.lstrip("#").strip())  # <summary> shows text as written: no markdown escapes
+    return details(title, rest.strip())
+
+
 def assemble(core: list[str], sections: list[tuple[str, str]], html_link: str, limit: int | None = None) -> str:
     """Join the blocks, dropping whole sections from the bottom up until the text fits in `limit` (MAX_CHARS)."""
     limit = MAX_CHARS if limit is None else limit
