@@ -400,7 +400,7 @@ def _trend(s: Section, base_url: str | None = None) -> str:
     """The trend section: its change points, then the step table (the HTML index draws its columns as charts)."""
     changes = ("**Change points**\n\n" + "\n".join(
         f"- {'▲' if c['worse'] else '▼'} [step {esc(str(c['step']))}]({href(c['run'] + '/index.html', base_url)}): "
-        f"{esc(c['sentence'])}" for c in s.changes) if s.changes else esc(s.quiet, None, own=True))
+        f"{esc(c['sentence'], None, own=True)}" for c in s.changes) if s.changes else esc(s.quiet, None, own=True))
     steps = len(s.tables[0].rows)
     body = (write_table(s.tables[0], base_url) if steps <= TREND_TABLE_MAX_STEPS else
             f"Step by step, the numbers are charts on the HTML index and rows in `index.json` ({steps} steps).")

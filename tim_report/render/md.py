@@ -39,9 +39,7 @@ def esc(text: Any, limit: int | None = NAME_CHARS, own: bool = False) -> str:
     """
     if text is None:
         return "—"
-    s = str(text)
-    if limit is not None and len(s) > limit:
-        s = s[: limit - 1] + "…"
+    s = shorten(str(text), limit)
     s = _CONTROL.sub(lambda m: visible(m.group(0)) if m.group(0) not in "\u2028\u2029" else "↵", s)
     parts = s.split("`")
     if own and len(parts) % 2 == 1 and len(parts) > 1:  # balanced code spans: literal inside, pipes escaped for tables
@@ -49,6 +47,16 @@ def esc(text: Any, limit: int | None = NAME_CHARS, own: bool = False) -> str:
     else:
         s = _inline(s, own)
     return s if s.strip() else "∅"
+
+
+def shorten(s: str, limit: int | None) -> str:
+    """`s` within `limit` characters, cut after a word (at a space or a separator: `-`, `_`, `/`, `.`, `,`), never
+    inside one, unless a single word runs past half the limit; "…" says it was cut."""
+    if limit is None or len(s) <= limit:
+        return s
+    head = s[: limit - 1]
+    at = max(head.rfind(c) for c in " -_/.,;")
+    return (head[: at + 1].rstrip() if at >= limit // 2 else head) + "…"
 
 
 def _inline(s: str, own: bool) -> str:
