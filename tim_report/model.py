@@ -261,7 +261,8 @@ _ROW_VERDICT = {"routing": "counts", "routing_unit": "text", "regime": "text?", 
                 "blocked_by_bug": "bool",
                 "excluded_tokens": "number", "input_problems": "number", "input_problem_kinds": "texts",
                 "data_problems": "number", "health": "text", "env_kl_k3": "counts",
-                "lag_mix": "counts", "lag_kl_k3": "counts", "floor_kl_k3_se": "number?", "staleness_share": "number?"}
+                "lag_mix": "counts", "lag_kl_k3": "counts", "lag_kl_k3_se": "counts", "floor_kl_k3_se": "number?",
+                "staleness_share": "number?", "lr": "number?"}
 
 
 def run_row_fields() -> dict[str, str]:

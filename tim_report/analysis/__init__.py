@@ -87,10 +87,11 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
     if report.chain is not None and (sentence := chain_words.verdict_sentence(report.chain)):
         report.diagnosis["verdict"] = f"{report.diagnosis['verdict']} {sentence}"  # the verdict names the leading link
     report.staleness = report.diagnosis.pop("staleness", None)  # summary.json's own `staleness`
-    if (sentence := lag_words.verdict_sentence(report.staleness)) is not None:
+    basis = report.diagnosis.get("regime_basis")
+    if basis != "lag" and (sentence := lag_words.verdict_sentence(report.staleness)) is not None:
         report.diagnosis["verdict"] = f"{report.diagnosis['verdict']} {sentence}"  # which dominates: staleness or numerics
-    if report.diagnosis.get("regime_basis") == "lag_0" and (cost := lag_words.cost_sentence(report.staleness or {})):
-        report.diagnosis["verdict"] += f" {cost}"  # judged on lag 0: what the lag costs is the rest of the story
+    if basis in ("lag_0", "lag") and (cost := lag_words.cost_sentence(report.staleness or {})):
+        report.diagnosis["verdict"] += f" {cost}"  # judged on lag 0, or read as the lag's: what the lag costs
     leads = any(f["severity"] != "info" for f in report.diagnosis.get("findings") or [])
     if not leads and (check := lag_words.staleness_check(report.staleness)) is not None:
         report.diagnosis["what_to_check"] = check  # beyond noise by staleness alone: the lag, not an engine, to look at

@@ -29,6 +29,17 @@ def measured(s: Scene) -> dict | None:
                  min_tokens=s.dt.min_tokens)
 
 
+def lag0_only(s: Scene) -> np.ndarray | None:
+    """Per valid token, whether it is at lag 0, when the batch carries tokens of a known lag ≥ 1 (None otherwise: the
+    batch names no version, or every known lag is 0). The detectors of where a mismatch sits read only these: at
+    lag ≥ 1 the policy's own change sits where the policy learns (often the first tokens), not where an engine bug does."""
+    st = s.once(measured)
+    if not st or st["trainer_version"] is None or not any(isinstance(r["lag"], int) and r["lag"] >= 1 for r in st["by_lag"]):
+        return None
+    lag_tok, seq_lag = token_lags(s.batch, s.tok, st["trainer_version"])
+    return (lag_tok == 0) if lag_tok is not None else (seq_lag[s.tok.seq] == 0)
+
+
 def _numbers(s: Scene) -> dict | None:
     return s.given["staleness"] if "staleness" in s.given else split(s.batch, s.tok, s.th)
 

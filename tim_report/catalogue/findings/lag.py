@@ -22,7 +22,7 @@ ENTRIES = (
     Finding(
         "stale_weights", lambda w, dt: "error" if w["material"] else "warn", lag.stale_title, lag.stale_problem,
         lambda w: lag.STALE_CAUSE, lambda w: lag.STALE_CHECK, short="stale weights",
-        meaning="tokens labelled with the trainer's version were sampled by other weights (a sync not applied)",
+        meaning="the engine did not hold the weights its tokens are labelled with (a weight sync not applied)",
         side=Side(lambda e: "rollout", "stale_sync", "its tokens labelled with the trainer's version were sampled by "
                                                      "other weights"),
         place=nowhere, glance=lambda e: f"stale weights (lag 0 {fmt(e.get('times_band'), 2)}× its band)",
