@@ -72,7 +72,7 @@ def lagged(step, kl, lag=1, se=None, lr=None):
 
 def test_the_lag0_floor_moves_beyond_twice_its_median_by_two_standard_errors():
     history = [row(s, 1e-4 * (1 + 0.1 * (s % 3))) for s in range(6)]
-    status = lambda r: (read_run([*history, r]).get(r["id"]) or {}).get("status")  # noqa: E731
+    status = lambda r: (read_run([*history, r]).get(r["id"]) or {}).get("status")
     assert status(row(6, 1.5e-4, se=1e-5)) == "within"  # within the run's floor
     assert status(row(6, 5e-4, se=5e-5)) == "beyond"
     assert "above the run's own" not in run_reading(read_run([*history, row(6, 5e-4, se=5e-5)])["step_6"])

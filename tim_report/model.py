@@ -262,7 +262,10 @@ _ROW_VERDICT = {"routing": "counts", "routing_unit": "text", "regime": "text?", 
                 "excluded_tokens": "number", "input_problems": "number", "input_problem_kinds": "texts",
                 "data_problems": "number", "health": "text", "env_kl_k3": "counts",
                 "lag_mix": "counts", "lag_kl_k3": "counts", "lag_kl_k3_se": "counts", "floor_kl_k3_se": "number?",
-                "staleness_share": "number?", "lr": "number?"}
+                "staleness_share": "number?", "lr": "number?",
+                # as its run reads the step (analysis.run_index.in_run; null in a step's own row): its lag against the
+                # run's own history of that lag, and its own regime where the run's differs
+                "lag_reading": "object?", "step_regime": "text?"}
 
 
 def run_row_fields() -> dict[str, str]:
@@ -294,6 +297,8 @@ def _is_kind(v: Any, kind: str, optional: bool) -> bool:
         return isinstance(v, bool)
     if kind == "texts":
         return isinstance(v, list) and all(isinstance(x, str) for x in v)
+    if kind == "object":
+        return isinstance(v, dict) and all(isinstance(k, str) for k in v)
     if kind == "counts":
         return isinstance(v, dict) and all(isinstance(k, str) and (x is None or _is_kind(x, "number", False))
                                            for k, x in v.items())

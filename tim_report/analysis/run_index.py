@@ -17,7 +17,8 @@ from typing import Any
 
 from ..catalogue import metrics as catalogue
 from ..catalogue import staleness as lag_words
-from ..config import HEALTH_ORDER, health
+from ..catalogue.findings.lag import STALE
+from ..config import HEALTH_ORDER, health, step_health
 from ..model import model_label
 from .lag.history import never_delivered, read_run
 from .run_verdict import run_verdict
@@ -82,7 +83,7 @@ def run_row(report: Any) -> dict:
         "input_problems": sum((problems.get("input") or {}).values()),
         "input_problem_kinds": sorted(k for k, v in (problems.get("input") or {}).items() if v),
         "data_problems": (problems.get("excluded_tokens") or 0) + sum((problems.get("input") or {}).values()),
-        "health": health(finite(m.get("ess"))),
+        "health": step_health(finite(m.get("ess")), diag.get("regime"), bool(routing.get("blocked_by_bug"))),
         "env_kl_k3": env_kl_k3(report),
         **lag_fields(report),
     }
@@ -100,7 +101,7 @@ def lag_fields(report: Any) -> dict:
             "lag_kl_k3": {str(r.get("lag")): finite(r.get("kl_k3")) for r in rows},
             "lag_kl_k3_se": {str(r.get("lag")): finite(r.get("kl_k3_se")) for r in rows},
             "floor_kl_k3_se": finite(lag0.get("kl_k3_se")), "staleness_share": finite(st.get("share")),
-            "lr": _lr((run.get("meta") or {}).get("lr"))}
+            "lr": _lr((run.get("meta") or {}).get("lr")), "lag_reading": None, "step_regime": None}
 
 
 def _lr(v: Any) -> float | None:
@@ -242,8 +243,8 @@ def in_run(rows: list[dict]) -> list[dict]:
                 and r["step"] >= never["first_step"]):  # without the lr a warm-up may explain it: the run's warn only
             reading = {**reading, "status": "never", "since_step": never["first_step"]}
         row = {**r, "lag_reading": reading}
-        if reading and reading["status"] in ("beyond", "never") and "stale_weights" not in r["findings"]:
-            row.update(step_regime=r["regime"], regime="systematic", findings=["stale_weights", *r["findings"]],
+        if reading and reading["status"] in ("beyond", "never") and STALE not in r["findings"]:
+            row.update(step_regime=r["regime"], regime="systematic", findings=[STALE, *r["findings"]],
                        glance=lag_words.run_glance(reading), side="rollout", health="red", blocked_by_bug=True)
         out.append(row)
     return out

@@ -19,6 +19,16 @@ from .bands import PUBLISHED_BANDS as PUBLISHED_BANDS
 from .bands import PUBLISHED_BF16_KL as PUBLISHED_BF16_KL
 from .bands import NoiseBand as NoiseBand
 from .bands import PublishedBand as PublishedBand
+from .history import FLOOR_Z as FLOOR_Z
+from .history import HISTORY_MARGIN as HISTORY_MARGIN
+from .history import HISTORY_MAX_BYTES as HISTORY_MAX_BYTES
+from .history import HISTORY_MIN_STEPS as HISTORY_MIN_STEPS
+from .history import HISTORY_WINDOW as HISTORY_WINDOW
+from .history import LAG_HISTORY_MARGIN as LAG_HISTORY_MARGIN
+from .history import LAG_HISTORY_MIN_STEPS as LAG_HISTORY_MIN_STEPS
+from .history import NEVER_GROWTH as NEVER_GROWTH
+from .history import NEVER_MIN_STEPS as NEVER_MIN_STEPS
+from .history import RISE_KEEP as RISE_KEEP
 
 # ---- conventions ------------------------------------------------------------------------------------
 
@@ -88,6 +98,15 @@ PROMPTS_MAX_BYTES = 64 * 1024 * 1024
 TOPK_LOGPROBS_DEFAULT = 20
 TOPK_MAX = 64
 
+# The most of a --notes markdown file a build reads: a narrative of a few pages is under 100 kB, and the notes are
+# copied into every page of the site.
+NOTES_MAX_BYTES = 1024 * 1024
+# The most a --tokenizer folder's tokenizer files (tokenizer.json, vocabularies, merges, .model) may hold: the largest
+# tokenizers shipped with open models are about 35 MB (Gemma 3's tokenizer.json 33 MB plus its 4.7 MB
+# tokenizer.model); loading takes some 25× the file's size in memory (a 75 MB tokenizer.json took 2 GB, issue 24).
+TOKENIZER_MAX_BYTES = 64 * 1024 * 1024
+
+
 # ---- the analysis ------------------------------------------------------------------------------------
 
 PPO_EPS_LOW = 0.2  # PPO clip range [1 − ε_low, 1 + ε_high]: 0.2 / 0.28 is DAPO's clip-higher default
@@ -144,6 +163,16 @@ def health(ess: float | None) -> str:
     if ess is None or not math.isfinite(ess):
         return "unknown"
     return "green" if ess >= HEALTH.green else ("amber" if ess >= HEALTH.amber else "red")
+
+
+def step_health(ess: float | None, regime: str | None, blocked: bool = False) -> str:
+    """A batch's colour: its token ESS's, made no better than its verdict's (red for a batch not to train on or
+    systematic, at least amber for elevated), so a badge never reads greener than the verdict beside it."""
+    colour = health(ess)
+    least = "red" if blocked or regime == "systematic" else "amber" if regime == "elevated" else None
+    if least is None or colour == "unknown":
+        return colour if least is None else least
+    return max(colour, least, key=HEALTH_ORDER.index)
 
 
 @dataclass(frozen=True)
@@ -401,6 +430,11 @@ class DiagnosisThresholds:
     # bucket at half the batch's tokens with ESS under 0.5 already halves what its tokens teach).
     lag_ess_min: float = 0.5
     lag_share_min: float = 0.05
+    # version_order: a newer lag bucket's KL k3 at least this many times an older one's, beyond z standard errors of
+    # the difference. Staleness grows with the lag (tiny-qwen2's real Adam steps: lag 1 2.8e-3, 2 1.0e-2, 3 2.0e-2), so a
+    # newer bucket farther from the trainer than an older one is a label that is wrong, not noise; twice keeps a
+    # policy that barely moves between two lags (their KL alike) out.
+    version_order_ratio: float = 2.0
     # idle_correction: a logged PPO clip fraction at or below this while the ratios would clip more than
     # idle_clip_expected of the tokens (SkyRL #1850: recomputed old log-probs made r ≡ 1 under staleness 4).
     idle_clip_logged_max: float = 0.0
@@ -449,53 +483,7 @@ COMPARE_TOKEN_TOL = 1e-4  # nats: a token's |δ| must move by more than this to 
 
 # ---- the noise bands (precision, published by model class and precision): config/bands.py ------------------
 
-# ---- `check --history`: the run's own band ----------------------------------------------------------------
-
-# A new step is held to the rolling median of the run's previous steps, read from the site's index.json.
-# The window is short enough to follow a run that drifts slowly (the run view's change points report
-# drifts; this gate catches a step that jumps) and long enough that a median of it ignores a few odd steps.
-HISTORY_WINDOW = 10
-# With fewer earlier steps than this the median is the noise of one or two batches: the gate says so in
-# one line and does not fail (a run's first steps are its noisiest: warm-up, changing lengths).
-HISTORY_MIN_STEPS = 5
-# Band = median + max(margin × median, floor) for the higher-is-worse metrics, and for ESS (lower is
-# worse) the same on its deficit 1 − ESS. A healthy run's step-to-step variation of these numbers is
-# tens of percent (a new sample of prompts each step); the faults the diagnosis knows multiply them
-# tenfold or more. Doubling within one step is therefore the default alarm.
-HISTORY_MARGIN = 1.0
-# `watch`'s stale-weights alarm (analysis/lag/history.py): a step's lag-0 KL k3 beyond (1 + HISTORY_MARGIN) × the run's
-# lag-0 median by more than this many of its own standard errors (two: the z of the diagnosis's noise tests).
-FLOOR_Z = 2.0
-# A lag L ≥ 1 is held to the run's own history of that lag (analysis/lag/history.py, docs/staleness.md): a step whose
-# KL k3 at lag L is beyond (1 + LAG_HISTORY_MARGIN) × the median of the earlier clean steps at lag L, by more than
-# FLOOR_Z of its own standard errors, is an engine that does not hold the weights its labels say. A clean run's KL at a
-# fixed lag moves with the policy's speed: on the tiny model's real Adam steps it swings 2-3× within a few steps
-# (benchmarks/bench_lag_history.py measures the false alarms), while a sync that stops at lag 1 makes the next step's
-# tokens a lag older, which roughly quadruples it.
-LAG_HISTORY_MARGIN = 2.0
-# Earlier clean steps of a lag needed before it is judged (a one-step-off run judges its lag from its fifth step).
-LAG_HISTORY_MIN_STEPS = 3
-# A lag ≥ 1 is in its first rise while its steps set new highs, one step at a time allowed below the high by at most
-# this factor (a warm-up, or an engine that never took an update: the KL grows from the run's start); such steps are
-# not judged one by one (the median of a rising history would flag every step of a warm-up), the run's growth is
-# (NEVER_*). A flat series sets new highs ever more rarely: two steps in a row below the high end the rise.
-RISE_KEEP = 0.7
-# An engine that never took an update (analysis/lag/history.never_delivered): over at least NEVER_MIN_STEPS steps of
-# one lag, each third's median KL k3 (per lr² where each step gives its `lr`) at least NEVER_GROWTH × the third before.
-NEVER_MIN_STEPS = 9
-NEVER_GROWTH = 1.5
-# Each metric's floor (the least a band reaches past the median) is in its catalogue entry (catalogue.metrics).
-# The most of index.json `check --history` reads: a row is under 1 kB, so 32 MiB holds some 30,000 steps;
-# a larger (or endless) file is refused rather than read into memory.
-HISTORY_MAX_BYTES = 32 * 1024 * 1024
-# The most of a --notes markdown file a build reads: a narrative of a few pages is under 100 kB, and the notes are
-# copied into every page of the site.
-NOTES_MAX_BYTES = 1024 * 1024
-# The most a --tokenizer folder's tokenizer files (tokenizer.json, vocabularies, merges, .model) may hold: the largest
-# tokenizers shipped with open models are about 35 MB (Gemma 3's tokenizer.json 33 MB plus its 4.7 MB
-# tokenizer.model); loading takes some 25× the file's size in memory (a 75 MB tokenizer.json took 2 GB, issue 24).
-TOKENIZER_MAX_BYTES = 64 * 1024 * 1024
-
+# ---- `check --history` and the lag history: config/history.py ----------------------------------------
 
 # ---- bisect: the first site beyond its floor (tim-report bisect, assert_layers_match) ---------------------------
 # A site is beyond its floor when the candidate's local error is this many times the floor's at the median token, or

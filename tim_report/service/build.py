@@ -58,9 +58,10 @@ class BuildOptions:
 
 @dataclass
 class BuildResult:
-    """What a build did: every run's index row (input order, as the run reads it: run_index.in_run), the steps where the run changed, the run's verdict over its
-    steps (None under two steps), how many steps it analysed and reused, how long it took, and the steps of a run
-    folder it could not read (index.json's `unreadable`: id, step, path, reason; and `file`, the path as given)."""
+    """What a build did: every run's index row (input order, as its run reads it: run_index.in_run), the steps where
+    the run changed, the run's verdict over its steps (None under two steps), how many steps it analysed and reused,
+    how long it took, and the steps of a run folder it could not read (index.json's `unreadable`: id, step, path,
+    reason; and `file`, the path as given)."""
 
     rows: list[dict]
     change_steps: list[dict]

@@ -32,7 +32,7 @@ from pathlib import Path
 from ..analysis.history import check_history
 from ..analysis.lag.history import has_lag, lag_changed, same_lag
 from ..catalogue import staleness as lag_words
-from ..catalogue.findings.lag import LAG_ALARMS
+from ..catalogue.findings.lag import LAG_ALARMS, STALE
 from ..catalogue.numbers import fmt
 from ..config import HISTORY_MARGIN, HISTORY_WINDOW
 from ..errors import BadInput
@@ -232,10 +232,13 @@ class Watch:
                 self.alarmed.add(row.get("step"))
             elif band.violations:
                 first, more = band.violations[0], len(band.violations) - 1
+                band_line = f"outside the run's band: {first.message}" + (
+                    f" (and {more} more metric{'s' if more > 1 else ''})" if more else "")
+                # cause first where the step has one; a step that alone reads as noise is news by the band alone
+                line = (f"{_cause(row)}; {band_line}" if row.get("findings") else
+                        f"{row['id']}: {band_line}; the step alone reads {row.get('glance') or row.get('regime')}")
                 rnd.alarms.append(Alarm("band", row.get("step"), row["id"], [v.id for v in band.violations],
-                                        row.get(first.id), f"{row['id']}: outside the run's band: {first.message}"
-                                        + (f" (and {more} more metric{'s' if more > 1 else ''})" if more else "")
-                                        + f"; the step alone reads {row.get('glance') or row.get('regime')}", row))
+                                        row.get(first.id), line, row))
                 self.alarmed.add(row.get("step"))
         for cp in result.change_steps:
             pairs = {(cp["step"], m) for m in cp["metrics"]}
@@ -257,16 +260,16 @@ class Watch:
         found = set(row.get("findings") or [])
         reading = row.get("lag_reading") or {}
         moved = reading.get("status") in ("beyond", "never")
-        causes = {"stale_weights": "stale_weights" in found or moved, "negative_lag": "negative_lag" in found}
+        causes = {STALE: STALE in found or moved, "negative_lag": "negative_lag" in found}
         open_before, self.lag_events = self.lag_events, {k: v for k, v in causes.items() if v}
         kind = next((k for k, v in causes.items() if v), None)
         if kind is None:
             return None
         if open_before.get(kind):
             return Alarm(kind, row.get("step"), row["id"], [], None, "", row)
-        why = lag_words.run_reading(reading) if kind == "stale_weights" and moved else "the step's own finding"
-        metric = "lag_kl_k3" if kind == "stale_weights" else "lag_mix"
-        value = reading.get("kl_k3") if moved else (row.get("lag_kl_k3") or {}).get("0") if kind == "stale_weights" else None
+        why = lag_words.run_reading(reading) if kind == STALE and moved else "the step's own finding"
+        metric = "lag_kl_k3" if kind == STALE else "lag_mix"
+        value = reading.get("kl_k3") if moved else (row.get("lag_kl_k3") or {}).get("0") if kind == STALE else None
         return Alarm(kind, row.get("step"), row["id"], [metric], value, f"{_cause(row)}; {LAG_ALARMS[kind]}: {why}", row)
 
 

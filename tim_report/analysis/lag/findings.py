@@ -78,6 +78,36 @@ def _stale_weights(s: Scene) -> dict | None:
     return severity.weigh(found, effect, {"side": "rollout", "basis": "stale_sync"}, floor["band"])
 
 
+@detector("version_order")
+def _version_order(s: Scene) -> dict | None:
+    """An older bucket closer to the trainer than a newer one, beyond both buckets' noise: the newer-labelled tokens
+    came from older weights than their label (a sync that stopped, a label taken before the sync landed). Lag 0 beyond
+    its band is `stale_weights`' to say; here any two buckets of lag ≥ 0 with `min_tokens` tokens each are compared."""
+    st = s.once(measured)
+    if not st or st["trainer_version"] is None:
+        return None
+    rows = sorted((r for r in st["by_lag"] if isinstance(r["lag"], int) and r["lag"] >= 0
+                   and r["tokens"] >= s.dt.min_tokens), key=lambda r: r["lag"])
+    worst = None
+    for i, newer in enumerate(rows):
+        for older in rows[i + 1:]:
+            gap = newer["kl_k3"] - older["kl_k3"]
+            se = math.hypot(newer["kl_k3_se"] or 0.0, older["kl_k3_se"] or 0.0)
+            if gap > s.dt.z * se and newer["kl_k3"] >= s.dt.version_order_ratio * older["kl_k3"]:
+                z = gap / se if se > 0 else math.inf
+                if worst is None or z > worst[2]:
+                    worst = (newer, older, z)
+    if worst is None or "stale_weights" in s.found:
+        return None
+    newer, older, z = worst
+    return findings.make("version_order", {
+        "newer_lag": newer["lag"], "newer_kl_k3": newer["kl_k3"], "newer_tokens": newer["tokens"],
+        "older_lag": older["lag"], "older_kl_k3": older["kl_k3"], "older_tokens": older["tokens"],
+        "ratio": newer["kl_k3"] / older["kl_k3"] if older["kl_k3"] > 0 else None, "z": min(z, 1e6),
+        "newer_below_one": newer.get("below_one"), "threshold_ratio": s.dt.version_order_ratio,
+        "threshold_z": s.dt.z}, s.dt)
+
+
 @detector("negative_lag", when_identical=True)
 def _negative_lag(s: Scene) -> dict | None:
     st = s.once(measured)

@@ -32,13 +32,13 @@ from ...config import (
     HISTORY_MIN_STEPS,
     HISTORY_WINDOW,
     LAG_HISTORY_MARGIN,
-    RISE_KEEP,
     LAG_HISTORY_MIN_STEPS,
     NEVER_GROWTH,
     NEVER_MIN_STEPS,
+    RISE_KEEP,
     DiagnosisThresholds,
 )
-from ..history import describe, window_rows
+from ..history import describe
 
 MIN_TOKENS = DiagnosisThresholds().min_tokens  # the diagnosis's: fewer tokens than this at a lag judge nothing there
 
