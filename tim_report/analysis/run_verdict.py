@@ -105,7 +105,7 @@ def _run_findings(rows: list[dict], states: list[State]) -> list[dict]:
     if never is not None:
         out.append(words.make_run_finding("never_delivered", never))
     for id_, evidence in run_shapes(steps, median, tokens):
-        context = {}
+        context: dict = {}
         if id_ == "level_jump":
             evidence = {k: v for k, v in evidence.items() if k != "index"}
             after = [s for s in states if s.step >= evidence["step"]

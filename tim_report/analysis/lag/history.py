@@ -172,8 +172,8 @@ def _climb(peak: dict[int, tuple[float, bool]], lag: int, value: float) -> None:
 
 def _read(row: dict, lag: int, scaled: float, earlier: list[tuple[dict, float]], rising: bool) -> dict:
     """One lag of one step (its value `scaled`: the KL k3, or per lr²) against the earlier clean steps of that lag."""
-    value = lag_kl(row, lag) or 0.0
-    reading = {"status": "unjudged", "lag": lag, "kl_k3": value, "kl_k3_se": lag_se(row, lag), "reference": None,
+    value, se = lag_kl(row, lag) or 0.0, lag_se(row, lag)
+    reading = {"status": "unjudged", "lag": lag, "kl_k3": value, "kl_k3_se": se, "reference": None,
                "times": None, "basis": describe([r for r, _ in earlier]) if earlier else "no earlier step",
                "per_lr": lag >= 1 and scaled != value}
     if len(earlier) < (HISTORY_MIN_STEPS if lag == 0 else LAG_HISTORY_MIN_STEPS):
@@ -185,7 +185,7 @@ def _read(row: dict, lag: int, scaled: float, earlier: list[tuple[dict, float]],
         reading["status"] = "rising"
         return reading
     margin = HISTORY_MARGIN if lag == 0 else LAG_HISTORY_MARGIN
-    reading["status"] = "beyond" if scaled - FLOOR_Z * reading["kl_k3_se"] * unit > (1 + margin) * ref else "within"
+    reading["status"] = "beyond" if scaled - FLOOR_Z * se * unit > (1 + margin) * ref else "within"
     return reading
 
 
