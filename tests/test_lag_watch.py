@@ -201,3 +201,38 @@ def test_a_change_of_lag_mix_is_not_a_change_of_regime():
     flagged = run_verdict(in_run(async_rows("elevated", ("lag_ess_collapse",))))
     assert flagged["regime"] == "elevated" and flagged["since_step"] == 6
     assert run_verdict(in_run(async_rows("systematic", ("stale_weights",))))["regime"] == "systematic"
+
+
+def test_watch_over_hostile_versions_alarms_only_the_negative_lag_and_reads_its_site_back(tmp_path):
+    """Issue 44's attack on watch's lag alarms: garbled versions and trainer versions are unknown (no stale-weights
+    alarm from them), a version past the trainer's is the negative-lag alarm, and a step naming 1,000 lags (which
+    wrote an index.json row that a restarted watch and `export` then refused) is one skipped line; the site reads back."""
+    from helpers import run
+
+    from tim_report.io import save_batch
+    from tim_report.service.watch import Watch, WatchOptions
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    hostile = {6: (["³", "--3"], 16), 7: (["17", "16"], "³"), 8: (["-1"], 18), 9: (["999999999999999999"], 19)}
+    for s in range(11):
+        b = versioned(s, [0, 1], seed=s)
+        if s in hostile:
+            b.weight_version = np.asarray([hostile[s][0][i % len(hostile[s][0])] for i in range(b.n_seqs)])
+            b.meta["trainer_version"] = hostile[s][1]
+        if s == 10:
+            b.token_version = 100_000 - np.arange(b.n_tokens, dtype=np.int64) % 1_000
+            b.meta["trainer_version"] = 100_000
+        save_batch(b, folder / f"step_{s}.npz")
+    said: list[str] = []
+    watch = Watch(folder, tmp_path / "site", WatchOptions(), say=said.append)
+    watch.step()
+    rnd = watch.step()
+    assert [(a.kind, a.step) for a in rnd.alarms] == [("negative_lag", 9)], [a.line for a in rnd.alarms]
+    assert len(said) == 1 and "step_10.npz: its tokens name 1,000 distinct weight-version lags" in said[0], said
+    doc, rows = read_rows(tmp_path / "site", ())
+    assert len(rows) == 10
+    for s in (6, 7, 8):
+        assert next(r for r in doc["runs"] if r["step"] == s)["lag_mix"] == {"unknown": 1.0}
+    assert run("export", tmp_path / "site", "--tensorboard", tmp_path / "tb").exit_code == 0
+    assert not Watch(folder, tmp_path / "site", WatchOptions()).step().alarms  # restarted on its own site: quiet

@@ -221,7 +221,7 @@ def test_generate_calls_become_token_ranges():
     assert call_token_versions(["4", "5", "5"], mask, 3) is None  # resumed inside a span: no token mapping
     spans = [[{"version": "7", "abs_start": 3, "abs_end": 5}], [{"version": "8", "abs_start": 7, "abs_end": 10}]]
     assert call_token_versions(spans, mask, 3).tolist() == [7, 7, UNKNOWN_VERSION, UNKNOWN_VERSION, 8, 8, 8]
-    assert joined_versions(spans) == "7,8" and joined_versions(["4", "5", "5"]) == "4,5"
+    assert joined_versions(spans, "d", 0) == "7,8" and joined_versions(["4", "5", "5"], "d", 0) == "4,5"
 
 
 def test_second_lane_split_is_the_same(monkeypatch):

@@ -24,6 +24,10 @@ From `--bug-step` on, one of these bugs is planted:
   projections: SkyRL #1816's mixed-dtype bucket), so the engine holds a model the trainer never had.
 
 Every bug works with `--async-lag K` too: the labels go on saying the version the engine claims, the lag K.
+`--digests` checks each sync exactly (docs/sync.md): after it, the engine's weights and the trainer's cast to bf16 are
+digested with `tim_report.weight_digest`, and each step saves the engine's digest of the version that sampled its
+batch beside the trainer's of that version and of its own, so every sync fault above that touches the weights is an
+exact error finding at the first step that trains on its tokens.
 `--lr-warmup N` raises the learning rate linearly over the first N updates (a clean control: the mismatch at a fixed
 lag grows during the warm-up, then levels off).
 
@@ -69,6 +73,7 @@ class Rollout:
     logprobs: torch.Tensor
     index: list[int]
     version: int
+    digest: object = None  # the engine's weight digest when it sampled (--digests)
 
 
 def policy_logprobs(model, input_ids, attention_mask, response_ids, temperature: float = 1.0):
@@ -100,7 +105,7 @@ def sync(engine, policy, synced: dict, bug: str | None) -> None:
             synced[name].copy_(p)
 
 
-def sample(engine, tokenizer, chats, index, version: int, temperature: float, tokens: int) -> Rollout:
+def sample(engine, tokenizer, chats, index, version: int, temperature: float, tokens: int, digest=None) -> Rollout:
     """The engine samples a batch and records the log-prob of what it sampled, with the version it claims to hold."""
     prompt = tokenizer([chats[i] for i in index], return_tensors="pt", padding=True, padding_side="left")
     with torch.no_grad():
@@ -109,7 +114,33 @@ def sample(engine, tokenizer, chats, index, version: int, temperature: float, to
         response_ids = input_ids[:, prompt.input_ids.shape[1]:]
         attention_mask = torch.cat([prompt.attention_mask, torch.ones_like(response_ids)], dim=1)
         rollout = policy_logprobs(engine, input_ids, attention_mask, response_ids, temperature)
-    return Rollout(dict(prompt), input_ids, response_ids, attention_mask, rollout, index, version)
+    return Rollout(dict(prompt), input_ids, response_ids, attention_mask, rollout, index, version, digest)
+
+
+class Digests:
+    """--digests: the round trip of each sync. After the sync of version v, the engine's weights (bf16) and the trainer's
+    cast to bf16 are digested, each with the share of elements changed since version v − 1."""
+
+    def __init__(self, on: bool):
+        self.on = on
+        self.engine = None  # the engine's digest of the version it holds now
+        self.trainer: dict = {}  # the trainer's digest of each version, by version
+
+    def synced(self, engine, policy, version: int) -> None:
+        if self.on:
+            self.engine = tim_report.weight_digest(engine, "bf16", since=self.engine, version=version)
+            self.trainer[version] = tim_report.weight_digest(policy, "bf16", since=self.trainer.get(version - 1),
+                                                             version=version)
+
+    def saved(self, r: Rollout, step: int) -> dict:
+        """save_step's arguments: the engine's digest of the version that sampled the batch, the trainer's of that version
+        and of its own (one step judged alone, whatever the lag)."""
+        if not self.on:
+            return {}
+        mine = [self.trainer[v] for v in sorted({r.version, step})]
+        for v in [v for v in self.trainer if v < r.version]:  # a version nothing samples or trains on any more
+            del self.trainer[v]
+        return {"engine_digest": r.digest, "trainer_digest": mine}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -125,6 +156,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tokens", type=int, default=24, help="tokens per response")
     parser.add_argument("--pause", type=float, default=0.0, help="seconds to wait between steps (to watch it live)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--digests", action="store_true", help="save both sides' weight digests each step (docs/sync.md)")
     args = parser.parse_args(argv)
 
     torch.manual_seed(args.seed)
@@ -140,14 +172,17 @@ def main(argv: list[str] | None = None) -> None:
                                            add_generation_prompt=True, tokenize=False) for r in records]
     queue: deque[Rollout] = deque()
     sampled = 0  # batches sampled so far: the next batch's prompts
+    digests = Digests(args.digests)
 
     for step in range(args.steps):
         bug = args.bug if 0 <= args.bug_step <= step or args.bug == "never-synced" else None
         if step:  # version `step` exists once `step` updates are applied: the sync before this step's sampling
             sync(engine, policy, synced, bug if bug in SYNC_BUGS else None)
+        digests.synced(engine, policy, step)
         while len(queue) <= args.async_lag:  # the engine samples ahead with the version it claims to hold now
             index = [i % len(chats) for i in range(sampled * args.batch, (sampled + 1) * args.batch)]
-            queue.append(sample(engine, tokenizer, chats, index, step, 0.7 if bug == "temperature" else 1.0, args.tokens))
+            queue.append(sample(engine, tokenizer, chats, index, step, 0.7 if bug == "temperature" else 1.0, args.tokens,
+                                digests.engine))
             sampled += 1
         r = queue.popleft()  # the oldest batch: sampled `lag` versions ago
 
@@ -158,7 +193,7 @@ def main(argv: list[str] | None = None) -> None:
                              group=torch.tensor(r.index), step=step, rank=0, world_size=1, model="tiny-qwen2",
                              rollout_engine="hf", rollout_dtype="bf16", trainer_engine="hf", trainer_dtype="fp32",
                              weight_version=[r.version] * len(r.index), trainer_version=step,
-                             meta={"lr": optimizer.param_groups[0]["lr"]})
+                             meta={"lr": optimizer.param_groups[0]["lr"]}, **digests.saved(r, step))
 
         rewards = reward_of(tokenizer.batch_decode(r.response_ids))
         advantage = (rewards - rewards.mean()) / (rewards.std() + 1e-6)

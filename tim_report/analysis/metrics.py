@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from ..config import PERCENTILES, SAFETY_BOUND, Thresholds
+from ..config import CONFIDENT_GAP, CONFIDENT_P, PERCENTILES, SAFETY_BOUND, Thresholds
 from .stats import (
     dot,
     kish_ess,
@@ -48,6 +48,7 @@ def summary_metrics(tok: Tokens, th: Thresholds, ladders: tuple[str, ...] = LADD
     _kl(tok, m, ladder, "k3" in ladders, pages)
     _weights(tok, th, np.clip(seq_sum, -SAFETY_BOUND, SAFETY_BOUND), m, pages)
     _sizes(tok, th, m, ladder, "abs_delta" in ladders)
+    _confident(tok, m)
     if pages:
         _perplexity_and_agreement(tok, m)
         _probabilities(tok, m, ladder, "abs_dp" in ladders)
@@ -131,6 +132,15 @@ def _sizes(tok: Tokens, th: Thresholds, m: dict, ladder: dict, abs_ladder: bool)
     vetoed = tok.delta < math.log(th.veto)
     m["veto_token_fraction"] = float(np.count_nonzero(vetoed) / tok.n)
     m["veto_seq_fraction"] = float((np.bincount(tok.seq[vetoed], minlength=tok.n_seqs)[tok.present] > 0).mean())
+
+
+def _confident(tok: Tokens, m: dict) -> None:
+    """Confident disagreements: tokens the engine sampled with p ≥ CONFIDENT_P that the trainer puts more than
+    CONFIDENT_GAP nats lower (spliced or garbled tokens), counted and per token. The far-below tokens are few, so the
+    probability is read on them alone."""
+    low = np.flatnonzero(tok.delta < -CONFIDENT_GAP)
+    m["confident_disagree"] = int(np.count_nonzero(tok.rollout[low] >= math.log(CONFIDENT_P)))
+    m["confident_disagree_rate"] = m["confident_disagree"] / tok.n
 
 
 def _perplexity_and_agreement(tok: Tokens, m: dict) -> None:

@@ -17,6 +17,7 @@ from ..catalogue import run_words as words
 from ..catalogue.verdicts import REGIMES
 from ..config import CHANGE_POINT_MIN_SIZE, RUN_VERDICT_SHARE, SEVERITIES
 from .drift import run_shapes
+from .lag.digests import run_sync_findings, sync_leads
 from .lag.history import lag_key, never_delivered
 
 
@@ -74,11 +75,12 @@ def run_verdict(rows: list[dict]) -> dict | None:
     sentence = words.run_verdict_sentence(
         current, stretch[0].step, stretch[-1].step, start == 0, (len(same), len(stretch)), why, _earlier(before),
         [(s.step, s.regime) for s in stretch if s.regime != current])
-    return {"regime": current, "since_step": stretch[0].step, "since_run": stretch[0].run, "steps": len(states),
-            "stretch_steps": len(stretch), "lead": top[0][0] if top else None,
-            "verdict": " ".join([sentence] + [f["title"] + "." for f in alarms]),
-            "what_to_check": alarms[0]["what_to_check"] if alarms else None, "findings": findings,
-            "regimes": dict(Counter(s.regime for s in states))}
+    verdict = {"regime": current, "since_step": stretch[0].step, "since_run": stretch[0].run, "steps": len(states),
+               "stretch_steps": len(stretch), "lead": top[0][0] if top else None,
+               "verdict": " ".join([sentence] + [f["title"] + "." for f in alarms]),
+               "what_to_check": alarms[0]["what_to_check"] if alarms else None, "findings": findings,
+               "regimes": dict(Counter(s.regime for s in states))}
+    return sync_leads(verdict)  # a sync fault the weight digests show leads (analysis/lag/digests.py)
 
 
 def _earlier(before: list[State]) -> list[tuple[str, int | float, int | float, int]]:
@@ -116,6 +118,7 @@ def _run_findings(rows: list[dict], states: list[State]) -> list[dict]:
             elif (mix := _lag_mix_change(rows, evidence["previous_step"], evidence["step"])) is not None:
                 context["lag_mix"] = mix  # the lag's own mismatch came in with older tokens: staleness, not a fault
         out.append(words.make_run_finding(id_, evidence, **context))
+    out += run_sync_findings(rows)
     return sorted(out, key=lambda f: -SEVERITIES.index(f["severity"]))
 
 

@@ -211,3 +211,22 @@ def ladder(kth, n: int) -> list[float]:
     b = np.array([kth(int(k)) for k in hi], dtype=np.float64)
     out = np.where(t >= 0.5, b - (b - a) * (1 - t), a + (b - a) * t)  # numpy's _lerp, bit for bit
     return [float(v) for v in out]
+
+
+def poisson_tail(k: int, lam: float) -> float:
+    """P(X ≥ k) for X ~ Poisson(lam), to rounding: above the mean the regularized lower incomplete gamma P(k, lam) by its
+    series (each term lam / (k + n) of the last, so it converges fast), at or below it one minus the first k terms."""
+    if k <= 0:
+        return 1.0
+    if lam <= 0:
+        return 0.0
+    if k <= lam:
+        log_terms = [j * math.log(lam) - lam - math.lgamma(j + 1) for j in range(k)]
+        return max(0.0, 1.0 - math.fsum(math.exp(t) for t in log_terms))
+    term = total = 1.0 / k
+    n = 1
+    while term > total * 1e-17:
+        term *= lam / (k + n)
+        total += term
+        n += 1
+    return min(1.0, math.exp(k * math.log(lam) - lam - math.lgamma(k)) * total)

@@ -256,6 +256,11 @@ TREND_TABLE_MAX_STEPS = 50  # report.md's step table up to this many steps; long
 # ---- the report -----------------------------------------------------------------------------------------
 
 HOT_DIFF = 0.5  # sample-table rows with |diff| above this many nats are marked ● and red
+# A confident disagreement: a token the engine sampled with probability ≥ CONFIDENT_P that the trainer puts more than
+# CONFIDENT_GAP nats lower (r < e⁻²): spliced in or garbled after sampling (inference-atlas #192: about 1 in 8,000).
+# Noise moves none so far: none of the CONFIDENT_CLEAN_TOKENS tokens of clean captures (scripts/confident_clean_rate.py,
+# docs/calibration.md: SmolLM2 vLLM/hf bf16, fp16; tiny-qwen2 loops), whose largest drop of such a token is 0.22 nats.
+CONFIDENT_P, CONFIDENT_GAP, CONFIDENT_CLEAN_TOKENS = 0.5, 2.0, 47_433
 # GitHub rejects comments over 65,536 characters; 60,000 leaves room for a bot's own header and footer.
 MARKDOWN_MAX_CHARS = 60_000
 
@@ -439,6 +444,19 @@ class DiagnosisThresholds:
     # idle_clip_expected of the tokens (SkyRL #1850: recomputed old log-probs made r ≡ 1 under staleness 4).
     idle_clip_logged_max: float = 0.0
     idle_clip_expected: float = 0.01
+    # stale_prefix_cache (analysis/lag/cache.py): prefix-cache hits' mean |δ| beyond the misses' of the batch by z ≥
+    # cache_z (the detectors' z) and cache_ratio_min×, cache_min_sequences on each side. 600 clean SmolLM2 subsets, hits
+    # at random, by prompt or by sample (bench_false_alarms.py): z sd 1.0-1.21, max 3.92, ratio max 1.35, none fires;
+    # a prompt read one Adam step earlier (tiny model) reads z 8.5, 2.4× (docs/staleness.md, docs/calibration.md).
+    cache_z: float = 5.0
+    cache_ratio_min: float = 1.5
+    cache_min_sequences: int = 8
+    # spliced_tokens (analysis/confident.py): more confident disagreements than the clean rate explains by a Poisson test
+    # (P(X ≥ count | rate × tokens) ≤ confident_alpha), and at least confident_min_count. The clean rate: none in
+    # CONFIDENT_CLEAN_TOKENS, read as its 95% upper bound (the rule of three: 6.3e-5; inference-atlas #192: 1.25e-4).
+    confident_clean_rate: float = 3 / CONFIDENT_CLEAN_TOKENS
+    confident_alpha: float = 1e-3
+    confident_min_count: int = 3
     # the names a caller set on purpose (`override`, `check --set`): the published band never replaces them
     set_by_caller: frozenset = field(default=frozenset(), repr=False, compare=False)
 
@@ -485,14 +503,4 @@ COMPARE_TOKEN_TOL = 1e-4  # nats: a token's |δ| must move by more than this to 
 
 # ---- `check --history` and the lag history: config/history.py ----------------------------------------
 
-# ---- bisect: the first site beyond its floor (tim-report bisect, assert_layers_match) ---------------------------
-# A site is beyond its floor when the candidate's local error is this many times the floor's at the median token, or
-# BISECT_BEYOND_P99 times at the 99th percentile. Measured on models/tiny-llama6 (bf16 against fp32, docs/bisect.md):
-# an RMSNorm in bf16 without the fp32 upcast, in every layer, reads ≤ 1.3× at the median and ≤ 2.0× at p99 (noise);
-# the smallest planted bug, an attention without its 1/√d scaling, 5×; a swapped activation 15×, eps 1e-6 → 1e-3 160×.
-BISECT_BEYOND_MEDIAN = 3.0
-BISECT_BEYOND_P99 = 4.0
-# No floor is taken below a quarter of one unit roundoff of the candidate's precision (per token, relative): when the
-# floor setup computes exactly what the reference does (an fp32 candidate with a patch) it measures zero.
-BISECT_ROUNDOFF = {"fp32": 2.0 ** -24, "bf16": 2.0 ** -8, "fp16": 2.0 ** -11}
-BISECT_MIN_FLOOR_ROUNDOFFS = 0.25
+# ---- bisect's thresholds: config/bisect.py ---------------------------------------------------------------------

@@ -12,6 +12,7 @@ has no file. The work is bounded by the files present, whatever world size a fil
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +23,7 @@ from ..model import StepBatch
 
 TOKEN_FIELDS = ("token_ids", "shadow_logp", "floor_logp", "advantage", "turn", "token_version", "rollout_topk_ids", "rollout_topk_logp",
                 "trainer_topk_ids", "trainer_topk_logp")
-SEQ_FIELDS = ("group", "reward", "weight_version", "env")
+SEQ_FIELDS = ("group", "reward", "weight_version", "env", "cached_tokens")
 LIST_FIELDS = ("prompt_ids", "prompt_text")
 
 
@@ -44,6 +45,7 @@ def merge_ranks(origin: Path, batches: list[StepBatch], named: list[int] | None 
         notes=list(dict.fromkeys(n for b in batches for n in b.notes)),
         problems={k: sum(b.problems.get(k, 0) for b in batches) for b in batches for k in b.problems},
     )
+    out.meta.update(_digests(batches))
     ranks = [b.meta.get("rank") for b in batches]
     out.meta["ranks"] = ", ".join(str(r) for r in ranks if r is not None) or None
     for name in (*TOKEN_FIELDS, *SEQ_FIELDS):
@@ -66,6 +68,18 @@ def merge_ranks(origin: Path, batches: list[StepBatch], named: list[int] | None 
             out.notes.append(_partial(name, ranks, lists))
     if first.token_text is not None and all(b.token_text is not None for b in batches):
         out.token_text = np.concatenate([np.asarray(b.token_text, dtype=str) for b in batches])
+    return out
+
+
+def _digests(batches: list[StepBatch]) -> dict:
+    """Each rank's weight digests (one per engine replica, say), all of them once: a replica that missed a sync
+    shows as a second digest of its version (docs/sync.md)."""
+    out = {}
+    for key in ("engine_digest", "trainer_digest"):
+        given = [v for b in batches if (v := b.meta.get(key)) is not None]
+        if given:
+            items = [x for v in given for x in (v if isinstance(v, list) else [v])]
+            out[key] = list({json.dumps(x, sort_keys=True, default=str): x for x in items}.values())
     return out
 
 

@@ -21,10 +21,12 @@ from typing import Any
 
 import numpy as np
 
+from ..config.bounds import MAX_SEQUENCE_VERSIONS
 from ..errors import BadInput
-from ..model import SIDE_NAME_CHARS, StepBatch
+from ..model import SIDE_NAME_CHARS, VERSION_DIGITS, StepBatch, digest_records
 from .assemble import as_versions
 from .canonical import SIDE_PREFIX, TOPK_FIELDS
+from .sequences import cached_counts
 from .step_files import WHO, check_meta, precheck, step_target
 from .step_writer import StepWriter, shared_writer, write
 
@@ -119,7 +121,8 @@ def save_step(path: str | Path, rollout_logp: Any, trainer_logp: Any, *, mask: A
               group: Any = None, reward: Any = None, advantage: Any = None, turn: Any = None, tool_mask: Any = None,
               rollout_topk_ids: Any = None, rollout_topk_logp: Any = None, trainer_topk_ids: Any = None,
               trainer_topk_logp: Any = None, sides: dict[str, Any] | None = None, weight_version: Any = None,
-              token_version: Any = None, trainer_version: int | None = None, step: int | None = None,
+              token_version: Any = None, trainer_version: int | None = None, cached_tokens: Any = None,
+              engine_digest: Any = None, trainer_digest: Any = None, step: int | None = None,
               rank: int = 0, world_size: int | None = None,
               model: str | None = None, rollout_engine: str | None = None, rollout_dtype: str | None = None,
               trainer_engine: str | None = None, trainer_dtype: str | None = None, meta: dict | None = None,
@@ -138,7 +141,12 @@ def save_step(path: str | Path, rollout_logp: Any, trainer_logp: Any, *, mask: A
     (docs/chain.md). `weight_version` is per sequence the weight version that generated it (an integer, or for a
     sequence several versions generated, their list oldest to newest), `token_version` per token where you know it,
     and `trainer_version` the version the trainer holds (else the step is read as it): the staleness split
-    (docs/staleness.md)."""
+    (docs/staleness.md). `cached_tokens` is per sequence the prompt tokens the engine served from its prefix cache
+    (vLLM's `RequestOutput.num_cached_tokens`): the mismatch split by cache hit and miss. `engine_digest` and
+    `trainer_digest` are the sync's round trip (docs/sync.md): each a `weight_digest(...)` (or its record or text, or a
+    list of them, one per version), the engine's weights as it held them when it sampled and the trainer's cast to the
+    engine's dtype; a digest made without `version=` belongs to the batch's one generation version (the engine's) or
+    to the trainer's version (the trainer's)."""
     arrays = dict(rollout_logp=rollout_logp, trainer_logp=trainer_logp, mask=mask, attention_mask=attention_mask,
                   offsets=offsets, token_ids=token_ids, group=group, reward=reward, advantage=advantage, turn=turn,
                   tool_mask=tool_mask, rollout_topk_ids=rollout_topk_ids, rollout_topk_logp=rollout_topk_logp,
@@ -155,9 +163,8 @@ def save_step(path: str | Path, rollout_logp: Any, trainer_logp: Any, *, mask: A
     if world_size is not None:
         header["world_size"] = world_size
     if trainer_version is not None:
-        if isinstance(trainer_version, bool) or not isinstance(trainer_version, (int, np.integer)):
-            raise BadInput(WHO, f"trainer_version={trainer_version!r:.40}: expected an integer")
-        header["trainer_version"] = int(trainer_version)
+        header["trainer_version"] = _trainer_version(trainer_version)
+    header.update(digest_meta(engine_digest, trainer_digest, header.get("trainer_version", step), weight_version))
     check_meta({"meta": header})
     if not isinstance(background, (bool, StepWriter)):
         raise BadInput(WHO, f"background={type(background).__name__}: expected True, False or a StepWriter")
@@ -171,12 +178,54 @@ def save_step(path: str | Path, rollout_logp: Any, trainer_logp: Any, *, mask: A
         batch.prompt_ids = prompts
     if weight_version is not None:
         batch.weight_version = sequence_versions(weight_version, batch.n_seqs)
+    if cached_tokens is not None:
+        batch.cached_tokens = cached_counts(WHO, to_numpy("cached_tokens", cached_tokens), batch.n_seqs)
     if background is not False:
         writer = background if isinstance(background, StepWriter) else shared_writer()
         writer.put(target, batch)
     else:
         write(target, batch)
     return target.path
+
+
+def digest_meta(engine: Any, trainer: Any, trainer_version: int | None, weight_version: Any) -> dict[str, list[dict]]:
+    """The digests given for each side → meta's `engine_digest` and `trainer_digest` (docs/sync.md)."""
+    return {f"{side}_digest": _side_digests(side, given, trainer_version, weight_version)
+            for side, given in (("engine", engine), ("trainer", trainer)) if given is not None}
+
+
+def _side_digests(side: str, given: Any, trainer: int | None, weight_version: Any) -> list[dict]:
+    """One side's digests → the records meta carries (model.digest_records checks them; BadInput names what is
+    wrong). A WeightDigest without a version belongs to the trainer's version (the trainer's side) or to the one
+    version every sequence was generated with (the engine's)."""
+    items = given if isinstance(given, list) else [given]
+    out: list[dict] = []
+    for item in items:
+        if hasattr(item, "record") and callable(item.record):
+            item = item.record()
+            if item["version"] is None:
+                item["version"] = trainer if side == "trainer" else _one_version(weight_version)
+                if item["version"] is None:
+                    raise BadInput(WHO, f"{side}_digest has no version and the step names no single one: make it with "
+                                        "weight_digest(..., version=V)")
+        records, problem = digest_records(item)
+        if problem:
+            raise BadInput(WHO, f"{side}_digest {problem}")
+        out += records
+    _, problem = digest_records(out)  # the count, all together
+    if problem:
+        raise BadInput(WHO, f"{side}_digest {problem}")
+    return out
+
+
+def _one_version(weight_version: Any) -> int | None:
+    """The one integer version every sequence names, else None."""
+    if weight_version is None or hasattr(weight_version, "detach"):
+        values = [] if weight_version is None else to_numpy("weight_version", weight_version).tolist()
+    else:
+        values = list(weight_version)
+    ints = [v for v in values if isinstance(v, (int, np.integer)) and not isinstance(v, bool)]  # a list is no version
+    return int(ints[0]) if ints and len(ints) == len(values) and len(set(ints)) == 1 else None
 
 
 def _side_arrays(sides: dict[str, Any] | None) -> dict[str, Any]:
@@ -291,22 +340,52 @@ def _reward(value: np.ndarray, take: _Padded | _Flat, shape: tuple, batch: StepB
 
 
 def sequence_versions(value: Any, n_seqs: int) -> np.ndarray:
-    """One version string per sequence (the canonical `weight_version`): an integer as "3", a span as "2,3" oldest to
-    newest, None as "" (unknown); anything else is refused."""
-    items = list(value) if not hasattr(value, "detach") else to_numpy("weight_version", value).tolist()
+    """One version string per sequence (the canonical `weight_version`): an integer as "3", a list of integers as
+    "2,3" (distinct, in order), None as "" (unknown); anything else (a list inside a list, an integer of more than
+    VERSION_DIGITS digits, more than MAX_SEQUENCE_VERSIONS distinct versions) is refused, so what is written reads back."""
+    try:
+        items = list(value) if not hasattr(value, "detach") else to_numpy("weight_version", value).tolist()
+    except TypeError:
+        raise BadInput(WHO, f"'weight_version' is {type(value).__name__}: expected one entry per sequence") from None
     if len(items) != n_seqs:
         raise BadInput(WHO, f"'weight_version' has {len(items)} entries for {n_seqs} sequences")
 
     def one(v: Any) -> str:
         if v is None:
             return ""
-        if isinstance(v, (list, tuple, np.ndarray)):
-            return ",".join(dict.fromkeys(one(x) for x in v if x is not None))
-        if isinstance(v, (bool, float)) or not isinstance(v, (int, np.integer, str)):
-            raise BadInput(WHO, f"'weight_version' holds {v!r:.40}: expected integers (or a list of them per sequence)")
-        return str(int(v)) if not isinstance(v, str) else v.strip()[:64]
+        if not isinstance(v, (list, tuple, np.ndarray)):
+            return _version(v)
+        seen = dict.fromkeys(_version(x) for x in (v.tolist() if isinstance(v, np.ndarray) else v) if x is not None)
+        if len(seen) > MAX_SEQUENCE_VERSIONS:
+            raise BadInput(WHO, f"'weight_version' names {len(seen):,} distinct versions for one sequence, more than "
+                                f"the {MAX_SEQUENCE_VERSIONS:,} tim-report reads (config.bounds.MAX_SEQUENCE_VERSIONS)")
+        return ",".join(seen)
 
     return np.asarray([one(v) for v in items], dtype=str)
+
+
+def _version(v: Any) -> str:
+    """One version: an integer of at most VERSION_DIGITS digits, or its text (at most 64 characters kept)."""
+    if isinstance(v, str):
+        return v.strip()[:64]
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise BadInput(WHO, f"'weight_version' holds {_short(v)}: expected integers (or a list of them per sequence)")
+    if abs(int(v)) >= 10**VERSION_DIGITS:
+        raise BadInput(WHO, f"'weight_version' holds an integer of more than {VERSION_DIGITS} digits: not a version")
+    return str(int(v))
+
+
+def _trainer_version(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise BadInput(WHO, f"trainer_version={_short(v)}: expected an integer")
+    if abs(int(v)) >= 10**VERSION_DIGITS:
+        raise BadInput(WHO, f"trainer_version is an integer of more than {VERSION_DIGITS} digits: not a version")
+    return int(v)
+
+
+def _short(v: Any) -> str:
+    """A value named in an error without converting it whole (a nested list's repr recurses; a huge int's fails)."""
+    return f"a {type(v).__name__}" if isinstance(v, (list, tuple, dict, set, np.ndarray)) else repr(v)[:40]
 
 
 def _prompts(ids: Any, mask: np.ndarray | None) -> list[np.ndarray] | None:

@@ -10,12 +10,14 @@ the meta that says what was read and what was excluded, and why.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..config.bounds import MAX_SEQUENCE_VERSIONS
 from ..errors import BadInput
 from ..model import UNKNOWN_VERSION, StepBatch, version_int
 
@@ -41,6 +43,7 @@ class Seq:
     weight_version: str | None = None
     token_version: np.ndarray | None = None  # [L] int64, where the framework says which call generated which tokens
     env: str | None = None
+    cached_tokens: int | None = None  # prompt tokens the engine served from its prefix cache (slime / miles, SGLang's)
 
 
 class Exclusions:
@@ -113,27 +116,26 @@ def turn_index(mask: np.ndarray, rollout: np.ndarray, offsets: np.ndarray) -> np
     return running - np.repeat(before, np.diff(offsets))
 
 
-def joined_versions(versions: Any) -> str | None:
-    """slime/miles `weight_versions` (one per generate call) as one string, distinct versions in order."""
+def joined_versions(versions: Any, path: Path | str, sample: int) -> str | None:
+    """slime/miles `weight_versions` (one per generate call) as one string, distinct versions in order (linear: a dict
+    keeps the order). BadInput for a sample naming more than MAX_SEQUENCE_VERSIONS distinct versions."""
     if versions is None:
         return None
     if isinstance(versions, (str, int, float)):
         return str(versions)
-    seen: list[str] = []
-    for v in _call_versions(versions):
-        if v not in seen:
-            seen.append(v)
+    seen = dict.fromkeys(_call_versions(versions))
+    if len(seen) > MAX_SEQUENCE_VERSIONS:
+        raise BadInput(path, f"sample {sample}: its weight_versions name {len(seen):,} distinct versions, more than the "
+                             f"{MAX_SEQUENCE_VERSIONS:,} one sequence may carry (config.bounds.MAX_SEQUENCE_VERSIONS)")
     return ",".join(seen) if seen else None
 
 
-def _call_versions(versions: Any) -> list[str]:
+def _call_versions(versions: Any) -> Iterator[str]:
     """Each generate call's version, in order: a string per call (slime, miles), or the version of each span of
     miles' per-call span lists ({"version", "abs_start", "abs_end"})."""
-    out = []
-    for v in list(versions):
+    for v in versions:
         for span in (v if isinstance(v, (list, tuple)) else [v]):
-            out.append(str(span.get("version")) if isinstance(span, dict) else str(span))
-    return out
+            yield str(span.get("version")) if isinstance(span, dict) else str(span)
 
 
 def call_token_versions(versions: Any, mask: np.ndarray, prompt_len: int) -> np.ndarray | None:
@@ -176,6 +178,17 @@ def _int_version(v: Any) -> int | None:
     return version_int(str(v))
 
 
+def cached_counts(p: Path | str, value: Any, n_seqs: int) -> np.ndarray:
+    """Per sequence, the prompt tokens served from the engine's prefix cache: integers ≥ 0, one per sequence."""
+    arr = np.asarray(value)
+    if arr.shape != (n_seqs,) or arr.dtype.kind not in "iub":
+        raise BadInput(p, f"'cached_tokens' is {arr.dtype} {list(arr.shape)}: expected one integer count per sequence "
+                          f"({n_seqs})")
+    if arr.size and (arr.min() < 0 or (arr.dtype.kind == "u" and arr.max() > np.iinfo(np.int64).max)):
+        raise BadInput(p, f"'cached_tokens' holds {arr.min()}: a count of prompt tokens served from the cache is ≥ 0")
+    return arr.astype(np.int64)
+
+
 def assemble_seqs(path: Path | str, seqs: list[Seq], meta: dict, exclusions: Exclusions, notes: list[str]) -> StepBatch:
     """Flat arrays + offsets from the sequences; meta gets the exclusions, including the placeholder zeros."""
     if not seqs:
@@ -198,6 +211,8 @@ def assemble_seqs(path: Path | str, seqs: list[Seq], meta: dict, exclusions: Exc
         values = [getattr(s, name) for s in seqs]
         if all(v is not None for v in values):
             setattr(batch, name, np.asarray([str(v) for v in values], dtype=str))
+    if all(s.cached_tokens is not None for s in seqs):
+        batch.cached_tokens = cached_counts(path, np.asarray([s.cached_tokens for s in seqs]), len(seqs))
     if any(s.token_version is not None for s in seqs):  # the others: their sequence's version (analysis/lag/versions.py)
         batch.token_version = np.concatenate([s.token_version if s.token_version is not None else
                                               np.full(len(s.rollout), UNKNOWN_VERSION, np.int64) for s in seqs])

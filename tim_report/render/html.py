@@ -13,7 +13,9 @@ from __future__ import annotations
 from markupsafe import Markup
 
 from ..catalogue import metrics as catalogue
-from ..catalogue.staleness import table_intro
+from ..catalogue.rescore import table_intro as weights_intro
+from ..catalogue.staleness import cache_intro, table_intro
+from ..catalogue.sync import TABLE_INTRO as SYNC_INTRO
 from ..config import HOT_DIFF, TREND_LOG_AXIS_SPAN, step_health
 from . import charts as ch
 from . import index_views, run_tables
@@ -51,8 +53,13 @@ def run_context(report, notes_md: str | None = None, timestamp: str | None = Non
         "topk": topk_view(report), "banners": banners(report), "chain": chain_view(report), "bitwise": bitwise,
         "tables": {"envs": run_tables.env_table(report), "what_if": run_tables.what_if_table(report),
                    "by_probability": run_tables.probability_table(report), "lags": run_tables.lag_table(report),
-                   "topk": run_tables.topk_tables(report)},
+                   "weights": run_tables.weights_table(report),
+                   "topk": run_tables.topk_tables(report), "cache": run_tables.cache_table(report),
+                   "sync": run_tables.sync_table(report)},
+        "sync_intro": SYNC_INTRO,
         "staleness_intro": table_intro(report.staleness) if report.staleness else None,
+        "weights_intro": weights_intro(report.rescore) if report.rescore else None,
+        "cache_intro": cache_intro(report.diagnosis["prefix_cache"]) if (report.diagnosis or {}).get("prefix_cache") else None,
         # the token tables' rows: samples.js beside the page, or inline in a self-contained one
         "samples_data": (Markup(samples_json(report)) if assets is None else True) if report.samples else None,
     }

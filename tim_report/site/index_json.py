@@ -21,12 +21,13 @@ from pathlib import Path
 from ..catalogue import metrics as catalogue
 from ..catalogue.numbers import fmt
 from ..config import HISTORY_MAX_BYTES, MAX_STEP
+from ..config.bounds import MAX_LAGS
 from ..errors import BadInput, regular_file
 from ..model import dumps, version_int
 from .layout import INDEX_JSON
 
 SCHEMA_VERSION = 1
-LAG_KEYS_MAX = 256  # the lags one row may name in lag_kl_k3 (a run's lag knob is a few versions; far beyond that is corrupt)
+LAG_KEYS_MAX = MAX_LAGS  # the lags one row may name in lag_kl_k3: what the split makes at most
 
 
 def document(index: dict) -> dict:

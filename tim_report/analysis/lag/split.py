@@ -24,6 +24,8 @@ import math
 import numpy as np
 
 from ...config import STALENESS_BOOTSTRAP, Thresholds
+from ...config.bounds import MAX_LAGS
+from ...errors import BadInput
 from ...model import StepBatch
 from ..histograms import CHUNK
 from ..tokens import Tokens
@@ -43,6 +45,10 @@ def split(batch: StepBatch, tok: Tokens, th: Thresholds) -> dict | None:
     sums = _run_sums(tok, starts, th)
     run_seq = tok.seq[starts]
     lags = np.unique(run_lag)
+    if lags.size > MAX_LAGS:  # a corrupt step: its split (a pass per lag) and its index row would grow with it
+        raise BadInput(batch.meta.get("file") or batch.meta.get("source", "batch"),
+                       f"its tokens name {lags.size:,} distinct weight-version lags, more than the {MAX_LAGS} a step is "
+                       "split into (config.bounds.MAX_LAGS): a run's lag is a few versions")
     order = sorted(int(x) for x in lags if x != UNKNOWN) + ([UNKNOWN] if (lags == UNKNOWN).any() else [])
     rows = [_row(lag, run_lag == lag, sums, run_seq, tok.n) for lag in order]
     split_rows = [r for r in rows if isinstance(r["lag"], int) and r["lag"] >= 0]
