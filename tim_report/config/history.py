@@ -1,7 +1,52 @@
-"""The run's own band (`check --history`, `watch`) and each lag against the run's own history of it
-(analysis/history.py, analysis/lag/history.py): config/__init__.py re-exports every name, config.NAME as before."""
+"""The run view's numbers: change points and the run verdict over steps, the run's own band (`check --history`,
+`watch`) and each lag against the run's own history of it (analysis/trend.py, run_verdict.py, history.py,
+lag/history.py): config/__init__.py re-exports every name, config.NAME as before."""
 
 from __future__ import annotations
+
+# ---- change points ----------------------------------------------------------------------------------------
+
+# The position-onset detector's search along a response (analysis/changepoints.py): PELT (ruptures) on a series
+# with a weighted L2 cost; the penalty per change is
+# CHANGE_POINT_PENALTY · σ̂² · log n, σ̂ the series' own noise (a robust scale of its first differences).
+# 2 is the BIC's two parameters (a new level and its position): on pure noise of 200 points about one
+# series in twenty shows a spurious change, which the callers' effect-size checks then discard.
+CHANGE_POINT_PENALTY = 2.0
+CHANGE_POINT_MIN_SIZE = 3  # points in the shortest segment (both searches): a single odd step is an outlier, not a level
+# The run view's change points (analysis/shifts.py): a split must stand out of the noise of the two segments
+# it separates at this two-sided false-alarm level per metric, Bonferroni-corrected over the positions tried.
+# Nine metrics are searched, so a steady run shows a change with probability ≤ 9 · α under the noise model;
+# docs/diagnosis.md measures the rate on simulated steady runs (scripts/run_view_matrix.py).
+CHANGE_POINT_ALPHA = 1e-3
+# Each side's variance (or a count's over-dispersion) is shrunk towards the segment's robust step-to-step scatter
+# by this many pseudo-steps: a side of three steps cannot claim a variance of zero.
+CHANGE_POINT_PRIOR_DF = 2.0
+
+# ---- the run view (design §7): the trend of each headline metric over steps ------------------------------
+# Which metrics the run view follows, and their floors on a change of level: tim_report.catalogue.metrics.
+
+# The run-level findings (analysis/drift.py) read each step's median |δ| (robust to the few wild tokens that move
+# KL by decades), in logs. A jump or a spike is a step at least RUN_JUMP_RATIO× the level before it: steady bf16
+# runs wander by 10-30% from step to step, a changed weight format or stale weights move every token. A spike lasts
+# at most RUN_SPIKE_MAX_STEPS steps (a level lasts longer: CHANGE_POINT_MIN_SIZE); growth rises by
+# RUN_GROWTH_MIN_RATIO× or more over at least RUN_GROWTH_MIN_STEPS steps along a line that fits better than any
+# single jump. Every move must also stand out of the noise by RUN_FINDING_Z standard errors: the run's own robust
+# step-to-step scatter, and each step's sampling error, RUN_MEDIAN_LOG_SE / √tokens (the standard error of the log of
+# a median of |δ|: 1.17 / √T for normal δ, 1.5 for the heavier tails of real mismatch).
+RUN_JUMP_RATIO = 3.0
+RUN_SPIKE_MAX_STEPS = 3
+RUN_GROWTH_MIN_RATIO = 2.0
+RUN_GROWTH_MIN_STEPS = 5
+RUN_FINDING_Z = 5.0
+RUN_MEDIAN_LOG_SE = 1.5
+# The run verdict (analysis/run_verdict.py): the latest stretch of steps is the one where at least this share of
+# the steps has the last step's regime; a finding that leads this share of a stretch's steps explains it. Three in
+# four: a detector that misses one small batch in eight must not hide what the other seven say.
+RUN_VERDICT_SHARE = 0.75
+
+TREND_LOG_AXIS_SPAN = 10.0  # a panel gets a log axis when its positive values span this factor or more
+TREND_POINTS_MAX = 200  # above this many steps the trend draws lines and faint points (no overplotting)
+TREND_TABLE_MAX_STEPS = 50  # report.md's step table up to this many steps; longer runs: the HTML index and index.json
 
 # ---- `check --history`: the run's own band ----------------------------------------------------------------
 
