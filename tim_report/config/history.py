@@ -72,6 +72,12 @@ FLOOR_Z = 2.0
 # (benchmarks/bench_lag_history.py measures the false alarms), while a sync that stops at lag 1 makes the next step's
 # tokens a lag older, which roughly quadruples it.
 LAG_HISTORY_MARGIN = 2.0
+# ... and, to open such an event, its value at least LAG_JUMP × the step before's (a sync that stops makes the next
+# step's tokens a whole lag older: on the loop at lag 1, 2.7-4.4× the step before, where none of 40 clean runs of lags
+# 1-3 was both 3× above its history and 2× its step before), or less its noise LAG_SUSTAINED × the median (an event that
+# came on slowly: one lag older is under 2× at lag ≥ 2; the clean runs' highest was 3.4×).
+LAG_JUMP = 2.0
+LAG_SUSTAINED = 5.0
 # Earlier clean steps of a lag needed before it is judged (a one-step-off run judges its lag from its fifth step).
 LAG_HISTORY_MIN_STEPS = 3
 # A lag ≥ 1 is in its first rise while its steps set new highs, one step at a time allowed below the high by at most
@@ -83,6 +89,9 @@ RISE_KEEP = 0.7
 # one lag, each third's median KL k3 (per lr² where each step gives its `lr`) at least NEVER_GROWTH × the third before.
 NEVER_MIN_STEPS = 9
 NEVER_GROWTH = 1.5
+# ... and the last third's median at least NEVER_TOTAL × the first's (engines that never took an update grew 5.0-19×
+# on the loop at lags 1-3; clean runs and lr-read warm-ups at most 3.3×, benchmarks/bench_lag_history.py).
+NEVER_TOTAL = 4.0
 # Each metric's floor (the least a band reaches past the median) is in its catalogue entry (catalogue.metrics).
 # The most of index.json `check --history` reads: a row is under 1 kB, so 32 MiB holds some 30,000 steps;
 # a larger (or endless) file is refused rather than read into memory.

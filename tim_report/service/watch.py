@@ -243,7 +243,10 @@ class Watch:
         for cp in result.change_steps:
             pairs = {(cp["step"], m) for m in cp["metrics"]}
             at: dict | None = next((r for r in result.rows if r.get("id") == cp["run"]), None)
-            if pairs - self.known_changes and cp["step"] not in self.alarmed and not lag_changed(at, result.rows):
+            # a step that carries tokens of lag ≥ 1 is news by its lag reading alone: its whole-batch numbers move
+            # with the policy's speed, the lag's own mismatch
+            if (pairs - self.known_changes and cp["step"] not in self.alarmed and not lag_changed(at, result.rows)
+                    and not (at is not None and has_lag(at))):
                 metric = cp["metrics"][0] if cp["metrics"] else None
                 rnd.alarms.append(Alarm("change_point", cp["step"], cp["run"], list(cp["metrics"]),
                                         (at or {}).get(metric) if metric else None,

@@ -33,8 +33,11 @@ from ...config import (
     HISTORY_WINDOW,
     LAG_HISTORY_MARGIN,
     LAG_HISTORY_MIN_STEPS,
+    LAG_JUMP,
+    LAG_SUSTAINED,
     NEVER_GROWTH,
     NEVER_MIN_STEPS,
+    NEVER_TOTAL,
     RISE_KEEP,
     DiagnosisThresholds,
 )
@@ -119,59 +122,104 @@ def _series(stepped: list[dict]) -> dict[int, dict[str, float]]:
     return out
 
 
+class _Lag:
+    """One lag's history as the run walks its steps: the clean steps it is judged against, the step before's value, its
+    first rise (a warm-up, or an engine that never took an update, since the run began), a climb away from the clean
+    level in progress (its steps held out of the history), and the first step of an open event."""
+
+    def __init__(self, lag: int) -> None:
+        self.lag = lag
+        self.clean: list[tuple[dict, float]] = []
+        self.last: float | None = None
+        self.rise: _Climb | None = _Climb() if lag >= 1 else None  # until the first rise ends
+        self.climb: _Climb | None = None
+        self.held: list[tuple[dict, float, dict]] = []  # the steps the climb holds out of the history, with readings
+        self.since: float | None = None
+
+    def read(self, row: dict, scaled: float, window: int) -> dict:
+        if self.rise is not None and not self.rise.goes_on(scaled):
+            self.rise = None
+        earlier = [p for p in self.clean if p[0]["step"] < row["step"]][-window:]
+        reading = _read(row, self.lag, scaled, earlier, self.rise is not None, self.since is None, self.last)
+        self.last = scaled
+        status = reading["status"]
+        if status == "beyond":
+            self.since = self.since if self.since is not None else self.climb.start if self.climb else row["step"]
+            for _, _, held in self.held:  # the climb was the event's run-up: its steps are the event's
+                held.update(status="beyond", since_step=self.since)
+            self.climb, self.held = None, []
+            reading["since_step"] = self.since
+            return reading
+        self.since = None
+        if status == "raised" and (self.climb or _Climb(row["step"])).goes_on(scaled):
+            self.climb = self.climb or _Climb(row["step"], scaled)
+            self.held.append((row, scaled, reading))
+            reading["status"], reading["since_step"] = "climbing", self.climb.start
+            return reading
+        # back within, or a climb that levelled off (the run's new speed): its steps join the history
+        self.clean += [(r, v) for r, v, _ in self.held]
+        self.climb, self.held = None, []
+        self.clean.append((row, scaled))
+        reading["status"] = "within" if status == "raised" else status
+        return reading
+
+
+class _Climb:
+    """A climb goes on while its steps set new highs: one step below the high (but at least RISE_KEEP of it) is noise,
+    two in a row end it (a flat series, whatever its noise, sets new highs ever more rarely)."""
+
+    def __init__(self, start: float | None = None, first: float | None = None) -> None:
+        self.start, self.high, self.missed = start, first, False
+
+    def goes_on(self, value: float) -> bool:
+        if self.high is None or value > self.high:
+            self.high, self.missed = value, False
+            return True
+        if value >= RISE_KEEP * self.high and not self.missed:
+            self.missed = True
+            return True
+        return False
+
+
 def read_run(rows: list[dict], window: int = HISTORY_WINDOW) -> dict[str, dict]:
     """Each stepped row's lag reading by run id: {"status", "lag", "kl_k3", "kl_k3_se", "reference", "times", "basis",
     "per_lr", "since_step"} for the first of its lags that is beyond its own history (lag 0 first), else its most
-    loaded lag. Status: "beyond", "within", "unjudged" (too few earlier steps of that lag) or "rising" (a lag ≥ 1
-    still in its first rise since the run began, its steps setting new highs (`_climb`): a learning-rate warm-up or an
-    engine that never took an update, not judged step by step: `never_delivered` reads the run). Rows without a known
-    lag get none."""
+    loaded lag. Status:
+
+    - "beyond": the engine does not hold the weights the lag's tokens are labelled with (`_read`);
+    - "climbing": above its history and still setting new highs, not yet beyond (held out of the history, so a slow
+      onset, as a sync that stops at lag ≥ 2 gives, is judged against the level before it; a climb that levels off is
+      the run's new speed, and joins the history);
+    - "within", "unjudged" (too few earlier steps of that lag), or "rising" (a lag ≥ 1 in its first rise since the run
+      began, its steps setting new highs: a learning-rate warm-up or an engine that never took an update, not judged
+      step by step: `never_delivered` reads the run).
+
+    Rows without a known lag get none."""
     stepped = sorted((r for r in rows if r.get("step") is not None), key=lambda r: r["step"])
     series = _series(stepped)
-    clean: dict[int, list[tuple[dict, float]]] = {}  # per lag, the earlier rows that were not beyond it, with their value
-    since: dict[int, float] = {}  # per lag, the first step of the event still open
-    peak: dict[int, tuple[float, bool]] = {}  # per lag ≥ 1 in its first rise: the highest value so far, a step missed it
+    lags: dict[int, _Lag] = {}
     out: dict[str, dict] = {}
     for row in stepped:
         readings = []
         for lag in sorted(int(k) for k in row.get("lag_mix") or {} if k.isdigit()):
             scaled = series.get(lag, {}).get(row["id"])
-            if scaled is None:
-                continue
-            if lag >= 1 and (lag not in clean and lag not in since or lag in peak):
-                _climb(peak, lag, scaled)
-            earlier = [p for p in clean.get(lag, []) if p[0]["step"] < row["step"]][-window:]
-            reading = _read(row, lag, scaled, earlier, rising=lag in peak)
-            if reading["status"] == "beyond":
-                since.setdefault(lag, row["step"])
-                reading["since_step"] = since[lag]
-            else:
-                since.pop(lag, None)
-                clean.setdefault(lag, []).append((row, scaled))
-            readings.append(reading)
+            if scaled is not None:
+                readings.append(lags.setdefault(lag, _Lag(lag)).read(row, scaled, window))
         if readings:
             beyond = [r for r in readings if r["status"] == "beyond"]
             out[row["id"]] = beyond[0] if beyond else max(readings, key=lambda r: lag_tokens(row, r["lag"]))
     return out
 
 
-def _climb(peak: dict[int, tuple[float, bool]], lag: int, value: float) -> None:
-    """A lag's first rise goes on while its steps set new highs: one step below the high (but at least RISE_KEEP of
-    it) is noise, two in a row end the rise (a flat series, whatever its noise, sets new highs ever more rarely)."""
-    if lag not in peak:
-        peak[lag] = (value, False)
-        return
-    high, missed = peak[lag]
-    if value > high:
-        peak[lag] = (value, False)
-    elif value >= RISE_KEEP * high and not missed:
-        peak[lag] = (high, True)
-    else:
-        peak.pop(lag, None)
+def _read(row: dict, lag: int, scaled: float, earlier: list[tuple[dict, float]], rising: bool, opening: bool,
+          previous: float | None) -> dict:
+    """One lag of one step (its value `scaled`: the KL k3, or per lr²) against the earlier clean steps of that lag.
 
-
-def _read(row: dict, lag: int, scaled: float, earlier: list[tuple[dict, float]], rising: bool) -> dict:
-    """One lag of one step (its value `scaled`: the KL k3, or per lr²) against the earlier clean steps of that lag."""
+    Its value less FLOOR_Z standard errors above (1 + margin) × their median is "raised"; "beyond" when it also opens
+    an event at a lag ≥ 1 (its value LAG_JUMP × the step before's: a sync that stops moves the next step a whole lag
+    older, at lag 1 some 3-4×, where a clean run's speed drifts by tens of percent a step; or, less its noise,
+    LAG_SUSTAINED × the median: an onset that came slowly, as at lag ≥ 2, where one lag older is less than 2×),
+    continues an open event, or is at lag 0 (the floor has no speed of its own to drift with)."""
     value, se = lag_kl(row, lag) or 0.0, lag_se(row, lag)
     reading = {"status": "unjudged", "lag": lag, "kl_k3": value, "kl_k3_se": se, "reference": None,
                "times": None, "basis": describe([r for r, _ in earlier]) if earlier else "no earlier step",
@@ -184,17 +232,22 @@ def _read(row: dict, lag: int, scaled: float, earlier: list[tuple[dict, float]],
     if rising:
         reading["status"] = "rising"
         return reading
-    margin = HISTORY_MARGIN if lag == 0 else LAG_HISTORY_MARGIN
-    reading["status"] = "beyond" if scaled - FLOOR_Z * se * unit > (1 + margin) * ref else "within"
+    low = scaled - FLOOR_Z * se * unit  # the value less its noise
+    if not low > (1 + (HISTORY_MARGIN if lag == 0 else LAG_HISTORY_MARGIN)) * ref:
+        reading["status"] = "within"
+    elif lag == 0 or not opening or low > LAG_SUSTAINED * ref or (previous is not None and scaled > LAG_JUMP * previous):
+        reading["status"] = "beyond"
+    else:
+        reading["status"] = "raised"
     return reading
 
 
 def never_delivered(rows: list[dict], readings: dict[str, dict] | None = None) -> dict | None:
     """The run-level evidence of an engine that never took an update: for the lag most steps carry, over its steps in
     order (at least NEVER_MIN_STEPS), the median KL k3 (per lr² where given) of each third of them at least NEVER_GROWTH
-    times the third's before: the KL at a fixed lag grows from the run's start to its latest steps without levelling
-    off. A run where that lag jumped beyond its own history at some step (`read_run`: a sync that stopped there) is
-    that event's, not this one's. None otherwise."""
+    times the third's before and the last NEVER_TOTAL times the first: the KL at a fixed lag grows from the run's start
+    to its latest steps without levelling off. A run where that lag went beyond its own history at some step
+    (`read_run`: a sync that stopped there) is that event's, not this one's. None otherwise."""
     readings = read_run(rows) if readings is None else readings
     stepped = sorted((r for r in rows if r.get("step") is not None and has_lag(r)), key=lambda r: r["step"])
     counts: dict[int, int] = {}
@@ -212,7 +265,7 @@ def never_delivered(rows: list[dict], readings: dict[str, dict] | None = None) -
     third = len(points) // 3
     parts = [points[:third], points[third:len(points) - third], points[len(points) - third:]]
     meds = [statistics.median(p[1] for p in part) for part in parts]
-    if not all(b >= NEVER_GROWTH * a > 0 for a, b in zip(meds, meds[1:])):
+    if not all(b >= NEVER_GROWTH * a > 0 for a, b in zip(meds, meds[1:])) or meds[2] < NEVER_TOTAL * meds[0]:
         return None
     return {"lag": lag, "first_step": points[0][0], "last_step": points[-1][0], "steps": len(points),
             "first_kl_k3": points[0][2], "last_kl_k3": points[-1][2], "thirds": meds,
