@@ -36,6 +36,8 @@ def trl_npz(tmp_path, batch):
 def pytest_addoption(parser):
     parser.addoption("--update-gold", action="store_true", default=False,
                      help="Rewrite the gold files in tests/gold/ from the current output.")
+    parser.addoption("--update-numbers", action="store_true", default=False,
+                     help="Rewrite tests/data/numbers_before.json.gz from the current analysis (tests/test_numbers_kept.py).")
 
 
 @pytest.fixture(scope="session")

@@ -170,6 +170,7 @@ SIDE_KINDS = {
     "floor": "the trainer again under another batch composition (its own floor)",
 }
 SIDE_NAME_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"
+SIDE_NAME_MAX = 64  # a side's name is a column of pages and a zip member's name (`side_NAME.npy`, at most 65,535 bytes)
 
 
 @dataclass

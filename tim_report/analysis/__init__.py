@@ -70,6 +70,7 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
         if (weights := weights_by_lag(batch, tok)) is not None:
             given["rescore"] = weights  # which weights sampled each lag bucket: the stale-weights finding cites it
         diagnosis = diagnose(batch, tok, metrics, diagnosis_thresholds, th, given)
+        verl = verl_metrics(tok, metrics) if scope.pages else {}  # on this lane, while the other may still run
         families = side.result() if side is not None else side_families(batch, tok, th)
     groups, envs = families.pop("by_group"), families.pop("by_env")
     if not scope.pages:
@@ -84,7 +85,7 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
                                                      if scope.pages else {}),
                     "by_group": groups, **({"by_env": envs} if envs is not None else {})},
         routing=route,
-        verl=verl_metrics(tok, metrics) if scope.pages else {},
+        verl=verl,
         data_problems=problems,
         diagnosis=diagnosis,
         **families,

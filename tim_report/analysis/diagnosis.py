@@ -122,7 +122,7 @@ def _is_identical(tok: Tokens, dt: DiagnosisThresholds, abs_delta_max: float) ->
     if abs_delta_max > dt.identical_atol + dt.identical_rtol * max(-float(tok.rollout.min()), -float(tok.trainer.min())):
         return False  # beyond the loosest per-token tolerance: no need to look token by token
     tol = dt.identical_atol + dt.identical_rtol * np.maximum(np.abs(tok.rollout), np.abs(tok.trainer))
-    return bool(np.all(np.abs(tok.delta) <= tol))
+    return bool(np.all(tok.abs_delta <= tol))
 
 
 def _numerical_floor(scene: Scene) -> dict | None:

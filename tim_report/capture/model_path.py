@@ -30,6 +30,7 @@ from .gguf_cache import MARKER
 from .gguf_header import check_header
 
 GGUF_MAGIC = b"GGUF"
+SAFETENSORS_MAX_HEADER = 100_000_000  # the safetensors library's own limit on a header
 CONFIGS = ("config.json", "tokenizer_config.json")
 # llama.cpp's architecture names that transformers' GGUF loader renames (modeling_gguf_pytorch_utils.load_gguf_checkpoint)
 LLAMA_CPP_NAMES = {"qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe", "gpt-oss": "gpt_oss", "minimax-m2": "minimax_m2",
@@ -74,6 +75,7 @@ def resolve_model(path: str, notice: Callable[[str], None] | None = None) -> Pat
     if p.is_dir():
         if (p / "config.json").is_file():
             refuse_custom_code(p)
+            check_weights(p)
             return p
         found = sorted(x for x in p.glob("*.gguf") if x.is_file())
         if not found:
@@ -84,6 +86,7 @@ def resolve_model(path: str, notice: Callable[[str], None] | None = None) -> Pat
         p = found[0]
     if not p.is_file():
         raise BadInput(path, "is neither a model folder nor a regular .gguf file")
+    _check_magic(p)
     return _from_gguf(p.resolve(), notice)
 
 
@@ -110,6 +113,54 @@ def model_meta(folder: Path) -> dict:
     except (OSError, ValueError, KeyError, TypeError):
         pass
     return meta
+
+
+def check_weights(folder: Path) -> None:
+    """BadInput when a `*.safetensors` file of the folder is not one whole (its header's length, JSON and tensor data
+    within the file): checked before transformers loads it, which fails on 100 zero bytes with a traceback."""
+    for f in sorted(folder.glob("*.safetensors")):
+        try:
+            size = f.stat().st_size
+            with open(f, "rb") as fh:
+                n = int.from_bytes(fh.read(8), "little")
+                if size < 8 or not 2 <= n <= min(size - 8, SAFETENSORS_MAX_HEADER):
+                    raise ValueError(f"a header of {n:,} bytes in a {size:,}-byte file")
+                header = json.loads(fh.read(n).decode("utf-8"))
+            data = size - 8 - n
+            ends = [t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"]
+            if not all(isinstance(e, int) and 0 <= e <= data for e in ends):
+                raise ValueError(f"tensor data past the end of the file ({data:,} bytes of data)")
+        except OSError as exc:
+            raise BadInput(f, f"cannot read the weights ({exc.strerror or type(exc).__name__})") from None
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as exc:
+            why = str(exc) if isinstance(exc, ValueError) and str(exc).startswith(("a header", "tensor data")) else \
+                type(exc).__name__
+            raise BadInput(f, f"is not a whole safetensors file ({why}): the model's weights do not load") from None
+
+
+def config_numbers(folder: Path | str) -> tuple[int, int | None]:
+    """(the model's context length, its vocabulary size or None) from its config.json, each a positive integer when
+    given: a config that is no JSON object, `max_position_embeddings: "abc"` or `vocab_size: 1e999` is one line."""
+    path = Path(folder) / "config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise BadInput(path, f"is not readable JSON ({type(exc).__name__})") from None
+    if not isinstance(config, dict):
+        raise BadInput(path, f"is a JSON {type(config).__name__}, not the object a model's config is")
+
+    def number(key: str) -> int | None:
+        value = config.get(key)
+        if value is None:
+            return None
+        if isinstance(value, float) and value.is_integer() and 0 < value < 2**53:
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**53:
+            raise BadInput(path, f"'{key}' is {json.dumps(value)[:40]}: expected a positive integer")
+        return value
+
+    context = number("max_position_embeddings") or number("n_positions") or 2048
+    return context, number("vocab_size")
 
 
 def refuse_custom_code(folder: Path) -> None:
@@ -201,6 +252,9 @@ def _check_magic(gguf: Path) -> None:
             magic = f.read(4)
     except OSError as exc:
         raise BadInput(gguf, f"cannot read it ({exc.strerror or type(exc).__name__})") from None
+    if magic != GGUF_MAGIC and not gguf.name.lower().endswith(".gguf"):
+        raise BadInput(gguf, "is not a model: --model takes a transformers model folder (config.json and weights), a "
+                             f".gguf file, or the name of a packaged model ({', '.join(PACKAGED_MODELS)})")
     if magic != GGUF_MAGIC:
         raise BadInput(gguf, "is not a GGUF file (it does not start with the GGUF magic)")
 

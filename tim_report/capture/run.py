@@ -33,7 +33,7 @@ from ..errors import BadInput
 from ..model import StepBatch
 from .engines import EngineFailed, EngineKey, one_line, open_engine
 from .environment import check_environment
-from .model_path import model_meta, resolve_model
+from .model_path import config_numbers, model_meta, resolve_model
 from .options import CaptureOptions
 from .prompts import read_prompts, render_prompts
 from .spec import ENGINE_NAMES, EngineSpec
@@ -141,13 +141,6 @@ def _config_hash(model: Path) -> str:
     return hashlib.sha256((model / "config.json").read_bytes()).hexdigest()[:16]
 
 
-def _max_len(model: Path) -> int:
-    import json
-
-    cfg = json.loads((model / "config.json").read_text())
-    return int(cfg.get("max_position_embeddings") or cfg.get("n_positions") or 2048)
-
-
 # ---------------------------------------------------------------------------- capture
 
 
@@ -204,8 +197,8 @@ def _prepare(opts: CaptureOptions) -> _Prepared:
         tokenizer = AutoTokenizer.from_pretrained(opts.folder, trust_remote_code=False)
     except Exception as exc:
         raise BadInput(opts.model, f"transformers cannot load the tokenizer ({one_line(exc)})") from None
-    ctx = _max_len(Path(opts.folder))
-    p_ids, p_text, templated = render_prompts(prompts, tokenizer, opts.chat_template, opts.prompts, ctx)
+    ctx, _ = config_numbers(opts.folder)
+    p_ids, p_text, templated = render_prompts(prompts, tokenizer, opts.chat_template, opts.prompts, ctx, opts.model)
     s = opts.sampling
     longest = max(len(p) for p in p_ids)
     if longest + s.max_new_tokens > ctx:

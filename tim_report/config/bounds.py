@@ -39,3 +39,18 @@ META_MAX_DEPTH = 64
 # max_head_offpolicyness: 1 to 8); a step whose tokens name hundreds of distinct lags is corrupt, and its split (one pass
 # per lag) and its row would grow with it. Such a step is one line, as any other count past its bound.
 MAX_LAGS = 256
+
+# ---- a model folder's chat template (capture/chat_template.py) -------------------------------------------------
+
+# A chat template is a program in Jinja: it is rendered in a child process of its own, under these bounds. A real
+# template renders a prompt in about a millisecond (SmolLM2's, Qwen2's); the child's start (Python and jinja2) takes
+# about half a second, several on a loaded machine. Past CHAT_TEMPLATE_SECONDS on one prompt the child is killed.
+CHAT_TEMPLATE_SECONDS = 10.0
+CHAT_TEMPLATE_START_SECONDS = 60.0
+# One prompt's rendered text: at most this many characters, or CHAT_TEMPLATE_OUTPUT_RATIO × its messages' characters
+# when that is more (a template adds role markers and at most a system prompt of a few kilobytes).
+CHAT_TEMPLATE_MIN_CHARS = 1 << 20
+CHAT_TEMPLATE_OUTPUT_RATIO = 4
+# The child's address space: what Python and jinja2 need (~60 MB) with room for the prompts, or 16 bytes per byte of
+# the prompts when that is more ('x' * 4000000000 is a MemoryError in the child, not 4 GB taken from the machine).
+CHAT_TEMPLATE_MEMORY = 1 << 30

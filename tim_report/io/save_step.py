@@ -23,7 +23,7 @@ import numpy as np
 
 from ..config.bounds import MAX_SEQUENCE_VERSIONS
 from ..errors import BadInput
-from ..model import SIDE_NAME_CHARS, VERSION_DIGITS, StepBatch, digest_records
+from ..model import SIDE_NAME_CHARS, SIDE_NAME_MAX, VERSION_DIGITS, StepBatch, digest_records
 from .assemble import as_versions
 from .canonical import SIDE_PREFIX, TOPK_FIELDS
 from .sequences import cached_counts
@@ -232,9 +232,11 @@ def _side_arrays(sides: dict[str, Any] | None) -> dict[str, Any]:
     """`sides` by the names the arrays travel under (`side_NAME`), each name checked."""
     out = {}
     for name, value in (sides or {}).items():
-        if not (isinstance(name, str) and name and set(name) <= set(SIDE_NAME_CHARS)) or name in ("rollout", "trainer"):
-            raise BadInput(WHO, f"side name {name!r}: a side beyond rollout and trainer is named in lower-case letters, "
-                                "digits and _ (recompute, train, shadow, floor, or your own)")
+        if (not (isinstance(name, str) and name and set(name) <= set(SIDE_NAME_CHARS) and len(name) <= SIDE_NAME_MAX)
+                or name in ("rollout", "trainer")):
+            raise BadInput(WHO, f"side name {_short(name)}: a side beyond rollout and trainer is named in at most "
+                                f"{SIDE_NAME_MAX} lower-case letters, digits and _ (recompute, train, shadow, floor, or "
+                                "your own)")
         out[SIDE_PREFIX + name] = value
     return out
 

@@ -7,7 +7,7 @@ A run folder is checked step by step; a step of it that cannot be read is an `Un
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..analysis import GATE, GATE_HISTORY, analyze
@@ -52,6 +52,7 @@ class Checked:
     result: CheckResult
     history: HistoryResult | None
     exact: dict | None = None  # the exact gate (analysis/exact.py) when asked
+    source: Path | None = None  # the file or run folder given: a run folder's steps are also read together
 
 
 @dataclass
@@ -81,7 +82,7 @@ def check(paths: list[Path], load_options: LoadOptions, options: CheckOptions) -
                     raise
                 yield Unread(src.origin, Unreadable.of(src.origin, exc).reason)
                 continue
-            yield _checked(src.origin if several else Path(path), batch, rows, options)
+            yield replace(_checked(src.origin if several else Path(path), batch, rows, options), source=Path(path))
 
 
 NEW = "\0the step checked"  # the checked step's id among the history's rows: no run id can be it

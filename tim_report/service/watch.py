@@ -179,6 +179,8 @@ class Watch:
         self.held = len(self.known_ids)  # the steps the published index lists (the site's last build)
         self.alarmed = {step for step, _ in self.known_changes}  # the steps an alarm was raised for: one per event
         self.lag_events: dict[str, bool] = {}  # a lag alarm's kind → its event still open (the last step had it too)
+        self.sync_event: str | None = None  # the sync finding of the last step, whose alarm was raised (docs/sync.md)
+        self.sync_run: set[str] = set()  # the sync findings only the steps read together show, alarmed once each
 
     def step(self) -> Round:
         ready, notes = self.poller.poll()
@@ -214,6 +216,8 @@ class Watch:
         step outside the band, a change point at a step not alarmed yet), its cause first."""
         rnd.new_rows = [r for r in result.rows if r["id"] not in self.known_ids]
         for row in sorted(rnd.new_rows, key=lambda r: (r.get("step") is None, r.get("step") or 0)):
+            if self._sync_alarm(rnd, row):  # exact evidence of what the engine held: the cause, before the log-probs
+                continue
             others = [r for r in result.rows if r is not row]
             broke = identity_broken(row, result.rows)  # the sharper event of a run that was bitwise identical
             lagged = self._lag_alarm(row)  # stale weights or a negative lag: the cause, before any band
@@ -240,6 +244,7 @@ class Watch:
                 rnd.alarms.append(Alarm("band", row.get("step"), row["id"], [v.id for v in band.violations],
                                         row.get(first.id), line, row))
                 self.alarmed.add(row.get("step"))
+        self._run_sync_alarms(rnd, result.rows)
         for cp in result.change_steps:
             pairs = {(cp["step"], m) for m in cp["metrics"]}
             at: dict | None = next((r for r in result.rows if r.get("id") == cp["run"]), None)
@@ -255,6 +260,33 @@ class Watch:
             self.known_changes |= pairs
         self.known_ids |= {r["id"] for r in result.rows}
 
+
+    def _sync_alarm(self, rnd: Round, row: dict) -> bool:
+        """A step with a sync finding (the weight digests': analysis/lag/digests.py) raises its alarm, once per event
+        (the steps that continue it are quiet); whether it had one."""
+        from ..analysis.lag.digests import sync_alarm
+
+        found, was = sync_alarm(row), self.sync_event
+        self.sync_event = found[0] if found else None
+        if found is None:
+            return False
+        if found[0] != was:
+            rnd.alarms.append(Alarm(found[0], row.get("step"), row["id"], ["weight_digests"], None,
+                                    f"{_cause(row)}; {found[1]}", row))
+        self.alarmed.add(row.get("step"))
+        return True
+
+    def _run_sync_alarms(self, rnd: Round, rows: list[dict]) -> None:
+        """A sync error that only the steps read together show (a one-step-off run's digests): its alarm, once, at the
+        step whose engine digest shows it."""
+        from ..analysis.lag.digests import across_steps, first_step
+
+        for f in across_steps(rows):
+            if f["id"] not in self.sync_run:
+                self.sync_run.add(f["id"])
+                row = first_step(f, rows)
+                rnd.alarms.append(Alarm(f["id"], (row or {}).get("step"), (row or {}).get("id", "run"), ["weight_digests"],
+                                        None, f"{(row or {}).get('id', 'run')}: {f['title']} (the steps read together)", row))
 
     def _lag_alarm(self, row: dict) -> Alarm | None:
         """The step's lag alarm: stale weights (its own `stale_weights` finding, or a lag beyond the run's own history
