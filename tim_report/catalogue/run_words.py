@@ -196,7 +196,7 @@ def lag_change(before: tuple | None, after: tuple | None) -> str:
         return ("lag " if len(key) == 1 else "lags ") + ", ".join(str(k) for k in key)
 
     return (f"the lag mix changed at that step ({mix(before)} → {mix(after)}): staleness grows with the lag, which is "
-            "not a change of regime; `watch` holds each step against steps of its own lag mix")
+            "not a change of regime; each lag is held to the run's own history of that lag")
 
 
 # ---- the run view: change points ---------------------------------------------------------------------------

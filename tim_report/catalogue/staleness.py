@@ -70,15 +70,14 @@ def verdict_sentence(st: dict | None) -> str | None:
                 "lag is claimed.")
     lags = [r["lag"] for r in st["by_lag"] if isinstance(r["lag"], int) and r["lag"] >= 0]
     if st["share"] is None:
-        known = ", ".join(fmt(x) for x in lags[:6]) or "none"
-        return (f"Staleness: {floor_words(st['floor'])}, so the staleness share is not defined and the regime reads lag "
-                f"and numerics together (lags {known}).")
+        return (f"Staleness: {floor_words(st['floor'])}, so the staleness share is not defined: the mismatch at "
+                f"{lags_words(st)} is read as the lag's, and the run holds each lag against its own history.")
     if lags == [0]:
         return f"Staleness: every token is at lag 0 (synchronous); {floor_words(st['floor'])}."
     if st["floor"] is not None and not st["floor"].get("enough", True):
         return (f"Staleness: lag 0 holds only {fmt(st['floor']['tokens'])} tokens, too few to judge the numerics apart "
-                f"from the lag, so the regime reads lag and numerics together; {pct(st['share'])} of KL k3 comes from lag "
-                f"≥ 1 beyond that floor{_interval(st)}.")
+                f"from the lag, so the mismatch is read as the lag's; {pct(st['share'])} of KL k3 comes from lag ≥ 1 beyond "
+                f"that floor{_interval(st)}.")
     if st["floor"] is not None and not st["floor"]["within"]:
         return (f"Staleness: not split, {floor_words(st['floor'])}: the floor is not numerical noise, so the part beyond "
                 "it is not staleness alone (see stale weights).")
