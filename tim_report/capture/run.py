@@ -33,7 +33,7 @@ from ..errors import BadInput
 from ..model import StepBatch
 from .engines import EngineFailed, EngineKey, one_line, open_engine
 from .environment import check_environment
-from .model_path import config_numbers, model_meta, resolve_model
+from .model_path import config_numbers, locate_model, model_meta, resolve_model
 from .options import CaptureOptions
 from .prompts import read_prompts, render_prompts
 from .spec import ENGINE_NAMES, EngineSpec
@@ -72,6 +72,8 @@ def _lm_head(opts: CaptureOptions, side: str) -> bool:
 def check_options(opts: CaptureOptions) -> None:
     """Every input checked before a model is loaded; `opts.model_dir` set to the folder `--model` stands for (a GGUF
     converted once into the cache, model_path.resolve_model)."""
+    locate_model(opts.model)  # what the user named, before any default of ours (vLLM) is checked
+    read_prompts(opts.prompts)
     opts.sampling.check()
     if not opts.rollouts or not opts.trainers:
         raise BadInput("--rollout/--trainer", "need at least one of each")
@@ -89,7 +91,8 @@ def check_options(opts: CaptureOptions) -> None:
             raise BadInput(label, "vLLM can only score given tokens at --temperature 1 without --top-p/--top-k "
                                   "(its prompt log-probs are raw); use hf on this side")
     recompute = _recompute_scorer(opts)
-    check_environment([("--rollout", opts.rollouts[0])] + scorers + recompute)
+    first = "--rollout vllm:bf16 (the default)" if opts.default_rollout else "--rollout"
+    check_environment([(first, opts.rollouts[0])] + scorers + recompute)
     for side, specs in (("rollout", opts.rollouts), ("trainer", opts.trainers)):
         if _lm_head(opts, side) and any(sp.engine == "vllm" for sp in specs):
             raise BadInput("--lm-head-fp32", f"vLLM cannot keep the LM head in fp32: pass --lm-head-fp32 "

@@ -31,8 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..analysis.history import check_history
-from ..analysis.lag.history import floor_kl, floor_moved, lag_changed, lag_key, same_lag
-from ..catalogue.findings.lag import LAG_ALARMS
+from ..analysis.lag.history import has_lag, lag_changed, lag_key, same_lag
+from ..catalogue import staleness as lag_words
+from ..catalogue.findings.lag import LAG_ALARMS, STALE
 from ..catalogue.numbers import fmt
 from ..config import HISTORY_MARGIN, HISTORY_WINDOW
 from ..errors import BadInput
@@ -221,14 +222,17 @@ class Watch:
                 continue
             if near.ordered and _step(row) is not None:  # each window by a binary search: a backlog is N·log N, not N²
                 broke = near.identity_broken(row)
-                lagged = self._lag_alarm(row, near.before(("floor",), row))
                 history = near.before(("lag", lag_key(row)) if lag_key(row) is not None else ("all",), row)
             else:
                 others = [r for r in result.rows if r is not row]
                 broke = identity_broken(row, result.rows)  # the sharper event of a run that was bitwise identical
-                lagged = self._lag_alarm(row, others)  # stale weights or a negative lag: the cause, before any band
                 history = same_lag(row, others)
+            lagged = self._lag_alarm(row)  # stale weights or a negative lag: the cause, before any band
+            # a step with tokens of lag ≥ 1 is read lag by lag (its lag_reading), not held to a band of whole-batch
+            # numbers that hold the lag's own mismatch
             band = check_history(row, history, self.opts.history_window, self.opts.history_margin)
+            if has_lag(row):
+                band.violations = []
             if broke is not None:
                 rnd.alarms.append(Alarm("identity", row.get("step"), row["id"], ["abs_delta_max"], row.get("abs_delta_max"),
                                         f"{_cause(row)}; {broke}", row))
@@ -239,15 +243,22 @@ class Watch:
                 self.alarmed.add(row.get("step"))
             elif band.violations:
                 first, more = band.violations[0], len(band.violations) - 1
+                band_line = f"outside the run's band: {first.message}" + (
+                    f" (and {more} more metric{'s' if more > 1 else ''})" if more else "")
+                # cause first where the step has one; a step that alone reads as noise is news by the band alone
+                line = (f"{_cause(row)}; {band_line}" if row.get("findings") else
+                        f"{row['id']}: {band_line}; the step alone reads {row.get('glance') or row.get('regime')}")
                 rnd.alarms.append(Alarm("band", row.get("step"), row["id"], [v.id for v in band.violations],
-                                        row.get(first.id), f"{_cause(row)}; outside the run's band: {first.message}"
-                                        + (f" (and {more} more metric{'s' if more > 1 else ''})" if more else ""), row))
+                                        row.get(first.id), line, row))
                 self.alarmed.add(row.get("step"))
         self._run_sync_alarms(rnd, result.rows)
         for cp in result.change_steps:
             pairs = {(cp["step"], m) for m in cp["metrics"]}
             at: dict | None = next((r for r in result.rows if r.get("id") == cp["run"]), None)
-            if pairs - self.known_changes and cp["step"] not in self.alarmed and not lag_changed(at, result.rows):
+            # a step that carries tokens of lag ≥ 1 is news by its lag reading alone: its whole-batch numbers move
+            # with the policy's speed, the lag's own mismatch
+            if (pairs - self.known_changes and cp["step"] not in self.alarmed and not lag_changed(at, result.rows)
+                    and not (at is not None and has_lag(at))):
                 metric = cp["metrics"][0] if cp["metrics"] else None
                 rnd.alarms.append(Alarm("change_point", cp["step"], cp["run"], list(cp["metrics"]),
                                         (at or {}).get(metric) if metric else None,
@@ -284,21 +295,23 @@ class Watch:
                 rnd.alarms.append(Alarm(f["id"], (row or {}).get("step"), (row or {}).get("id", "run"), ["weight_digests"],
                                         None, f"{(row or {}).get('id', 'run')}: {f['title']} (the steps read together)", row))
 
-    def _lag_alarm(self, row: dict, others: list[dict]) -> Alarm | None:
-        """The step's lag alarm: stale weights (its `stale_weights` finding, or its lag-0 floor above the run's own) or
-        a negative lag; an Alarm with an empty line when the step continues an event already alarmed; None without."""
+    def _lag_alarm(self, row: dict) -> Alarm | None:
+        """The step's lag alarm: stale weights (its own `stale_weights` finding, or a lag beyond the run's own history
+        of it: the row's `lag_reading`, run_index.in_run) or a negative lag; an Alarm with an empty line when the step
+        continues an event already alarmed; None without."""
         found = set(row.get("findings") or [])
-        moved = floor_moved(row, others, self.opts.history_window, self.opts.history_margin)
-        causes = {"stale_weights": "stale_weights" in found or moved is not None, "negative_lag": "negative_lag" in found}
+        reading = row.get("lag_reading") or {}
+        moved = reading.get("status") in ("beyond", "never")
+        causes = {STALE: STALE in found or moved, "negative_lag": "negative_lag" in found}
         open_before, self.lag_events = self.lag_events, {k: v for k, v in causes.items() if v}
         kind = next((k for k, v in causes.items() if v), None)
         if kind is None:
             return None
         if open_before.get(kind):
             return Alarm(kind, row.get("step"), row["id"], [], None, "", row)
-        why = moved if kind == "stale_weights" and moved is not None else "the step's own finding"
-        metric = "lag_kl_k3" if kind == "stale_weights" else "lag_mix"
-        value = (row.get("lag_kl_k3") or {}).get("0") if kind == "stale_weights" else None
+        why = lag_words.run_reading(reading) if kind == STALE and moved else "the step's own finding"
+        metric = "lag_kl_k3" if kind == STALE else "lag_mix"
+        value = reading.get("kl_k3") if moved else (row.get("lag_kl_k3") or {}).get("0") if kind == STALE else None
         return Alarm(kind, row.get("step"), row["id"], [metric], value, f"{_cause(row)}; {LAG_ALARMS[kind]}: {why}", row)
 
 
@@ -325,7 +338,7 @@ def _step(row: dict) -> int | float | None:
 
 class Earlier:
     """The rows before a step, each kind in step order, found by a binary search. `_news` checks each new row against
-    the rows before it (its band's window, the lag-0 floor's, whether all were bitwise identical), and a watch started
+    the rows before it (its band's window, whether all were bitwise identical), and a watch started
     on a run of N steps has N new rows: a scan of every row for each was N² (minutes at 10,000 steps). The answers are
     those of `identity_broken`, `same_lag` and `window_rows` over every row; `ordered` is empty (the caller scans) when
     a row has no step."""
@@ -336,7 +349,7 @@ class Earlier:
         self.ordered = sorted(rows, key=lambda r: r["step"]) if numbered else []  # stable: ties keep the rows' order
         self.kinds: dict[tuple, tuple[list, list[dict]]] = {}
         for r in self.ordered:
-            for kind in (("all",), ("lag", lag_key(r))) + ((("floor",),) if floor_kl(r) is not None else ()):
+            for kind in (("all",), ("lag", lag_key(r))):
                 steps, held = self.kinds.setdefault(kind, ([], []))
                 steps.append(r["step"])
                 held.append(r)
