@@ -158,6 +158,9 @@ def test_save_step_carries_both_sides_through_the_canonical_file(tmp_path):
     assert meta["engine_digest"] == [{**e1.record(), "version": 4}]
     assert meta["trainer_digest"][0] == t1.record() and meta["trainer_digest"][1]["version"] == 4
     assert str(t1) == f"5:bf16:{t1.digest}" and str(e1).startswith("?:bf16:")
+    with tim_report.StepWriter() as writer:  # a writer thread carries them as they are
+        background = save(tmp_path / "bg.npz", engine_digest=e1, weight_version=[4] * 8, background=writer)
+    assert load(background).meta["engine_digest"] == meta["engine_digest"]
     with pytest.raises(BadInput, match="engine_digest has no version and the step names no single one"):
         save(tmp_path / "t.npz", engine_digest=e1, weight_version=[4, 5] * 4)
     with pytest.raises(BadInput, match="trainer_digest has digest 'xyz'"):

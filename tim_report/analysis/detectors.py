@@ -16,6 +16,7 @@ from ..catalogue import findings
 from ..catalogue.numbers import plain
 from ..config import DETECTOR_MAX_TOKENS, TEMPERATURE_FIT_COVERAGE, DiagnosisThresholds
 from .breakdowns import length_growth
+from .lag.findings import lag0_only
 from .registry import Scene, detector
 from .stats import cluster_mean_se, dot, exp_or_inf, pearson, run_starts
 from .tokens import Tokens
@@ -329,6 +330,13 @@ def rest(s: Scene) -> Tokens:
     return s.tok.subset(s.once(_kept))
 
 
+def numeric_rest(s: Scene) -> Tokens:
+    """`rest` without the tokens of a known lag ≥ 1 where the batch carries any (lag.findings.lag0_only): what the
+    detectors of where the mismatch sits read, since the lag's own mismatch sits where the policy learns."""
+    lag0 = s.once(lag0_only)
+    return s.once(rest) if lag0 is None else s.tok.subset(~s.once(_placeholders)[1] & lag0)
+
+
 def _rest_bias(s: Scene) -> tuple[float, float]:
     r = s.once(rest)
     if r is not s.tok and r.n:
@@ -372,7 +380,7 @@ def _one_side_broken(s: Scene) -> dict | None:
 
 @detector("drift_with_length")
 def _drift(s: Scene) -> dict | None:
-    r = s.once(rest)
+    r = s.once(numeric_rest)
     if not r.n:
         return None
     cause = next((i for i in ("processed_logprobs", "temperature", "one_side_broken") if i in s.found), None)

@@ -22,7 +22,7 @@ from ..catalogue import findings
 from ..config import DETECTOR_MAX_TOKENS, KERNEL_POW2_MIN, KERNEL_TILE, ONSET_MAX_POINTS, DiagnosisThresholds
 from ..model import StepBatch, version_int
 from .changepoints import change_points
-from .detectors import _thin, rest
+from .detectors import _thin, numeric_rest, rest
 from .registry import Scene, detector
 from .tokens import Tokens
 
@@ -290,19 +290,19 @@ def detect_mixed_versions(batch: StepBatch, tok: Tokens, dt: DiagnosisThresholds
 
 @detector("first_token")
 def _first_token(s: Scene) -> dict | None:
-    return None if s.whole_batch_fault() else detect_first_token(s.once(rest), s.dt)
+    return None if s.whole_batch_fault() else detect_first_token(s.once(numeric_rest), s.dt)
 
 
 @detector("turn_boundary")
 def _turn_boundary(s: Scene) -> dict | None:
-    return None if s.whole_batch_fault() else detect_turn_boundary(s.once(rest), s.batch.turn, s.dt)
+    return None if s.whole_batch_fault() else detect_turn_boundary(s.once(numeric_rest), s.batch.turn, s.dt)
 
 
 @detector("position_onset")
 def _position_onset(s: Scene) -> dict | None:
     if s.whole_batch_fault():
         return None
-    return detect_position_onset(s.once(rest), s.dt, "turn_boundary" if "turn_boundary" in s.found else None)
+    return detect_position_onset(s.once(numeric_rest), s.dt, "turn_boundary" if "turn_boundary" in s.found else None)
 
 
 @detector("mixed_policy_versions", when_identical=True)  # said even when nothing differs

@@ -16,7 +16,7 @@ from ..catalogue import metrics as catalogue
 from ..catalogue.rescore import table_intro as weights_intro
 from ..catalogue.staleness import cache_intro, table_intro
 from ..catalogue.sync import TABLE_INTRO as SYNC_INTRO
-from ..config import HOT_DIFF, TREND_LOG_AXIS_SPAN, health
+from ..config import HOT_DIFF, TREND_LOG_AXIS_SPAN, step_health
 from . import charts as ch
 from . import index_views, run_tables
 from .chain_views import bitwise_identical, chain_view
@@ -45,7 +45,8 @@ def run_context(report, notes_md: str | None = None, timestamp: str | None = Non
     return {
         **page_context(charts, timestamp, assets),
         "r": report, "t": title_parts(report), "m": report.metrics, "headline": headline(report),
-        "health_colour": health(report.metrics.get("ess")),
+        "health_colour": step_health(report.metrics.get("ess"), (report.diagnosis or {}).get("regime"),
+                                     bool((report.routing or {}).get("blocked_by_bug"))),
         "groups": groups_view(report), "envs": env_view(report), "samples": samples_view(report, 0), "metrics_table": flat_metrics(report),
         "percentiles": percentile_rows(report), "notes": render_notes(notes_md), "th": th,
         "hot_diff": HOT_DIFF, "samples_open": SAMPLES_OPEN, "top_tokens": TOP_TOKENS, "diagnosis": report.diagnosis,

@@ -15,7 +15,7 @@ from ..model import version_int
 from .tables import HTML, MARKDOWN, Cell, Column, Row, Section, Table, plural, text
 from .views import flagged_note
 
-REGIME_MARK = {"identical": "✅", "numerical_noise": "✅", "elevated": "⚠️", "systematic": "❌"}
+REGIME_MARK = {"identical": "✅", "numerical_noise": "✅", "staleness": "✅", "elevated": "⚠️", "systematic": "❌"}
 UNPAIRED_SHOWN = 20  # run ids the unpaired warning names
 PROBLEMS_TIP = "tokens excluded for NaN, inf or positive log-probs / input values the reader had to repair"
 

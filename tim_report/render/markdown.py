@@ -22,7 +22,7 @@ from ..catalogue.numbers import fixed, fmt, pct, plain
 from ..catalogue.rescore import table_intro as weights_intro
 from ..catalogue.staleness import cache_intro, table_intro
 from ..catalogue.sync import TABLE_INTRO as SYNC_INTRO
-from ..config import HEALTH, HOT_DIFF, TREND_TABLE_MAX_STEPS, health
+from ..config import HEALTH, HOT_DIFF, TREND_TABLE_MAX_STEPS, step_health
 from . import index_views, run_tables
 from .chain_views import bitwise_md, chain_md
 from .index_views import REGIME_MARK
@@ -292,7 +292,8 @@ def render_run_md(report, base_url: str | None = None) -> str:
     rid = report.run.get("id") or "run"
     page = href(run_path(rid, "index.html"), base_url) if base_url else "index.html"
     html = f"[HTML report]({page})"
-    ess_colour = health(m.get("ess"))
+    ess_colour = step_health(m.get("ess"), (report.diagnosis or {}).get("regime"),
+                             bool((report.routing or {}).get("blocked_by_bug")))
     sub = [colour(ess_colour) + f" (ESS {fixed(m.get('ess'), 4)})", f"run {esc(rid)}"]
     if t["device"]:
         sub.append(esc(t["device"]))

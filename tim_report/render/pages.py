@@ -62,7 +62,8 @@ def environment(path: str | None = None) -> Environment:
     env.policies["json.dumps_kwargs"] = {"sort_keys": True, "separators": (",", ":"), "ensure_ascii": False}
     env.filters.update(fmt=fmt, pct=pct, fixed=fixed, visible=visible, code=code_spans)
     env.globals.update(metric=catalogue.metric, glossary=catalogue.glossary, conventions=catalogue.CONVENTIONS,
-                       health=health, health_bands=HEALTH, health_legend=catalogue.HEALTH_LEGEND, kv_items=kv_items,
+                       health=health, health_bands=HEALTH, health_legend=catalogue.HEALTH_LEGEND,
+                       health_verdict=catalogue.HEALTH_VERDICT, kv_items=kv_items,
                        kv_tables=kv_tables, kl_band_table=catalogue.kl_band_table, evidence_items=evidence_items,
                        band_helps=band_helps)
     if path is None:  # the package's own templates: compiled once, shipped (render/precompiled.py)

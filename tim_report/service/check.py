@@ -14,8 +14,10 @@ from ..analysis import GATE, GATE_HISTORY, analyze
 from ..analysis.exact import exact_gate
 from ..analysis.gate import CheckResult, Limit, Violation, evaluate
 from ..analysis.history import HistoryResult, check_history
+from ..analysis.lag.history import has_lag, read_run
 from ..analysis.run_index import run_row
 from ..analysis.tokens import valid_tokens
+from ..catalogue import staleness as lag_words
 from ..catalogue.chain import exact_line
 from ..config import HISTORY_MARGIN, HISTORY_WINDOW, DiagnosisThresholds, Thresholds
 from ..errors import BadInput
@@ -83,6 +85,9 @@ def check(paths: list[Path], load_options: LoadOptions, options: CheckOptions) -
             yield replace(_checked(src.origin if several else Path(path), batch, rows, options), source=Path(path))
 
 
+NEW = "\0the step checked"  # the checked step's id among the history's rows: no run id can be it
+
+
 def _checked(path: Path, batch: StepBatch, rows: list[dict] | None, options: CheckOptions) -> Checked:
     """One batch against the limits, the findings and, with a history, the run's own band."""
     report = analyze(batch, options.thresholds, diagnosis_thresholds=options.diagnosis,
@@ -92,6 +97,11 @@ def _checked(path: Path, batch: StepBatch, rows: list[dict] | None, options: Che
     band = None
     if rows is not None:
         band = check_history(row, rows, options.history_window, options.history_margin, options.history_floors)
+        if has_lag(row):  # its whole-batch numbers hold the lag's own mismatch: it is read lag by lag instead
+            band.violations = []
+        reading = read_run([*rows, {**row, "id": NEW}], options.history_window).get(NEW)
+        if reading is not None and reading["status"] == "beyond":
+            band.violations.append(Violation("history", "lag_kl_k3", f"stale weights: {lag_words.run_reading(reading)}"))
         result.violations += band.violations
         if band.note is None and not band.violations:
             result.summary += f"; within the run's band ({band.basis})"
