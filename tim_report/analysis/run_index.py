@@ -109,6 +109,7 @@ def lag_fields(report: Any) -> dict:
             "lag_kl_k3": {str(r.get("lag")): finite(r.get("kl_k3")) for r in rows},
             "lag_kl_k3_se": {str(r.get("lag")): finite(r.get("kl_k3_se")) for r in rows},
             "floor_kl_k3_se": finite(lag0.get("kl_k3_se")), "staleness_share": finite(st.get("share")),
+            "trainer_version": finite(st.get("trainer_version")),
             "lr": _lr((run.get("meta") or {}).get("lr")), "lag_reading": None, "step_regime": None}
 
 

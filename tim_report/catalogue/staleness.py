@@ -178,9 +178,12 @@ def run_reading(reading: dict | None) -> str | None:
         return (f"{lag} rising since the run began (KL k3 {fmt(reading['kl_k3'], 3)}, {times(reading['times'])} the median "
                 f"of {reading['basis']}{per}): a learning-rate warm-up, or an engine that never took an update; each "
                 "step's lr (meta `lr`) or weight digests tell them apart")
+    looks = (f" (labelled v{reading['labelled_version']}, they look like v{reading['looks_like_version']} if the engine "
+             f"has taken no update since this began: `rescore` with v{reading['looks_like_version']} tells)"
+             if reading.get("looks_like_version") is not None else "")
     return (f"KL k3 at {lag} {fmt(reading['kl_k3'], 3)} ± {fmt(reading['kl_k3_se'], 2)} is {times(reading['times'])} the "
             f"run's own{per} (median {fmt(reading['reference'], 3)} of {reading['basis']}): the tokens labelled {lag} "
-            "come from older weights than their label, as when a weight sync stops")
+            f"come from older weights than their label, as when a weight sync stops{looks}")
 
 
 # ---- the five findings' words ------------------------------------------------------------------------------
