@@ -98,6 +98,11 @@ def test_a_lag_is_held_to_its_own_history_and_a_sync_that_stops_is_named_at_its_
     tagged = read_run([{**r, "trainer_version": r["step"] + 10} for r in stuck])["step_9"]  # labels v(t − 1), stuck at v15
     assert (tagged["labelled_version"], tagged["looks_like_version"]) == (18, 15), tagged
     assert "labelled v18, they look like v15 if the engine has taken no update" in run_reading(tagged)
+    from tim_report.service.check import run_errors
+
+    errors = run_errors(stuck)  # `check RUN` reads the steps together as the index does: one line per event
+    assert [e["id"] for e in errors] == ["stale_weights"] and errors[0]["title"].startswith("step_7: stale weights")
+    assert run_errors(rows) == []
     index = index_from_rows(stuck)  # the run reads the step as its engine's weights, whatever the step alone said
     step7 = next(r for r in index["runs"] if r["id"] == "step_7")
     assert step7["regime"] == "systematic" and step7["step_regime"] == "staleness" and step7["health"] == "red"
