@@ -89,6 +89,15 @@ def test_a_lag_is_held_to_its_own_history_and_a_sync_that_stops_is_named_at_its_
     clean = [2.7e-3, 2.7e-3, 1.7e-3, 1.6e-3, 2.8e-3, 3.3e-3, 7.0e-3, 7.3e-3, 5.1e-3, 2.0e-3]
     rows = [lagged(s + 1, kl) for s, kl in enumerate(clean)]
     assert {r["status"] for r in read_run(rows).values()} <= {"within", "unjudged"}
+    # a slow climb (a sync that stops at lag 2: each step a lag older, under 2× a step) is watched, then named at 5×
+    slow = rows[:6] + [lagged(s, kl, se=1e-5) for s, kl in ((7, 6.5e-3), (8, 9.5e-3), (9, 1.2e-2), (10, 1.5e-2))]
+    got = read_run(slow)
+    assert [got[f"step_{s}"]["status"] for s in (7, 8, 9, 10)] == ["within", "beyond", "beyond", "beyond"]
+    assert got["step_10"]["since_step"] == 8  # the climb was the event's run-up
+    climbing = index_from_rows(slow[:9])
+    assert [r["lag_reading"]["status"] for r in climbing["runs"][7:]] == ["climbing", "climbing"]
+    assert "climbing 4.44× its own history" in climbing["runs"][8]["glance"] and climbing["run"]["regime"] == "staleness"
+    assert "has been climbing above the run's own history since step 8" in climbing["run"]["verdict"]
     stuck = rows[:6] + [lagged(7, 2.9e-2), lagged(8, 4.7e-2), lagged(9, 7.9e-2)]
     got = read_run(stuck)
     assert [got[f"step_{s}"]["status"] for s in (6, 7, 8, 9)] == ["within", "beyond", "beyond", "beyond"]
