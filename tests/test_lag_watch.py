@@ -89,12 +89,29 @@ def test_a_lag_is_held_to_its_own_history_and_a_sync_that_stops_is_named_at_its_
     clean = [2.7e-3, 2.7e-3, 1.7e-3, 1.6e-3, 2.8e-3, 3.3e-3, 7.0e-3, 7.3e-3, 5.1e-3, 2.0e-3]
     rows = [lagged(s + 1, kl) for s, kl in enumerate(clean)]
     assert {r["status"] for r in read_run(rows).values()} <= {"within", "unjudged"}
+    # a slow climb (a sync that stops at lag 2: each step a lag older, under 2× a step) is watched, then named at 5×
+    slow = rows[:6] + [lagged(s, kl, se=1e-5) for s, kl in ((7, 6.5e-3), (8, 9.5e-3), (9, 1.2e-2), (10, 1.5e-2))]
+    got = read_run(slow)
+    assert [got[f"step_{s}"]["status"] for s in (7, 8, 9, 10)] == ["within", "beyond", "beyond", "beyond"]
+    assert got["step_10"]["since_step"] == 8  # the climb was the event's run-up
+    climbing = index_from_rows(slow[:9])
+    assert [r["lag_reading"]["status"] for r in climbing["runs"][7:]] == ["climbing", "climbing"]
+    assert "climbing 4.44× its own history" in climbing["runs"][8]["glance"] and climbing["run"]["regime"] == "staleness"
+    assert "has been climbing above the run's own history since step 8" in climbing["run"]["verdict"]
     stuck = rows[:6] + [lagged(7, 2.9e-2), lagged(8, 4.7e-2), lagged(9, 7.9e-2)]
     got = read_run(stuck)
     assert [got[f"step_{s}"]["status"] for s in (6, 7, 8, 9)] == ["within", "beyond", "beyond", "beyond"]
     assert got["step_9"]["since_step"] == 7 and got["step_9"]["reference"] < 3e-3
     sentence = run_reading(got["step_7"])
     assert sentence.startswith("KL k3 at lag 1 0.029") and "the run's own" in sentence and "older weights" in sentence
+    tagged = read_run([{**r, "trainer_version": r["step"] + 10} for r in stuck])["step_9"]  # labels v(t − 1), stuck at v15
+    assert (tagged["labelled_version"], tagged["looks_like_version"]) == (18, 15), tagged
+    assert "labelled v18, they look like v15 if the engine has taken no update" in run_reading(tagged)
+    from tim_report.service.check import run_errors
+
+    errors = run_errors(stuck)  # `check RUN` reads the steps together as the index does: one line per event
+    assert [e["id"] for e in errors] == ["stale_weights"] and errors[0]["title"].startswith("step_7: stale weights")
+    assert run_errors(rows) == []
     index = index_from_rows(stuck)  # the run reads the step as its engine's weights, whatever the step alone said
     step7 = next(r for r in index["runs"] if r["id"] == "step_7")
     assert step7["regime"] == "systematic" and step7["step_regime"] == "staleness" and step7["health"] == "red"

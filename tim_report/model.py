@@ -346,7 +346,7 @@ _ROW_VERDICT = {"routing": "counts", "routing_unit": "text", "regime": "text?", 
                 "excluded_tokens": "number", "input_problems": "number", "input_problem_kinds": "texts",
                 "data_problems": "number", "health": "text", "env_kl_k3": "counts",
                 "lag_mix": "counts", "lag_kl_k3": "counts", "lag_kl_k3_se": "counts", "floor_kl_k3_se": "number?",
-                "staleness_share": "number?", "lr": "number?", "weight_digests": "digests",
+                "staleness_share": "number?", "trainer_version": "number?", "lr": "number?", "weight_digests": "digests",
                 # as its run reads the step (analysis.run_index.in_run; null in a step's own row): its lag against the
                 # run's own history of that lag, and its own regime where the run's differs
                 "lag_reading": "object?", "step_regime": "text?"}

@@ -109,6 +109,7 @@ def lag_fields(report: Any) -> dict:
             "lag_kl_k3": {str(r.get("lag")): finite(r.get("kl_k3")) for r in rows},
             "lag_kl_k3_se": {str(r.get("lag")): finite(r.get("kl_k3_se")) for r in rows},
             "floor_kl_k3_se": finite(lag0.get("kl_k3_se")), "staleness_share": finite(st.get("share")),
+            "trainer_version": finite(st.get("trainer_version")),
             "lr": _lr((run.get("meta") or {}).get("lr")), "lag_reading": None, "step_regime": None}
 
 
@@ -251,6 +252,8 @@ def in_run(rows: list[dict]) -> list[dict]:
                 and r["step"] >= never["first_step"]):  # without the lr a warm-up may explain it: the run's warn only
             reading = {**reading, "status": "never", "since_step": never["first_step"]}
         row = {**r, "lag_reading": reading}
+        if reading and reading["status"] == "climbing" and not r["findings"]:
+            row["glance"] = lag_words.climbing_glance(r["regime"], reading)  # not a fault yet: watched, said
         if reading and reading["status"] in ("beyond", "never") and STALE not in r["findings"]:
             row.update(step_regime=r["regime"], regime="systematic", findings=[STALE, *r["findings"]],
                        glance=lag_words.run_glance(reading), side="rollout", health="red", blocked_by_bug=True)

@@ -78,6 +78,7 @@ def run_verdict(rows: list[dict]) -> dict | None:
         current, stretch[0].step, stretch[-1].step, start == 0, (len(same), len(stretch)), why, _earlier(before),
         [(s.step, s.regime) for s in stretch if s.regime != current])
     reading = _lag_evidence(rows, stretch[0].run) if top else []  # the numbers that named the run's lead, if a lag
+    reading += _climbing(rows)
     verdict = {"regime": current, "since_step": stretch[0].step, "since_run": stretch[0].run, "steps": len(states),
                "stretch_steps": len(stretch), "lead": top[0][0] if top else None,
                "verdict": " ".join([sentence, *reading] + [f["title"] + "." for f in alarms]),
@@ -133,6 +134,14 @@ def _lag_evidence(rows: list[dict], run: str) -> list[str]:
     if reading.get("status") != "beyond":
         return []
     return [f"At step {plain(row['step'])}, {lag_words.run_reading(reading)}."]
+
+
+def _climbing(rows: list[dict]) -> list[str]:
+    """The note when the last step's lag is climbing above its own history (not named yet, not nothing)."""
+    stepped = [r for r in rows if r["step"] is not None]
+    last = max(stepped, key=lambda r: r["step"]) if stepped else {}
+    reading = last.get("lag_reading") or {}
+    return [lag_words.climbing_note(reading)] if reading.get("status") == "climbing" else []
 
 
 def _lag_mix_change(rows: list[dict], before, after) -> tuple[tuple, tuple] | None:

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .numbers import fmt, pct, times
+from ..config import LAG_SUSTAINED
+from .numbers import fmt, pct, plain, times
 
 Words = dict[str, Any]
 
@@ -163,6 +164,21 @@ def run_glance(reading: dict) -> str:
             f"since step {fmt(reading['since_step'])})")
 
 
+def climbing_glance(regime: str | None, reading: dict) -> str:
+    """'staleness: lag 2 climbing 5.82× its own history since step 10 (a stopped sync climbs on)'."""
+    return (f"{(regime or 'not diagnosed').replace('_', ' ')}: lag {fmt(reading['lag'])} climbing "
+            f"{times(reading['times'])} its own history since step {fmt(reading['since_step'])} (a stopped sync climbs "
+            "on, a faster policy levels off)")
+
+
+def climbing_note(reading: dict) -> str:
+    """Said after a run verdict whose last step's lag is climbing: not named yet, not nothing."""
+    return (f"The KL at lag {fmt(reading['lag'])} has been climbing above the run's own history since step "
+            f"{fmt(reading['since_step'])} ({times(reading['times'])} its median at the last step): a weight sync that "
+            "stopped makes it climb on and never come back, a policy that sped up levels off; it is named stale weights "
+            f"once it is {plain(LAG_SUSTAINED)}× its history beyond its own noise (weight digests tell at once).")
+
+
 def run_reading(reading: dict | None) -> str | None:
     """A step's lag against the run's own history, for its row and `watch`'s line: None when not judged."""
     if not reading or reading["status"] == "unjudged":
@@ -174,13 +190,19 @@ def run_reading(reading: dict | None) -> str | None:
     if reading["status"] == "never":
         return (f"KL k3 at {lag} {fmt(reading['kl_k3'], 3)} has grown since step {fmt(reading['since_step'])} without "
                 "levelling off: the engine may never have taken an update")
+    if reading["status"] == "climbing":
+        return (f"{lag} climbing above the run's own history since step {fmt(reading['since_step'])} (KL k3 "
+                f"{fmt(reading['kl_k3'], 3)}, {times(reading['times'])} the median of {reading['basis']}{per})")
     if reading["status"] == "rising":
         return (f"{lag} rising since the run began (KL k3 {fmt(reading['kl_k3'], 3)}, {times(reading['times'])} the median "
                 f"of {reading['basis']}{per}): a learning-rate warm-up, or an engine that never took an update; each "
                 "step's lr (meta `lr`) or weight digests tell them apart")
+    looks = (f" (labelled v{reading['labelled_version']}, they look like v{reading['looks_like_version']} if the engine "
+             f"has taken no update since this began: `rescore` with v{reading['looks_like_version']} tells)"
+             if reading.get("looks_like_version") is not None else "")
     return (f"KL k3 at {lag} {fmt(reading['kl_k3'], 3)} ± {fmt(reading['kl_k3_se'], 2)} is {times(reading['times'])} the "
             f"run's own{per} (median {fmt(reading['reference'], 3)} of {reading['basis']}): the tokens labelled {lag} "
-            "come from older weights than their label, as when a weight sync stops")
+            f"come from older weights than their label, as when a weight sync stops{looks}")
 
 
 # ---- the five findings' words ------------------------------------------------------------------------------

@@ -125,7 +125,7 @@ def _row(index: Path, i: int, r: object, keys: tuple[str, ...] = catalogue.HISTO
            "step": None if r.get("step") is None else _step(index, f"runs[{i}]", r["step"])}
     for key in keys:
         row[key] = number(index, i, r, key)
-    for key in ("staleness_share", "floor_kl_k3_se", "tokens", "lr"):
+    for key in ("staleness_share", "floor_kl_k3_se", "tokens", "lr", "trainer_version"):
         row[key] = number(index, i, r, key)
     for key in ("lag_kl_k3", "lag_kl_k3_se", "lag_mix"):  # what a step's lag is read against (analysis/lag/history.py)
         row[key] = lag_numbers(index, i, r.get(key), key)

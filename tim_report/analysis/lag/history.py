@@ -135,6 +135,7 @@ class _Lag:
         self.climb: _Climb | None = None
         self.held: list[tuple[dict, float, dict]] = []  # the steps the climb holds out of the history, with readings
         self.since: float | None = None
+        self.kept: int | None = None  # the version an engine that stopped at the event's first step would hold
 
     def read(self, row: dict, scaled: float, window: int) -> dict:
         if self.rise is not None and not self.rise.goes_on(scaled):
@@ -144,11 +145,13 @@ class _Lag:
         self.last = scaled
         status = reading["status"]
         if status == "beyond":
-            self.since = self.since if self.since is not None else self.climb.start if self.climb else row["step"]
-            for _, _, held in self.held:  # the climb was the event's run-up: its steps are the event's
-                held.update(status="beyond", since_step=self.since)
+            if self.since is None:
+                first = self.held[0][0] if self.held else row
+                self.since, self.kept = first["step"], _version_before(first, self.lag)
+            for held_row, _, held in self.held:  # the climb was the event's run-up: its steps are the event's
+                held.update(status="beyond", since_step=self.since, **_versions(held_row, self.lag, self.kept))
             self.climb, self.held = None, []
-            reading["since_step"] = self.since
+            reading.update(since_step=self.since, **_versions(row, self.lag, self.kept))
             return reading
         self.since = None
         if status == "raised" and (self.climb or _Climb(row["step"])).goes_on(scaled):
@@ -162,6 +165,21 @@ class _Lag:
         self.clean.append((row, scaled))
         reading["status"] = "within" if status == "raised" else status
         return reading
+
+
+def _version_before(row: dict, lag: int) -> int | None:
+    """The version an engine held before this step's tokens went stale: the one before their label (trainer − lag)."""
+    trainer = _num(row.get("trainer_version"))
+    return int(trainer) - lag - 1 if trainer is not None and trainer - lag - 1 >= 0 else None
+
+
+def _versions(row: dict, lag: int, kept: int | None) -> dict:
+    """The step's tokens' labelled version, and the one an engine that stopped taking updates when the event began
+    would hold: what they look like, if the sync stopped there (a rescore with that checkpoint settles it)."""
+    trainer = _num(row.get("trainer_version"))
+    if trainer is None or kept is None:
+        return {}
+    return {"labelled_version": int(trainer) - lag, "looks_like_version": kept}
 
 
 class _Climb:
