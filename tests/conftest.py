@@ -8,8 +8,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # one of the two workers (pyproject's
     for _threads in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):  # torch's and BLAS's threads (and the
         os.environ.setdefault(_threads, "1")  # commands the tests run) do not spin against the other worker's
 
-import numpy as np  # noqa: E402  (after the thread counts: BLAS reads them when numpy loads)
-import pytest  # noqa: E402
+import numpy as np  # after the thread counts: BLAS reads them when numpy loads
+import pytest
 
 from tim_report.testing import make_batch, to_padded
 
