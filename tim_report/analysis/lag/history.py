@@ -135,7 +135,8 @@ class _Lag:
     def read(self, row: dict, scaled: float, window: int) -> dict:
         if self.rise is not None and not self.rise.goes_on(scaled):
             self.rise = None
-        earlier = [p for p in self.clean if p[0]["step"] < row["step"]][-window:]
+        # the rows come in step order: only rows of this same step (several runs at one step) can be at the end
+        earlier = [p for p in self.clean[-2 * window:] if p[0]["step"] < row["step"]][-window:]
         reading = _read(row, self.lag, scaled, earlier, self.rise is not None, self.since is None, self.last)
         self.last = scaled
         status = reading["status"]
