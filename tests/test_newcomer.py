@@ -23,3 +23,13 @@ def test_the_tiny_models_versions_are_found_from_any_folder(tmp_path):
                          env={**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"})
     assert res.returncode == 0, res.stderr[-2000:]
     assert res.stdout.startswith("models/tiny-qwen2: no model folder here") and "ships with the repository" in res.stdout
+
+
+def test_a_captures_own_page_says_what_wrote_it():
+    """The page of a batch `tim-report capture` wrote said "framework —"."""
+    from tim_report.analysis import analyze
+    from tim_report.io import load
+    from tim_report.render import RenderOptions, render
+
+    page = render("run", analyze(load(ROOT / "examples" / "vllm-bf16__hf-fp32.npz")), ("html",), RenderOptions())
+    assert "<th>framework<td>tim-report capture · " in page["index.html"]

@@ -35,6 +35,7 @@ from .views import (
     samples_view,
     title_parts,
     topk_view,
+    written_by,
 )
 
 
@@ -56,7 +57,7 @@ def run_context(report, notes_md: str | None = None, timestamp: str | None = Non
                    "weights": run_tables.weights_table(report),
                    "topk": run_tables.topk_tables(report), "cache": run_tables.cache_table(report),
                    "sync": run_tables.sync_table(report)},
-        "sync_intro": SYNC_INTRO,
+        "sync_intro": SYNC_INTRO, "written_by": written_by(report),
         "staleness_intro": table_intro(report.staleness) if report.staleness else None,
         "weights_intro": weights_intro(report.rescore) if report.rescore else None,
         "cache_intro": cache_intro(report.diagnosis["prefix_cache"]) if (report.diagnosis or {}).get("prefix_cache") else None,

@@ -80,12 +80,14 @@ def pairs_section(index: dict) -> Section | None:
     """The engine pairs, aggregated over their runs (none for a single run)."""
     if len(index["runs"]) < 2:
         return None
-    columns = (Column("health"), Column("rollout"), Column("trainer"),
-               *[Column(h, numeric=True) for h in ("runs", "mean ESS", "mean clipped", "mean Σδ", "mean |δ|",
-                                                   "worst max |δ|", "tokens")])
+    # at phone width (420 px) the pair, its mean ESS and mean |δ| stay, unscrolled; the rest on a wider screen
+    narrow = {"mean ESS", "mean |δ|"}
+    columns = (Column("health", wide_only=True), Column("rollout"), Column("trainer"),
+               *[Column(h, numeric=True, wrap=True, wide_only=h not in narrow) for h in (
+                   "runs", "mean ESS", "mean clipped", "mean Σδ", "mean |δ|", "worst max |δ|", "tokens")])
     rows = tuple(Row((
-        Cell(health=p["health"]), Cell(keep=(f"{p['rollout_engine']} {p['rollout_dtype']}",)),
-        Cell(keep=(f"{p['trainer_engine']} {p['trainer_dtype']}",)),
+        Cell(health=p["health"]), Cell(text(f"{p['rollout_engine']} {p['rollout_dtype']}")),
+        Cell(text(f"{p['trainer_engine']} {p['trainer_dtype']}")),
         Cell(fmt(p["count"]), tip=", ".join(p["runs"]), note=flagged_note(p).strip() or None),
         Cell(fixed(p["mean_ess"], 4)), Cell(pct(p["mean_clipped"])), Cell(fmt(p["mean_seq_log_ratio"])),
         Cell(fmt(p["mean_abs_delta"])), Cell(fmt(p["worst_abs_delta_max"])), Cell(fmt(p["tokens"])),

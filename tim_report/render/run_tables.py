@@ -36,8 +36,9 @@ def env_table(report) -> Table | None:
 
 def what_if_table(report) -> Table:
     """What each published correction would do to this batch (its rule and source are our words)."""
-    columns = (Column("correction"), Column("level"), Column("action"), Column("rule"), Column("as in"),
-               *_numeric("tokens affected", "sequences affected"))
+    # at phone width (420 px) the correction and what it touches stay, unscrolled; its rule and source on a wider screen
+    columns = (Column("correction"), *(Column(h, wide_only=True) for h in ("level", "action", "rule", "as in")),
+               *(Column(h, numeric=True, wrap=True) for h in ("tokens affected", "sequences affected")))
     rows = tuple(Row((Cell(text(w.get("name"))), Cell(text(w.get("level"))), Cell(text(w.get("action"))),
                       Cell(text(w.get("rule")), own=True, long=True), Cell(text(w.get("source")), own=True, long=True),
                       Cell(pct(w.get("token_fraction"))), Cell(pct(w.get("sequence_fraction")))))
@@ -47,8 +48,9 @@ def what_if_table(report) -> Table:
 
 def probability_table(report) -> Table:
     """|δ| by the rollout probability of the sampled token."""
-    columns = (Column("p_rollout"), *_numeric("tokens", "share", "mean |δ| ± s.e.", "mean δ", "mean k3", "share of Σ|δ|",
-                                              "share of Σk3"))
+    wide = {"tokens", "mean δ", "mean k3", "share of Σ|δ|"}  # left out at phone width: the rest fits 420 px unscrolled
+    columns = (Column("p_rollout"), *(Column(h, numeric=True, wrap=True, wide_only=h in wide) for h in (
+        "tokens", "share", "mean |δ| ± s.e.", "mean δ", "mean k3", "share of Σ|δ|", "share of Σk3")))
     rows = tuple(Row((Cell(text(b.get("bucket"))), Cell(fmt(b.get("tokens"))), Cell(pct(b.get("token_share"))),
                       Cell(f"{fmt(b.get('abs_delta_mean'))} ± {fmt(b.get('abs_delta_se'), 2)}"), Cell(fmt(b.get("delta_mean"))),
                       Cell(fmt(b.get("k3_mean"))), Cell(pct(b.get("abs_delta_share"))), Cell(pct(b.get("k3_share")))))
