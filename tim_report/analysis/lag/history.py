@@ -6,7 +6,7 @@ tokens are labelled with. Each lag is read against its own kind, the run's own h
 
 - lag 0 (the tokens the engine says it sampled with the trainer's own weights) against the run's lag-0 floor, the
   median of the earlier steps' lag-0 KL k3: beyond it, a sync skipped, applied late or rounded away;
-- a lag L ≥ 1 against the earlier steps' KL k3 at that same lag (`lag_moved`): a sync that stopped makes the tokens
+- a lag L ≥ 1 against the earlier steps' KL k3 at that same lag (`read_run`): a sync that stopped makes the tokens
   labelled L steps old come from ever older weights, so their KL climbs past what the run's own lag-L steps showed
   (a clean one-step-off run stays within: its KL moves with the policy's speed, by tens of percent to a few times);
 - the growth of one lag's KL over the whole run (`never_delivered`): an engine that never took an update samples from
@@ -15,8 +15,8 @@ tokens are labelled with. Each lag is read against its own kind, the run's own h
   each KL is read per unit of lr² (a step of Adam moves the policy by about lr, its KL by about lr²), which takes a
   warm-up out whether or not it has ended.
 
-The history of a lag is its earlier steps that were not themselves beyond it: an event's own steps never raise the
-bar they are held to. Readings are a step's, keyed by its run id; `read_run` walks the steps in order, so a step's
+The history of a lag is its earlier steps that were neither beyond it nor climbing away from it: an event's own steps
+never raise the bar they are held to. Readings are a step's, keyed by its run id; `read_run` walks the steps in order, so a step's
 reading depends only on the steps before it (what `watch` saw when the step arrived) except `never_delivered`, which is
 the run's (its first step is where the growth became certain).
 """
@@ -101,11 +101,6 @@ def lag_se(row: dict, lag: int) -> float:
     return se or 0.0
 
 
-def floor_kl(row: dict | None) -> float | None:
-    """The step's lag-0 KL k3 (None without lag-0 tokens)."""
-    return _num(((row or {}).get("lag_kl_k3") or {}).get("0"))
-
-
 def _series(stepped: list[dict]) -> dict[int, dict[str, float]]:
     """Per lag, each step's (run id →) value the lag is judged by: its KL k3, or per unit of lr² when every step of that
     lag ≥ 1 gives a learning rate (meta `lr`): a step of Adam moves the policy by about lr, its KL by about lr², so a
@@ -140,7 +135,8 @@ class _Lag:
     def read(self, row: dict, scaled: float, window: int) -> dict:
         if self.rise is not None and not self.rise.goes_on(scaled):
             self.rise = None
-        earlier = [p for p in self.clean if p[0]["step"] < row["step"]][-window:]
+        # the rows come in step order: only rows of this same step (several runs at one step) can be at the end
+        earlier = [p for p in self.clean[-2 * window:] if p[0]["step"] < row["step"]][-window:]
         reading = _read(row, self.lag, scaled, earlier, self.rise is not None, self.since is None, self.last)
         self.last = scaled
         status = reading["status"]
