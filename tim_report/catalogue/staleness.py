@@ -92,7 +92,7 @@ def lags_words(st: dict) -> str:
     lags = sorted(r["lag"] for r in st["by_lag"] if isinstance(r["lag"], int) and r["lag"] >= 1)
     if len(lags) == 1:
         return f"lag {fmt(lags[0])}"
-    if lags and lags == list(range(lags[0], lags[-1] + 1)):
+    if lags and lags[-1] - lags[0] == len(lags) - 1:  # distinct and sorted: contiguous (no range of 10¹⁷ built)
         return f"lags {fmt(lags[0])}–{fmt(lags[-1])}"
     return "lags " + ", ".join(fmt(x) for x in lags[:-1]) + f" and {fmt(lags[-1])}" if lags else "lag ≥ 1"
 
