@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from markupsafe import Markup
 
+from ..catalogue import kept as kept_words
 from ..catalogue import metrics as catalogue
 from ..catalogue.staleness import table_intro
 from ..config import HOT_DIFF, TREND_LOG_AXIS_SPAN, health
@@ -50,7 +51,8 @@ def run_context(report, notes_md: str | None = None, timestamp: str | None = Non
         "topk": topk_view(report), "banners": banners(report), "chain": chain_view(report), "bitwise": bitwise,
         "tables": {"envs": run_tables.env_table(report), "what_if": run_tables.what_if_table(report),
                    "by_probability": run_tables.probability_table(report), "lags": run_tables.lag_table(report),
-                   "topk": run_tables.topk_tables(report)},
+                   "topk": run_tables.topk_tables(report), "kept": run_tables.kept_table(report)},
+        "kept_intro": kept_words.intro(report.diagnosis["kept_sets"]) if (report.diagnosis or {}).get("kept_sets") else None,
         "staleness_intro": table_intro(report.staleness) if report.staleness else None,
         # the token tables' rows: samples.js beside the page, or inline in a self-contained one
         "samples_data": (Markup(samples_json(report)) if assets is None else True) if report.samples else None,

@@ -7,6 +7,7 @@ here. No statistics: the numbers come from the Report and are only formatted.
 
 from __future__ import annotations
 
+from ..catalogue import kept as kept_words
 from ..catalogue import staleness as lag_words
 from ..catalogue.numbers import fixed, fmt, pct
 from .tables import Cell, Column, Row, Table, text
@@ -90,3 +91,13 @@ def lag_table(report) -> Table | None:
                  for r in st["by_lag"])
     after = (lag_words.verdict_sentence(st) or "", lag_words.cost_sentence(st) or "")
     return Table(columns, rows, after=tuple(a for a in after if a))
+
+
+def kept_table(report) -> Table | None:
+    """The ratio over the full vocabulary and over the kept set, row by row (None: no trainer mass on kept sets)."""
+    k = (report.diagnosis or {}).get("kept_sets")
+    if not k or not k.get("kept"):
+        return None
+    columns = (Column("ratio"), *_numeric(*kept_words.COLUMNS))
+    rows = tuple(Row((Cell(name), Cell(fmt(k["full"][key])), Cell(fmt(k["kept"][key])))) for key, name in kept_words.ROWS)
+    return Table(columns, rows, after=tuple(a for a in (kept_words.after(k),) if a))
