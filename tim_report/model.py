@@ -36,6 +36,7 @@ META_KEYS = {
     "model_class": "dense or moe: which published noise band the diagnosis reads the batch against",
     "trainer_version": "the weight version the trainer holds at this step (an integer; else the step is used)",
     "ppo_clip_fraction": "the PPO clip fraction your trainer logged for this step (0 to 1; the idle-correction check)",
+    "lm_head_fp32": "rollout, trainer, both or none: the side(s) that keep the LM head (output projection) in fp32",
     "trainer_support": "full or kept: the trainer's log-probs are renormalised over each token's kept set (a replaying "
                        "trainer)",
 }
