@@ -7,6 +7,11 @@ only numerical noise. A draw picks a pair and 8 to 64 of its sequences at random
 (`analyze(scope=GATE)`) and records every finding raised as a warn or an error, and the regime. Design §11 and
 issue 38 hold each detector at or under 0.5% (tests/test_false_alarms.py asserts it on fewer draws).
 
+Each draw also says which prompts a prefix cache served (`cached_tokens`, for the stale-prefix-cache detector), in
+turn one of three ways a clean engine's hits fall: each sequence at random, whole prompts (a prompt seen before), or
+every sample of a prompt but its first (GRPO's n samples after the first computed the prompt). Nothing is stale: the
+hits are as clean as the misses.
+
     python benchmarks/bench_false_alarms.py [--draws 600] [--seed 0]
 """
 
@@ -55,8 +60,11 @@ def _from_captures(folder: Path) -> dict:
     return out
 
 
-def subset(batch, seqs: np.ndarray):
-    """The batch cut to these sequences, in the order given."""
+CACHE_SCHEMES = ("sequence", "prompt", "sample")  # how a draw's cache hits fall (the module's docstring)
+
+
+def subset(batch, seqs: np.ndarray, cached: np.ndarray | None = None):
+    """The batch cut to these sequences, in the order given (with `cached`: their cached_tokens)."""
     from tim_report.model import StepBatch
 
     parts = [np.arange(batch.offsets[i], batch.offsets[i + 1]) for i in seqs]
@@ -64,7 +72,19 @@ def subset(batch, seqs: np.ndarray):
     lengths = np.asarray([len(p) for p in parts])
     return StepBatch(rollout_logp=batch.rollout_logp[idx], trainer_logp=batch.trainer_logp[idx],
                      offsets=np.concatenate([[0], np.cumsum(lengths)]), mask=batch.mask[idx], group=batch.group[seqs],
-                     meta=batch.meta)
+                     cached_tokens=cached, meta=batch.meta)
+
+
+def cache_hits(scheme: str, group: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """A clean engine's cached_tokens for sequences of these prompt groups: 16 prompt tokens on a hit, 0 on a miss."""
+    if scheme == "sequence":
+        hit = rng.random(group.shape[0]) < 0.5
+    elif scheme == "prompt":
+        seen = {g: rng.random() < 0.5 for g in np.unique(group)}
+        hit = np.asarray([seen[g] for g in group])
+    else:  # every sample of a prompt after its first
+        hit = np.asarray([g in group[:i] for i, g in enumerate(group)])
+    return np.where(hit, 16, 0).astype(np.int64)
 
 
 def draws(n: int, seed: int, batches: dict):
@@ -85,8 +105,10 @@ def false_alarms(n: int, seed: int = 0, batches: dict | None = None) -> dict:
     batches = batches or clean_batches()
     raised: dict[str, list] = {}
     regimes: Counter = Counter()
-    for key, seqs in draws(n, seed, batches):
-        d = analyze(subset(batches[key], seqs), scope=GATE).diagnosis
+    cache_rng = np.random.default_rng([seed, 42])  # its own stream: the draws stay those of the other detectors
+    for i, (key, seqs) in enumerate(draws(n, seed, batches)):
+        cached = cache_hits(CACHE_SCHEMES[i % len(CACHE_SCHEMES)], batches[key].group[seqs], cache_rng)
+        d = analyze(subset(batches[key], seqs, cached), scope=GATE).diagnosis
         regimes[d["regime"]] += 1
         for f in d["findings"]:
             if f["severity"] in ("warn", "error"):

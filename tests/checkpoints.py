@@ -11,15 +11,12 @@ MODEL = ROOT / "models" / "tiny-qwen2"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config.json")
 
 
-def train_versions(out: Path, versions: int = 3) -> list[Path]:
-    """[v0 (the shipped model), v1, …, v_versions]: v_k is v_{k-1} after one Adam step (testing.train_versions),
-    saved in fp32 with the tokenizer beside it."""
+def save_versions(states: list[dict], out: Path) -> list[Path]:
+    """[v0 (the shipped model), v1, …]: the state dicts of testing.train_versions (v0 first) saved as folders
+    out/v1, out/v2, … in fp32 with the tokenizer beside each; v0 is models/tiny-qwen2 itself."""
     import torch
     from transformers import AutoModelForCausalLM
 
-    from tim_report.testing import train_versions as states_of
-
-    states = states_of(str(MODEL), versions=versions + 1)
     model = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float32)
     paths = [MODEL]
     for v, state in enumerate(states[1:], start=1):

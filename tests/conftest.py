@@ -52,3 +52,12 @@ def tiny_versions():
     if not (model / "model.safetensors").exists():
         pytest.skip("models/tiny-qwen2 not present")
     return train_versions(str(model))
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoints(tiny_versions, tmp_path_factory):
+    """The same four versions as checkpoint folders [models/tiny-qwen2, v1, v2, v3] (tests/checkpoints.py), for the
+    commands that load a model by its path (`capture --stale`, `rescore`)."""
+    from checkpoints import save_versions
+
+    return save_versions(tiny_versions, tmp_path_factory.mktemp("checkpoints"))

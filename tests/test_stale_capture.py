@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from checkpoints import MODEL, ROOT, train_versions
+from checkpoints import MODEL, ROOT
 from helpers import CI, one_line_exit_2, run
 
 from tim_report.io import load, save_batch
@@ -18,9 +18,9 @@ pytestmark = pytest.mark.skipif(not (MODEL / "model.safetensors").exists() and n
 
 
 @pytest.fixture(scope="module")
-def versions(tmp_path_factory):
-    """v0 (the shipped model), v1, v2, v3: each one Adam step after the one before."""
-    return train_versions(tmp_path_factory.mktemp("versions"), versions=3)
+def versions(tiny_checkpoints):
+    """v0 (the shipped model), v1, v2, v3: each one Adam step after the one before (shared per session)."""
+    return tiny_checkpoints
 
 
 def capture_args(model, out, *extra):
@@ -73,10 +73,11 @@ def test_capture_stale_bad_input(tmp_path, versions, case):
 
 
 def test_rescore_tells_which_checkpoint_a_planted_stale_rollout_came_from(tmp_path, versions):
-    """Sampled by v1, labelled as the trainer's own (v3): rescoring with v0, v1, v2 names v1."""
+    """Sampled by v1, labelled as the trainer's own (v3): rescoring with v0, then v1 and v2 into the same file, names
+    v1 (the single-checkpoint form, one call per checkpoint, reads as one call with all three)."""
     v0, v1, v2, v3 = versions
     planted = tmp_path / "planted.npz"
-    assert run(*capture_args(v3, planted, "--stale", f"0={v1}")).exit_code == 0
+    assert run(*capture_args(v3, planted, "--stale", f"0={v1}", "--trainer-version", "3")).exit_code == 0
     out = tmp_path / "rescored.npz"
     first = run("rescore", planted, "--model", v0, "--as", "v0", "-o", out)
     assert first.exit_code == 0, first.output
@@ -84,26 +85,28 @@ def test_rescore_tells_which_checkpoint_a_planted_stale_rollout_came_from(tmp_pa
     for name, ckpt in (("v1", v1), ("v2", v2)):
         res = run("rescore", out, "--model", ckpt, "--as", name, "-o", out)
         assert res.exit_code == 0, res.output
-    assert res.stdout.rstrip().endswith("nearest: v1"), res.stdout
+    assert res.stdout.splitlines()[1].startswith("  lag 0: nearest v1 (labelled v3): the engine's tokens look like v1; "
+                                                 "KL k3 against the rollout: v1 "), res.stdout
     b = load(out)
-    assert set(b.sides) == {"v0", "v1", "v2"} and b.meta["chain"] == ["rollout", "v0", "v1", "v2", "trainer"]
+    assert set(b.sides) == {"v0", "v1", "v2"} and "chain" not in b.meta  # candidates, not links
     assert b.meta["rescore"]["v1"]["model"] == str(v1) and b.meta["rescore"]["v1"]["dtype"] == "fp32"
+    assert b.meta["rescore"]["v1"]["version"] == 1
     site = tmp_path / "site"
     assert run("build", out, "-o", site, "--format", "json", "--format", "md").exit_code == 0
     summary = json.loads((site / "rescored" / "summary.json").read_text())
-    nearest = summary["chain"]["nearest"]
-    assert nearest["side"] == "v1" and [r["side"] for r in nearest["by_side"]][0] == "v1"
-    rows = {r["side"]: r["kl_k3"] for r in nearest["by_side"]}
+    (row,) = summary["rescore"]["by_lag"]
+    assert row["nearest"] == "v1" and [r["side"] for r in row["by_side"]][0] == "v1"
+    rows = {r["side"]: r["kl_k3"] for r in row["by_side"]}
     assert rows["v1"] < 1e-3 and rows["v1"] * 10 < min(rows["v0"], rows["v2"]) and rows["v1"] * 30 < rows["trainer"]
-    assert "The rollout is nearest to v1" in summary["diagnosis"]["verdict"]
-    assert "**Which weights:** The rollout is nearest to v1" in (site / "rescored" / "report.md").read_text()
+    assert "lag 0: nearest v1 (labelled v3): the engine's tokens look like v1" in summary["diagnosis"]["verdict"]
+    assert "looks like v1" in (site / "rescored" / "report.md").read_text()
 
 
 def test_rescore_of_a_synchronous_rollout_names_the_trainer_weights(tmp_path, versions):
     sync = tmp_path / "sync.npz"
     assert run(*capture_args(versions[3], sync)).exit_code == 0
     res = run("rescore", sync, "--model", versions[2], "--as", "v2", "-o", sync)
-    assert res.exit_code == 0 and res.stdout.rstrip().endswith("nearest: trainer"), res.output
+    assert res.exit_code == 0 and res.stdout.splitlines()[1].startswith("  every token: nearest the trainer; "), res.output
 
 
 def test_a_negative_stale_lag_plants_a_negative_lag_on_purpose(tmp_path, versions):
@@ -121,7 +124,8 @@ def test_rescore_with_the_trainer_own_checkpoint_is_a_tie_not_a_winner(tmp_path,
     sync = tmp_path / "sync.npz"
     assert run(*capture_args(versions[3], sync, "--max-prompts", "2", "--n-samples", "1")).exit_code == 0
     res = run("rescore", sync, "--model", versions[3], "--as", "v3", "-o", sync)
-    assert res.exit_code == 0 and res.stdout.rstrip().endswith("nearest: v3 and the trainer tie"), res.output
+    assert res.exit_code == 0, res.output
+    assert res.stdout.splitlines()[1].startswith("  every token: v3 and the trainer tie: these tokens cannot tell"), res.output
 
 
 @pytest.mark.parametrize("case", ["no_tokens", "no_prompts", "no_checkpoint", "bad_name", "fixed_name", "not_npz",

@@ -11,6 +11,8 @@ inside a training loop (tim_report.io.save_step; docs/integrations.md has each f
 
     tim_report.save_step("tim_steps/", rollout_logp, trainer_logp, mask=loss_mask, step=step, rank=rank)
     tim_report.save_step(..., background=True)  # the disk left to a thread (or background=tim_report.StepWriter())
+    d = tim_report.weight_digest(engine_model, "bf16", since=d, version=v)  # the weights as the engine holds them
+    tim_report.save_step(..., engine_digest=d, trainer_digest=t)           # the sync's round trip (docs/sync.md)
 
 and for kernel and engine test suites (tim_report.assertions, tim_report.capture.score):
 
@@ -25,7 +27,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 __all__ = ["StepWriter", "__version__", "analyze", "assert_layers_match", "assert_logprobs_match", "bisect_models", "compare",
-           "load", "read_site", "save_step", "score_logprobs"]
+           "load", "read_site", "save_step", "score_logprobs", "weight_digest"]
 
 
 def __getattr__(name: str):
@@ -50,6 +52,10 @@ def __getattr__(name: str):
         from .io.save_step import save_step
 
         return save_step
+    if name == "weight_digest":
+        from .io.weights import weight_digest  # torch: only when a digest is made
+
+        return weight_digest
     if name == "read_site":
         from .frames import read_site
 

@@ -36,6 +36,8 @@ META_KEYS = {
     "model_class": "dense or moe: which published noise band the diagnosis reads the batch against",
     "trainer_version": "the weight version the trainer holds at this step (an integer; else the step is used)",
     "ppo_clip_fraction": "the PPO clip fraction your trainer logged for this step (0 to 1; the idle-correction check)",
+    "engine_digest": "the engine's weight digest: VERSION:DTYPE:SHA256[:CHANGED_SHARE[:SINCE]], several joined by ','",
+    "trainer_digest": "the trainer's weights cast to the engine's dtype, digested the same way (docs/sync.md)",
     "lm_head_fp32": "rollout, trainer, both or none: the side(s) that keep the LM head (output projection) in fp32",
     "trainer_support": "full or kept: the trainer's log-probs are renormalised over each token's kept set (a replaying "
                        "trainer)",
@@ -70,6 +72,82 @@ def version_int(value: object) -> int | None:
     """A weight version or lag written as text ("3", "-1") → int; None for anything else ("--3", "³", "1e3", a
     20-digit number): the ASCII digits int() takes, and no more than an int64 difference can hold."""
     return int(value) if isinstance(value, str) and _VERSION_TEXT.fullmatch(value.strip()) else None
+
+# The weight digests a step may carry (docs/sync.md): meta[side + "_digest"], each a list of records
+#   {"version": int, "dtype": "bf16" | "fp16" | "fp32", "digest": 64 hex digits,
+#    "changed_share": share of elements whose value changed since version `since` (or null), "since": int or null}
+# written by save_step, `--meta engine_digest=5:bf16:<sha256>:0.0153:4` or a framework's dump.
+DIGEST_SIDES = ("engine", "trainer")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def digest_records(value: Any) -> tuple[list[dict], str | None]:
+    """A meta digest value (one record, a list of them, or their text form) → (the records, None), or ([], what is
+    wrong with it): a version that is not an integer ≥ 0 (model.version_int's rule), a dtype outside
+    config.sync.DIGEST_DTYPES, a digest that is not 64 hex digits, a share outside [0, 1], too many records."""
+    from .config.sync import DIGEST_DTYPES, MAX_DIGEST_RECORDS
+
+    if isinstance(value, str):
+        if len(value) > MAX_DIGEST_RECORDS * 120:
+            return [], f"is {len(value):,} characters long: not digest records"
+        value = [_digest_text(part) for part in value.split(",") if part.strip()]
+    items = value if isinstance(value, list) else [value]
+    if not items or len(items) > MAX_DIGEST_RECORDS:
+        return [], f"holds {len(items)} records (expected 1 to {MAX_DIGEST_RECORDS})"
+    out = []
+    for item in items:
+        if not isinstance(item, dict):
+            return [], f"holds {str(item)[:40]!r}: expected VERSION:DTYPE:SHA256[:CHANGED_SHARE[:SINCE]]"
+        version, since = _digest_version(item.get("version")), _digest_version(item.get("since"))
+        digest, dtype, share = item.get("digest"), item.get("dtype"), item.get("changed_share")
+        if version is None:
+            return [], f"has version {str(item.get('version'))[:40]!r}: expected an integer version (0 or more)"
+        if not (isinstance(dtype, str) and dtype in DIGEST_DTYPES):
+            return [], f"has dtype {str(dtype)[:40]!r}: expected one of {', '.join(DIGEST_DTYPES)}"
+        if not (isinstance(digest, str) and _HEX64.fullmatch(digest)):
+            return [], f"has digest {str(digest)[:40]!r}: expected a sha256 in 64 lower-case hex digits"
+        if item.get("since") is not None and since is None:
+            return [], f"has since {str(item.get('since'))[:40]!r}: expected an integer version (0 or more)"
+        if share is not None and (isinstance(share, (bool, np.bool_)) or not isinstance(share, (int, float, np.number))
+                                  or not 0 <= share <= 1):
+            return [], f"has changed_share {str(share)[:40]!r}: expected a share between 0 and 1"
+        out.append({"version": version, "dtype": dtype, "digest": digest,
+                    "changed_share": None if share is None else float(share), "since": since})
+    return out, None
+
+
+def digest_text(record: dict) -> str:
+    """A record in the text form `--meta` takes: VERSION:DTYPE:SHA256[:CHANGED_SHARE[:SINCE]]."""
+    tail = []
+    if record.get("changed_share") is not None:
+        tail = [repr(float(record["changed_share"]))] + ([str(record["since"])] if record.get("since") is not None else [])
+    return ":".join([str(record["version"]), record["dtype"], record["digest"], *tail])
+
+
+def _digest_text(text: str) -> dict | str:
+    """One record's text form → its fields (checked by digest_records); the text itself when it has not 3 to 5 parts."""
+    parts = text.strip().split(":")
+    if not 3 <= len(parts) <= 5:
+        return text.strip()
+    share: Any = None
+    if len(parts) > 3 and parts[3] not in ("", "?"):
+        try:
+            share = float(parts[3])
+        except ValueError:
+            share = parts[3]
+        share = share if share == share else parts[3]  # NaN is no share
+    return {"version": parts[0], "dtype": parts[1].lower(), "digest": parts[2].lower(), "changed_share": share,
+            "since": parts[4] if len(parts) > 4 and parts[4] else None}
+
+
+def _digest_version(v: Any) -> int | None:
+    """A digest's version: an int or ASCII digits (version_int), 0 or more; None for anything else."""
+    if isinstance(v, str):
+        v = version_int(v)
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or not 0 <= v < 10**VERSION_DIGITS:
+        return None
+    return int(v)
+
 
 # What a reader may count in StepBatch.problems, and how a report says it.
 INPUT_PROBLEMS = {
@@ -125,6 +203,9 @@ class StepBatch:
     # [T] int64, the version that generated each token where the framework records it (slime / miles: one per generate
     # call; Megatron: its per-token lag converted); UNKNOWN_VERSION where unknown
     token_version: np.ndarray | None = None
+    # [N] int64, the prompt tokens the rollout engine served from its prefix cache (vLLM's RequestOutput.num_cached_tokens,
+    # SGLang's meta_info cached_tokens): a cache hit is > 0; a KV cache computed by older weights shows there first
+    cached_tokens: np.ndarray | None = None
     env: np.ndarray | None = None  # [N] str, environment name
     # The k most likely tokens at each position and their log-probs, per side ([T, k], best first; capture
     # --top-k-logprobs). The rollout's are the sampler's distribution (processed, like rollout_logp).
@@ -217,6 +298,8 @@ class BatchReport:
     topk: dict | None = None  # the two sides' top-k distributions compared (analysis/topk.py); absent with a reason
     chain: dict | None = None  # the sides as a chain, each link's share (analysis/chain.py); None: no side beyond the pair
     staleness: dict | None = None  # the split by weight-version lag (analysis/lag/split.py); None: no version at all
+    rescore: dict | None = None  # which weights sampled each lag bucket (analysis/lag/rescored.py); None: none rescored
+    sync: dict | None = None  # the weight digests' round trip (analysis/lag/digests.py); None: no digest at all
     samples: list = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
 
@@ -224,7 +307,7 @@ class BatchReport:
         """Every field but the samples, schema version first. Shallow: the values are the BatchReport's own (a deep
         copy of a 16M-token report's distributions cost a fifth of a second per page), so read, don't modify."""
         d = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("samples", "schema_version")}
-        for key in ("chain", "staleness"):  # a batch of two sides, or without versions: summary.json as before
+        for key in ("chain", "staleness", "rescore", "sync"):  # two sides, no versions, none rescored, no digests
             if d[key] is None:
                 del d[key]
         return {"schema_version": self.schema_version, **d}
@@ -270,7 +353,8 @@ _ROW_VERDICT = {"routing": "counts", "routing_unit": "text", "regime": "text?", 
                 "blocked_by_bug": "bool",
                 "excluded_tokens": "number", "input_problems": "number", "input_problem_kinds": "texts",
                 "data_problems": "number", "health": "text", "env_kl_k3": "counts",
-                "lag_mix": "counts", "lag_kl_k3": "counts", "floor_kl_k3_se": "number?", "staleness_share": "number?"}
+                "lag_mix": "counts", "lag_kl_k3": "counts", "floor_kl_k3_se": "number?", "staleness_share": "number?",
+                "weight_digests": "digests"}
 
 
 def run_row_fields() -> dict[str, str]:
@@ -302,6 +386,11 @@ def _is_kind(v: Any, kind: str, optional: bool) -> bool:
         return isinstance(v, bool)
     if kind == "texts":
         return isinstance(v, list) and all(isinstance(x, str) for x in v)
+    if kind == "digests":  # the step's weight digests, each a record with its side (docs/sync.md)
+        if not isinstance(v, list) or not all(isinstance(x, dict) and x.get("side") in DIGEST_SIDES for x in v):
+            return False
+        sides = [[{k: y for k, y in x.items() if k != "side"} for x in v if x["side"] == side] for side in DIGEST_SIDES]
+        return all(not recs or digest_records(recs)[1] is None for recs in sides)
     if kind == "counts":
         return isinstance(v, dict) and all(isinstance(k, str) and (x is None or _is_kind(x, "number", False))
                                            for k, x in v.items())

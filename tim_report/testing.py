@@ -312,19 +312,23 @@ def _train(auto_model: Any, auto_tokenizer: Any, model_dir: str, versions: int, 
 
 def sample_versioned_batch(states: list[dict], lags: list[int], model_dir: str = TINY_MODEL, new_tokens: int = 48,
                            seqs_per_lag: int = 8, stuck_at: int | None = None, rollout_dtype: str = "bf16",
-                           label_lags: list[int] | None = None, seed: int = 0) -> StepBatch:
+                           label_lags: list[int] | None = None, seed: int = 0,
+                           sampled_by: list[int] | None = None) -> StepBatch:
     """Tokens sampled by real older versions, scored by the newest in fp32: for each lag L in `lags`, `seqs_per_lag`
     sequences sampled (temperature 1, no truncation) by version newest − L in `rollout_dtype`, with that engine's
     log-probs as the rollout side and the newest version's fp32 log-probs as the trainer's. `weight_version` labels
     each sequence with its version (or, with `label_lags`, the lag written instead of the real one: a mislabelled
     batch) and `meta["trainer_version"]` is the newest. `stuck_at=V`: the engine never received weights after version
-    V (every sequence sampled by V, whatever its label says)."""
+    V (every sequence sampled by V, whatever its label says); `sampled_by`: the version that really samples each lag's
+    sequences (one bucket planted from another version, the others honest). `prompt_ids` holds each sequence's
+    prompt, so `rescore` can score the batch again."""
     with _one_thread():
-        return _sample(states, lags, model_dir, new_tokens, seqs_per_lag, stuck_at, rollout_dtype, label_lags, seed)
+        by = sampled_by or [stuck_at if stuck_at is not None else len(states) - 1 - lag for lag in lags]
+        return _sample(states, lags, model_dir, new_tokens, seqs_per_lag, by, rollout_dtype, label_lags, seed)
 
 
 def _sample(states: list[dict], lags: list[int], model_dir: str, new_tokens: int, seqs_per_lag: int,
-            stuck_at: int | None, rollout_dtype: str, label_lags: list[int] | None, seed: int) -> StepBatch:
+            sampled_by: list[int], rollout_dtype: str, label_lags: list[int] | None, seed: int) -> StepBatch:
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -336,8 +340,7 @@ def _sample(states: list[dict], lags: list[int], model_dir: str, new_tokens: int
     labels = label_lags if label_lags is not None else lags
     seqs, rollout, versions = [], [], []
     with torch.no_grad():
-        for lag, label in zip(lags, labels):
-            version = stuck_at if stuck_at is not None else newest - lag
+        for label, version in zip(labels, sampled_by):
             model.load_state_dict(states[version])
             engine = model.to(dtype=dtype)
             x = torch.randint(3, 200, (seqs_per_lag, 4), generator=gen)  # short random prompts
@@ -362,7 +365,68 @@ def _sample(states: list[dict], lags: list[int], model_dir: str, new_tokens: int
     return StepBatch(rollout_logp=rollout_np, trainer_logp=trainer.reshape(-1).double().numpy(),
                      offsets=np.arange(n + 1, dtype=np.int64) * new_tokens, mask=np.ones(n * new_tokens, bool),
                      token_ids=ids[:, 4:].reshape(-1).numpy().astype(np.int64),
+                     prompt_ids=[p.astype(np.int64) for p in ids[:, :4].numpy()],
                      weight_version=np.asarray(versions, dtype=str),
                      meta={"model": "tiny-qwen2", "rollout_engine": "transformers", "rollout_dtype": rollout_dtype,
                            "trainer_engine": "transformers", "trainer_dtype": "fp32", "trainer_version": newest,
                            "step": newest})
+
+
+def sample_prefix_cached_batch(states: list[dict], cache_version: int | None, model_dir: str = TINY_MODEL,
+                               n_seqs: int = 32, prompt_len: int = 32, new_tokens: int = 32, rollout_dtype: str = "bf16",
+                               seed: int = 0) -> StepBatch:
+    """An engine with a prefix cache, on real versions: every sequence is sampled (temperature 1) by the newest version
+    in `rollout_dtype` and scored by it in fp32 as the trainer; every other one (a hit) reads its prompt's KV from the
+    cache, computed by version `cache_version` (None: the newest, a cache reset at the sync), the rest compute it
+    afresh. `cached_tokens` is the prompt length less its last token (which an engine always recomputes), or 0."""
+    with _one_thread():
+        return _sample_cached(states, cache_version, model_dir, n_seqs, prompt_len, new_tokens, rollout_dtype, seed)
+
+
+def _sample_cached(states: list[dict], cache_version: int | None, model_dir: str, n_seqs: int, prompt_len: int,
+                   new_tokens: int, rollout_dtype: str, seed: int) -> StepBatch:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    newest = len(states) - 1
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[rollout_dtype]
+    gen = torch.Generator().manual_seed(seed)
+    model: Any = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    hit = np.arange(n_seqs) % 2 == 0
+    prompts = torch.randint(3, 200, (n_seqs, prompt_len), generator=gen)
+    seqs, rollout = [], []
+    with torch.no_grad():
+        for rows in (np.flatnonzero(hit), np.flatnonzero(~hit)):
+            x, past, step_in = prompts[rows], None, prompts[rows]
+            if hit[rows[0]]:  # the prompt less its last token, from the cache: computed by the cache's version
+                model.load_state_dict(states[newest if cache_version is None else cache_version])
+                past = model.to(dtype=dtype)(input_ids=x[:, :-1], use_cache=True).past_key_values
+                model.to(dtype=torch.float32)
+                step_in = x[:, -1:]
+            model.load_state_dict(states[newest])
+            engine, logps = model.to(dtype=dtype), []
+            for _ in range(new_tokens):
+                out = engine(input_ids=step_in, past_key_values=past, use_cache=True)
+                past = out.past_key_values
+                logp = torch.log_softmax(out.logits[:, -1].float(), dim=-1)
+                step_in = torch.multinomial(logp.exp(), 1, generator=gen)
+                logps.append(logp.gather(1, step_in))
+                x = torch.cat([x, step_in], dim=1)
+            model.to(dtype=torch.float32)
+            seqs.append(x)
+            rollout.append(torch.cat(logps, dim=1))
+        ids = torch.cat(seqs)
+        trainer = torch.log_softmax(model(input_ids=ids).logits[:, prompt_len - 1:-1].float(), dim=-1).gather(
+            2, ids[:, prompt_len:, None])[..., 0]
+    order = np.concatenate([np.flatnonzero(hit), np.flatnonzero(~hit)])
+    return StepBatch(rollout_logp=torch.cat(rollout).reshape(-1).double().numpy(),
+                     trainer_logp=trainer.reshape(-1).double().numpy(),
+                     offsets=np.arange(n_seqs + 1, dtype=np.int64) * new_tokens, mask=np.ones(n_seqs * new_tokens, bool),
+                     token_ids=ids[:, prompt_len:].reshape(-1).numpy().astype(np.int64),
+                     prompt_ids=[p.numpy().astype(np.int64) for p in ids[:, :prompt_len]],
+                     cached_tokens=np.where(hit[order], prompt_len - 1, 0).astype(np.int64),
+                     weight_version=np.full(n_seqs, str(newest)),
+                     meta={"model": "tiny-qwen2", "rollout_engine": "transformers", "rollout_dtype": rollout_dtype,
+                           "trainer_engine": "transformers", "trainer_dtype": "fp32", "trainer_version": newest,
+                           "step": newest, "prefix_cache": "clean (reset at the sync)" if cache_version is None
+                           else f"computed by version {cache_version}"})

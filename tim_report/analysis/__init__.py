@@ -12,7 +12,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ..catalogue import chain as chain_words
+from ..catalogue import rescore as rescore_words
 from ..catalogue import staleness as lag_words
+from ..catalogue import sync as sync_words
 from ..config import GROUP_TABLE_ROWS, THREAD_MIN_TOKENS, DiagnosisThresholds, Thresholds
 from ..model import BatchReport, StepBatch, version_int
 from . import breakdowns as bd
@@ -20,6 +22,8 @@ from .consequence import glance_of
 from .corrections import blocked_by_bug, routing, what_if
 from .diagnosis import diagnose
 from .distributions import distributions
+from .lag.digests import sync_records
+from .lag.rescored import weights_by_lag
 from .lag.split import split
 from .lag.versions import has_versions, trainer_version
 from .metrics import LADDERS, summary_metrics
@@ -63,6 +67,8 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
         side = pool.submit(side_families, batch, tok, th) if big else None
         metrics = summary_metrics(tok, th, scope.ladders, scope.pages)
         given = {"staleness": stale.result()} if stale is not None else {}
+        if (weights := weights_by_lag(batch, tok)) is not None:
+            given["rescore"] = weights  # which weights sampled each lag bucket: the stale-weights finding cites it
         diagnosis = diagnose(batch, tok, metrics, diagnosis_thresholds, th, given)
         families = side.result() if side is not None else side_families(batch, tok, th)
     groups, envs = families.pop("by_group"), families.pop("by_env")
@@ -87,10 +93,16 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
     if report.chain is not None and (sentence := chain_words.verdict_sentence(report.chain)):
         report.diagnosis["verdict"] = f"{report.diagnosis['verdict']} {sentence}"  # the verdict names the leading link
     report.staleness = report.diagnosis.pop("staleness", None)  # summary.json's own `staleness`
+    report.sync = report.diagnosis.pop("sync", None)  # summary.json's own `sync`: the weight digests' round trip
+    if report.sync is not None:
+        report.sync["line"] = sync_words.sync_line(report.sync)
     if (sentence := lag_words.verdict_sentence(report.staleness)) is not None:
         report.diagnosis["verdict"] = f"{report.diagnosis['verdict']} {sentence}"  # which dominates: staleness or numerics
     if report.diagnosis.get("regime_basis") == "lag_0" and (cost := lag_words.cost_sentence(report.staleness or {})):
         report.diagnosis["verdict"] += f" {cost}"  # judged on lag 0: what the lag costs is the rest of the story
+    report.rescore = given.get("rescore")
+    if (sentence := rescore_words.verdict_sentence(report.rescore)) is not None:
+        report.diagnosis["verdict"] += f" {sentence}"  # which weights the engine used, lag bucket by lag bucket
     leads = any(f["severity"] != "info" for f in report.diagnosis.get("findings") or [])
     if not leads and (check := lag_words.staleness_check(report.staleness)) is not None:
         report.diagnosis["what_to_check"] = check  # beyond noise by staleness alone: the lag, not an engine, to look at
@@ -129,7 +141,8 @@ def run_info(batch: StepBatch, run_id: str | None) -> dict:
         "source": meta.get("source"),
         "meta": meta,
         "notes": list(batch.notes) + ([lag_words.invalid_trainer_note(meta["trainer_version"])]
-                                      if trainer_version(meta)[1] == "invalid" else []),
+                                      if trainer_version(meta)[1] == "invalid" else [])
+        + [sync_words.invalid_note(side, problem) for side, problem in sync_records(meta)["problems"].items()],
         "available": {
             "token_ids": batch.token_ids is not None,
             "token_text": batch.token_text is not None or batch.decoder is not None,
@@ -141,6 +154,7 @@ def run_info(batch: StepBatch, run_id: str | None) -> dict:
             "turns": batch.turn is not None,
             "weight_versions": batch.weight_version is not None,
             "token_versions": batch.token_version is not None,
+            "cached_tokens": batch.cached_tokens is not None,
             "env": batch.env is not None,
         },
         "weight_versions": weight_versions(batch),

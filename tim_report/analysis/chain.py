@@ -2,7 +2,8 @@
 
 A batch may carry, beside the sampler's (rollout) and the trainer's log-probs, the engine re-scoring its own tokens
 (recompute), the trainer in the rollout's precision (shadow), the training forward (train) and sides of other names,
-in a declared order (StepBatch.chain_order). Over the tokens every side scores validly, with δ_k = side_{k+1} − side_k
+in a declared order (StepBatch.chain_order); sides `rescore` added are candidates for the weights that sampled, read
+by analysis/lag/rescored.py, never links. Over the tokens every side scores validly, with δ_k = side_{k+1} − side_k
 per link and δ_end = last − first,
 
     δ_end = Σ_k δ_k                      per token, exactly: every link's mean δ adds up to the end-to-end mean δ
@@ -17,14 +18,13 @@ read from them. The leading link is the one with the largest share; when the lin
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ..catalogue import chain as words
 from ..catalogue import findings
-from ..config import NEAREST_TIE_SE, SAFETY_BOUND
+from ..config import SAFETY_BOUND
 from ..model import StepBatch
+from .lag.rescored import rescored_names
 from .registry import Scene, detector
 from .stats import dot, k3_per_token
 from .tokens import Tokens, third_side
@@ -37,7 +37,8 @@ PAIR = ("rollout", "trainer")
 def chain_analysis(batch: StepBatch, tok: Tokens) -> dict | None:
     """The chain's links and shares; None for a batch of the two sides (with a shadow alone: the precision gap's
     section says the same split)."""
-    names = batch.chain_order()
+    rescored = set(rescored_names(batch))  # candidates for the weights that sampled (lag/rescored.py), not links
+    names = [n for n in batch.chain_order() if n not in rescored]
     if not [n for n in names if n not in (*PAIR, "shadow")]:
         return None
     values, ok, left_out = [], np.ones(tok.n, bool), {}
@@ -60,9 +61,6 @@ def chain_analysis(batch: StepBatch, tok: Tokens) -> dict | None:
         values = [(n, v[ok]) for n, v in values]
     seq, index = tok.seq[ok], tok.index[ok]
     out = _links(values, seq, index - tok.batch_offsets[seq], batch)
-    rescored = [n for n, _ in values if n in (batch.meta.get("rescore") or {})]
-    if rescored:
-        out["nearest"] = nearest_to_rollout(values, rescored, batch.meta["rescore"], seq)
     out["left_out"] = left_out
     out["tokens_without_every_side"] = int((~ok).sum())
     return out
@@ -83,51 +81,6 @@ def _links(values: list[tuple[str, np.ndarray]], seq: np.ndarray, pos: np.ndarra
             "links": links, "end_to_end": end_numbers, "leading": _leading(links),
             "additivity": {"bias_links": float(sum(x["bias"] for x in links)), "bias_end": end_numbers["bias"],
                            "shares": float(sum(x["share"] for x in links)) if end_sq > 0 else None}}
-
-
-def nearest_to_rollout(values: list[tuple[str, np.ndarray]], rescored: list[str], how: dict,
-                       seq: np.ndarray) -> dict:
-    """Which side the rollout is nearest to (the smallest mean δ² of side − rollout): with checkpoints rescored
-    (`tim-report rescore`), the weights the engine most likely sampled with. The rescored sides and the trainer are
-    ranked (an engine re-score holds the sampler's own weights, whatever they were: not a candidate). Sides the
-    tokens cannot tell from the nearest (a paired difference within NEAREST_TIE_SE standard errors, clustered by sequence;
-    identical sides exactly) tie with it: `tied` lists them all, and `side` is None rather than one of them."""
-    rollout = values[0][1]
-    rows, sq = [], {}
-    for name, v in values[1:]:
-        if name not in rescored and name != "trainer":
-            continue
-        d = v - rollout
-        n = max(d.size, 1)
-        sq[name] = d * d
-        row = {"side": name, "mean_sq": float(dot(d, d)) / n, "abs_mean": float(np.abs(d).sum()) / n,
-               "kl_k3": float(k3_per_token(np.clip(d, -SAFETY_BOUND, SAFETY_BOUND)).sum()) / n}
-        if name in rescored and isinstance(how.get(name), dict):
-            row["model"] = how[name].get("model")
-        rows.append(row)
-    rows.sort(key=lambda r: r["mean_sq"])
-    best = rows[0]["side"]
-    tied = [r["side"] for r in rows if r["side"] == best or _ties(sq[r["side"]] - sq[best], seq)]
-    return {"side": best if len(tied) == 1 else None, "tied": tied if len(tied) > 1 else [], "by_side": rows,
-            "rescored": rescored,
-            "rule": "the side with the smallest mean (side − rollout)² over the chain's tokens; sides whose mean "
-                    f"differs from it by at most {NEAREST_TIE_SE:g} standard errors (paired, clustered by sequence) tie"}
-
-
-def _ties(diff: np.ndarray, seq: np.ndarray) -> bool:
-    """Whether a paired per-token difference is within NEAREST_TIE_SE standard errors of 0 (the error clustered by
-    sequence: a sequence's tokens move together); an all-zero difference (identical sides) always ties."""
-    n = diff.size
-    if n == 0 or not diff.any():
-        return True
-    mean = float(diff.mean())
-    groups = np.unique(seq, return_inverse=True)[1]
-    k = int(groups.max()) + 1
-    if k < 2:
-        return False
-    resid = np.bincount(groups, weights=diff - mean, minlength=k)
-    se = math.sqrt(k / (k - 1) * float(dot(resid, resid))) / n
-    return abs(mean) <= NEAREST_TIE_SE * se
 
 
 def numbers(d: np.ndarray, seq: np.ndarray, pos: np.ndarray, batch: StepBatch) -> dict:

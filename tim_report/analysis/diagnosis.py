@@ -30,7 +30,7 @@ from ..model import StepBatch
 from . import chain, detectors, duplicates, floor, head, kept, localise, precision_gap, routes, usable  # noqa: F401  (importing one registers its detectors)
 from .bands import apply_band, band_summary, choose_band
 from .consequence import consequence, fault_side, side_test
-from .lag import alignment  # noqa: F401  (registers its detector)
+from .lag import alignment, cache, digests  # noqa: F401  (register the version alignment, prefix-cache and sync detectors)
 from .lag import findings as lag_findings  # registers the lag detectors
 from .registry import DETECTORS, Scene
 from .stats import exp_or_inf

@@ -83,7 +83,15 @@ def run_row(report: Any) -> dict:
         "health": health(finite(m.get("ess"))),
         "env_kl_k3": env_kl_k3(report),
         **lag_fields(report),
+        "weight_digests": weight_digests(report),
     }
+
+
+def weight_digests(report: Any) -> list[dict]:
+    """The step's weight digests, each with its side ([] without any): what the run view's sync check reads across
+    steps (analysis/lag/digests.run_sync_findings)."""
+    st = (report.get("sync") if isinstance(report, dict) else getattr(report, "sync", None)) or {}
+    return [{"side": side, **r} for side in ("engine", "trainer") for r in st.get(side) or []]
 
 
 def lag_fields(report: Any) -> dict:

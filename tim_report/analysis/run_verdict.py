@@ -17,6 +17,7 @@ from ..catalogue import run_words as words
 from ..catalogue.verdicts import REGIMES
 from ..config import CHANGE_POINT_MIN_SIZE, RUN_VERDICT_SHARE, SEVERITIES
 from .drift import run_shapes
+from .lag.digests import run_sync_findings, sync_leads
 from .lag.history import lag_only
 
 
@@ -86,12 +87,13 @@ def run_verdict(rows: list[dict]) -> dict | None:
         [(s.step, s.regime) for s in stretch if s.regime != current])
     carried = [s.step for s in states if s.carried]
     lag_note = [words.lag_only_note(carried[0], carried[-1], len(carried))] if carried else []
-    return {"regime": current, "since_step": stretch[0].step, "since_run": stretch[0].run, "steps": len(states),
-            "stretch_steps": len(stretch), "lead": top[0][0] if top else None,
-            "verdict": " ".join([sentence, *lag_note] + [f["title"] + "." for f in alarms]),
-            "what_to_check": alarms[0]["what_to_check"] if alarms else None, "findings": findings,
-            "regimes": dict(Counter(s.regime for s in states)),
-            **({"lag_only_steps": carried} if carried else {})}  # read as the steps before them: their lag, not numerics
+    verdict = {"regime": current, "since_step": stretch[0].step, "since_run": stretch[0].run, "steps": len(states),
+               "stretch_steps": len(stretch), "lead": top[0][0] if top else None,
+               "verdict": " ".join([sentence, *lag_note] + [f["title"] + "." for f in alarms]),
+               "what_to_check": alarms[0]["what_to_check"] if alarms else None, "findings": findings,
+               "regimes": dict(Counter(s.regime for s in states)),
+               **({"lag_only_steps": carried} if carried else {})}  # read as the steps before them: their lag
+    return sync_leads(verdict)  # a sync fault the weight digests show leads (analysis/lag/digests.py)
 
 
 def _earlier(before: list[State]) -> list[tuple[str, int | float, int | float, int]]:
@@ -124,6 +126,7 @@ def _run_findings(rows: list[dict], states: list[State]) -> list[dict]:
             if lead:
                 context["explained_by"] = lead[0]
         out.append(words.make_run_finding(id_, evidence, **context))
+    out += run_sync_findings(rows)
     return sorted(out, key=lambda f: -SEVERITIES.index(f["severity"]))
 
 

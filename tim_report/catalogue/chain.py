@@ -104,37 +104,9 @@ def verdict_sentence(chain: dict) -> str | None:
         return f"Along the chain {path} no token differs on any link."
     link = next(x for x in chain["links"] if x["label"] == lead)
     if link["share"] is None:
-        text = f"Along the chain {path} the links cancel end to end; the {lead} link differs most."
-    else:
-        text = (f"Along the chain {path}, the {lead} link ({link_words(link['from'], link['to'])[0]}) carries "
-                f"{pct(link['share'])} of the end-to-end mismatch.")
-    near = nearest_sentence(chain.get("nearest"))
-    return f"{text} {near}" if near else text
-
-
-def tie_words(tied: list[str]) -> str:
-    """'v0 and the trainer tie' / 'v0, v1 and the trainer tie': the sides the rollout is equally near to."""
-    names = [("the trainer" if n == "trainer" else n) for n in tied]
-    return f"{', '.join(names[:-1])} and {names[-1]} tie"
-
-
-def nearest_sentence(nearest: dict | None) -> str | None:
-    """Which weights the rollout is nearest to, once checkpoints were rescored (`tim-report rescore`)."""
-    if not nearest:
-        return None
-    if nearest.get("tied"):
-        kls = "; ".join(f"{r['side']} {fmt(r['kl_k3'])}" for r in nearest["by_side"])
-        return (f"Nearest: {tie_words(nearest['tied'])} (the rollout is as near to each within their standard errors; "
-                f"KL k3 against the rollout: {kls}), so these tokens cannot tell which weights the engine sampled with.")
-    rows = {r["side"]: r for r in nearest["by_side"]}
-    best, trainer = rows[nearest["side"]], rows.get("trainer")
-    others = "; ".join(f"{r['side']} {fmt(r['kl_k3'])}" for r in nearest["by_side"][1:])
-    if best["side"] == "trainer":
-        return (f"Of the rescored checkpoints and the trainer, the rollout is nearest to the trainer's weights "
-                f"(KL k3 {fmt(best['kl_k3'])} against the rollout; {others}).")
-    return (f"The rollout is nearest to {best['side']} (KL k3 {fmt(best['kl_k3'])} against the rollout; {others}): "
-            f"of these, {best['side']}'s weights are the likeliest the engine sampled with"
-            + (", not the trainer's." if trainer is not None else "."))
+        return f"Along the chain {path} the links cancel end to end; the {lead} link differs most."
+    return (f"Along the chain {path}, the {lead} link ({link_words(link['from'], link['to'])[0]}) carries "
+            f"{pct(link['share'])} of the end-to-end mismatch.")
 
 
 def exact_line(gate: dict) -> str:

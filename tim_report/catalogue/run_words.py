@@ -12,6 +12,7 @@ from typing import Any
 
 from ..config import SEVERITIES, DiagnosisThresholds
 from .findings import FINDINGS, Finding, Words
+from .findings.lag import SYNC_ENTRIES
 from .numbers import fmt, plain, times
 
 REGIME_WORDS = {"identical": "identical", "numerical_noise": "numerical noise", "elevated": "elevated",
@@ -100,6 +101,7 @@ RUN_FINDINGS: dict[str, Finding] = {f.id: f for f in (
         lambda w: "Check what happened at those steps (a resume, an engine restart, a checkpoint load); sync the "
                   "weights to the engine before the first rollout after a resume and compare the engine's weight version "
                   "with the trainer's on those steps."),
+    *SYNC_ENTRIES,  # the weight digests of every step read together (analysis/lag/digests.run_sync_findings)
 )}
 
 

@@ -127,6 +127,9 @@ def stale_title(w: Words) -> str:
     elif w.get("older_kl_k3_low") is not None:
         like = (f"; the older lags do not rise with their lag either (KL k3 {fmt(w['older_kl_k3_low'])} to "
                 f"{fmt(w['older_kl_k3_high'])}): one old version may have sampled every bucket")
+    if w.get("rescored_looks_like_version") is not None:  # a rescore of checkpoints measured it: no inference from KL
+        like = (f"; rescored, they are labelled v{w['labelled_version']} and look like "
+                f"v{w['rescored_looks_like_version']}")
     return (f"Stale weights: tokens labelled lag 0 disagree {times(w['times_band'])} beyond the {w['band']} noise band "
             f"(KL k3 {fmt(w['kl_k3'])}, mean |δ| {fmt(w['mean_abs_delta'])} over {fmt(w['tokens'])} tokens){like}")
 
@@ -192,3 +195,23 @@ IDLE_CAUSE = ("The clip never fired although the rollout and the trainer disagre
               "so neither staleness nor the engine mismatch is corrected (SkyRL #1850: staleness 4, clip fraction 0).")
 IDLE_CHECK = ("Use the rollout engine's log-probs as the behaviour policy in the ratio (or add a TIS / MIS correction "
               "between rollout and trainer), and log the clip fraction of that ratio.")
+
+
+def cache_intro(pc: dict) -> str:
+    """The sentence over the prefix-cache table: what a hit is, and how many there were."""
+    return (f"A hit is a sequence whose prompt the rollout engine served, in part or whole, from its prefix cache "
+            f"(`cached_tokens` > 0: {fmt(pc['hit']['sequences'])} of {fmt(pc['hit']['sequences'] + pc['miss']['sequences'])} "
+            f"sequences, {fmt(pc['cached_tokens'])} prompt tokens in all); a miss computed its prompt afresh. The same "
+            "engine, precision and step: a cache kept across a weight update shows as hits that disagree beyond the "
+            "misses.")
+
+
+def cache_sentence(pc: dict) -> str:
+    """The line under the table: the hits' mean |δ| against the misses', and what the finding needs."""
+    if pc.get("z") is None:
+        side = "hit" if not pc["hit"]["tokens"] else "miss"
+        return f"Every sequence is a {'miss' if side == 'hit' else 'hit'}: no {side} to compare with."
+    ratio = f"{times(pc['ratio'])} the misses'" if pc.get("ratio") is not None else "against none"
+    return (f"Mean |δ| of the hits: {ratio} (z = {fmt(pc['z'], 2)}); a stale cache is named from z ≥ "
+            f"{fmt(pc['threshold_z'])} and {times(pc['threshold_ratio'])}, with {fmt(pc['min_sequences'])} sequences "
+            "on each side.")

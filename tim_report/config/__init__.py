@@ -405,6 +405,13 @@ class DiagnosisThresholds:
     # idle_clip_expected of the tokens (SkyRL #1850: recomputed old log-probs made r ≡ 1 under staleness 4).
     idle_clip_logged_max: float = 0.0
     idle_clip_expected: float = 0.01
+    # stale_prefix_cache (analysis/lag/cache.py): prefix-cache hits' mean |δ| beyond the misses' of the batch by z ≥
+    # cache_z (the detectors' z) and cache_ratio_min×, cache_min_sequences on each side. 600 clean SmolLM2 subsets, hits
+    # at random, by prompt or by sample (bench_false_alarms.py): z sd 1.0-1.21, max 3.92, ratio max 1.35, none fires;
+    # a prompt read one Adam step earlier (tiny model) reads z 8.5, 2.4× (docs/staleness.md, docs/calibration.md).
+    cache_z: float = 5.0
+    cache_ratio_min: float = 1.5
+    cache_min_sequences: int = 8
     # the names a caller set on purpose (`override`, `check --set`): the published band never replaces them
     set_by_caller: frozenset = field(default=frozenset(), repr=False, compare=False)
 

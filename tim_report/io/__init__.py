@@ -23,7 +23,7 @@ import numpy as np
 from ..catalogue.numbers import fmt
 from ..config import MAX_STEP, MAX_TOKENS, MODEL_CLASSES
 from ..errors import BadInput, parser_limits
-from ..model import META_KEYS, StepBatch
+from ..model import META_KEYS, StepBatch, digest_records
 from .assemble import build_batch
 from .canonical import save_batch
 from .discover import RANK_NPZ, SAVED_STEP, Source, Unreadable, scan, settle_step, sources
@@ -99,6 +99,8 @@ def meta_overrides(pairs: dict[str, str]) -> dict:
                 out[key] = float("nan")
             if not 0 <= out[key] <= 1:
                 raise BadInput("--meta", f"ppo_clip_fraction={value[:40]}: not a fraction between 0 and 1")
+        elif key in ("engine_digest", "trainer_digest"):
+            out[key] = _digests(key, value)
         elif key == "model_class":
             if value.lower() not in MODEL_CLASSES:
                 raise BadInput("--meta", f"model_class={value}: use one of {', '.join(MODEL_CLASSES)}")
@@ -106,6 +108,14 @@ def meta_overrides(pairs: dict[str, str]) -> dict:
         else:
             out[key] = value
     return out
+
+
+def _digests(key: str, value: str) -> list[dict]:
+    """`--meta engine_digest=5:bf16:<sha256>[:share[:since]],...` → its records (docs/sync.md)."""
+    records, problem = digest_records(value)
+    if problem:
+        raise BadInput("--meta", f"{key} {problem}")
+    return records
 
 
 def describe(src: str | Path | Source, options: LoadOptions | None = None) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from .canonical import ROUTE_FIELDS, TOPK_FIELDS, named_sides
 from .files import RawFile
 from .masks import outside_trained, trained, without_tools
 from .roles import SIDE_ROLES, RoleChoice, key_list
-from .sequences import Exclusions, count_placeholders, turn_index
+from .sequences import Exclusions, cached_counts, count_placeholders, turn_index
 from .text import as_text, decoded
 
 ALIGNMENT = ("same position: trainer_logp[t] and rollout_logp[t] score token t "
@@ -138,11 +138,11 @@ def _canonical_fields(p: Path, raw: RawFile, batch: StepBatch) -> None:
             raise BadInput(p, f"'token_version' is {kind} {list(declared)}: expected one integer version per token "
                               f"({batch.n_tokens})")
         batch.token_version = as_versions(raw.values["token_version"])
+    batch.cached_tokens = cached_counts(p, raw.values["cached_tokens"], batch.n_seqs) if "cached_tokens" in raw.values else None
     _topk_fields(p, raw, batch)
     _route_fields(p, raw, batch)
     batch.sides.update(named_sides(p, raw.values, batch.n_tokens))
     kept.canonical(p, raw.values, lambda key: _declared(raw, key), batch)
-
 
 def _route_fields(p: Path, raw: RawFile, batch: StepBatch) -> None:
     """Either side's routed experts, integers of any shape and width (never cast: ids 2³² apart must stay apart):

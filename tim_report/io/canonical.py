@@ -30,7 +30,8 @@ SIDE_PREFIX = "side_"  # a chain side of a name of its own: `side_NAME`; recompu
 CANONICAL_SIDES = {"recompute": "recompute_logp", "train": "train_logp"}
 # The optional per-sequence and per-token arrays, each with the dtype it is written in (None: its own).
 OPTIONAL_FIELDS = {"group": str, "reward": None, "advantage": None, "shadow_logp": None, "floor_logp": None,
-                   "weight_version": str, "env": str, "turn": np.int32, "token_version": np.int64}
+                   "weight_version": str, "env": str, "turn": np.int32, "token_version": np.int64,
+                   "cached_tokens": np.int64}
 TOPK_FIELDS = {"rollout_topk_ids": np.int32, "rollout_topk_logp": np.float32,
                "trainer_topk_ids": np.int32, "trainer_topk_logp": np.float32}
 

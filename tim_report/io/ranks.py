@@ -12,6 +12,7 @@ has no file. The work is bounded by the files present, whatever world size a fil
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,7 @@ from . import kept
 
 TOKEN_FIELDS = ("token_ids", "shadow_logp", "floor_logp", "advantage", "turn", "token_version", "rollout_topk_ids", "rollout_topk_logp",
                 "trainer_topk_ids", "trainer_topk_logp", "kept_log_mass")
-SEQ_FIELDS = ("group", "reward", "weight_version", "env")
+SEQ_FIELDS = ("group", "reward", "weight_version", "env", "cached_tokens")
 LIST_FIELDS = ("prompt_ids", "prompt_text")
 
 
@@ -45,6 +46,7 @@ def merge_ranks(origin: Path, batches: list[StepBatch], named: list[int] | None 
         notes=list(dict.fromkeys(n for b in batches for n in b.notes)),
         problems={k: sum(b.problems.get(k, 0) for b in batches) for b in batches for k in b.problems},
     )
+    out.meta.update(_digests(batches))
     ranks = [b.meta.get("rank") for b in batches]
     out.meta["ranks"] = ", ".join(str(r) for r in ranks if r is not None) or None
     for name in (*TOKEN_FIELDS, *SEQ_FIELDS):
@@ -78,6 +80,18 @@ def _merge_kept(out: StepBatch, batches: list[StepBatch], ranks: list) -> None:
         out.kept_ids, out.kept_offsets = kept.concat(sets)  # type: ignore[arg-type]
     elif any(ids is not None for ids, _ in sets):
         out.notes.append(_partial("kept_ids", ranks, [ids for ids, _ in sets]))
+
+
+def _digests(batches: list[StepBatch]) -> dict:
+    """Each rank's weight digests (one per engine replica, say), all of them once: a replica that missed a sync
+    shows as a second digest of its version (docs/sync.md)."""
+    out = {}
+    for key in ("engine_digest", "trainer_digest"):
+        given = [v for b in batches if (v := b.meta.get(key)) is not None]
+        if given:
+            items = [x for v in given for x in (v if isinstance(v, list) else [v])]
+            out[key] = list({json.dumps(x, sort_keys=True, default=str): x for x in items}.values())
+    return out
 
 
 def _partial(name: str, ranks: list, values: list) -> str:

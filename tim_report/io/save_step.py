@@ -22,10 +22,11 @@ from typing import Any
 import numpy as np
 
 from ..errors import BadInput
-from ..model import SIDE_NAME_CHARS, StepBatch
+from ..model import SIDE_NAME_CHARS, StepBatch, digest_records
 from . import kept
 from .assemble import as_versions
 from .canonical import SIDE_PREFIX, TOPK_FIELDS
+from .sequences import cached_counts
 from .step_files import WHO, check_meta, precheck, step_target
 from .step_writer import StepWriter, shared_writer, write
 
@@ -120,8 +121,9 @@ def save_step(path: str | Path, rollout_logp: Any, trainer_logp: Any, *, mask: A
               group: Any = None, reward: Any = None, advantage: Any = None, turn: Any = None, tool_mask: Any = None,
               rollout_topk_ids: Any = None, rollout_topk_logp: Any = None, trainer_topk_ids: Any = None,
               trainer_topk_logp: Any = None, sides: dict[str, Any] | None = None, weight_version: Any = None,
-              token_version: Any = None, trainer_version: int | None = None, kept_ids: Any = None,
-              kept_offsets: Any = None, kept_counts: Any = None, kept_log_mass: Any = None, step: int | None = None,
+              token_version: Any = None, trainer_version: int | None = None, cached_tokens: Any = None,
+              engine_digest: Any = None, trainer_digest: Any = None, kept_ids: Any = None, kept_offsets: Any = None,
+              kept_counts: Any = None, kept_log_mass: Any = None, step: int | None = None,
               rank: int = 0, world_size: int | None = None,
               model: str | None = None, rollout_engine: str | None = None, rollout_dtype: str | None = None,
               trainer_engine: str | None = None, trainer_dtype: str | None = None, meta: dict | None = None,
@@ -140,10 +142,15 @@ def save_step(path: str | Path, rollout_logp: Any, trainer_logp: Any, *, mask: A
     (docs/chain.md). `weight_version` is per sequence the weight version that generated it (an integer, or for a
     sequence several versions generated, their list oldest to newest), `token_version` per token where you know it,
     and `trainer_version` the version the trainer holds (else the step is read as it): the staleness split
-    (docs/staleness.md). `kept_ids` are the sampler's kept sets (the ids top-k / top-p / min-p left), with `kept_offsets`
-    [T + 1] or `kept_counts` [T] (prime-rl's SamplingMask) for flat log-probs, `kept_counts` [B, T] (0 on padding) for
-    padded ones, ids in position order; `kept_log_mass` the trainer's log-probability mass on each set, in the layout
-    of the log-probs (docs/integrations.md)."""
+    (docs/staleness.md). `cached_tokens` is per sequence the prompt tokens the engine served from its prefix cache
+    (vLLM's `RequestOutput.num_cached_tokens`): the mismatch split by cache hit and miss. `engine_digest` and
+    `trainer_digest` are the sync's round trip (docs/sync.md): each a `weight_digest(...)` (or its record or text, or a
+    list of them, one per version), the engine's weights as it held them when it sampled and the trainer's cast to the
+    engine's dtype; a digest made without `version=` belongs to the batch's one generation version (the engine's) or
+    to the trainer's version (the trainer's). `kept_ids` are the sampler's kept sets (the ids top-k / top-p / min-p
+    left), with `kept_offsets` [T + 1] or `kept_counts` [T] (prime-rl's SamplingMask) for flat log-probs, `kept_counts`
+    [B, T] (0 on padding) for padded ones, ids in position order; `kept_log_mass` the trainer's log-probability mass on
+    each set, in the layout of the log-probs (docs/integrations.md)."""
     arrays = dict(rollout_logp=rollout_logp, trainer_logp=trainer_logp, mask=mask, attention_mask=attention_mask,
                   offsets=offsets, token_ids=token_ids, group=group, reward=reward, advantage=advantage, turn=turn,
                   tool_mask=tool_mask, rollout_topk_ids=rollout_topk_ids, rollout_topk_logp=rollout_topk_logp,
@@ -164,6 +171,7 @@ def save_step(path: str | Path, rollout_logp: Any, trainer_logp: Any, *, mask: A
         if isinstance(trainer_version, bool) or not isinstance(trainer_version, (int, np.integer)):
             raise BadInput(WHO, f"trainer_version={trainer_version!r:.40}: expected an integer")
         header["trainer_version"] = int(trainer_version)
+    header.update(digest_meta(engine_digest, trainer_digest, header.get("trainer_version", step), weight_version))
     check_meta({"meta": header})
     if not isinstance(background, (bool, StepWriter)):
         raise BadInput(WHO, f"background={type(background).__name__}: expected True, False or a StepWriter")
@@ -177,12 +185,55 @@ def save_step(path: str | Path, rollout_logp: Any, trainer_logp: Any, *, mask: A
         batch.prompt_ids = prompts
     if weight_version is not None:
         batch.weight_version = sequence_versions(weight_version, batch.n_seqs)
+    if cached_tokens is not None:
+        batch.cached_tokens = cached_counts(WHO, to_numpy("cached_tokens", cached_tokens), batch.n_seqs)
     if background is not False:
         writer = background if isinstance(background, StepWriter) else shared_writer()
         writer.put(target, batch)
     else:
         write(target, batch)
     return target.path
+
+
+def digest_meta(engine: Any, trainer: Any, trainer_version: int | None, weight_version: Any) -> dict[str, list[dict]]:
+    """The digests given for each side → meta's `engine_digest` and `trainer_digest` (docs/sync.md)."""
+    return {f"{side}_digest": _side_digests(side, given, trainer_version, weight_version)
+            for side, given in (("engine", engine), ("trainer", trainer)) if given is not None}
+
+
+def _side_digests(side: str, given: Any, trainer: int | None, weight_version: Any) -> list[dict]:
+    """One side's digests → the records meta carries (model.digest_records checks them; BadInput names what is
+    wrong). A WeightDigest without a version belongs to the trainer's version (the trainer's side) or to the one
+    version every sequence was generated with (the engine's)."""
+    items = given if isinstance(given, list) else [given]
+    out: list[dict] = []
+    for item in items:
+        if hasattr(item, "record") and callable(item.record):
+            item = item.record()
+            if item["version"] is None:
+                item["version"] = trainer if side == "trainer" else _one_version(weight_version)
+                if item["version"] is None:
+                    raise BadInput(WHO, f"{side}_digest has no version and the step names no single one: make it with "
+                                        "weight_digest(..., version=V)")
+        records, problem = digest_records(item)
+        if problem:
+            raise BadInput(WHO, f"{side}_digest {problem}")
+        out += records
+    _, problem = digest_records(out)  # the count, all together
+    if problem:
+        raise BadInput(WHO, f"{side}_digest {problem}")
+    return out
+
+
+def _one_version(weight_version: Any) -> int | None:
+    """The one integer version every sequence names, else None."""
+    if weight_version is None or hasattr(weight_version, "detach"):
+        values = [] if weight_version is None else to_numpy("weight_version", weight_version).tolist()
+    else:
+        values = list(weight_version)
+    distinct = {v for v in values if not isinstance(v, bool)}
+    one = next(iter(distinct)) if len(distinct) == 1 else None
+    return int(one) if isinstance(one, (int, np.integer)) else None
 
 
 def _side_arrays(sides: dict[str, Any] | None) -> dict[str, Any]:

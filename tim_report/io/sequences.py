@@ -42,6 +42,7 @@ class Seq:
     weight_version: str | None = None
     token_version: np.ndarray | None = None  # [L] int64, where the framework says which call generated which tokens
     env: str | None = None
+    cached_tokens: int | None = None  # prompt tokens the engine served from its prefix cache (slime / miles, SGLang's)
     kept: tuple[np.ndarray, np.ndarray] | None = None  # the sampler's kept sets over [L]: (ids, offsets [L + 1]), io/kept.py
 
 
@@ -178,6 +179,17 @@ def _int_version(v: Any) -> int | None:
     return version_int(str(v))
 
 
+def cached_counts(p: Path | str, value: Any, n_seqs: int) -> np.ndarray:
+    """Per sequence, the prompt tokens served from the engine's prefix cache: integers ≥ 0, one per sequence."""
+    arr = np.asarray(value)
+    if arr.shape != (n_seqs,) or arr.dtype.kind not in "iub":
+        raise BadInput(p, f"'cached_tokens' is {arr.dtype} {list(arr.shape)}: expected one integer count per sequence "
+                          f"({n_seqs})")
+    if arr.size and (arr.min() < 0 or (arr.dtype.kind == "u" and arr.max() > np.iinfo(np.int64).max)):
+        raise BadInput(p, f"'cached_tokens' holds {arr.min()}: a count of prompt tokens served from the cache is ≥ 0")
+    return arr.astype(np.int64)
+
+
 def assemble_seqs(path: Path | str, seqs: list[Seq], meta: dict, exclusions: Exclusions, notes: list[str]) -> StepBatch:
     """Flat arrays + offsets from the sequences; meta gets the exclusions, including the placeholder zeros."""
     if not seqs:
@@ -200,6 +212,8 @@ def assemble_seqs(path: Path | str, seqs: list[Seq], meta: dict, exclusions: Exc
         values = [getattr(s, name) for s in seqs]
         if all(v is not None for v in values):
             setattr(batch, name, np.asarray([str(v) for v in values], dtype=str))
+    if all(s.cached_tokens is not None for s in seqs):
+        batch.cached_tokens = cached_counts(path, np.asarray([s.cached_tokens for s in seqs]), len(seqs))
     if any(s.token_version is not None for s in seqs):  # the others: their sequence's version (analysis/lag/versions.py)
         batch.token_version = np.concatenate([s.token_version if s.token_version is not None else
                                               np.full(len(s.rollout), UNKNOWN_VERSION, np.int64) for s in seqs])

@@ -3,7 +3,7 @@ batch's words, said in place of the charts it would draw empty. No statistics: t
 
 from __future__ import annotations
 
-from ..catalogue.chain import link_words, nearest_sentence, path_label
+from ..catalogue.chain import link_words, path_label
 from ..catalogue.numbers import fmt, pct
 from ..model import SIDE_KINDS
 from .md import esc, table
@@ -23,31 +23,14 @@ def chain_view(report) -> dict | None:
         return [x["label"], what or link_words(x["from"], x["to"])[0], fmt(x["bias"]), fmt(x["abs_mean"]), fmt(x["abs_max"]),
                 fmt(x["kl_k3"]), f"{fmt(x['differing'])} ({pct(x['differing_share'])})", share]
 
-    rescored = (report.run.get("meta") or {}).get("rescore") or {}
-    rows = [row(x, pct(x["share"]) if x["share"] is not None else "—", _weights(x, rescored)) for x in ch["links"]]
+    rows = [row(x, pct(x["share"]) if x["share"] is not None else "—") for x in ch["links"]]
     end = ch["end_to_end"]
-
-    def kind(n: str) -> str:
-        if isinstance(rescored.get(n), dict):
-            return f"the tokens rescored by the checkpoint {rescored[n].get('model')} ({rescored[n].get('dtype')})"
-        return SIDE_KINDS.get(n, "a side of the batch's own")
-
     return {"available": True, "path": path_label(ch["sides"]), "tokens": fmt(ch["tokens"]), "leading": ch["leading"],
-            "sides": [(n, kind(n)) for n in ch["sides"]], "nearest": nearest_sentence(ch.get("nearest")),
+            "sides": [(n, SIDE_KINDS.get(n, "a side of the batch's own")) for n in ch["sides"]],
             "columns": COLUMNS, "rows": rows, "end": row(end, "100%" if ch["additivity"]["shares"] is not None else "—",
                                                         "end to end: the links' sum"),
             "rule": ch["rule"], "without": ch.get("tokens_without_every_side") or 0,
             "left_out": sorted((ch.get("left_out") or {}).items())}
-
-
-def _weights(link: dict, rescored: dict) -> str | None:
-    """What a link into or out of a rescored checkpoint compares (None: the link's usual words)."""
-    a, b = link["from"], link["to"]
-    if a not in rescored and b not in rescored:
-        return None
-    if a == "rollout":
-        return f"the sampler against {b}'s weights"
-    return f"{a}'s weights against {b}'s" if b not in ("trainer", "shadow", "train") else f"{a}'s weights against the trainer's"
 
 
 def bitwise_identical(report) -> str | None:
@@ -79,8 +62,6 @@ def chain_md(report) -> str:
              table([esc(c) for c in v["columns"]], [[esc(c, None) for c in r] for r in [*v["rows"], v["end"]]],
                    numeric=range(2, len(v["columns"]))), "",
              "Sides: " + "; ".join(f"**{esc(n)}**: {esc(what, None)}" for n, what in v["sides"]) + "."]
-    if v["nearest"]:
-        lines += ["", f"**Which weights:** {esc(v['nearest'], None)}"]
     if v["without"]:
         lines += ["", f"{fmt(v['without'])} valid tokens lack a side and are out of the chain's numbers."]
     lines += [f"\n- {esc(n)} left out: {esc(why, None)}" for n, why in v["left_out"]]

@@ -14,7 +14,8 @@ from markupsafe import Markup
 
 from ..catalogue import kept as kept_words
 from ..catalogue import metrics as catalogue
-from ..catalogue.staleness import table_intro
+from ..catalogue.rescore import table_intro as weights_intro
+from ..catalogue.staleness import cache_intro, table_intro
 from ..config import HOT_DIFF, TREND_LOG_AXIS_SPAN, health
 from . import charts as ch
 from . import index_views, run_tables
@@ -51,9 +52,13 @@ def run_context(report, notes_md: str | None = None, timestamp: str | None = Non
         "topk": topk_view(report), "banners": banners(report), "chain": chain_view(report), "bitwise": bitwise,
         "tables": {"envs": run_tables.env_table(report), "what_if": run_tables.what_if_table(report),
                    "by_probability": run_tables.probability_table(report), "lags": run_tables.lag_table(report),
-                   "topk": run_tables.topk_tables(report), "kept": run_tables.kept_table(report)},
+                   "weights": run_tables.weights_table(report),
+                   "topk": run_tables.topk_tables(report), "cache": run_tables.cache_table(report),
+                   "kept": run_tables.kept_table(report)},
         "kept_intro": kept_words.intro(report.diagnosis["kept_sets"]) if (report.diagnosis or {}).get("kept_sets") else None,
         "staleness_intro": table_intro(report.staleness) if report.staleness else None,
+        "weights_intro": weights_intro(report.rescore) if report.rescore else None,
+        "cache_intro": cache_intro(report.diagnosis["prefix_cache"]) if (report.diagnosis or {}).get("prefix_cache") else None,
         # the token tables' rows: samples.js beside the page, or inline in a self-contained one
         "samples_data": (Markup(samples_json(report)) if assets is None else True) if report.samples else None,
     }

@@ -20,7 +20,8 @@ from ..catalogue import kept as kept_words
 from ..catalogue import metrics as catalogue
 from ..catalogue.evidence import items as evidence_items
 from ..catalogue.numbers import fixed, fmt, pct, plain
-from ..catalogue.staleness import table_intro
+from ..catalogue.rescore import table_intro as weights_intro
+from ..catalogue.staleness import cache_intro, table_intro
 from ..config import HEALTH, HOT_DIFF, TREND_TABLE_MAX_STEPS, health
 from . import index_views, run_tables
 from .chain_views import bitwise_md, chain_md
@@ -298,7 +299,8 @@ def render_run_md(report, base_url: str | None = None) -> str:
     sub += [f"{fmt(m.get('tokens'))} tokens", f"{fmt(m.get('sequences'))} sequences", html]
     title = f"# {esc(t['model'], TEXT_CHARS)}: {esc(t['rollout'])} → {esc(t['trainer'])}\n\n" + " · ".join(sub)
     core = [title] + _banner_lines(report) + [_verdict(report), _summary(report)]
-    core += [part for part in (chain_md(report), _kept(report), _staleness(report), bitwise_md(report)) if part]
+    core += [part for part in (chain_md(report), _kept(report), _staleness(report), _weights(report), _prefix_cache(report),
+                               bitwise_md(report)) if part]
     sections = [("findings", _findings(report)), ("routing and what-if", _routing(report)),
                 ("|δ| by probability", _by_probability(report)), ("whole distribution", _topk(report)),
                 ("by environment", _envs(report)), ("groups", _groups(report)),
@@ -326,6 +328,29 @@ def _staleness(report) -> str:
                           for i, line in enumerate(t.after))
     return (f"### Staleness by lag\n\n{esc(table_intro(report.staleness), None, own=True)}\n\n{write_table(t)}"
             + (f"\n\n{lines}" if lines else ""))
+
+
+def _prefix_cache(report) -> str:
+    """Prefix-cache hits against misses (run_tables.cache_table, the page's too); empty when nothing says what was cached."""
+    t = run_tables.cache_table(report)
+    if t is None:
+        return ""
+    return (f"### Prefix-cache hits and misses\n\n{esc(cache_intro(report.diagnosis['prefix_cache']), None, own=True)}\n\n"
+            f"{write_table(t)}\n\n{esc(t.after[0], None, own=True)}")
+
+
+def _weights(report) -> str:
+    """Which weights sampled each lag bucket (run_tables.weights_table, the page's too); empty when none was rescored."""
+    t = run_tables.weights_table(report)
+    if t is None:
+        return ""
+    w = report.rescore
+    sides = "; ".join(f"**{esc(c['side'])}**: " + ("the trainer's weights" if c["side"] == "trainer" else
+                                                   f"{esc(c.get('model'), None)} ({esc(c.get('dtype'))})")
+                      + f", version {esc(c['version']) if c['version'] is not None else 'unknown'}"
+                      for c in w["candidates"])
+    return (f"### Which weights the engine used\n\n{esc(weights_intro(w), None, own=True)}\n\n{write_table(t)}\n\n"
+            f"Candidates: {sides}.")
 
 
 # ---- the index ------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ here. No statistics: the numbers come from the Report and are only formatted.
 from __future__ import annotations
 
 from ..catalogue import kept as kept_words
+from ..catalogue import rescore as weight_words
 from ..catalogue import staleness as lag_words
 from ..catalogue.numbers import fixed, fmt, pct
 from .tables import Cell, Column, Row, Table, text
@@ -91,6 +92,49 @@ def lag_table(report) -> Table | None:
                  for r in st["by_lag"])
     after = (lag_words.verdict_sentence(st) or "", lag_words.cost_sentence(st) or "")
     return Table(columns, rows, after=tuple(a for a in after if a))
+
+
+def weights_table(report) -> Table | None:
+    """Which weights sampled each lag bucket (`rescore`): the nearest candidate and what the bucket reads, then every
+    candidate's KL k3 against the rollout, the nearest marked ▶ and those tied with it = (left out at phone width,
+    where the reading must show unscrolled); None when no checkpoint was rescored."""
+    w = report.rescore
+    if not w or not w["by_lag"]:
+        return None
+    names = [c["side"] for c in w["candidates"]]
+    columns = (Column("lag"), Column("labelled"), Column("nearest"), Column("reads"),
+               Column("tokens", numeric=True, wide_only=True),
+               *(Column(n, numeric=True, user=True, wide_only=True) for n in names))
+
+    def kl(r: dict, name: str) -> Cell:
+        mark = "▶ " if r["nearest"] == name else "= " if name in r["tied"] else ""
+        return Cell(mark + fmt(next(x["kl_k3"] for x in r["by_side"] if x["side"] == name)))
+
+    rows = tuple(Row((Cell(lag_words.lag_label(r["lag"]) if w["versions"] else "every token"),
+                      Cell(weight_words.version(r["labelled_version"])),
+                      Cell(r["nearest"] or " = ".join(r["tied"])),
+                      Cell(weight_words.short_reading(r), cls="warntext" if r["as_labelled"] is False else ""),
+                      Cell(fmt(r["tokens"])), *(kl(r, n) for n in names)))
+                 for r in w["by_lag"])
+    return Table(columns, rows)
+
+
+def cache_table(report) -> Table | None:
+    """The mismatch of prefix-cache hits against misses, one row each (None: the batch does not say what was cached)."""
+    pc = (report.diagnosis or {}).get("prefix_cache")
+    if not pc:
+        return None
+    # at phone width only the sequences and the tested mean |δ| stay, so that the table fits a 420 px screen unscrolled
+    columns = (Column("prompt"), *(Column(h, numeric=True, wide_only=h in ("tokens", "KL k3 ± s.e.", "mean δ"))
+                                   for h in ("sequences", "tokens", "KL k3 ± s.e.", "mean |δ| ± s.e.", "mean δ")))
+
+    def se(g: dict, key: str) -> str:
+        return f"{fmt(g[key])} ± {fmt(g[key + '_se'], 2)}" if g.get(key + "_se") is not None else fmt(g[key])
+
+    rows = tuple(Row((Cell(label), Cell(fmt(g["sequences"])), Cell(fmt(g["tokens"])), Cell(se(g, "kl_k3")),
+                      Cell(se(g, "mean_abs_delta")), Cell(fmt(g["mean_delta"]))))
+                 for label, g in (("cache hit", pc["hit"]), ("miss", pc["miss"])))
+    return Table(columns, rows, after=(lag_words.cache_sentence(pc),))
 
 
 def kept_table(report) -> Table | None:

@@ -16,6 +16,7 @@ from ...catalogue import findings, severity
 from ..bands import choose_band
 from ..consequence import consequence
 from ..registry import Scene, detector
+from .rescored import looks_like_evidence
 from .split import judge, split
 from .versions import sequence_versions, token_lags
 
@@ -62,7 +63,7 @@ def _stale_weights(s: Scene) -> dict | None:
                 "looks_like_lag": like["lag"] if like else None, "looks_like_kl_k3": like["kl_k3"] if like else None,
                 "older_kl_k3_low": min(older) if len(older) > 1 and like is None else None,
                 "older_kl_k3_high": max(older) if len(older) > 1 and like is None else None,
-                "material": bool(effect["material"])}
+                "material": bool(effect["material"]), **looks_like_evidence(s)}
     found = findings.make("stale_weights", evidence, s.dt)
     return severity.weigh(found, effect, {"side": "rollout", "basis": "stale_sync"}, floor["band"])
 

@@ -1,13 +1,16 @@
 """The lag findings over the staleness split (analysis/lag/findings.py; their sentences in catalogue/staleness.py):
 a weight sync that did not happen, versions newer than the trainer's, sequences over several versions, an ESS
-collapse in a lag bucket, and a PPO clip that never fires (docs/staleness.md).
+collapse in a lag bucket, and a PPO clip that never fires (docs/staleness.md). And the exact sync findings over the
+weight digests (analysis/lag/digests.py; sentences in catalogue/sync.py, docs/sync.md): `SYNC_ENTRIES`, which the
+catalogue runs and lists right after the input gate, since their evidence is exact.
 """
 
 from __future__ import annotations
 
 from .. import staleness as lag
-from ..numbers import fmt
-from .entry import Finding, Side, always, nowhere
+from .. import sync
+from ..numbers import fmt, pct, times
+from .entry import Finding, Side, Words, always, nowhere
 
 # `watch`'s alarms of a live run by lag (service/watch.py, analysis/lag/history.py): the cause first.
 LAG_ALARMS = {
@@ -18,7 +21,70 @@ LAG_ALARMS = {
 }
 
 
+_ENGINE = Side(lambda e: "rollout", "weight_digest", "its weight digests differ from the trainer's")
+_DIGEST_NAMES = {"version": ("version", "count"), "since": ("since version", "count"),
+                 "engine_digest": ("engine digest", "text"), "trainer_digest": ("trainer digest", "text"),
+                 "engine_changed_share": ("engine's changed share", "share"),
+                 "trainer_changed_share": ("trainer's changed share", "share"), "ratio": ("engine / trainer", "num"),
+                 "threshold": ("below", "num"), "versions": ("versions affected", "count"),
+                 "last_version": ("up to version", "count"), "holds_version": ("holds the trainer's version", "count"),
+                 "engine_digests": ("engine digests", "count"), "differing": ("differing", "count")}
+
+SYNC_ENTRIES = (
+    Finding(
+        "sync_not_applied", always("error"), sync.not_applied_title,
+        lambda w: f"a weight sync that did not reach the engine (its weights of version {w['since']} kept)",
+        lambda w: sync.NOT_APPLIED_CAUSE, lambda w: sync.NOT_APPLIED_CHECK, short="sync not applied",
+        meaning="the engine's weights stopped changing while the trainer's moved (a weight sync that did not arrive)",
+        side=_ENGINE, place=nowhere, evidence_names=_DIGEST_NAMES,
+        glance=lambda e: f"sync not applied (engine v{e.get('version')} = v{e.get('since')})"),
+    Finding(
+        "updates_rounded_away", always("error"), sync.rounded_title,
+        lambda w: f"an update rounded away on its way to the engine ({pct(w['engine_changed_share'])} of elements changed, "
+                  f"not {pct(w['trainer_changed_share'])})",
+        lambda w: sync.ROUNDED_CAUSE, lambda w: sync.ROUNDED_CHECK, short="updates rounded away",
+        meaning="the engine's weights change far less than the trainer's (the update rounded away on its way)",
+        side=_ENGINE, place=nowhere, evidence_names=_DIGEST_NAMES,
+        glance=lambda e: f"updates rounded away ({fmt(e.get('ratio'), 2)}× kept)"),
+    Finding(
+        "weights_mismatch", always("error"), sync.mismatch_title, sync.mismatch_problem,
+        lambda w: sync.MISMATCH_CAUSE, lambda w: sync.MISMATCH_CHECK, short="weights mismatch",
+        meaning="the engine holds other weights than the version its tokens are labelled with",
+        side=_ENGINE, place=nowhere, evidence_names=_DIGEST_NAMES,
+        glance=lambda e: f"engine weights ≠ trainer's v{e.get('version')}"),
+)
+
+
+def _cache_title(w: Words) -> str:
+    return (f"Prompts served from the prefix cache disagree {times(w['ratio'])} more than those computed afresh: mean |δ| "
+            f"{fmt(w['hit_mean_abs_delta'])} over {fmt(w['hit_sequences'])} cache hits against {fmt(w['miss_mean_abs_delta'])} "
+            f"over {fmt(w['miss_sequences'])} misses (z = {fmt(w['z'], 2)})")
+
+
+CACHE_CAUSE = ("The engine served these prompts' KV from its prefix (radix) cache, and that KV was computed by older weights "
+               "than the ones that answered: a cache kept across a weight update (NeMo-RL #4018, miles #2783: one outlived 17 "
+               "updates). The misses of the same batch, computed afresh by the same engine at the same step, show what its "
+               "numerics alone give.")
+CACHE_CHECK = ("Reset the prefix cache after every weight sync (vLLM `llm.reset_prefix_cache()` or POST `/reset_prefix_cache`, "
+               "SGLang `/flush_cache`), or key cached blocks by the weight version; a step with prefix caching off "
+               "(`enable_prefix_caching=False`) should lose the hits' excess. `cached_tokens` per sequence is vLLM's "
+               "`RequestOutput.num_cached_tokens` (save_step(cached_tokens=...)).")
+
+
 ENTRIES = (
+    Finding(
+        "stale_prefix_cache", lambda w, dt: "error" if w["material"] else "warn", _cache_title,
+        lambda w: "a prefix cache that outlived a weight update (cached prompts read by older weights)",
+        lambda w: CACHE_CAUSE, lambda w: CACHE_CHECK, short="stale prefix cache",
+        meaning="the prompts the engine served from its prefix cache were read by older weights than the answer",
+        side=Side(lambda e: "rollout", "stale_cache", "its cached prompts were read by other weights than the ones that "
+                                                      "answered"),
+        place=nowhere, glance=lambda e: f"stale prefix cache (hits {times(e.get('ratio'))} the misses' |δ|)",
+        evidence_names={"z": ("z, hits vs misses", "num"), "ratio": ("hits / misses mean |δ|", "x"),
+                        "hit_sequences": ("cache hits", "count"), "hit_tokens": ("their tokens", "count"),
+                        "miss_sequences": ("misses", "count"), "hit_mean_abs_delta": ("mean |δ| of the hits", "num"),
+                        "miss_mean_abs_delta": ("of the misses", "num"), "hit_kl_k3": ("KL k3 of the hits", "num"),
+                        "miss_kl_k3": ("of the misses", "num"), "material": ("material", "bool")}),
     Finding(
         "stale_weights", lambda w, dt: "error" if w["material"] else "warn", lag.stale_title, lag.stale_problem,
         lambda w: lag.STALE_CAUSE, lambda w: lag.STALE_CHECK, short="stale weights",
@@ -31,7 +97,9 @@ ENTRIES = (
                         "older_kl_k3_low": ("older lags' KL k3 from", "num"), "older_kl_k3_high": ("to", "num"),
                         "noise_kl_max": ("band's KL k3 ceiling", "num"), "material": ("material", "bool"),
                         "kl_k3_se": ("KL k3 s.e.", "num"), "noise_abs_delta_max": ("band's mean |δ| ceiling", "num"),
-                        "band": ("band", "text")}),
+                        "band": ("band", "text"), "labelled_version": ("labelled version", "count"),
+                        "rescored_nearest": ("nearest rescored checkpoint", "text"),
+                        "rescored_looks_like_version": ("looks like version", "count")}),
     Finding(
         "negative_lag", always("warn"), lag.negative_title, lambda w: "tokens generated by a version newer than the trainer's",
         lambda w: lag.NEGATIVE_CAUSE, lambda w: lag.NEGATIVE_CHECK, short="negative lag",

@@ -48,7 +48,7 @@ def read(src, allow_pickle: bool = False):
                      "advantage": "advantages", "reward": "rewards"}}
     if rollout is not None:
         meta["keys"].update(group="rollout_data: group_index", weight_version="rollout_data: weight_versions",
-                            prompt_text="rollout_data: prompt")
+                            prompt_text="rollout_data: prompt", cached_tokens="rollout_data: prefix_cache_info")
         meta["sample_status"] = _statuses(rollout, samples)
     _routed(meta, samples, rollout)
     batch = assemble_seqs(train_path, seqs, meta, ex, notes)
@@ -113,7 +113,16 @@ def sample_seq(path: Path, i: int, s: dict, joined: dict, ex: Exclusions) -> Seq
                advantage=floats(_vec(adv)) if adv is not None and len(_vec(adv)) == resp else None,
                reward=_reward(s.get("rewards"), joined.get("reward")), group=_opt_str(joined.get("group_index")),
                weight_version=joined_versions(joined.get("weight_versions")), prompt_text=_prompt_text(joined.get("prompt")),
-               token_version=call_token_versions(joined.get("weight_versions"), mask, p), kept=_kept(path, i, s, resp))
+               token_version=call_token_versions(joined.get("weight_versions"), mask, p),
+               cached_tokens=cached_prompt_tokens(joined.get("prefix_cache_info")), kept=_kept(path, i, s, resp))
+
+
+def cached_prompt_tokens(info: Any) -> int | None:
+    """The rollout sample's `prefix_cache_info` (slime ≥ 0.2.2, miles: SGLang's `cached_tokens` summed over its generate
+    calls) → the prompt tokens served from the prefix cache; None where it was never filled (no prompt token counted)."""
+    if not isinstance(info, dict) or not _int(info.get("total_prompt_tokens")):
+        return None
+    return _int(info.get("cached_tokens"))
 
 
 def _kept(path: Path, i: int, s: dict, resp: int) -> tuple[np.ndarray, np.ndarray] | None:
