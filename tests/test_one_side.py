@@ -113,3 +113,21 @@ def test_multi_turn_spans_with_unlabelled_tool_tokens_are_not_a_shift():
         mask[a + 10:a + 15] = False  # a tool's output inside the response
         version[a + 10:a + 15] = -1
     assert "versions_misaligned" not in _found(replace(b, mask=mask, token_version=version, meta={"trainer_version": 3}))
+
+
+def test_trl_cast_lm_head_to_fp32_with_vllm_is_an_fp32_head_on_the_trainer_side_only():
+    """GRPOConfig.cast_lm_head_to_fp32 casts the policy's head; TRL's vLLM engine keeps its own in the model's dtype
+    (trl/trainer/grpo_trainer.py casts `unwrapped_model.lm_head` only on its transformers generation path)."""
+    from types import SimpleNamespace
+
+    from tim_report.integrations.trl import _lm_head
+
+    def trainer(cast, vllm):
+        return SimpleNamespace(args=SimpleNamespace(cast_lm_head_to_fp32=cast), use_vllm=vllm)
+
+    assert _lm_head(trainer(True, True)) == {"lm_head_fp32": {"rollout": False, "trainer": True}}
+    assert _lm_head(trainer(True, False)) == {"lm_head_fp32": {"rollout": True, "trainer": True}}
+    assert _lm_head(trainer(False, True)) == {}
+    b = make_batch(n_seqs=16, mean_len=32)
+    meta = {"trainer_dtype": "bf16", **_lm_head(trainer(True, True))}  # TRL records the trainer's dtype alone
+    assert "lm_head_one_side" in _found(replace(b, meta=meta))

@@ -32,11 +32,12 @@ def fp32_heads(meta: dict) -> dict[str, bool] | None:
 
 
 def one_sided_head(batch: StepBatch) -> str | None:
-    """The side whose LM head alone is fp32 while both bodies run the same low precision; None otherwise (both heads
-    fp32, neither, bodies of different precisions, or the meta does not say)."""
+    """The side whose LM head alone is fp32 while both bodies run the same low precision (one side's dtype not
+    recorded is read as the other's: TRL records its trainer's, its vLLM engine serves the model's own); None
+    otherwise (both heads fp32, neither, bodies of different precisions, or the meta does not say)."""
     heads = fp32_heads(batch.meta)
-    dtypes = [str(batch.meta.get(f"{side}_dtype") or "").lower() for side in ("rollout", "trainer")]
-    if heads is None or heads["rollout"] == heads["trainer"] or dtypes[0] != dtypes[1] or dtypes[0] not in LOW:
+    dtypes = {str(batch.meta.get(f"{side}_dtype") or "").lower() for side in ("rollout", "trainer")} - {"", "none"}
+    if heads is None or heads["rollout"] == heads["trainer"] or len(dtypes) != 1 or not dtypes <= set(LOW):
         return None
     return "rollout" if heads["rollout"] else "trainer"
 
@@ -51,7 +52,8 @@ def _one_side(s: Scene) -> dict | None:
     ad, ad_se = m["abs_delta_mean"], m.get("abs_delta_mean_se") or 0.0
     beyond = (kl - 2 * kl_se) > s.dt.noise_kl_max or (ad - 2 * ad_se) > s.dt.noise_abs_delta_max
     return findings.make("lm_head_one_side", {"fp32_side_is_trainer": side == "trainer",
-                                              "body_dtype": str(s.batch.meta.get("rollout_dtype")),
+                                              "body_dtype": str(s.batch.meta.get("rollout_dtype")
+                                                                or s.batch.meta.get("trainer_dtype")),
                                               "token_mult_prob_error": m.get("token_mult_prob_error"), "kl_k3": kl,
                                               "abs_delta_mean": ad, "beyond_noise": beyond,
                                               "threshold_kl": s.dt.noise_kl_max,
