@@ -37,6 +37,8 @@ def _poisson_tail(k: int, lam: float) -> float:
     for i in range(1, k):
         term *= lam / i
         below += term
+        if i > lam and term < 1e-17 * below:  # past the mode the terms only shrink: the rest cannot move the sum
+            break
     return max(0.0, 1.0 - below)
 
 
