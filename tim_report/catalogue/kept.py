@@ -14,8 +14,8 @@ def intro(k: dict) -> str:
     tokens missing from their own set."""
     parts = []
     if k.get("with_set") is not None:
-        size = (f" (median size {fmt(k['size_median'])}, {pct(k['singleton_share'])} of them a single token)"
-                if k.get("size_median") is not None else "")
+        single = f"{pct(k['singleton_share'])} of them a single token" if k.get("singleton_share") else "none a single token"
+        size = f" (median size {fmt(k['size_median'])}, {single})" if k.get("size_median") is not None else ""
         parts.append(f"{fmt(k['with_set'])} of {fmt(k['tokens'])} tokens carry the sampler's kept set, the vocabulary "
                      f"ids its top-k / top-p left{size}")
     if k.get("mass_tokens"):
