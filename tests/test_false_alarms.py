@@ -26,7 +26,7 @@ def test_the_real_capture_is_small_and_clean():
     assert bench.FIXTURE.stat().st_size < 600 * 1024
     batches = bench.clean_batches()
     assert set(batches) == {"vllm_bf16", "hf_bf16", "hf_fp16", "hf_bf16_top_p", "hf_bf16_top_k"}
-    assert bench.TRUNCATED.stat().st_size < 600 * 1024
+    assert bench.TRUNCATED.stat().st_size < 800 * 1024  # its kept ids as uint16
     for b in batches.values():
         assert b.n_seqs >= 96 and np.all(b.rollout_logp <= 0) and np.all(b.trainer_logp <= 0)
         assert 1e-4 < np.median(np.abs(b.trainer_logp - b.rollout_logp)) < 0.1  # noise, not identical, not a bug

@@ -385,11 +385,11 @@ def _renormalised(s: Scene) -> Tokens | None:
 
 @detector("temperature", whole_batch=True)
 def _temperature(s: Scene) -> dict | None:
-    tok = s.once(_renormalised) if "processed_logprobs" in s.found else None
-    if "processed_logprobs" in s.found and tok is None:
-        return None  # truncation explains the slope, and no kept mass says what is left over the kept set
+    tok = s.once(_renormalised)  # with the trainer's mass on every kept set: the engines' own mismatch, log S taken out
+    if tok is None and "processed_logprobs" in s.found:
+        return None  # truncation tilts δ too, and nothing says by how much
     keep = ~s.once(_placeholders)[1]
-    if tok is not None:  # over the kept set: the engines' own mismatch, with truncation's log S taken out
+    if tok is not None:
         return detect_temperature(tok, s.dt, pearson(tok.rollout, tok.trainer), keep, sampler_side(tok, s.dt, keep))
     return detect_temperature(s.tok, s.dt, s.metrics.get("corr_logp"), keep, s.once(_sampler))
 
