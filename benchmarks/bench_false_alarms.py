@@ -7,11 +7,11 @@ only numerical noise; and tests/data/real/smollm2_truncated.npz (scripts/make_ke
 transformers bf16 with top-p 0.9 and with top-k 20 (24 prompts × 4 samples, at most 64 tokens), each token's kept set
 and the fp32 trainer's mass on it recorded, every token labelled with one version (the trainer's own is not given:
 at lag 0 the staleness floor would read truncation's log S as a stale sync, a false alarm reported to issue 42's
-owner) and the meta saying which side keeps its LM head in fp32 (neither): clean truncated sampling, for the detectors of issue 43 (kept sets, identical
-completions, a one-sided head, version arrays against the mask). A draw picks a pair and 8 to 64 of its sequences at
-random, runs the analysis `check` runs (`analyze(scope=GATE)`) and records every finding raised as a warn or an error,
-and the regime. Design §11 and issues 38 and 43 hold each detector at or under 0.5% (tests/test_false_alarms.py asserts
-it on fewer draws).
+owner) and the meta saying which side keeps its LM head in fp32 (neither): clean truncated sampling, for the
+detectors of issue 43 (kept sets, identical completions, a one-sided head, version arrays against the mask). A draw
+picks a pair and 8 to 64 of its sequences at random, runs the analysis `check` runs (`analyze(scope=GATE)`) and
+records every finding raised as a warn or an error, and the regime. Design §11 and issues 38 and 43 hold each
+detector at or under 0.5% (tests/test_false_alarms.py asserts it on fewer draws).
 
 Each draw also says which prompts a prefix cache served (`cached_tokens`, for the stale-prefix-cache detector), in
 turn one of three ways a clean engine's hits fall: each sequence at random, whole prompts (a prompt seen before), or

@@ -4,6 +4,10 @@ beyond int64 and versions whose difference would wrap are unknown, never a trace
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +17,8 @@ from tim_report.analysis import analyze
 from tim_report.analysis.lag.versions import parse, trainer_version
 from tim_report.io import load
 from tim_report.testing import make_batch
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.parametrize("text", ["--3", "³", "٣", "3-", "1e3", "9" * 19, "", "3,,--1"])
@@ -79,3 +85,91 @@ def test_a_generate_call_span_with_a_garbled_version_or_position_covers_nothing(
              [{"version": "³", "abs_start": 4, "abs_end": 5}], [{"version": "1", "abs_start": 5, "abs_end": 6}]]
     got = call_token_versions(calls, np.ones(6, bool), 0)
     assert got is not None and got.tolist() == [UNKNOWN_VERSION] * 5 + [1]
+
+
+# ---- version floods (issue 44): linear, and bounded like every other count
+
+def miles_dump(folder, versions: list) -> object:
+    """A one-rank miles train dump of 4 samples whose first names `versions` (per-call strings or span lists)."""
+    import torch
+
+    folder.mkdir(parents=True, exist_ok=True)
+    cols: dict = {k: [] for k in ("sample_indices", "tokens", "response_lengths", "total_lengths", "rewards",
+                                  "loss_masks", "log_probs", "rollout_log_probs", "advantages", "weight_versions")}
+    for i in range(4):
+        lp = -torch.linspace(0.1, 2.0, 12)
+        for k, v in (("sample_indices", i), ("tokens", torch.arange(16)), ("response_lengths", 12),
+                     ("total_lengths", 16), ("rewards", 1.0), ("loss_masks", torch.ones(12, dtype=torch.int32)),
+                     ("log_probs", lp), ("rollout_log_probs", lp + 0.001), ("advantages", torch.zeros(12)),
+                     ("weight_versions", versions if i == 0 else ["7"])):
+            cols[k].append(v)
+    path = folder / "0_0.pt"
+    torch.save({"rollout_id": 0, "rank": 0, "cp_rank": 0, "cp_size": 1, "qkv_format": "thd", "rollout_data": cols}, path)
+    return path
+
+
+FLOODS = {
+    "150,000 call versions": [str(v) for v in range(150_000)],
+    "100,000 spans": [[{"version": v, "abs_start": 4 + v % 12, "abs_end": 5 + v % 12} for v in range(100_000)]],
+}
+
+
+@pytest.mark.parametrize("case", FLOODS)
+def test_a_flood_of_distinct_versions_in_one_sample_is_one_line(tmp_path, case):
+    """The red team's floods: `check` ran past 300 s (a quadratic de-duplication). Now one line, exit 2, in a real
+    process (the timeout is a hang guard: reading the 2 MB dump is most of the time)."""
+    path = miles_dump(tmp_path / "train_data", FLOODS[case])
+    res = subprocess.run([sys.executable, "-m", "tim_report", "check", str(path)], capture_output=True, text=True,
+                         timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    lines = res.stderr.strip().splitlines()
+    assert res.returncode == 2 and len(lines) == 1, res.stderr[-2000:]
+    assert "sample 0: its weight_versions name" in lines[0] and "more than the 4,096 one sequence may carry" in lines[0]
+
+
+def test_many_calls_of_few_versions_are_read_in_order():
+    """200,000 calls cycling through 4,096 versions: one pass (a list scan per call was 800 million comparisons)."""
+    from tim_report.io.sequences import joined_versions
+
+    calls = [str(v % 4096) for v in range(200_000)]
+    assert joined_versions(calls, "x", 0) == ",".join(str(v) for v in range(4096))
+    spans = [[{"version": v % 3, "abs_start": v, "abs_end": v + 1} for v in range(100_000)]]
+    assert joined_versions(spans, "x", 0) == "0,1,2"
+
+
+def _nested(depth: int) -> list:
+    x: list = [1]
+    for _ in range(depth):
+        x = [x]
+    return x
+
+
+@pytest.mark.parametrize("kwargs, phrase", [
+    ({"weight_version": [_nested(100_000), 1]}, "'weight_version' holds a list: expected integers"),
+    ({"weight_version": [10**5000, 1]}, "'weight_version' holds an integer of more than 18 digits"),
+    ({"trainer_version": 10**5000}, "trainer_version is an integer of more than 18 digits"),
+    ({"token_version": [[10**5000] * 4, [1] * 4]}, "'token_version' holds object, expected integers"),
+    ({"weight_version": [list(range(200_000)), 1]}, "names 200,000 distinct versions for one sequence"),
+], ids=["nested", "5000-digit", "5000-digit-trainer", "5000-digit-token", "200,000-versions"])
+def test_save_step_refuses_versions_it_could_not_read_back(tmp_path, kwargs, phrase):
+    """RecursionError and ValueError before; a span of 200,000 versions was written and then refused by the reader."""
+    import tim_report
+    from tim_report.errors import BadInput
+
+    logp = -np.linspace(0.1, 2.0, 8).reshape(2, 4)
+    with pytest.raises(BadInput) as err:
+        tim_report.save_step(tmp_path / "steps", logp, logp + 0.01, step=1, **kwargs)
+    assert str(err.value).startswith("save_step: ") and phrase in str(err.value) and "\n" not in str(err.value)
+    assert not (tmp_path / "steps").exists()
+
+
+def test_what_save_step_writes_reads_back_at_the_bound(tmp_path):
+    import tim_report
+    from tim_report.config.bounds import MAX_SEQUENCE_VERSIONS
+
+    logp = -np.linspace(0.1, 2.0, 8).reshape(2, 4)
+    span = [10**17 + v for v in range(MAX_SEQUENCE_VERSIONS)]  # the widest versions, as many as a sequence may name
+    path = tim_report.save_step(tmp_path / "steps", logp, logp + 0.01, step=1, weight_version=[span, 3],
+                                trainer_version=10**17 + MAX_SEQUENCE_VERSIONS)
+    back = load(path)
+    assert back.weight_version.tolist() == [",".join(map(str, span)), "3"]
+    assert analyze(back).staleness is not None

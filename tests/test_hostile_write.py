@@ -151,6 +151,27 @@ def test_a_nul_byte_and_a_meta_nested_too_deep_are_one_line_and_leave_no_folder(
     assert files_under(tmp_path) == []
 
 
+def test_a_meta_a_raised_recursion_limit_lets_json_write_is_refused_too(tmp_path):
+    """A loop that raised its recursion limit wrote a meta nested 5,000 deep, which no reader (json under the default
+    limit) could read back: what save_step writes must read back."""
+    import sys
+
+    before = sys.getrecursionlimit()
+    deep: dict = {}
+    node = deep
+    for _ in range(5_000):
+        node["x"] = {}
+        node = node["x"]
+    sys.setrecursionlimit(20_000)
+    try:
+        with pytest.raises(BadInput) as err:
+            tim_report.save_step(tmp_path / "steps", LOGP, LOGP, step=1, meta=deep)
+    finally:
+        sys.setrecursionlimit(before)
+    one_line(err, "meta nests more than 64 levels deep")
+    assert files_under(tmp_path) == []
+
+
 # ---- a full disk, from a real training process ---------------------------------------------------------------
 
 NOISE = "np.random.default_rng(0).standard_normal((64, 512)).astype(np.float32) - 5"  # 128 KiB, incompressible

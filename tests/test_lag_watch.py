@@ -10,7 +10,9 @@ import pytest
 from helpers import build_site
 
 import tim_report
-from tim_report.analysis.lag.history import floor_moved, lag_changed, lag_key, same_lag
+from tim_report.analysis.lag.history import lag_changed, lag_key, never_delivered, read_run, same_lag
+from tim_report.analysis.run_index import in_run, index_from_rows
+from tim_report.catalogue.staleness import run_reading
 from tim_report.errors import BadInput
 from tim_report.site.index_json import read_rows
 from tim_report.testing import make_batch
@@ -43,19 +45,105 @@ def test_rows_the_index_and_the_scalars_carry_the_lags(tmp_path):
     assert "tim/staleness_share" not in tim_report.analyze(make_batch(seed=4)).scalars()
 
 
-def row(step, kl0=None, lags=("0",), se=0.0):
+def row(step, kl0=None, lags=("0",), se=0.0, tokens=4096):
     mix = {k: 1 / len(lags) for k in lags}
-    return {"id": f"step_{step}", "step": step, "lag_mix": mix, "lag_kl_k3": {"0": kl0} if kl0 is not None else {},
-            "floor_kl_k3_se": se}
+    return {"id": f"step_{step}", "step": step, "tokens": tokens, "lag_mix": mix,
+            "lag_kl_k3": {"0": kl0} if kl0 is not None else {}, "lag_kl_k3_se": {"0": se} if kl0 is not None else {},
+            "regime": "numerical_noise", "findings": []}
+
+
+def full(r: dict) -> dict:
+    """An index row with every field (model.run_row_fields), `r`'s given."""
+    from tim_report.model import run_row_fields
+
+    base = {k: None for k in run_row_fields()}
+    base.update(rollout_engine="hf", rollout_dtype="bf16", trainer_engine="hf", trainer_dtype="fp32", routing={},
+                routing_unit="group", findings=[], input_problem_kinds=[], health="green", env_kl_k3={}, lag_mix={},
+                lag_kl_k3={}, lag_kl_k3_se={}, excluded_tokens=0, input_problems=0, data_problems=0, blocked_by_bug=False)
+    return {**base, **r}
+
+
+def lagged(step, kl, lag=1, se=None, lr=None):
+    """A one-step-off row: every token at `lag`, KL k3 `kl` with standard error `se` (10% by default)."""
+    return full({"id": f"step_{step}", "step": step, "tokens": 4096, "lag_mix": {str(lag): 1.0}, "lag_kl_k3": {str(lag): kl},
+            "lag_kl_k3_se": {str(lag): 0.1 * kl if se is None else se}, "regime": "staleness", "findings": [],
+            "lr": lr})
 
 
 def test_the_lag0_floor_moves_beyond_twice_its_median_by_two_standard_errors():
     history = [row(s, 1e-4 * (1 + 0.1 * (s % 3))) for s in range(6)]
-    assert floor_moved(row(6, 1.5e-4, se=1e-5), history) is None  # within the run's floor
-    assert "above the run's lag-0 floor" in floor_moved(row(6, 5e-4, se=5e-5), history)
-    assert floor_moved(row(6, 5e-4, se=2e-4), history) is None  # a step too noisy to tell
-    assert floor_moved(row(3, 5e-4), history[:3]) is None  # fewer than 5 earlier lag-0 steps: no floor yet
-    assert floor_moved(row(6, lags=("3",)), history) is None  # no lag-0 tokens at this step
+    status = lambda r: (read_run([*history, r]).get(r["id"]) or {}).get("status")
+    assert status(row(6, 1.5e-4, se=1e-5)) == "within"  # within the run's floor
+    assert status(row(6, 5e-4, se=5e-5)) == "beyond"
+    assert "above the run's own" not in run_reading(read_run([*history, row(6, 5e-4, se=5e-5)])["step_6"])
+    assert status(row(6, 5e-4, se=2e-4)) == "within"  # a step too noisy to tell
+    assert read_run([*history[:3], row(3, 5e-4)])["step_3"]["status"] == "unjudged"  # fewer than 5 earlier: no floor
+    assert "step_6" not in read_run([*history, row(6, lags=("3",))])  # no lag-0 tokens at this step: nothing to read
+    assert "step_6" not in read_run([*history, row(6, 5e-4, tokens=32)])  # too few tokens at lag 0
+
+
+def test_a_lag_is_held_to_its_own_history_and_a_sync_that_stops_is_named_at_its_first_step():
+    """A clean one-step-off run whose lag-1 KL swings 2.6× with the policy's speed stays within; the step a sync stops
+    (its lag-1 tokens now come from weights two versions old: about 4×) is beyond, and so is every step after it, held to
+    the history before the event, not to a bar the event raised."""
+    clean = [2.7e-3, 2.7e-3, 1.7e-3, 1.6e-3, 2.8e-3, 3.3e-3, 7.0e-3, 7.3e-3, 5.1e-3, 2.0e-3]
+    rows = [lagged(s + 1, kl) for s, kl in enumerate(clean)]
+    assert {r["status"] for r in read_run(rows).values()} <= {"within", "unjudged"}
+    # a slow climb (a sync that stops at lag 2: each step a lag older, under 2× a step) is watched, then named at 5×
+    slow = rows[:6] + [lagged(s, kl, se=1e-5) for s, kl in ((7, 6.5e-3), (8, 9.5e-3), (9, 1.2e-2), (10, 1.5e-2))]
+    got = read_run(slow)
+    assert [got[f"step_{s}"]["status"] for s in (7, 8, 9, 10)] == ["within", "beyond", "beyond", "beyond"]
+    assert got["step_10"]["since_step"] == 8  # the climb was the event's run-up
+    climbing = index_from_rows(slow[:9])
+    assert [r["lag_reading"]["status"] for r in climbing["runs"][7:]] == ["climbing", "climbing"]
+    assert "climbing 4.44× its own history" in climbing["runs"][8]["glance"] and climbing["run"]["regime"] == "staleness"
+    assert "has been climbing above the run's own history since step 8" in climbing["run"]["verdict"]
+    stuck = rows[:6] + [lagged(7, 2.9e-2), lagged(8, 4.7e-2), lagged(9, 7.9e-2)]
+    got = read_run(stuck)
+    assert [got[f"step_{s}"]["status"] for s in (6, 7, 8, 9)] == ["within", "beyond", "beyond", "beyond"]
+    assert got["step_9"]["since_step"] == 7 and got["step_9"]["reference"] < 3e-3
+    sentence = run_reading(got["step_7"])
+    assert sentence.startswith("KL k3 at lag 1 0.029") and "the run's own" in sentence and "older weights" in sentence
+    tagged = read_run([{**r, "trainer_version": r["step"] + 10} for r in stuck])["step_9"]  # labels v(t − 1), stuck at v15
+    assert (tagged["labelled_version"], tagged["looks_like_version"]) == (18, 15), tagged
+    assert "labelled v18, they look like v15 if the engine has taken no update" in run_reading(tagged)
+    from tim_report.service.check import run_errors
+
+    errors = run_errors(stuck)  # `check RUN` reads the steps together as the index does: one line per event
+    assert [e["id"] for e in errors] == ["stale_weights"] and errors[0]["title"].startswith("step_7: stale weights")
+    assert run_errors(rows) == []
+    index = index_from_rows(stuck)  # the run reads the step as its engine's weights, whatever the step alone said
+    step7 = next(r for r in index["runs"] if r["id"] == "step_7")
+    assert step7["regime"] == "systematic" and step7["step_regime"] == "staleness" and step7["health"] == "red"
+    assert step7["findings"][0] == "stale_weights" and step7["blocked_by_bug"]
+    assert index["run"]["regime"] == "systematic" and index["run"]["since_step"] == 7, index["run"]
+    assert "stale weights" in index["run"]["verdict"]
+
+
+def test_an_engine_that_never_took_an_update_is_named_and_a_warm_up_with_its_lr_is_not():
+    # the KL at lag 1 grows with the steps since the start, at a constant learning rate
+    never = [lagged(s, 2.7e-3 * s ** 1.8, lr=1e-4) for s in range(1, 13)]
+    found = never_delivered(never)
+    assert found and found["lag"] == 1 and found["growth"] > 10 and found["per_lr"]
+    index = index_from_rows(never)
+    assert index["run"]["regime"] == "systematic" and "Never delivered" in index["run"]["verdict"], index["run"]
+    assert [(f["id"], f["severity"]) for f in index["run"]["findings"]][0] == ("never_delivered", "error")
+    assert all(r["regime"] == "systematic" for r in index["runs"])  # every step of it: the engine's weights
+    # without the learning rate a warm-up could grow the same way: the run says both, as a warning, the steps stay
+    bare = index_from_rows([{**r, "lr": None} for r in never])
+    assert [(f["id"], f["severity"]) for f in bare["run"]["findings"]][0] == ("never_delivered", "warn")
+    assert "unless a learning-rate warm-up" in bare["run"]["verdict"] and bare["run"]["regime"] == "staleness"
+    # a learning-rate warm-up over 8 steps: the KL grows as lr², then levels off
+    lrs = [1e-4 * min(1.0, s / 8) for s in range(1, 13)]
+    warm = [lagged(s, 2e-3 * (lr / 1e-4) ** 2, lr=lr) for s, lr in zip(range(1, 13), lrs)]
+    assert never_delivered(warm) is None and index_from_rows(warm)["run"]["regime"] == "staleness"
+    live = warm[:9]  # still warming up: the shape alone cannot tell, the lr can
+    assert never_delivered(live) is None
+    assert never_delivered([{**r, "lr": None} for r in live]) is not None  # without the lr: said as possible
+    # a sync that stopped after a flat stretch is that event (beyond its history from its first step), not this one
+    stopped = [lagged(s, 2e-3 * (1 + 0.2 * (s % 2)), lr=1e-4) for s in range(1, 7)]
+    stopped += [lagged(s, 2e-3 * (s - 5) ** 1.8 * 3, lr=1e-4) for s in range(7, 13)]
+    assert never_delivered(stopped) is None and read_run(stopped)["step_7"]["status"] == "beyond"
 
 
 def test_bands_and_change_points_stay_within_a_lag_mix():
@@ -83,47 +171,85 @@ def test_watch_says_a_lag_event_once_and_the_cause_first(tmp_path):
 
     w = Watch(tmp_path / "run", tmp_path / "site", WatchOptions())
     history = [row(s, 1e-4) for s in range(6)]
-    for r in history:
-        assert w._lag_alarm(r, []) is None
-    first = w._lag_alarm(row(6, 2e-3, se=1e-4), history)
+    rows = in_run([*history, row(6, 2e-3, se=1e-4), row(7, 4e-3, se=1e-4), row(8, 1e-4)])
+    for r in rows[:6]:
+        assert w._lag_alarm(r) is None
+    first = w._lag_alarm(rows[6])
     assert first.kind == "stale_weights" and first.line.startswith("step_6: ") and "stale weights" in first.line
-    assert w._lag_alarm(row(7, 4e-3, se=1e-4), history).line == ""  # the same event: no second alarm
-    assert w._lag_alarm(row(8, 1e-4), history) is None  # the floor is back: the event is over
+    assert "the run's own" in first.line  # why: the lag-0 floor beyond the run's own, in numbers
+    assert w._lag_alarm(rows[7]).line == ""  # the same event: no second alarm
+    assert w._lag_alarm(rows[8]) is None  # the floor is back: the event is over
     neg = {**row(9, 1e-4), "findings": ["negative_lag"], "glance": "numerical noise"}
-    alarm = w._lag_alarm(neg, history)
+    alarm = w._lag_alarm(neg)
     assert alarm.kind == "negative_lag" and "negative lag: tokens generated by a version newer" in alarm.line
     assert alarm.env(tmp_path)["TIM_REPORT_ALARM"] == "negative_lag"
 
 
-def async_rows(lag_only_regime: str = "elevated", findings: tuple[str, ...] = ()) -> list[dict]:
+def async_rows(stale_regime: str = "staleness", findings: tuple[str, ...] = ()) -> list[dict]:
     """Index rows of a clean asynchronous run: six synchronous steps at the floor, then six whose every token is of lag
-    3 (KL k3 100× higher, no lag-0 token to judge the floor by), diagnosed `lag_only_regime` with `findings`."""
+    3 (KL k3 100× higher, no lag-0 token to judge the floor by), diagnosed `stale_regime` with `findings`."""
     rng = np.random.default_rng(0)
     rows = []
     for s in range(12):
         stale = s >= 6
         kl = (1e-2 if stale else 1e-4) * float(np.exp(0.1 * rng.standard_normal()))
         rows.append({"id": f"step_{s}", "step": s, "tokens": 4096, "kl_k3": kl, "abs_delta_mean": 10 * kl,
-                     "abs_delta_median": 5 * kl, "regime": lag_only_regime if stale else "numerical_noise",
+                     "abs_delta_median": 5 * kl, "regime": stale_regime if stale else "numerical_noise",
                      "findings": list(findings) if stale else [], "lag_mix": {"3": 1.0} if stale else {"0": 1.0},
-                     "lag_kl_k3": {"3": kl} if stale else {"0": kl}})
+                     "lag_kl_k3": {"3": kl} if stale else {"0": kl}, "lag_kl_k3_se": {"3": kl / 10} if stale else {"0": kl / 10}})
     return rows
 
 
 def test_a_change_of_lag_mix_is_not_a_change_of_regime():
-    """A run whose steps hold only stale tokens (elevated by the lag, the floor not judged) reads as the steps before
-    them; its change point at the first stale step names the lag mix, not a broken sync."""
+    """A run whose steps hold only stale tokens reads "staleness" from there, not a fault; its change point at the first
+    stale step names the lag mix, not a broken sync."""
     from tim_report.analysis.run_verdict import run_verdict
     from tim_report.analysis.trend import trend
 
-    verdict = run_verdict(async_rows())
-    assert verdict["regime"] == "numerical_noise" and verdict["verdict"].startswith("Numerical noise at every step")
-    assert verdict["lag_only_steps"] == list(range(6, 12)) and "Steps 6–11 (6 steps) carry tokens of lag ≥ 1" in verdict["verdict"]
+    verdict = run_verdict(in_run(async_rows()))
+    assert verdict["regime"] == "staleness" and verdict["verdict"].startswith("Staleness from step 6"), verdict
+    assert "steps 0–5 numerical noise" in verdict["verdict"]
+    assert [(f["id"], f["severity"]) for f in verdict["findings"]] == [("level_jump", "info")]  # the lag mix: staleness
     changes = trend(async_rows())["change_steps"]
     assert [c["step"] for c in changes] == [6], changes
     assert "the lag mix changed at that step (lag 0 → lag 3)" in changes[0]["sentence"]
     assert "weight sync that stopped" not in changes[0]["sentence"]
     # a finding at those steps is news: they stay elevated (and a lag-0 floor beyond its band is stale weights, an error)
-    flagged = run_verdict(async_rows(findings=("lag_ess_collapse",)))
-    assert flagged["regime"] == "elevated" and flagged["since_step"] == 6 and "lag_only_steps" not in flagged
-    assert run_verdict(async_rows("systematic", ("stale_weights",)))["regime"] == "systematic"
+    flagged = run_verdict(in_run(async_rows("elevated", ("lag_ess_collapse",))))
+    assert flagged["regime"] == "elevated" and flagged["since_step"] == 6
+    assert run_verdict(in_run(async_rows("systematic", ("stale_weights",))))["regime"] == "systematic"
+
+
+def test_watch_over_hostile_versions_alarms_only_the_negative_lag_and_reads_its_site_back(tmp_path):
+    """Issue 44's attack on watch's lag alarms: garbled versions and trainer versions are unknown (no stale-weights
+    alarm from them), a version past the trainer's is the negative-lag alarm, and a step naming 1,000 lags (which
+    wrote an index.json row that a restarted watch and `export` then refused) is one skipped line; the site reads back."""
+    from helpers import run
+
+    from tim_report.io import save_batch
+    from tim_report.service.watch import Watch, WatchOptions
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    hostile = {6: (["³", "--3"], 16), 7: (["17", "16"], "³"), 8: (["-1"], 18), 9: (["999999999999999999"], 19)}
+    for s in range(11):
+        b = versioned(s, [0, 1], seed=s)
+        if s in hostile:
+            b.weight_version = np.asarray([hostile[s][0][i % len(hostile[s][0])] for i in range(b.n_seqs)])
+            b.meta["trainer_version"] = hostile[s][1]
+        if s == 10:
+            b.token_version = 100_000 - np.arange(b.n_tokens, dtype=np.int64) % 1_000
+            b.meta["trainer_version"] = 100_000
+        save_batch(b, folder / f"step_{s}.npz")
+    said: list[str] = []
+    watch = Watch(folder, tmp_path / "site", WatchOptions(), say=said.append)
+    watch.step()
+    rnd = watch.step()
+    assert [(a.kind, a.step) for a in rnd.alarms] == [("negative_lag", 9)], [a.line for a in rnd.alarms]
+    assert len(said) == 1 and "step_10.npz: its tokens name 1,000 distinct weight-version lags" in said[0], said
+    doc, rows = read_rows(tmp_path / "site", ())
+    assert len(rows) == 10
+    for s in (6, 7, 8):
+        assert next(r for r in doc["runs"] if r["step"] == s)["lag_mix"] == {"unknown": 1.0}
+    assert run("export", tmp_path / "site", "--tensorboard", tmp_path / "tb").exit_code == 0
+    assert not Watch(folder, tmp_path / "site", WatchOptions()).step().alarms  # restarted on its own site: quiet

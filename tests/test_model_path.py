@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from helpers import one_line_exit_2, run
 
-from tim_report.capture import model_path
+from tim_report.capture import gguf_cache, model_path
 from tim_report.errors import BadInput
 
 REPO = Path(__file__).resolve().parent.parent
@@ -63,13 +63,14 @@ def capture_args(model: Path, out: Path) -> list:
 
 def nothing_written(tmp_path: Path, cache: Path) -> None:
     assert not list(tmp_path.glob("out*"))
-    assert not cache.exists() or not any((cache / "gguf").iterdir()), list((cache / "gguf").iterdir())
+    left = [p.name for p in (cache / "gguf").iterdir()] if (cache / "gguf").exists() else []
+    assert all(name.endswith(".lock") for name in left), left  # a conversion's empty lock file stays, nothing else
 
 
 @pytest.mark.parametrize("case, phrase", [
     ("bad_magic", "is not a GGUF file"),
     ("truncated_data", "is truncated or damaged: its header and tensors do not read (ValueError: cannot reshape"),
-    ("truncated_header", "is truncated or damaged: its header and tensors do not read"),
+    ("truncated_header", "is truncated or damaged: its header declares 4 metadata entries and 1 tensors"),
     ("unknown_architecture", "architecture 'nosucharch' is not one transformers can load from a GGUF"),
     ("unsupported_type", "tensor type Q8_1 cannot be dequantised by the gguf package"),
     ("no_tokenizer", "states no tokenizer (tokenizer.ggml.model)"),
@@ -144,7 +145,8 @@ def fake_convert(calls: list):
     return convert
 
 
-def test_two_conversions_at_once_leave_one_whole_folder(tmp_path, cache, monkeypatch):
+def test_two_conversions_at_once_convert_once_and_leave_one_whole_folder(tmp_path, cache, monkeypatch):
+    """The second waits on the key's lock, then reuses the first's folder: one conversion, not two."""
     calls: list = []
     monkeypatch.setattr(model_path, "_convert", fake_convert(calls))
     gguf = write_gguf(tmp_path / "m.gguf")
@@ -154,34 +156,46 @@ def test_two_conversions_at_once_leave_one_whole_folder(tmp_path, cache, monkeyp
         t.start()
     for t in threads:
         t.join()
-    assert len(calls) == 2 and len(set(got)) == 1, (calls, got)
+    assert len(calls) == 1 and len(got) == 2 and len(set(got)) == 1, (calls, got)
     final = got[0]
-    assert sorted(p.name for p in final.iterdir()) == ["config.json", "model.safetensors", model_path.MARKER]
-    assert [p.name for p in (cache / "gguf").iterdir()] == [final.name]  # no staging folder left
-    marker = json.loads((final / model_path.MARKER).read_text())
+    assert sorted(p.name for p in final.iterdir()) == ["config.json", "model.safetensors", gguf_cache.MARKER]
+    assert [p.name for p in (cache / "gguf").iterdir() if not p.name.endswith(".lock")] == [final.name]  # no staging
+    marker = json.loads((final / gguf_cache.MARKER).read_text())
     assert marker["gguf_file"] == "m.gguf" and final.name == marker["sha256"][:16] and marker["architecture"] == "llama"
-    # reused afterwards: no third conversion, in this process or a fresh one
-    assert model_path.resolve_model(str(gguf)) == final and len(calls) == 2
+    assert set(marker["files"]) == {"config.json", "model.safetensors"}
+    # reused afterwards: no second conversion, in this process or a fresh one
+    assert model_path.resolve_model(str(gguf)) == final and len(calls) == 1
 
 
-def test_a_half_written_cache_folder_is_never_used(tmp_path, cache, monkeypatch):
+def test_dead_conversions_staging_folders_are_removed_and_live_ones_kept(tmp_path, cache, monkeypatch):
+    import fcntl
+
     calls: list = []
     monkeypatch.setattr(model_path, "_convert", fake_convert(calls))
     gguf = write_gguf(tmp_path / "m.gguf")
-    key = model_path._sha256(gguf)[:16]
+    key = gguf_cache._sha256(gguf)[:16]
     root = cache / "gguf"
-    killed = root / f".{key}.staging-killed"  # a conversion killed half way, a day ago
+    killed = root / f".{key}.staging-killed"  # this file's conversion, killed half way a moment ago
     killed.mkdir(parents=True)
     (killed / "config.json").write_text("{")
-    os.utime(killed, (time.time() - 2 * model_path.STALE_STAGING_S,) * 2)
-    running = root / f".{key}.staging-running"  # another process's, in progress: left alone
-    running.mkdir()
-    final = model_path.resolve_model(str(gguf))
-    assert final == root / key and len(calls) == 1 and (final / model_path.MARKER).is_file()
-    assert not killed.exists() and running.exists()
+    dead = root / ".0123456789abcdef.staging-dead"  # another file's, its process gone (its lock free)
+    dead.mkdir()
+    (root / ".0123456789abcdef.lock").touch()
+    live = root / ".fedcba9876543210.staging-live"  # another file's, in progress: its lock held
+    live.mkdir()
+    holder = os.open(root / ".fedcba9876543210.lock", os.O_RDWR | os.O_CREAT)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    legacy = root / ".aaaaaaaaaaaaaaaa.staging-old"  # no lock file (an older tim-report's): by age only
+    legacy.mkdir()
+    try:
+        final = model_path.resolve_model(str(gguf))
+    finally:
+        os.close(holder)
+    assert final == root / key and len(calls) == 1 and (final / gguf_cache.MARKER).is_file()
+    assert not killed.exists() and not dead.exists() and live.exists() and legacy.exists()
     # a folder under the key's name that tim-report did not finish (no marker) is refused, not used
     model_path._RESOLVED.clear()
-    (final / model_path.MARKER).unlink()
+    (final / gguf_cache.MARKER).unlink()
     with pytest.raises(BadInput, match="was not written by it"):
         model_path.resolve_model(str(gguf))
 
@@ -194,7 +208,7 @@ def test_a_folder_holding_one_gguf_is_that_gguf(tmp_path, monkeypatch):
     got = model_path.resolve_model(str(folder))
     assert got == model_path.resolve_model(str(gguf))
     assert model_path.model_meta(got) == {"model": "My-Model-7B", "model_gguf": {
-        "file": "My-Model-7B.Q4_K_M.gguf", "sha256": model_path._sha256(gguf)}}
+        "file": "My-Model-7B.Q4_K_M.gguf", "sha256": gguf_cache._sha256(gguf)}}
 
 
 @pytest.mark.parametrize("name, shown", [("SmolLM2-135M-Instruct.Q4_1.gguf", "SmolLM2-135M-Instruct"),

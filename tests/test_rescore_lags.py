@@ -68,5 +68,5 @@ def test_a_lag_zero_bucket_planted_from_an_older_version(tmp_path, tiny_versions
     assert stale["evidence"]["rescored_looks_like_version"] == 0 and "labelled v3 and look like v0" in stale["title"]
     assert "lag 0: nearest v0 (labelled v3): the engine's tokens look like v0" in summary["diagnosis"]["verdict"]
     md = (page / "report.md").read_text()
-    assert "### Which weights the engine used" in md and "looks like v0" in md
+    assert "<summary>Which weights the engine used</summary>" in md and "looks like v0" in md
     assert "Which weights the engine used" in (page / "index.html").read_text()

@@ -173,6 +173,7 @@ SIDE_KINDS = {
     "floor": "the trainer again under another batch composition (its own floor)",
 }
 SIDE_NAME_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"
+SIDE_NAME_MAX = 64  # a side's name is a column of pages and a zip member's name (`side_NAME.npy`, at most 65,535 bytes)
 
 
 @dataclass
@@ -353,8 +354,11 @@ _ROW_VERDICT = {"routing": "counts", "routing_unit": "text", "regime": "text?", 
                 "blocked_by_bug": "bool",
                 "excluded_tokens": "number", "input_problems": "number", "input_problem_kinds": "texts",
                 "data_problems": "number", "health": "text", "env_kl_k3": "counts",
-                "lag_mix": "counts", "lag_kl_k3": "counts", "floor_kl_k3_se": "number?", "staleness_share": "number?",
-                "weight_digests": "digests"}
+                "lag_mix": "counts", "lag_kl_k3": "counts", "lag_kl_k3_se": "counts", "floor_kl_k3_se": "number?",
+                "staleness_share": "number?", "trainer_version": "number?", "lr": "number?", "weight_digests": "digests",
+                # as its run reads the step (analysis.run_index.in_run; null in a step's own row): its lag against the
+                # run's own history of that lag, and its own regime where the run's differs
+                "lag_reading": "object?", "step_regime": "text?"}
 
 
 def run_row_fields() -> dict[str, str]:
@@ -386,6 +390,8 @@ def _is_kind(v: Any, kind: str, optional: bool) -> bool:
         return isinstance(v, bool)
     if kind == "texts":
         return isinstance(v, list) and all(isinstance(x, str) for x in v)
+    if kind == "object":
+        return isinstance(v, dict) and all(isinstance(k, str) for k in v)
     if kind == "digests":  # the step's weight digests, each a record with its side (docs/sync.md)
         if not isinstance(v, list) or not all(isinstance(x, dict) and x.get("side") in DIGEST_SIDES for x in v):
             return False

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .errors import BadInput
 from .model import StepBatch
 
 
@@ -262,7 +264,17 @@ def make_truncated_batch(top_p: float = 0.9, top_k: int = 0, n_seqs: int = 48, m
 
 # ---- real weight versions: the staleness split's test bed (design §10) ---------------------------------------
 
-TINY_MODEL = "models/tiny-qwen2"  # relative to the repository root
+# The tiny model ships with the repository (models/, beside the package), not in the wheel: found from this file, so a
+# script run from any folder finds it (a relative path was tried as a hub id, ten retries, then a traceback).
+TINY_MODEL = str(Path(__file__).resolve().parents[1] / "models" / "tiny-qwen2")
+
+
+def model_folder(model_dir: str) -> str:
+    """`model_dir` when it is a local model folder; else BadInput saying where the tiny model comes from."""
+    if not (Path(model_dir) / "config.json").is_file():
+        raise BadInput(model_dir, "no model folder here (config.json): models/tiny-qwen2 ships with the repository "
+                                  "checkout (scripts/train_tiny_model.py makes it); pass model_dir= for another model")
+    return model_dir
 
 
 @contextlib.contextmanager
@@ -286,7 +298,7 @@ def train_versions(model_dir: str = TINY_MODEL, versions: int = 4, lr: float = 2
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     with _one_thread():
-        return _train(AutoModelForCausalLM, AutoTokenizer, model_dir, versions, lr, seed)
+        return _train(AutoModelForCausalLM, AutoTokenizer, model_folder(model_dir), versions, lr, seed)
 
 
 def _train(auto_model: Any, auto_tokenizer: Any, model_dir: str, versions: int, lr: float, seed: int) -> list[dict]:
@@ -324,7 +336,8 @@ def sample_versioned_batch(states: list[dict], lags: list[int], model_dir: str =
     prompt, so `rescore` can score the batch again."""
     with _one_thread():
         by = sampled_by or [stuck_at if stuck_at is not None else len(states) - 1 - lag for lag in lags]
-        return _sample(states, lags, model_dir, new_tokens, seqs_per_lag, by, rollout_dtype, label_lags, seed)
+        return _sample(states, lags, model_folder(model_dir), new_tokens, seqs_per_lag, by, rollout_dtype, label_lags,
+                       seed)
 
 
 def _sample(states: list[dict], lags: list[int], model_dir: str, new_tokens: int, seqs_per_lag: int,
@@ -380,7 +393,8 @@ def sample_prefix_cached_batch(states: list[dict], cache_version: int | None, mo
     cache, computed by version `cache_version` (None: the newest, a cache reset at the sync), the rest compute it
     afresh. `cached_tokens` is the prompt length less its last token (which an engine always recomputes), or 0."""
     with _one_thread():
-        return _sample_cached(states, cache_version, model_dir, n_seqs, prompt_len, new_tokens, rollout_dtype, seed)
+        return _sample_cached(states, cache_version, model_folder(model_dir), n_seqs, prompt_len, new_tokens,
+                              rollout_dtype, seed)
 
 
 def _sample_cached(states: list[dict], cache_version: int | None, model_dir: str, n_seqs: int, prompt_len: int,

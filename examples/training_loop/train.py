@@ -17,7 +17,19 @@ From `--bug-step` on, one of these bugs is planted:
 - `skip-sync` (also `stale-weights`): the weight sync is skipped, so the engine keeps an old policy while it claims
   the new version and the trainer moves on;
 - `bf16-sync`: the sync sends each update as a delta added to the engine's bf16 weights, where an update below the
-  bf16 rounding step is lost: with a small `--lr` the engine keeps the old policy while it claims the new version.
+  bf16 rounding step is lost: with a small `--lr` the engine keeps the old policy while it claims the new version;
+- `never-synced`: no update ever reaches the engine (it keeps version 0 from the start, whatever `--bug-step`), while
+  it claims each new version (a LoRA adapter or a weight bucket that never loads: verl #7495);
+- `swapped-tensors`: the sync loads two same-shaped tensors under each other's names (layer 0's and layer 1's MLP up
+  projections: SkyRL #1816's mixed-dtype bucket), so the engine holds a model the trainer never had.
+
+Every bug works with `--async-lag K` too: the labels go on saying the version the engine claims, the lag K.
+`--digests` checks each sync exactly (docs/sync.md): after it, the engine's weights and the trainer's cast to bf16 are
+digested with `tim_report.weight_digest`, and each step saves the engine's digest of the version that sampled its
+batch beside the trainer's of that version and of its own, so every sync fault above that touches the weights is an
+exact error finding at the first step that trains on its tokens.
+`--lr-warmup N` raises the learning rate linearly over the first N updates (a clean control: the mismatch at a fixed
+lag grows during the warm-up, then levels off).
 
     python examples/training_loop/train.py --steps 12 --bug-step 6 --out runs/demo/tim_steps &
     tim-report watch runs/demo/tim_steps -o site/ --interval 1
@@ -44,7 +56,10 @@ import tim_report
 HERE = Path(__file__).resolve().parent
 MODEL = HERE.parent.parent / "models" / "tiny-qwen2"
 PROMPTS = HERE.parent / "prompts.jsonl"
-BUGS = ("temperature", "shift", "skip-sync", "stale-weights", "bf16-sync")
+BUGS = ("temperature", "shift", "skip-sync", "stale-weights", "bf16-sync", "never-synced", "swapped-tensors")
+SYNC_BUGS = ("skip-sync", "stale-weights", "bf16-sync", "never-synced", "swapped-tensors")
+# swapped-tensors: the two same-shaped tensors a faulty sync loads under each other's names
+SWAPPED = ("model.layers.0.mlp.up_proj.weight", "model.layers.1.mlp.up_proj.weight")
 
 
 @dataclass
@@ -58,6 +73,7 @@ class Rollout:
     logprobs: torch.Tensor
     index: list[int]
     version: int
+    digest: object = None  # the engine's weight digest when it sampled (--digests)
 
 
 def policy_logprobs(model, input_ids, attention_mask, response_ids, temperature: float = 1.0):
@@ -72,20 +88,24 @@ def reward_of(texts: list[str]) -> torch.Tensor:
 
 
 def sync(engine, policy, synced: dict, bug: str | None) -> None:
-    """The weight sync: the engine gets the trainer's weights (skip-sync: nothing arrives; bf16-sync: each update
-    arrives as a delta added in the engine's bf16, where a change below the rounding step is lost)."""
-    if bug in ("skip-sync", "stale-weights"):
+    """The weight sync: the engine gets the trainer's weights (skip-sync, never-synced: nothing arrives; bf16-sync:
+    each update arrives as a delta added in the engine's bf16, where a change below the rounding step is lost;
+    swapped-tensors: two tensors arrive under each other's names)."""
+    if bug in ("skip-sync", "stale-weights", "never-synced"):
         return
+    swap = dict(zip(SWAPPED, reversed(SWAPPED))) if bug == "swapped-tensors" else {}
     with torch.no_grad():
         for name, p in policy.named_parameters():
-            if bug == "bf16-sync":
+            if name in swap:
+                engine.get_parameter(swap[name]).copy_(p)
+            elif bug == "bf16-sync":
                 engine.get_parameter(name).add_((p - synced[name]).to(torch.bfloat16))
             else:
                 engine.get_parameter(name).copy_(p)
             synced[name].copy_(p)
 
 
-def sample(engine, tokenizer, chats, index, version: int, temperature: float, tokens: int) -> Rollout:
+def sample(engine, tokenizer, chats, index, version: int, temperature: float, tokens: int, digest=None) -> Rollout:
     """The engine samples a batch and records the log-prob of what it sampled, with the version it claims to hold."""
     prompt = tokenizer([chats[i] for i in index], return_tensors="pt", padding=True, padding_side="left")
     with torch.no_grad():
@@ -94,7 +114,33 @@ def sample(engine, tokenizer, chats, index, version: int, temperature: float, to
         response_ids = input_ids[:, prompt.input_ids.shape[1]:]
         attention_mask = torch.cat([prompt.attention_mask, torch.ones_like(response_ids)], dim=1)
         rollout = policy_logprobs(engine, input_ids, attention_mask, response_ids, temperature)
-    return Rollout(dict(prompt), input_ids, response_ids, attention_mask, rollout, index, version)
+    return Rollout(dict(prompt), input_ids, response_ids, attention_mask, rollout, index, version, digest)
+
+
+class Digests:
+    """--digests: the round trip of each sync. After the sync of version v, the engine's weights (bf16) and the trainer's
+    cast to bf16 are digested, each with the share of elements changed since version v − 1."""
+
+    def __init__(self, on: bool):
+        self.on = on
+        self.engine = None  # the engine's digest of the version it holds now
+        self.trainer: dict = {}  # the trainer's digest of each version, by version
+
+    def synced(self, engine, policy, version: int) -> None:
+        if self.on:
+            self.engine = tim_report.weight_digest(engine, "bf16", since=self.engine, version=version)
+            self.trainer[version] = tim_report.weight_digest(policy, "bf16", since=self.trainer.get(version - 1),
+                                                             version=version)
+
+    def saved(self, r: Rollout, step: int) -> dict:
+        """save_step's arguments: the engine's digest of the version that sampled the batch, the trainer's of that version
+        and of its own (one step judged alone, whatever the lag)."""
+        if not self.on:
+            return {}
+        mine = [self.trainer[v] for v in sorted({r.version, step})]
+        for v in [v for v in self.trainer if v < r.version]:  # a version nothing samples or trains on any more
+            del self.trainer[v]
+        return {"engine_digest": r.digest, "trainer_digest": mine}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -105,10 +151,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bug-step", type=int, default=6, help="the first step with the bug (-1: never)")
     parser.add_argument("--async-lag", type=int, default=0, help="sample this many versions ahead through a queue (0: synchronous)")
     parser.add_argument("--lr", type=float, default=1e-4)
+    parser.add_argument("--lr-warmup", type=int, default=0, help="raise the learning rate linearly over this many updates")
     parser.add_argument("--batch", type=int, default=8, help="responses per step (each prompt sampled batch/8 times)")
     parser.add_argument("--tokens", type=int, default=24, help="tokens per response")
     parser.add_argument("--pause", type=float, default=0.0, help="seconds to wait between steps (to watch it live)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--digests", action="store_true", help="save both sides' weight digests each step (docs/sync.md)")
     args = parser.parse_args(argv)
 
     torch.manual_seed(args.seed)
@@ -118,19 +166,23 @@ def main(argv: list[str] | None = None) -> None:
     engine = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.bfloat16).eval()  # the rollout engine, bf16
     synced = {name: p.detach().clone() for name, p in policy.named_parameters()}       # what the last sync sent
     optimizer = torch.optim.AdamW(policy.parameters(), lr=args.lr)
+    warmup = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: min(1.0, (k + 1) / args.lr_warmup) if args.lr_warmup else 1.0)
     records = [json.loads(line) for line in PROMPTS.read_text().splitlines() if line.strip()]
     chats = [tokenizer.apply_chat_template(r.get("messages") or [{"role": "user", "content": r["prompt"]}],
                                            add_generation_prompt=True, tokenize=False) for r in records]
     queue: deque[Rollout] = deque()
     sampled = 0  # batches sampled so far: the next batch's prompts
+    digests = Digests(args.digests)
 
     for step in range(args.steps):
-        bug = args.bug if 0 <= args.bug_step <= step else None
+        bug = args.bug if 0 <= args.bug_step <= step or args.bug == "never-synced" else None
         if step:  # version `step` exists once `step` updates are applied: the sync before this step's sampling
-            sync(engine, policy, synced, bug if bug in ("skip-sync", "stale-weights", "bf16-sync") else None)
+            sync(engine, policy, synced, bug if bug in SYNC_BUGS else None)
+        digests.synced(engine, policy, step)
         while len(queue) <= args.async_lag:  # the engine samples ahead with the version it claims to hold now
             index = [i % len(chats) for i in range(sampled * args.batch, (sampled + 1) * args.batch)]
-            queue.append(sample(engine, tokenizer, chats, index, step, 0.7 if bug == "temperature" else 1.0, args.tokens))
+            queue.append(sample(engine, tokenizer, chats, index, step, 0.7 if bug == "temperature" else 1.0, args.tokens,
+                                digests.engine))
             sampled += 1
         r = queue.popleft()  # the oldest batch: sampled `lag` versions ago
 
@@ -140,7 +192,8 @@ def main(argv: list[str] | None = None) -> None:
                              prompt_ids=r.prompt["input_ids"], prompt_mask=r.prompt["attention_mask"],
                              group=torch.tensor(r.index), step=step, rank=0, world_size=1, model="tiny-qwen2",
                              rollout_engine="hf", rollout_dtype="bf16", trainer_engine="hf", trainer_dtype="fp32",
-                             weight_version=[r.version] * len(r.index), trainer_version=step)
+                             weight_version=[r.version] * len(r.index), trainer_version=step,
+                             meta={"lr": optimizer.param_groups[0]["lr"]}, **digests.saved(r, step))
 
         rewards = reward_of(tokenizer.batch_decode(r.response_ids))
         advantage = (rewards - rewards.mean()) / (rewards.std() + 1e-6)
@@ -148,6 +201,7 @@ def main(argv: list[str] | None = None) -> None:
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
+        warmup.step()
         lag = step - r.version
         print(f"step {step}: reward {rewards.mean():.3f}, lag {lag}{'  (bug: ' + bug + ')' if bug else ''}", flush=True)
         time.sleep(args.pause)

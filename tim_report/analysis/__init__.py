@@ -66,10 +66,11 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
         stale = pool.submit(split, batch, tok, th) if big and has_versions(batch) else None
         side = pool.submit(side_families, batch, tok, th) if big else None
         metrics = summary_metrics(tok, th, scope.ladders, scope.pages)
-        given = {"staleness": stale.result()} if stale is not None else {}
+        given = {"data_problems": problems, **({"staleness": stale.result()} if stale is not None else {})}
         if (weights := weights_by_lag(batch, tok)) is not None:
             given["rescore"] = weights  # which weights sampled each lag bucket: the stale-weights finding cites it
         diagnosis = diagnose(batch, tok, metrics, diagnosis_thresholds, th, given)
+        verl = verl_metrics(tok, metrics) if scope.pages else {}  # on this lane, while the other may still run
         families = side.result() if side is not None else side_families(batch, tok, th)
     groups, envs = families.pop("by_group"), families.pop("by_env")
     if not scope.pages:
@@ -84,7 +85,7 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
                                                      if scope.pages else {}),
                     "by_group": groups, **({"by_env": envs} if envs is not None else {})},
         routing=route,
-        verl=verl_metrics(tok, metrics) if scope.pages else {},
+        verl=verl,
         data_problems=problems,
         diagnosis=diagnosis,
         **families,
@@ -96,10 +97,11 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
     report.sync = report.diagnosis.pop("sync", None)  # summary.json's own `sync`: the weight digests' round trip
     if report.sync is not None:
         report.sync["line"] = sync_words.sync_line(report.sync)
-    if (sentence := lag_words.verdict_sentence(report.staleness)) is not None:
+    basis = report.diagnosis.get("regime_basis")
+    if basis != "lag" and (sentence := lag_words.verdict_sentence(report.staleness)) is not None:
         report.diagnosis["verdict"] = f"{report.diagnosis['verdict']} {sentence}"  # which dominates: staleness or numerics
-    if report.diagnosis.get("regime_basis") == "lag_0" and (cost := lag_words.cost_sentence(report.staleness or {})):
-        report.diagnosis["verdict"] += f" {cost}"  # judged on lag 0: what the lag costs is the rest of the story
+    if basis in ("lag_0", "lag") and (cost := lag_words.cost_sentence(report.staleness or {})):
+        report.diagnosis["verdict"] += f" {cost}"  # judged on lag 0, or read as the lag's: what the lag costs
     report.rescore = given.get("rescore")
     if (sentence := rescore_words.verdict_sentence(report.rescore)) is not None:
         report.diagnosis["verdict"] += f" {sentence}"  # which weights the engine used, lag bucket by lag bucket
@@ -111,6 +113,8 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
     lag_glance = lag_words.glance(report.staleness)
     if lag_glance and not leads:
         report.diagnosis["glance"] += f": {lag_glance}"  # what the mismatch is when no finding leads: staleness or not
+    if (sync_glance := sync_words.glance(report.sync)) is not None:
+        report.diagnosis["glance"] += f"; {sync_glance}"  # the weight sync checked exactly, and it held
     report.run["thresholds"] = th.to_dict()
     return report
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..catalogue import bisect as words
-from ..config import BISECT_BEYOND_MEDIAN, BISECT_BEYOND_P99, BISECT_MIN_FLOOR_ROUNDOFFS, BISECT_ROUNDOFF
+from ..config.bisect import BISECT_BEYOND_MEDIAN, BISECT_BEYOND_P99, BISECT_MIN_FLOOR_ROUNDOFFS, BISECT_ROUNDOFF
 
 EDGES = np.logspace(-12, 4, 16 * 50 + 1)  # 50 bins a decade (±2.3%); below 1e-12 counts as zero
 SERIES = ("local", "floor", "plain", "floor_plain")

@@ -36,8 +36,8 @@ def consequence(tok: Tokens, finding_id: str, dt: DiagnosisThresholds, ppo_clip:
     whole mismatch: the batch's own shares are its doing (noise under a precision band clips well under 1% of tokens)."""
     offset = FINDINGS[finding_id].offset
     delta = tok.delta
-    bias, bias_se = cluster_mean_se(delta, tok.seq)
-    abs_mean, abs_se = cluster_mean_se(np.abs(delta), tok.seq)
+    bias, bias_se = tok.mean_se_of("delta")
+    abs_mean, abs_se = tok.mean_se_of("abs_delta")
     lo, hi = math.log(ppo_clip[0]), math.log(ppo_clip[1])
     log_cap = math.log(cap)
 

@@ -16,39 +16,27 @@ so two processes converting at once never corrupt it and a half-written folder i
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import io
 import json
-import os
 import re
-import shutil
-import tempfile
-import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ..errors import BadInput
+from . import gguf_cache
+from .gguf_cache import MARKER
+from .gguf_header import check_header
 
 GGUF_MAGIC = b"GGUF"
-MARKER = "tim-report-gguf.json"  # written last into the staging folder: what the cache folder was made from
+SAFETENSORS_MAX_HEADER = 100_000_000  # the safetensors library's own limit on a header
 CONFIGS = ("config.json", "tokenizer_config.json")
-CACHE_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM}  # the cache's fault, not the file's
-STALE_STAGING_S = 86400  # a staging folder this old is a killed conversion's, not a running one's
 # llama.cpp's architecture names that transformers' GGUF loader renames (modeling_gguf_pytorch_utils.load_gguf_checkpoint)
 LLAMA_CPP_NAMES = {"qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe", "gpt-oss": "gpt_oss", "minimax-m2": "minimax_m2",
                    "t5encoder": "t5"}
 # a quantisation tag at the end of a GGUF's file name (SmolLM2-135M-Instruct.Q4_1, model-q4_k_m, model.f16)
 QUANT_TAG = re.compile(r"[.\-_](?:[QqIi][Qq]?\d\w*|[Ff](?:16|32|64)|[Bb][Ff]16)$")
-
-
-def cache_root() -> Path:
-    """`$TIM_REPORT_CACHE/gguf`, else `$XDG_CACHE_HOME/tim-report/gguf`, else `~/.cache/tim-report/gguf`."""
-    if os.environ.get("TIM_REPORT_CACHE"):
-        return Path(os.environ["TIM_REPORT_CACHE"]) / "gguf"
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "tim-report" / "gguf"
 
 
 # Models a registry package ships as a data file, by the short name `--model` takes: (package to find without importing
@@ -76,6 +64,13 @@ def resolve_model(path: str, notice: Callable[[str], None] | None = None) -> Pat
     name of a model a package ships: PACKAGED_MODELS) stands for.
 
     BadInput (one line) for anything else; `notice` receives one line when a GGUF is converted (the first time)."""
+    p = locate_model(path)
+    return p if p.is_dir() else _from_gguf(p.resolve(), notice)
+
+
+def locate_model(path: str) -> Path:
+    """What `path` names, checked without loading or converting anything: a model folder (config.json, no custom code,
+    whole weights) or a GGUF file (its magic). The first thing a command checks, before any default it brings."""
     p = Path(path)
     if not p.exists() and path in PACKAGED_MODELS:  # a folder of that name, where there is one, comes first
         shipped = packaged_model(path)
@@ -87,6 +82,7 @@ def resolve_model(path: str, notice: Callable[[str], None] | None = None) -> Pat
     if p.is_dir():
         if (p / "config.json").is_file():
             refuse_custom_code(p)
+            check_weights(p)
             return p
         found = sorted(x for x in p.glob("*.gguf") if x.is_file())
         if not found:
@@ -97,7 +93,8 @@ def resolve_model(path: str, notice: Callable[[str], None] | None = None) -> Pat
         p = found[0]
     if not p.is_file():
         raise BadInput(path, "is neither a model folder nor a regular .gguf file")
-    return _from_gguf(p.resolve(), notice)
+    _check_magic(p)
+    return p
 
 
 def model_name(folder: Path) -> str:
@@ -123,6 +120,54 @@ def model_meta(folder: Path) -> dict:
     except (OSError, ValueError, KeyError, TypeError):
         pass
     return meta
+
+
+def check_weights(folder: Path) -> None:
+    """BadInput when a `*.safetensors` file of the folder is not one whole (its header's length, JSON and tensor data
+    within the file): checked before transformers loads it, which fails on 100 zero bytes with a traceback."""
+    for f in sorted(folder.glob("*.safetensors")):
+        try:
+            size = f.stat().st_size
+            with open(f, "rb") as fh:
+                n = int.from_bytes(fh.read(8), "little")
+                if size < 8 or not 2 <= n <= min(size - 8, SAFETENSORS_MAX_HEADER):
+                    raise ValueError(f"a header of {n:,} bytes in a {size:,}-byte file")
+                header = json.loads(fh.read(n).decode("utf-8"))
+            data = size - 8 - n
+            ends = [t["data_offsets"][1] for k, t in header.items() if k != "__metadata__"]
+            if not all(isinstance(e, int) and 0 <= e <= data for e in ends):
+                raise ValueError(f"tensor data past the end of the file ({data:,} bytes of data)")
+        except OSError as exc:
+            raise BadInput(f, f"cannot read the weights ({exc.strerror or type(exc).__name__})") from None
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, RecursionError) as exc:
+            why = str(exc) if isinstance(exc, ValueError) and str(exc).startswith(("a header", "tensor data")) else \
+                type(exc).__name__
+            raise BadInput(f, f"is not a whole safetensors file ({why}): the model's weights do not load") from None
+
+
+def config_numbers(folder: Path | str) -> tuple[int, int | None]:
+    """(the model's context length, its vocabulary size or None) from its config.json, each a positive integer when
+    given: a config that is no JSON object, `max_position_embeddings: "abc"` or `vocab_size: 1e999` is one line."""
+    path = Path(folder) / "config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise BadInput(path, f"is not readable JSON ({type(exc).__name__})") from None
+    if not isinstance(config, dict):
+        raise BadInput(path, f"is a JSON {type(config).__name__}, not the object a model's config is")
+
+    def number(key: str) -> int | None:
+        value = config.get(key)
+        if value is None:
+            return None
+        if isinstance(value, float) and value.is_integer() and 0 < value < 2**53:
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**53:
+            raise BadInput(path, f"'{key}' is {json.dumps(value)[:40]}: expected a positive integer")
+        return value
+
+    context = number("max_position_embeddings") or number("n_positions") or 2048
+    return context, number("vocab_size")
 
 
 def refuse_custom_code(folder: Path) -> None:
@@ -159,57 +204,38 @@ def _from_gguf(gguf: Path, notice: Callable[[str], None] | None) -> Path:
 def _converted(gguf: Path, notice: Callable[[str], None] | None) -> Path:
     _check_magic(gguf)
     digest = _sha256(gguf)
-    final = cache_root() / digest[:16]
-    if (final / MARKER).is_file():  # only a whole conversion of these very bytes is ever renamed to this name
-        return final
-    if final.exists():
-        raise BadInput(final, "is in tim-report's GGUF cache but was not written by it (no tim-report-gguf.json): "
-                              "remove it and run again")
+    key = digest[:16]
+    done = gguf_cache.reuse(key)  # only a whole, unchanged conversion of these very bytes is under this name
+    if done is not None:
+        return done
     header = read_header(gguf)  # before any model is loaded: a damaged or unsupported GGUF is one line
     check_supported(gguf, header)
-    try:
-        final.parent.mkdir(parents=True, exist_ok=True)
-        staging = Path(tempfile.mkdtemp(prefix=f".{digest[:16]}.staging-", dir=final.parent))
-    except OSError as exc:
-        raise BadInput(final.parent, f"cannot write the GGUF cache here ({exc.strerror or type(exc).__name__}): "
-                                     "set TIM_REPORT_CACHE to a writable folder") from None
-    try:
-        if notice is not None:
-            notice(f"converting {gguf.name} once into {final} (dequantised to fp32, reused afterwards)")
-        _sweep(final.parent)
-        _convert(gguf, staging)
-        (staging / MARKER).write_text(json.dumps({"gguf_file": gguf.name, "sha256": digest, "name": header["name"],
-                                                  "general_name": header["general_name"], "architecture": header["architecture"],
-                                                  "tensor_types": header["types"]}, indent=1) + "\n")
+    say = notice or (lambda _line: None)
+    with gguf_cache.conversion(key, lambda: say(f"waiting for another process converting {gguf.name}")) as job:
+        if job.staging is None:
+            return job.final
         try:
-            os.rename(staging, final)  # one step; a folder already there (another process won the race) stays
-        except OSError:
-            if not (final / MARKER).is_file():
-                raise
-    except BadInput:
-        raise
-    except OSError as exc:
-        if exc.errno not in CACHE_ERRNOS:  # transformers says much else as OSError: that is the GGUF's
+            say(f"converting {gguf.name} once into {job.final} (dequantised to fp32, reused afterwards)")
+            _convert(gguf, job.staging)
+            job.publish({"gguf_file": gguf.name, "sha256": digest, "name": header["name"],
+                         "general_name": header["general_name"], "architecture": header["architecture"],
+                         "tensor_types": header["types"]})
+        except BadInput:
+            raise
+        except OSError as exc:
+            if exc.errno not in gguf_cache.CACHE_ERRNOS:  # transformers says much else as OSError: that is the GGUF's
+                raise BadInput(gguf, f"transformers cannot load this GGUF ({_one_line(exc)})") from None
+            raise BadInput(job.final.parent, "cannot write the converted model into the GGUF cache "
+                                             f"({_one_line(exc)})") from None
+        except Exception as exc:
             raise BadInput(gguf, f"transformers cannot load this GGUF ({_one_line(exc)})") from None
-        raise BadInput(final.parent, f"cannot write the converted model into the GGUF cache ({_one_line(exc)})") from None
-    except Exception as exc:
-        raise BadInput(gguf, f"transformers cannot load this GGUF ({_one_line(exc)})") from None
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return final
-
-
-def _sweep(root: Path) -> None:
-    """Staging folders a killed conversion left, a day old or more: never used, removed the next time one starts."""
-    for old in root.glob(".*.staging-*"):
-        with contextlib.suppress(OSError):
-            if time.time() - old.stat().st_mtime > STALE_STAGING_S:
-                shutil.rmtree(old, ignore_errors=True)
+    return job.final
 
 
 def read_header(gguf: Path) -> dict:
     """The GGUF's architecture, name and tensor types; BadInput for a file that is not a whole GGUF."""
     _check_magic(gguf)
+    check_header(gguf)  # the counts the reader would trust, bounded by the file's size before it builds anything
     try:
         from gguf import GGUFReader
     except ImportError:
@@ -233,6 +259,9 @@ def _check_magic(gguf: Path) -> None:
             magic = f.read(4)
     except OSError as exc:
         raise BadInput(gguf, f"cannot read it ({exc.strerror or type(exc).__name__})") from None
+    if magic != GGUF_MAGIC and not gguf.name.lower().endswith(".gguf"):
+        raise BadInput(gguf, "is not a model: --model takes a transformers model folder (config.json and weights), a "
+                             f".gguf file, or the name of a packaged model ({', '.join(PACKAGED_MODELS)})")
     if magic != GGUF_MAGIC:
         raise BadInput(gguf, "is not a GGUF file (it does not start with the GGUF magic)")
 

@@ -31,6 +31,7 @@ class CaptureOptions:
     verbose: bool = False  # vLLM logs at INFO (always so into engine_log); else ERROR only
     stale: dict[int, str] = field(default_factory=dict)  # lag → an older checkpoint that samples part of the prompts
     trainer_version: int | None = None  # with `stale`: the trainer's version (default the largest lag)
+    default_rollout: bool = False  # no --rollout was given: vllm:bf16, said so where it fails
     model_dir: str = ""  # the transformers folder `model` stands for (model_path.resolve_model), set by check_options
     # the sampler's kept set of every token: None records it where the sampler computes it (hf, when sampling
     # truncates), True asks for it (vLLM: Model Runner V2, a GPU), False never

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..config import PROMPTS_MAX_BYTES
 from ..errors import BadInput, parser_limit, regular_file
+from .chat_template import render
 
 
 @dataclass(frozen=True)
@@ -81,25 +82,32 @@ def read_prompts(path: str | Path) -> list[Prompt]:
 
 
 def render_prompts(prompts: list[Prompt], tokenizer, chat_template: bool, source: str = "--prompts",
-                   max_len: int | None = None) -> tuple[list[list[int]], list[str], bool]:
-    """Token ids and text of each prompt as the model sees it; third value: whether a template was applied."""
+                   max_len: int | None = None, model: object = None) -> tuple[list[list[int]], list[str], bool]:
+    """Token ids and text of each prompt as the model sees it; third value: whether a template was applied. The
+    template runs bounded in a child process (capture/chat_template.py); its failures name `model` (the model folder
+    when not given)."""
     has_template = bool(getattr(tokenizer, "chat_template", None))
     use_template = chat_template and has_template
     if not use_template and any(p.messages is not None for p in prompts):
         why = "--no-chat-template was given" if not chat_template else "the tokenizer has no chat template"
         raise BadInput(source, f'"messages" prompts need a chat template, but {why}')
+    if use_template:
+        texts = render(model or getattr(tokenizer, "name_or_path", "the model"), template_of(tokenizer),
+                       [p.as_messages() for p in prompts], dict(getattr(tokenizer, "special_tokens_map", {}) or {}))
+    else:
+        texts = [p.text or "" for p in prompts]
     ids_list: list[list[int]] = []
-    texts: list[str] = []
-    for p in prompts:
-        if use_template:
-            text = tokenizer.apply_chat_template(p.as_messages(), tokenize=False, add_generation_prompt=True)
-        else:
-            text = p.text or ""
+    for text in texts:
         ids = list(tokenizer(text, add_special_tokens=not use_template)["input_ids"])
         if not ids:
             raise BadInput(source, f"prompt {len(ids_list) + 1} has no tokens")
         if max_len is not None and len(ids) >= max_len:
             raise BadInput(source, f"prompt {len(ids_list) + 1} has {len(ids)} tokens, the model's context is {max_len}")
         ids_list.append([int(t) for t in ids])
-        texts.append(text)
     return ids_list, texts, use_template
+
+
+def template_of(tokenizer) -> str:
+    """The template transformers' apply_chat_template would use (a tokenizer with several: its default one)."""
+    getter = getattr(tokenizer, "get_chat_template", None)
+    return str(getter() if callable(getter) else tokenizer.chat_template)

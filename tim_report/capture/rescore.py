@@ -8,13 +8,12 @@ batch; the chain then says which checkpoint the rollout is nearest to.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 
 from ..errors import BadInput
+from .engines import one_line
 from .model_path import resolve_model
 from .spec import ENGINE_DTYPES
 
@@ -27,13 +26,6 @@ def check_checkpoint(model: str, dtype: str, notice: Callable[[str], None] | Non
     return str(resolve_model(model, notice=notice))
 
 
-def context_of(model: str) -> tuple[int, int | None]:
-    """(the checkpoint's context length, its vocabulary size when config.json says it)."""
-    cfg = json.loads((Path(model) / "config.json").read_text())
-    vocab = cfg.get("vocab_size")
-    return int(cfg.get("max_position_embeddings") or cfg.get("n_positions") or 2048), int(vocab) if vocab else None
-
-
 def score_tokens(model: str, dtype: str, device: str, prompts: list[list[int]], completions: list[list[int]],
                  temperature: float, progress: Callable[[int], None] | None = None) -> tuple[np.ndarray, str]:
     """Every completion token's log-prob under `model` ([T] float64, in the order of the sequences) and the
@@ -44,7 +36,10 @@ def score_tokens(model: str, dtype: str, device: str, prompts: list[list[int]], 
 
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    engine = HFEngine(model, dtype, device=device)
+    try:
+        engine = HFEngine(model, dtype, device=device)
+    except Exception as exc:  # weights the checks before could not see (a shard cut short, a tensor of the wrong shape)
+        raise BadInput(model, f"transformers cannot load the model ({one_line(exc)})") from None
     try:
         scored = engine.score(prompts, completions, temperature, progress=progress)
     finally:

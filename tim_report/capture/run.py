@@ -32,7 +32,7 @@ from ..errors import BadInput
 from ..model import StepBatch
 from .engines import EngineFailed, EngineKey, one_line, open_engine
 from .environment import check_environment
-from .model_path import model_meta, resolve_model
+from .model_path import config_numbers, locate_model, model_meta, resolve_model
 from .options import CaptureOptions
 from .pairs import Prepared, Scores, assemble, keep
 from .prompts import read_prompts, render_prompts
@@ -68,6 +68,8 @@ def _no_progress(_label: str, _total: int):
 def check_options(opts: CaptureOptions) -> None:
     """Every input checked before a model is loaded; `opts.model_dir` set to the folder `--model` stands for (a GGUF
     converted once into the cache, model_path.resolve_model)."""
+    locate_model(opts.model)  # what the user named, before any default of ours (vLLM) is checked
+    read_prompts(opts.prompts)
     opts.sampling.check()
     if not opts.rollouts or not opts.trainers:
         raise BadInput("--rollout/--trainer", "need at least one of each")
@@ -86,7 +88,8 @@ def check_options(opts: CaptureOptions) -> None:
                                   "(its prompt log-probs are raw); use hf on this side")
     _check_kept(opts)
     recompute = _recompute_scorer(opts)
-    check_environment([("--rollout", opts.rollouts[0])] + scorers + recompute)
+    first = "--rollout vllm:bf16 (the default)" if opts.default_rollout else "--rollout"
+    check_environment([(first, opts.rollouts[0])] + scorers + recompute)
     for side, specs in (("rollout", opts.rollouts), ("trainer", opts.trainers)):
         if opts.lm_head(side) and any(sp.engine == "vllm" for sp in specs):
             raise BadInput("--lm-head-fp32", f"vLLM cannot keep the LM head in fp32: pass --lm-head-fp32 "
@@ -172,13 +175,6 @@ def _config_hash(model: Path) -> str:
     return hashlib.sha256((model / "config.json").read_bytes()).hexdigest()[:16]
 
 
-def _max_len(model: Path) -> int:
-    import json
-
-    cfg = json.loads((model / "config.json").read_text())
-    return int(cfg.get("max_position_embeddings") or cfg.get("n_positions") or 2048)
-
-
 # ---------------------------------------------------------------------------- capture
 
 
@@ -216,8 +212,8 @@ def _prepare(opts: CaptureOptions) -> Prepared:
         tokenizer = AutoTokenizer.from_pretrained(opts.folder, trust_remote_code=False)
     except Exception as exc:
         raise BadInput(opts.model, f"transformers cannot load the tokenizer ({one_line(exc)})") from None
-    ctx = _max_len(Path(opts.folder))
-    p_ids, p_text, templated = render_prompts(prompts, tokenizer, opts.chat_template, opts.prompts, ctx)
+    ctx, _ = config_numbers(opts.folder)
+    p_ids, p_text, templated = render_prompts(prompts, tokenizer, opts.chat_template, opts.prompts, ctx, opts.model)
     s = opts.sampling
     longest = max(len(p) for p in p_ids)
     if longest + s.max_new_tokens > ctx:

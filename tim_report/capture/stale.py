@@ -10,11 +10,11 @@ happened). A negative lag is a checkpoint labelled newer than the trainer.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ..errors import BadInput
 from ..model import version_int
+from .model_path import config_numbers
 
 
 def parse_stale(values: tuple[str, ...] | list[str]) -> dict[int, str]:
@@ -52,11 +52,7 @@ def check_stale(model: str, stale: dict[int, str], n_rollouts: int, recompute: b
 
 
 def _vocab(folder: Path) -> int | None:
-    try:
-        value = json.loads((folder / "config.json").read_text()).get("vocab_size")
-    except (OSError, ValueError):
-        raise BadInput(folder, "config.json is not readable JSON") from None
-    return int(value) if isinstance(value, int) else None
+    return config_numbers(folder)[1]
 
 
 def samplers(model: str, stale: dict[int, str]) -> list[tuple[int, str]]:

@@ -17,6 +17,8 @@ import math
 from dataclasses import dataclass
 
 from ..config import (
+    CONFIDENT_GAP,
+    CONFIDENT_P,
     HEALTH,
     MEDIAN_ABS_DELTA_LARGE,
     MEDIAN_ABS_DELTA_NOISE,
@@ -136,6 +138,8 @@ _DENSE = PUBLISHED_BANDS[("dense", "bf16")]
 _KL_LO, _KL_HI = (sci(x) for x in _DENSE.kl_k3)
 _MED_NOISE, _MED_LARGE = sci(MEDIAN_ABS_DELTA_NOISE), sci(MEDIAN_ABS_DELTA_LARGE)
 HEALTH_LEGEND = f"green ≥ {plain(HEALTH.green)}, amber {plain(HEALTH.amber)}–{plain(HEALTH.green)}, red < {plain(HEALTH.amber)}"
+# config.step_health: the ESS's colour, never greener than the verdict beside it
+HEALTH_VERDICT = "never greener than the verdict: red when systematic or not to be trained on, at least amber when elevated"
 
 
 def _p(x: float) -> str:
@@ -299,6 +303,13 @@ CATALOGUE: tuple[Metric, ...] = (
                      Reading(math.inf, "bad", "some sequences would be rejected by verl's veto")),
            trend=Trend("difference", 1.5, 1e-5), history_floor=_SHARE_FLOOR,
            also=("veto_seq_fraction", "of sequences")),
+    Metric("confident_disagree", "confident disagreements", "count", 0, "up",
+           plain=f"Tokens the engine sampled with probability ≥ {plain(CONFIDENT_P)} that the trainer puts more than "
+                 f"{plain(CONFIDENT_GAP)} nats lower: a token spliced in or garbled after sampling (inference-atlas #192 "
+                 "saw one in 8,000). Precision noise puts none there; a count beyond the clean rate is a finding.",
+           formula=f"Σ_t [p_rollout,t ≥ {plain(CONFIDENT_P)} and δ_t < −{plain(CONFIDENT_GAP)}]",
+           also=("confident_disagree_rate", "per token")),
+    Metric("confident_disagree_rate", "confident disagreements per token", "number", 0, "up"),
     Metric("token_mult_prob_error", "token mult. prob error", "factor", 1, "up",
            plain=f"The average factor by which the two probabilities differ; about 1 when healthy, above "
                  f"{plain(TOKEN_MULT_PROB_ERROR_SUSPICIOUS)} suspicious.",
@@ -387,7 +398,7 @@ BY_KEY: dict[str, Metric] = {m.key: m for m in CATALOGUE}
 
 HEADLINE = ("abs_delta_median", "corr_logp", "kl_k3", "ess", "outside_2x", "outside_5x", "phantom_clip",
             "veto_token_fraction")  # the run page's cards and report.md's summary table
-SUMMARY_EXTRA = ("abs_delta_mean", "abs_delta_max", "chi2_token")  # report.md's summary, after the headline
+SUMMARY_EXTRA = ("abs_delta_mean", "abs_delta_max", "chi2_token", "confident_disagree")  # report.md's summary, after the headline
 INDEX = ("abs_delta_median", "kl_k3", "ess", "outside_2x", "outside_5x", "phantom_clip", "veto_token_fraction")
 INDEX_NARROW = ("abs_delta_median", "kl_k3", "ess")  # the index columns a phone-width page keeps (of INDEX)
 TREND = ("abs_delta_mean", "abs_delta_median", "kl_k3", "ess", "outside_2x", "outside_5x", "phantom_clip",
@@ -397,7 +408,8 @@ GATES = ("kl_k1", "kl_k3", "ess", "ess_seq", "chi2_token", "outside_5x", "phanto
 COMPARE = ("tokens", "sequences", "abs_delta_median", "abs_delta_mean", "abs_delta_p90", "abs_delta_p99", "abs_delta_max",
            "bias", "kl_k1", "kl_k2", "kl_k3", "chi2_token", "chi2_seq", "ess", "ess_seq", "corr_logp", "spearman_logp",
            "corr_prob", "outside_2x", "outside_5x", "phantom_clip", "veto_token_fraction", "veto_seq_fraction",
-           "token_mult_prob_error", "top1pct_mass", "abs_dp_mean", "abs_dp_max", "log_ppl_diff", "seq_log_ratio_abs_max")
+           "token_mult_prob_error", "top1pct_mass", "abs_dp_mean", "abs_dp_max", "log_ppl_diff", "seq_log_ratio_abs_max",
+           "confident_disagree")
 ARMS = INDEX  # an A/B comparison of arms (compare A/ B/): each arm's level with its interval, the effect, a verdict
 # what an experiment logger gets (Report.scalars(), `watch --log-to`, `export --tensorboard`), as "tim/<key>": the
 # headline and the summary's numbers and the batch's size; the index row carries every one, so all three log the same
@@ -406,7 +418,7 @@ SCALARS = (*HEADLINE, *SUMMARY_EXTRA, "tokens", "sequences")
 # engine-pair table and the loggers read without the Report (every one of SCALARS)
 ROW = ("tokens", "sequences", "ess", "kl_k3", "abs_delta_median", "abs_delta_mean", "abs_delta_max", "outside_2x",
        "outside_5x", "phantom_clip", "veto_token_fraction", "veto_seq_fraction", "seq_log_ratio_mean",
-       "seq_log_ratio_abs_mean", "corr_logp", "chi2_token")
+       "seq_log_ratio_abs_mean", "corr_logp", "chi2_token", "confident_disagree", "confident_disagree_rate")
 
 VIEWS = {"headline": HEADLINE, "summary_extra": SUMMARY_EXTRA, "index": INDEX, "trend": TREND, "history": HISTORY,
          "gates": GATES, "compare": COMPARE, "arms": ARMS, "row": ROW, "scalars": SCALARS}

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .numbers import pct, times
+from .numbers import pct
 
 Words = dict[str, Any]
+
+ALARM = "exact: the weight digests say so"  # after a sync finding's meaning in `watch`'s alarm line
 
 HEALTH = {"fault": "red", "agree": "green", "unchecked": "grey"}  # a sync-health value → its colour
 
@@ -60,6 +62,37 @@ def sync_line(st: dict | None) -> str | None:
             "compares them across steps.")
 
 
+TABLE_INTRO = ("The weights as the engine held them when it sampled, and the trainer's cast to the engine's dtype, as "
+               "sha256 digests by version (`tim_report.weight_digest`); a changed share counts the elements whose value "
+               "changed since the version it names. Equal digests are the same weights bit for bit.")
+
+
+def agreement(both: bool, differ: bool) -> tuple[str, str]:
+    """A version's last cell and its style: the two sides' digests equal, differing, or one side only."""
+    if not both:
+        return "one side only", ""
+    return ("✖ differ", "differs") if differ else ("✓ equal", "agrees")
+
+
+def digests_cell(records: list[dict]) -> str:
+    """'1a2b3c4d5e6f', a digest's first 12 hex digits (several: joined by ', '), '—' without one."""
+    return ", ".join(dict.fromkeys(r["digest"][:12] for r in records)) or "—"
+
+
+def share_cell(records: list[dict]) -> str:
+    """'1.52% since v4', '—' without a changed share."""
+    r = next((r for r in records if r["changed_share"] is not None), None)
+    return f"{pct(r['changed_share'])} since v{r['since']}" if r else "—"
+
+
+def glance(st: dict | None) -> str | None:
+    """'sync: digests equal at v5' for a terminal line when the digests agree (None otherwise: a fault leads itself)."""
+    if not st or st["health"] != "agree":
+        return None
+    versions = [c["version"] for c in st["compared"]]
+    return f"sync: {st['engine'][0]['dtype']} digests equal at v{', v'.join(str(v) for v in versions[:3])}"
+
+
 def steps_read(sentence: str) -> str:
     """The run verdict's own sentence after a sync fault that leads it: what the steps' log-probs say, read one by one."""
     return f"Step by step, the log-probs read: {sentence[:1].lower()}{sentence[1:]}"
@@ -102,10 +135,10 @@ NOT_APPLIED_CHECK = ("Log the engine's digest after each sync (`tim_report.weigh
 def rounded_title(w: Words) -> str:
     return (f"Updates rounded away: between versions {w['since']} and {w['version']} the engine's weights changed in "
             f"{pct(w['engine_changed_share'])} of their elements, the trainer's (cast to the engine's dtype) in "
-            f"{pct(w['trainer_changed_share'])}: the engine kept {times(w['ratio'])} of the update{_more(w)}")
+            f"{pct(w['trainer_changed_share'])}: {pct(1 - w['ratio'], 2)} of the changes did not reach the engine{_more(w)}")
 
 
-ROUNDED_CAUSE = ("The sync arrived but most of the update did not: a change below half a rounding step of the engine's "
+ROUNDED_CAUSE = ("The sync arrived but part of the update did not: a change below half a rounding step of the engine's "
                  "dtype is lost when it is added there, so only the largest changes (or those to the smallest weights) "
                  "survive. A sync that sends each update as a delta added to the engine's bf16 weights, or an engine "
                  "that accumulates updates in its own precision, keeps the old policy while claiming the new version; "
@@ -131,7 +164,8 @@ def mismatch_problem(w: Words) -> str:
 MISMATCH_CAUSE = ("The engine's weights at the version its tokens are labelled with are not the trainer's weights of that "
                   "version, cast to the engine's dtype: a sync that loaded tensors under each other's names or in the "
                   "wrong dtype (a mixed-dtype bucket), a partial sync, an engine replica that missed it, a version "
-                  "label that runs ahead of the weights, or a LoRA adapter merged differently on the two sides.")
+                  "label that runs ahead of the weights, updates sent as deltas added in the engine's precision, or a "
+                  "LoRA adapter merged differently on the two sides.")
 MISMATCH_CHECK = ("Digest both sides' weights by tensor and list the ones that differ "
                   "(`engine_digest.differing(trainer_digest)` names them); check the sync's name mapping and each "
                   "bucket's dtype, that every engine replica received the sync, and that the version the engine reports "

@@ -104,7 +104,8 @@ def capture_command(model, prompts, rollouts, trainers, matrix, shadow, recomput
                           chat_template=not no_chat_template,
                           device=device, max_prompts=max_prompts, kv_cache_gib=kv_cache_gib, top_k_logprobs=top_k_logprobs,
                           verbose=verbose, recompute=parse_spec(recompute, "--recompute") if recompute else None,
-                          stale=parse_stale(stale), trainer_version=trainer_version, kept_sets=kept_sets)
+                          stale=parse_stale(stale), trainer_version=trainer_version, default_rollout=not rollouts,
+                          kept_sets=kept_sets)
     pairs = opts.pairs()
     single = len(pairs) == 1 and len(lengths) == 1
     _check_output(out, len(pairs) * len(lengths))

@@ -21,8 +21,9 @@ from typing import Any
 
 import numpy as np
 
+from ..config.bounds import MAX_SEQUENCE_VERSIONS
 from ..errors import BadInput
-from ..model import SIDE_NAME_CHARS, StepBatch, digest_records
+from ..model import SIDE_NAME_CHARS, SIDE_NAME_MAX, VERSION_DIGITS, StepBatch, digest_records
 from . import kept
 from .assemble import as_versions
 from .canonical import SIDE_PREFIX, TOPK_FIELDS
@@ -168,9 +169,7 @@ def save_step(path: str | Path, rollout_logp: Any, trainer_logp: Any, *, mask: A
     if world_size is not None:
         header["world_size"] = world_size
     if trainer_version is not None:
-        if isinstance(trainer_version, bool) or not isinstance(trainer_version, (int, np.integer)):
-            raise BadInput(WHO, f"trainer_version={trainer_version!r:.40}: expected an integer")
-        header["trainer_version"] = int(trainer_version)
+        header["trainer_version"] = _trainer_version(trainer_version)
     header.update(digest_meta(engine_digest, trainer_digest, header.get("trainer_version", step), weight_version))
     check_meta({"meta": header})
     if not isinstance(background, (bool, StepWriter)):
@@ -231,18 +230,19 @@ def _one_version(weight_version: Any) -> int | None:
         values = [] if weight_version is None else to_numpy("weight_version", weight_version).tolist()
     else:
         values = list(weight_version)
-    distinct = {v for v in values if not isinstance(v, bool)}
-    one = next(iter(distinct)) if len(distinct) == 1 else None
-    return int(one) if isinstance(one, (int, np.integer)) else None
+    ints = [v for v in values if isinstance(v, (int, np.integer)) and not isinstance(v, bool)]  # a list is no version
+    return int(ints[0]) if ints and len(ints) == len(values) and len(set(ints)) == 1 else None
 
 
 def _side_arrays(sides: dict[str, Any] | None) -> dict[str, Any]:
     """`sides` by the names the arrays travel under (`side_NAME`), each name checked."""
     out = {}
     for name, value in (sides or {}).items():
-        if not (isinstance(name, str) and name and set(name) <= set(SIDE_NAME_CHARS)) or name in ("rollout", "trainer"):
-            raise BadInput(WHO, f"side name {name!r}: a side beyond rollout and trainer is named in lower-case letters, "
-                                "digits and _ (recompute, train, shadow, floor, or your own)")
+        if (not (isinstance(name, str) and name and set(name) <= set(SIDE_NAME_CHARS) and len(name) <= SIDE_NAME_MAX)
+                or name in ("rollout", "trainer")):
+            raise BadInput(WHO, f"side name {_short(name)}: a side beyond rollout and trainer is named in at most "
+                                f"{SIDE_NAME_MAX} lower-case letters, digits and _ (recompute, train, shadow, floor, or "
+                                "your own)")
         out[SIDE_PREFIX + name] = value
     return out
 
@@ -373,22 +373,52 @@ def _reward(value: np.ndarray, take: _Padded | _Flat, shape: tuple, batch: StepB
 
 
 def sequence_versions(value: Any, n_seqs: int) -> np.ndarray:
-    """One version string per sequence (the canonical `weight_version`): an integer as "3", a span as "2,3" oldest to
-    newest, None as "" (unknown); anything else is refused."""
-    items = list(value) if not hasattr(value, "detach") else to_numpy("weight_version", value).tolist()
+    """One version string per sequence (the canonical `weight_version`): an integer as "3", a list of integers as
+    "2,3" (distinct, in order), None as "" (unknown); anything else (a list inside a list, an integer of more than
+    VERSION_DIGITS digits, more than MAX_SEQUENCE_VERSIONS distinct versions) is refused, so what is written reads back."""
+    try:
+        items = list(value) if not hasattr(value, "detach") else to_numpy("weight_version", value).tolist()
+    except TypeError:
+        raise BadInput(WHO, f"'weight_version' is {type(value).__name__}: expected one entry per sequence") from None
     if len(items) != n_seqs:
         raise BadInput(WHO, f"'weight_version' has {len(items)} entries for {n_seqs} sequences")
 
     def one(v: Any) -> str:
         if v is None:
             return ""
-        if isinstance(v, (list, tuple, np.ndarray)):
-            return ",".join(dict.fromkeys(one(x) for x in v if x is not None))
-        if isinstance(v, (bool, float)) or not isinstance(v, (int, np.integer, str)):
-            raise BadInput(WHO, f"'weight_version' holds {v!r:.40}: expected integers (or a list of them per sequence)")
-        return str(int(v)) if not isinstance(v, str) else v.strip()[:64]
+        if not isinstance(v, (list, tuple, np.ndarray)):
+            return _version(v)
+        seen = dict.fromkeys(_version(x) for x in (v.tolist() if isinstance(v, np.ndarray) else v) if x is not None)
+        if len(seen) > MAX_SEQUENCE_VERSIONS:
+            raise BadInput(WHO, f"'weight_version' names {len(seen):,} distinct versions for one sequence, more than "
+                                f"the {MAX_SEQUENCE_VERSIONS:,} tim-report reads (config.bounds.MAX_SEQUENCE_VERSIONS)")
+        return ",".join(seen)
 
     return np.asarray([one(v) for v in items], dtype=str)
+
+
+def _version(v: Any) -> str:
+    """One version: an integer of at most VERSION_DIGITS digits, or its text (at most 64 characters kept)."""
+    if isinstance(v, str):
+        return v.strip()[:64]
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)):
+        raise BadInput(WHO, f"'weight_version' holds {_short(v)}: expected integers (or a list of them per sequence)")
+    if abs(int(v)) >= 10**VERSION_DIGITS:
+        raise BadInput(WHO, f"'weight_version' holds an integer of more than {VERSION_DIGITS} digits: not a version")
+    return str(int(v))
+
+
+def _trainer_version(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+        raise BadInput(WHO, f"trainer_version={_short(v)}: expected an integer")
+    if abs(int(v)) >= 10**VERSION_DIGITS:
+        raise BadInput(WHO, f"trainer_version is an integer of more than {VERSION_DIGITS} digits: not a version")
+    return int(v)
+
+
+def _short(v: Any) -> str:
+    """A value named in an error without converting it whole (a nested list's repr recurses; a huge int's fails)."""
+    return f"a {type(v).__name__}" if isinstance(v, (list, tuple, dict, set, np.ndarray)) else repr(v)[:40]
 
 
 def _prompts(ids: Any, mask: np.ndarray | None) -> list[np.ndarray] | None:

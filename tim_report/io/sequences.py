@@ -10,12 +10,14 @@ the meta that says what was read and what was excluded, and why.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..config.bounds import MAX_SEQUENCE_VERSIONS
 from ..errors import BadInput
 from ..model import UNKNOWN_VERSION, StepBatch, version_int
 from . import kept
@@ -116,27 +118,26 @@ def turn_index(mask: np.ndarray, rollout: np.ndarray, offsets: np.ndarray) -> np
     return running - np.repeat(before, np.diff(offsets))
 
 
-def joined_versions(versions: Any) -> str | None:
-    """slime/miles `weight_versions` (one per generate call) as one string, distinct versions in order."""
+def joined_versions(versions: Any, path: Path | str, sample: int) -> str | None:
+    """slime/miles `weight_versions` (one per generate call) as one string, distinct versions in order (linear: a dict
+    keeps the order). BadInput for a sample naming more than MAX_SEQUENCE_VERSIONS distinct versions."""
     if versions is None:
         return None
     if isinstance(versions, (str, int, float)):
         return str(versions)
-    seen: list[str] = []
-    for v in _call_versions(versions):
-        if v not in seen:
-            seen.append(v)
+    seen = dict.fromkeys(_call_versions(versions))
+    if len(seen) > MAX_SEQUENCE_VERSIONS:
+        raise BadInput(path, f"sample {sample}: its weight_versions name {len(seen):,} distinct versions, more than the "
+                             f"{MAX_SEQUENCE_VERSIONS:,} one sequence may carry (config.bounds.MAX_SEQUENCE_VERSIONS)")
     return ",".join(seen) if seen else None
 
 
-def _call_versions(versions: Any) -> list[str]:
+def _call_versions(versions: Any) -> Iterator[str]:
     """Each generate call's version, in order: a string per call (slime, miles), or the version of each span of
     miles' per-call span lists ({"version", "abs_start", "abs_end"})."""
-    out = []
-    for v in list(versions):
+    for v in versions:
         for span in (v if isinstance(v, (list, tuple)) else [v]):
-            out.append(str(span.get("version")) if isinstance(span, dict) else str(span))
-    return out
+            yield str(span.get("version")) if isinstance(span, dict) else str(span)
 
 
 def call_token_versions(versions: Any, mask: np.ndarray, prompt_len: int) -> np.ndarray | None:

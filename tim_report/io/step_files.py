@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import MAX_STEP, MAX_WORLD_SIZE
+from ..config.bounds import META_MAX_DEPTH
 from ..errors import BadInput
 
 WHO = "save_step"
@@ -95,9 +96,23 @@ def check_meta(header: dict) -> str:
     """The file's header as JSON, made here so that a meta JSON cannot hold (nested past the recursion limit, a
     cycle) is refused before anything is created."""
     try:
-        return json.dumps(header, sort_keys=True, default=str)
+        text = json.dumps(header, sort_keys=True, default=str)
     except (RecursionError, ValueError, TypeError) as exc:
         raise BadInput(WHO, f"meta cannot be written as JSON ({type(exc).__name__}: {str(exc).splitlines()[0][:80]})") from None
+    if _depth(header) > META_MAX_DEPTH:  # a loop that raised its recursion limit writes what a reader cannot parse
+        raise BadInput(WHO, f"meta nests more than {META_MAX_DEPTH} levels deep: a reader could not read it back")
+    return text
+
+
+def _depth(value: object) -> int:
+    """How deep lists and dicts nest (iterative: no recursion of its own); stops counting past META_MAX_DEPTH."""
+    deepest, level = 0, [(value, 0)]
+    while level:
+        item, d = level.pop()
+        if isinstance(item, (list, tuple, dict)) and d <= META_MAX_DEPTH:
+            deepest = max(deepest, d + 1)
+            level.extend((x, d + 1) for x in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 def precheck(target: StepTarget) -> None:

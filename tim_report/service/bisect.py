@@ -52,7 +52,7 @@ def prompt_ids(opts: BisectOptions, folder: Path) -> list[list[int]]:
         tok = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)
     except Exception as exc:  # a folder without a usable tokenizer
         raise BadInput(opts.model, f"transformers cannot load the tokenizer ({type(exc).__name__})") from None
-    ids, _, _ = render_prompts(prompts, tok, opts.chat_template, opts.prompts)
+    ids, _, _ = render_prompts(prompts, tok, opts.chat_template, opts.prompts, model=opts.model)
     return [p[: opts.max_tokens] for p in ids]
 
 

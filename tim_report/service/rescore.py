@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..errors import BadInput
 from ..io import LoadOptions, load, save_batch
-from ..model import SIDE_KINDS, SIDE_NAME_CHARS, StepBatch
+from ..model import SIDE_KINDS, SIDE_NAME_CHARS, SIDE_NAME_MAX, StepBatch
 
 # A checkpoint named for its version (v5, model_v5, step_5, global_step_5, checkpoint_500, iter_0000100): that version,
 # the one a lag bucket's label is compared with. Any other name has no version (its bucket reads "nearest NAME").
@@ -62,8 +62,9 @@ def side_names(opts: RescoreOptions) -> list[str]:
     for c in opts.checkpoints:
         if c.name is not None:
             name = c.name
-            if not name or set(name) - set(SIDE_NAME_CHARS):
-                raise BadInput("--as", f"{name!r}: a side is named in lower-case letters, digits and _")
+            if not name or set(name) - set(SIDE_NAME_CHARS) or len(name) > SIDE_NAME_MAX:
+                raise BadInput("--as", f"{name[:40]!r}{'…' if len(name) > 40 else ''}: a side is named in at most "
+                                       f"{SIDE_NAME_MAX} lower-case letters, digits and _")
         else:
             given = Path(c.model).resolve()
             stem = given.stem if given.suffix.lower() == ".gguf" else given.name
@@ -145,9 +146,9 @@ def _sampling_temperature(batch: StepBatch) -> float:
 
 def _check_fits(step: Path, model: str, prompts: list[list[int]], completions: list[list[int]]) -> None:
     """Every sequence within the checkpoint's context and every id within its vocabulary (`model`: its folder)."""
-    from ..capture.rescore import context_of
+    from ..capture.model_path import config_numbers
 
-    ctx, vocab = context_of(model)
+    ctx, vocab = config_numbers(model)
     longest = max((len(p) + len(c) for p, c in zip(prompts, completions)), default=0)
     if longest > ctx:
         raise BadInput(step, f"holds a sequence of {longest} tokens, beyond {model}'s context of {ctx}")

@@ -7,7 +7,7 @@ Digests are exact, so the three findings are too, and each is an error:
     sync_not_applied      the engine's weights did not change between two versions (the same digest, or a changed
                           share of 0) while the trainer's, in the engine's dtype, did: nothing reached the engine
     updates_rounded_away  the engine's weights changed, in less than ROUNDED_SHARE_RATIO of the trainer's changed
-                          share since the same version: most of the update was lost on the way (a delta added in bf16)
+                          share since the same version: part of the update was lost on the way (a delta added in bf16)
     weights_mismatch      at one version the engine's digest is not the trainer's: the engine holds weights the
                           trainer never had at that version (tensors under swapped names, a bucket in the wrong dtype)
 
@@ -80,9 +80,11 @@ def _moved(t: list[dict], since: int, version: int) -> dict | None:
 
 
 def _not_applied(e: list[dict], t: list[dict]) -> list[dict]:
-    """Engine versions whose weights are an earlier version's, bit for bit, while the trainer's moved in between."""
-    out, seen = [], set()
-    ev = _by_version(e)
+    """Engine versions whose weights are an earlier version's, bit for bit, while the trainer's moved in between (and
+    are not the trainer's of that version)."""
+    ev, tv = _by_version(e), _by_version(t)
+    seen = {v for v in ev if v in tv and not set(ev[v]) - set(tv[v])}  # the engine holds the trainer's weights there
+    out = []
     for r in sorted(e, key=lambda r: r["version"]):  # a changed share of 0 since an earlier version
         if r["changed_share"] == 0 and r["since"] is not None and r["since"] < r["version"]:
             moved = _moved(t, r["since"], r["version"])
@@ -103,11 +105,14 @@ def _not_applied(e: list[dict], t: list[dict]) -> list[dict]:
 
 def _rounded_away(e: list[dict], t: list[dict], stuck: set[int]) -> list[dict]:
     """Engine versions that changed in less than ROUNDED_SHARE_RATIO of the trainer's changed share since the same
-    version (a share of 0 is sync_not_applied)."""
+    version, holding other weights than the trainer's there (a share of 0 is sync_not_applied)."""
     out: list[dict] = []
+    tv = _by_version(t)
     for r in sorted(e, key=lambda r: r["version"]):
         s = r["changed_share"]
         if s is None or s == 0 or r["since"] is None or r["version"] in stuck or r["version"] in {o["version"] for o in out}:
+            continue
+        if r["digest"] in tv.get(r["version"], []):  # the trainer's weights of that version: whatever came before
             continue
         ts = next((x["changed_share"] for x in t if x["version"] == r["version"] and x["since"] == r["since"]
                    and x["changed_share"] is not None), None)
@@ -191,12 +196,35 @@ def run_sync_findings(rows: list[dict]) -> list[dict]:
             for fid, evs in grouped.items()]
 
 
+def sync_alarm(row: dict) -> tuple[str, str] | None:
+    """`watch`'s alarm for a step with a sync finding: (its id, the words after the step's cause); None without."""
+    fid = next((f for f in row.get("findings") or [] if f in SYNC_IDS), None)
+    if fid is None:
+        return None
+    entry = findings.FINDINGS[fid]
+    return fid, f"{entry.short}: {entry.meaning} ({words.ALARM})"
+
+
+def across_steps(rows: list[dict]) -> list[dict]:
+    """The run's sync errors that none of its steps raised itself (`check` on a run folder fails on them too): the
+    faults only the steps read side by side show."""
+    raised = {f for r in rows for f in r.get("findings") or []}
+    return [f for f in run_sync_findings(rows) if f["severity"] == "error" and f["id"] not in raised]
+
+
+def first_step(finding: dict, rows: list[dict]) -> dict | None:
+    """The row of the first step whose engine digest is of the version a run's sync finding names."""
+    at = [r for r in rows if r.get("step") is not None and any(
+        d.get("side") == "engine" and d.get("version") == finding["evidence"]["version"] for d in r.get("weight_digests") or [])]
+    return min(at, key=lambda r: r["step"]) if at else None
+
+
 def sync_leads(verdict: dict) -> dict:
     """The run verdict with its sync errors first (cause first: exact evidence of what the engine held), their check as
     what to check, and the regime systematic: the digests say the engine sampled other weights, whatever its steps'
-    log-probs look like."""
+    log-probs look like. Unchanged when the steps' own findings lead with a sync finding already."""
     lead = [f for f in verdict["findings"] if f["id"] in SYNC_IDS and f["severity"] == "error"]
-    if not lead:
+    if not lead or verdict["lead"] in SYNC_IDS:  # the steps' own diagnosis already names it first
         return verdict
     rest = verdict["verdict"]
     for f in lead:

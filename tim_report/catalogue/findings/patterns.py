@@ -4,9 +4,9 @@ its growth with length, the low-probability tail.
 
 from __future__ import annotations
 
-from ...config import DiagnosisThresholds
-from ..numbers import fixed, fmt, pct, times
-from .entry import Finding, Side, Words, always, na
+from ...config import CONFIDENT_GAP, CONFIDENT_P, DiagnosisThresholds
+from ..numbers import fixed, fmt, pct, plain, times
+from .entry import Finding, Side, Words, always, na, nowhere
 
 
 def _drift_severity(w: Words, dt: DiagnosisThresholds) -> str:
@@ -147,4 +147,27 @@ ENTRIES = (
         evidence_names={"abs_delta_mean_tail": ("mean |δ| in the tail", "num"),
                         "abs_delta_mean_rest": ("mean |δ| elsewhere", "num"), "k3_share": ("share of the KL", "share"),
                         "tail_p": ("tail: p below", "num")}),
+    Finding(
+        "spliced_tokens", always("warn"),
+        lambda w: (f"{fmt(w['count'])} tokens the engine sampled with p ≥ {plain(CONFIDENT_P)} are put more than "
+                   f"{plain(CONFIDENT_GAP)} nats lower by the trainer: 1 in {fmt(round(1 / w['rate']))} tokens, where the "
+                   f"clean rate expects {fmt(w['expected'], 2)} (p = {fmt(w['p_value'], 2)})"),
+        lambda w: f"{fmt(w['count'])} tokens spliced in or garbled after sampling (confident disagreements)",
+        lambda w: ("The engine was confident of these tokens and the trainer, reading the same ids, is not: the ids the "
+                   "engine returned are not what it scored. A token spliced into the output after sampling, a detokenize / "
+                   "retokenize round trip that split or merged a token, or a corrupt KV block (inference-atlas #192: "
+                   "`carrierhed`, `groupipse`, a number replaced by a word, about 1 in 8,000 tokens of long generations, "
+                   "present in the sampled token ids). Precision noise moves no likely token this far."
+                   + (f" {fmt(w['rollout_nonfinite'])} rollout log-probs are also NaN or inf (data problems)."
+                      if w.get("rollout_nonfinite") else "")),
+        lambda w: (f"Decode the tokens at {w['where']} with their neighbours and look for a stray word; compare the "
+                   "engine's token ids with its text re-tokenized; rerun the prompts at temperature 0 with speculative "
+                   "decoding, async scheduling and prefix caching off, one at a time. Mask such tokens out of the loss "
+                   "until the engine is fixed."),
+        short="spliced tokens", meaning="a few tokens the engine was sure of are far less likely to the trainer",
+        place=nowhere, glance=lambda e: f"{fmt(e.get('count'))} spliced or garbled tokens",
+        evidence_names={"count": ("confident disagreements", "count"), "rate": ("per token", "num"),
+                        "expected": ("expected at the clean rate", "num"), "p_value": ("Poisson p", "num"),
+                        "sequences": ("in sequences", "count"), "where": ("first at", "text"),
+                        "rollout_nonfinite": ("non-finite rollout log-probs", "count")}),
 )

@@ -112,7 +112,7 @@ def sample_seq(path: Path, i: int, s: dict, joined: dict, ex: Exclusions) -> Seq
     return Seq(rollout=rollout, trainer=trainer, mask=mask, token_ids=tokens[p:total], prompt_ids=tokens[:p],
                advantage=floats(_vec(adv)) if adv is not None and len(_vec(adv)) == resp else None,
                reward=_reward(s.get("rewards"), joined.get("reward")), group=_opt_str(joined.get("group_index")),
-               weight_version=joined_versions(joined.get("weight_versions")), prompt_text=_prompt_text(joined.get("prompt")),
+               weight_version=joined_versions(joined.get("weight_versions"), path, i), prompt_text=_prompt_text(joined.get("prompt")),
                token_version=call_token_versions(joined.get("weight_versions"), mask, p),
                cached_tokens=cached_prompt_tokens(joined.get("prefix_cache_info")), kept=_kept(path, i, s, resp))
 
