@@ -196,7 +196,7 @@ def test_page_and_markdown_show_the_kept_sets(tmp_path, truncated):
     res = run_cli("build", tmp_path / "k.npz", "-o", tmp_path / "site")
     assert res.exit_code == 0, res.output
     md = (tmp_path / "site" / "k" / "report.md").read_text()
-    assert "### Kept sets" in md and "over the kept set (renormalised)" in md
+    assert "<summary>Kept sets</summary>" in md and "over the kept set (renormalised)" in md  # folded under the verdict
     html = (tmp_path / "site" / "k" / "index.html").read_text()
     assert 'id="kept-sets"' in html and "Over the kept set the ratio is within" in html
     summary = json.loads((tmp_path / "site" / "k" / "summary.json").read_text())
