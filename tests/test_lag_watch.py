@@ -253,3 +253,47 @@ def test_watch_over_hostile_versions_alarms_only_the_negative_lag_and_reads_its_
         assert next(r for r in doc["runs"] if r["step"] == s)["lag_mix"] == {"unknown": 1.0}
     assert run("export", tmp_path / "site", "--tensorboard", tmp_path / "tb").exit_code == 0
     assert not Watch(folder, tmp_path / "site", WatchOptions()).step().alarms  # restarted on its own site: quiet
+
+
+def one_step_off(step: int, noise: float, lr: float = 1e-4, seed: int = 0):
+    """A one-step-off step as a file holds it: every token at lag 1 (labelled v(step − 1)), its meta's lr."""
+    b = make_batch(n_seqs=32, mean_len=32, noise=noise, seed=seed)
+    b.weight_version = np.asarray([str(step - 1)] * b.n_seqs)
+    b.meta.update(step=step, trainer_version=step, lr=lr)
+    return b
+
+
+def test_check_history_reads_a_step_as_the_index_does(tmp_path):
+    """`check STEP --history SITE` said "ok … within the run's band" of a step the index (and `watch`) read as an engine
+    that never took an update (every step systematic, `never_delivered` an error), and "within the run's band (steps
+    0-9)" of a step whose lag the index said was climbing: it reads the step's lag as the index reads it."""
+    from helpers import run
+
+    from tim_report.analysis.run_index import run_row
+    from tim_report.io import save_batch
+
+    step = one_step_off(12, noise=0.05)
+    save_batch(step, tmp_path / "step_12.npz")
+    kl = run_row(tim_report.analyze(step))["lag_kl_k3"]["1"]
+
+    def site(name: str, rows: list[dict]):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "index.json").write_text(json.dumps({"tool": "tim-report", "schema_version": 1, "runs": rows}))
+        return tmp_path / name
+
+    never = site("never", [lagged(s, kl * (s / 12) ** 1.8, lr=1e-4) for s in range(1, 12)])
+    assert index_from_rows(json.loads((never / "index.json").read_text())["runs"])["run"]["regime"] == "systematic"
+    res = run("check", tmp_path / "step_12.npz", "--history", never)
+    assert res.exit_code == 1, res.output
+    assert "stale weights: KL k3 at lag 1" in res.output and "never have taken an update" in res.output
+    flat_then_up = [lagged(s, kl / 4.5 * (1 + 0.1 * (s % 2)), se=1e-6, lr=1e-4) for s in range(1, 11)]
+    climbing = site("climbing", [*flat_then_up, lagged(11, kl / 1.8, se=1e-6, lr=1e-4)])  # then 4.5× its history
+    res = run("check", tmp_path / "step_12.npz", "--history", climbing)
+    assert res.exit_code == 0 and "lag 1 climbing above the run's own history since step 12" in res.output, res.output
+    assert "within the run's band" not in res.output
+    flat = site("flat", [lagged(s, kl * (1 + 0.1 * (s % 2)), lr=1e-4) for s in range(1, 12)])
+    res = run("check", tmp_path / "step_12.npz", "--history", flat)
+    assert res.exit_code == 0 and "lag 1 as expected" in res.output and "(steps 2-11)" in res.output, res.output
+    young = site("young", [lagged(s, kl, lr=1e-4) for s in range(10, 12)])
+    res = run("check", tmp_path / "step_12.npz", "--history", young)
+    assert res.exit_code == 0 and "lag 1 not judged yet: too few earlier steps at that lag (steps 10-11)" in res.output

@@ -20,7 +20,7 @@ from ..catalogue import staleness as lag_words
 from ..catalogue.findings.lag import STALE
 from ..config import HEALTH_ORDER, health, step_health
 from ..model import model_label
-from .lag.history import never_delivered, read_run
+from .lag.history import run_reads
 from .run_verdict import run_verdict
 from .stats import finite
 from .sweep import length_sweep
@@ -243,14 +243,10 @@ def in_run(rows: list[dict]) -> list[dict]:
     with (a lag beyond its own history, or an engine that never took an update), the step is the run's: regime
     systematic, led by `stale_weights`, red, not to be trained on, its own regime kept as `step_regime`. The step's page
     reads the batch alone; the index, the run verdict, `watch` and `check --history` read these rows."""
-    readings = read_run(rows)
-    never = never_delivered(rows, readings)
+    readings, _ = run_reads(rows)
     out = []
     for r in rows:
         reading = readings.get(r["id"])
-        if (never and never["per_lr"] and reading and reading["lag"] == never["lag"] and r["step"] is not None
-                and r["step"] >= never["first_step"]):  # without the lr a warm-up may explain it: the run's warn only
-            reading = {**reading, "status": "never", "since_step": never["first_step"]}
         row = {**r, "lag_reading": reading}
         if reading and reading["status"] == "climbing" and not r["findings"]:
             row["glance"] = lag_words.climbing_glance(r["regime"], reading)  # not a fault yet: watched, said

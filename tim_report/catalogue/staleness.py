@@ -179,6 +179,11 @@ def climbing_note(reading: dict) -> str:
             f"once it is {plain(LAG_SUSTAINED)}× its history beyond its own noise (weight digests tell at once).")
 
 
+def unjudged(reading: dict) -> str:
+    """A lag with too few earlier steps of its own to be judged against (`check --history`'s line)."""
+    return f"lag {fmt(reading['lag'])} not judged yet: too few earlier steps at that lag ({reading['basis']})"
+
+
 def run_reading(reading: dict | None) -> str | None:
     """A step's lag against the run's own history, for its row and `watch`'s line: None when not judged."""
     if not reading or reading["status"] == "unjudged":

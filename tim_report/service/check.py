@@ -14,7 +14,7 @@ from ..analysis import GATE, GATE_HISTORY, analyze
 from ..analysis.exact import exact_gate
 from ..analysis.gate import CheckResult, Limit, Violation, evaluate
 from ..analysis.history import HistoryResult, check_history
-from ..analysis.lag.history import has_lag, never_delivered, read_run
+from ..analysis.lag.history import has_lag, run_reads
 from ..analysis.run_index import run_row
 from ..analysis.tokens import valid_tokens
 from ..catalogue import staleness as lag_words
@@ -95,8 +95,7 @@ def run_errors(rows: list[dict]) -> list[dict]:
     from ..analysis.lag.digests import across_steps
 
     out = [{"id": f["id"], "title": f["title"]} for f in across_steps(rows)]
-    readings = read_run(rows)
-    never = never_delivered(rows, readings)
+    readings, never = run_reads(rows)
     if never is not None and never["per_lr"]:
         out.append(make_run_finding("never_delivered", never))
     firsts = {(r["lag"], r["since_step"]) for r in readings.values() if r["status"] == "beyond"}
@@ -119,13 +118,17 @@ def _checked(path: Path, batch: StepBatch, rows: list[dict] | None, options: Che
     band = None
     if rows is not None:
         band = check_history(row, rows, options.history_window, options.history_margin, options.history_floors)
-        if has_lag(row):  # its whole-batch numbers hold the lag's own mismatch: it is read lag by lag instead
+        lagged = has_lag(row)
+        if lagged:  # its whole-batch numbers hold the lag's own mismatch: it is read lag by lag instead
             band.violations = []
-        reading = read_run([*rows, {**row, "id": NEW}], options.history_window).get(NEW)
-        if reading is not None and reading["status"] == "beyond":
+        reading = run_reads([*rows, {**row, "id": NEW}], options.history_window)[0].get(NEW)
+        if reading is not None and reading["status"] in ("beyond", "never"):  # as the index reads it (in_run)
             band.violations.append(Violation("history", "lag_kl_k3", f"stale weights: {lag_words.run_reading(reading)}"))
         result.violations += band.violations
-        if band.note is None and not band.violations:
+        if lagged and reading is not None and not band.violations:  # what judged it: its lag against its own history
+            band.note = None
+            result.summary += "; " + (lag_words.run_reading(reading) or lag_words.unjudged(reading))
+        elif band.note is None and not band.violations:
             result.summary += f"; within the run's band ({band.basis})"
     gate = None
     if options.exact:

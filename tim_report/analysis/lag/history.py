@@ -225,6 +225,21 @@ def read_run(rows: list[dict], window: int = HISTORY_WINDOW) -> dict[str, dict]:
     return out
 
 
+def run_reads(rows: list[dict], window: int = HISTORY_WINDOW) -> tuple[dict[str, dict], dict | None]:
+    """Each stepped row's reading as the run reads it (`read_run`), the steps of an engine that never took an update
+    ("never": `never_delivered` with each step's lr, an error; without the lr a warm-up may explain it, the run's warn
+    only) marked from its first step; and never_delivered's evidence (None when it does not hold). What the index's
+    rows (run_index.in_run), `check RUN` and `check --history` read, so they never disagree."""
+    readings = read_run(rows, window)
+    never = never_delivered(rows, readings)
+    if never is not None and never["per_lr"]:
+        for r in rows:
+            reading = readings.get(r["id"])
+            if reading and reading["lag"] == never["lag"] and r.get("step") is not None and r["step"] >= never["first_step"]:
+                readings[r["id"]] = {**reading, "status": "never", "since_step": never["first_step"]}
+    return readings, never
+
+
 def _read(row: dict, lag: int, scaled: float, earlier: list[tuple[dict, float]], rising: bool, opening: bool,
           previous: float | None) -> dict:
     """One lag of one step (its value `scaled`: the KL k3, or per lr²) against the earlier clean steps of that lag.
