@@ -41,6 +41,9 @@ META_KEYS = {
     "lr": "this step's learning rate (1e-12 to 1; a lag's KL over the run is read per unit of lr²)",
     "engine_digest": "the engine's weight digest: VERSION:DTYPE:SHA256[:CHANGED_SHARE[:SINCE]], several joined by ','",
     "trainer_digest": "the trainer's weights cast to the engine's dtype, digested the same way (docs/sync.md)",
+    "lm_head_fp32": "rollout, trainer, both or none: the side(s) that keep the LM head (output projection) in fp32",
+    "trainer_support": "full or kept: the trainer's log-probs are renormalised over each token's kept set (a replaying "
+                       "trainer)",
 }
 
 _LOCAL_PATH = re.compile(r"^(?:[/\\~]|\.{1,2}[/\\]|[A-Za-z]:[/\\])")  # /abs, ~/home, ./rel, ../rel, a drive, a share
@@ -240,6 +243,12 @@ class StepBatch:
     rollout_topk_logp: np.ndarray | None = None  # [T, k] float32
     trainer_topk_ids: np.ndarray | None = None  # [T, k] int32
     trainer_topk_logp: np.ndarray | None = None  # [T, k] float32
+    # The sampler's kept set of each token (the vocabulary ids that survived top-k / top-p / min-p: vLLM's SamplingMask,
+    # prime-rl's replayed support), CSR over the flat tokens: token t's set is kept_ids[kept_offsets[t]:kept_offsets[t+1]],
+    # empty where none was recorded; and the trainer's log-probability mass on it (log S ≤ 0, NaN where unknown)
+    kept_ids: np.ndarray | None = None  # [K] int32
+    kept_offsets: np.ndarray | None = None  # [T+1] int64
+    kept_log_mass: np.ndarray | None = None  # [T] float64
     rollout_routes: np.ndarray | None = None  # [T, layers, k] int32: the experts each MoE layer routed the token to
     trainer_routes: np.ndarray | None = None  # [T, layers, k] int32, the trainer's (capture --routes)
     meta: dict[str, Any] = field(default_factory=dict)  # step, framework, layout, alignment, exclusions, routed_experts, ...

@@ -220,6 +220,48 @@ def make_chain_batch(cause: str, n_seqs: int = 32, mean_len: int = 64, vocab: in
                      meta={"model": "synthetic", "seed": seed, "planted": cause})
 
 
+def make_truncated_batch(top_p: float = 0.9, top_k: int = 0, n_seqs: int = 48, mean_len: int = 48, vocab: int = 256,
+                         noise: float = 0.02, kept: bool = True, declared: bool = True, seed: int = 0) -> StepBatch:
+    """Tokens really sampled with top-k / top-p: the rollout's log-probs renormalised over each token's kept set (as
+    vLLM's processed log-probs are), the trainer's over the full vocabulary of a distribution within `noise` (in the
+    logits) of the rollout's. With `kept`, each token's kept set and the trainer's log-mass on it (as `capture`
+    records them); with `declared`, meta['sampling'] as `capture` writes it."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(max(1, mean_len // 2), mean_len + mean_len // 2 + 1, n_seqs)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    t = int(offsets[-1])
+    logits = np.exp(rng.uniform(np.log(0.5), np.log(6.0), t))[:, None] * rng.standard_normal((t, vocab))
+
+    def log_softmax(x: np.ndarray) -> np.ndarray:
+        z = x - x.max(axis=1, keepdims=True)
+        return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+
+    rollout_full = log_softmax(logits + noise * rng.standard_normal(logits.shape))
+    trainer_full = log_softmax(logits + noise * rng.standard_normal(logits.shape))
+    order = np.argsort(-rollout_full, axis=1)
+    mass = np.cumsum(np.exp(np.take_along_axis(rollout_full, order, axis=1)), axis=1)
+    keep_sorted = np.concatenate([np.ones((t, 1), bool), mass[:, :-1] < top_p], axis=1)
+    if top_k > 0:
+        keep_sorted[:, top_k:] = False
+    keep = np.zeros_like(keep_sorted)
+    np.put_along_axis(keep, order, keep_sorted, axis=1)
+    sampler = np.where(keep, rollout_full - np.log(np.where(keep, np.exp(rollout_full), 0.0).sum(axis=1))[:, None], -np.inf)
+    token = np.argmax(sampler + rng.gumbel(size=sampler.shape), axis=1)
+    rows = np.arange(t)
+    meta: dict = {"model": "synthetic", "seed": seed, "rollout_dtype": "bf16", "trainer_dtype": "fp32"}
+    if declared:
+        meta["sampling"] = dict(temperature=1.0, top_p=top_p, top_k=top_k, logprobs="processed",
+                                truncated=top_p < 1.0 or top_k > 0)
+    batch = StepBatch(rollout_logp=sampler[rows, token], trainer_logp=trainer_full[rows, token], offsets=offsets,
+                      mask=np.ones(t, bool), token_ids=token.astype(np.int64), meta=meta,
+                      group=np.asarray([f"g{i // 4}" for i in range(n_seqs)]))
+    if kept:
+        batch.kept_ids = np.flatnonzero(keep.reshape(-1)) % vocab
+        batch.kept_offsets = np.concatenate([[0], np.cumsum(keep.sum(axis=1))]).astype(np.int64)
+        batch.kept_log_mass = np.log(np.where(keep, np.exp(trainer_full), 0.0).sum(axis=1))
+    return batch
+
+
 # ---- real weight versions: the staleness split's test bed (design §10) ---------------------------------------
 
 # The tiny model ships with the repository (models/, beside the package), not in the wheel: found from this file, so a

@@ -90,3 +90,22 @@ class TopK(NamedTuple):
     @staticmethod
     def empty(k: int) -> TopK:
         return TopK(np.zeros((0, k), np.int32), np.zeros((0, k), np.float32))
+
+
+class Sampled(NamedTuple):
+    """One sampled sequence as an engine returns it: its token ids and the sampler's (processed) log-probs, and where
+    asked and given, the sampler's K most likely tokens, each token's kept set (ids in position order and a size per
+    token: the ids top-k / top-p left) and the weight version that sampled each token (vLLM's WeightVersionSpans)."""
+
+    token_ids: list[int]
+    logp: np.ndarray  # [n] float64
+    topk: TopK | None = None
+    kept: tuple[np.ndarray, np.ndarray] | None = None  # (ids [K] int32, counts [n] int32)
+    versions: list[str] | None = None  # [n] the version label of each token
+
+
+def kept_counts_offsets(counts: np.ndarray) -> np.ndarray:
+    """A sequence's kept-set sizes → CSR offsets [n + 1]."""
+    off = np.zeros(len(counts) + 1, np.int64)
+    np.cumsum(counts, out=off[1:])
+    return off

@@ -16,6 +16,7 @@ or from the index summary, and are only formatted here.
 
 from __future__ import annotations
 
+from ..catalogue import kept as kept_words
 from ..catalogue import metrics as catalogue
 from ..catalogue.evidence import items as evidence_items
 from ..catalogue.numbers import fixed, fmt, pct, plain
@@ -305,7 +306,7 @@ def render_run_md(report, base_url: str | None = None) -> str:
     sub += [f"{fmt(m.get('tokens'))} tokens", f"{fmt(m.get('sequences'))} sequences", html]
     title = f"# {esc(t['model'], TEXT_CHARS)}: {esc(t['rollout'])} → {esc(t['trainer'])}\n\n" + " · ".join(sub)
     core = [title] + _banner_lines(report) + [_verdict(report), _summary(report)]  # the first screen; the rest folded
-    core += [fold(part) for part in (chain_md(report), _staleness(report), _sync(report), _weights(report),
+    core += [fold(part) for part in (chain_md(report), _kept(report), _staleness(report), _sync(report), _weights(report),
                                      _prefix_cache(report), bitwise_md(report)) if part]
     sections = [("findings", _findings(report)), ("routing and what-if", _routing(report)),
                 ("|δ| by probability", _by_probability(report)), ("whole distribution", _topk(report)),
@@ -313,6 +314,16 @@ def render_run_md(report, base_url: str | None = None) -> str:
                 ("samples", _samples(report, html)), ("all numbers", _all_numbers(report)),
                 ("about the batch", _about(report)), ("glossary", _glossary())]
     return assemble(core, [(name, fold(s)) for name, s in sections if s], html)
+
+
+def _kept(report) -> str:
+    """The kept sets' sentence and the ratio both ways (run_tables.kept_table, the page's too); empty without them."""
+    k = (report.diagnosis or {}).get("kept_sets")
+    if not k:
+        return ""
+    t = run_tables.kept_table(report)
+    table = f"\n\n{write_table(t)}" + "".join(f"\n\n{esc(a, None, own=True)}" for a in t.after) if t is not None else ""
+    return f"### Kept sets\n\n{esc(kept_words.intro(k), None, own=True)}{table}"
 
 
 def _staleness(report) -> str:

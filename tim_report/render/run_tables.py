@@ -7,6 +7,7 @@ here. No statistics: the numbers come from the Report and are only formatted.
 
 from __future__ import annotations
 
+from ..catalogue import kept as kept_words
 from ..catalogue import rescore as weight_words
 from ..catalogue import staleness as lag_words
 from ..catalogue import sync as sync_words
@@ -158,3 +159,13 @@ def sync_table(report) -> Table | None:
         rows.append(Row((Cell(fmt(v)), Cell(sync_words.digests_cell(e)), Cell(sync_words.digests_cell(t)),
                          Cell(sync_words.share_cell(e)), Cell(sync_words.share_cell(t)), Cell(word, style=style))))
     return Table(columns, tuple(rows), after=(st["line"],))
+
+
+def kept_table(report) -> Table | None:
+    """The ratio over the full vocabulary and over the kept set, row by row (None: no trainer mass on kept sets)."""
+    k = (report.diagnosis or {}).get("kept_sets")
+    if not k or not k.get("kept"):
+        return None
+    columns = (Column("ratio"), *_numeric(*kept_words.COLUMNS))
+    rows = tuple(Row((Cell(name), Cell(fmt(k["full"][key])), Cell(fmt(k["kept"][key])))) for key, name in kept_words.ROWS)
+    return Table(columns, rows, after=tuple(a for a in (kept_words.after(k),) if a))
