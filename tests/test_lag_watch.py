@@ -368,7 +368,7 @@ def test_a_step_schedule_of_the_learning_rate_is_no_alarm():
     """A 10× drop of the lr (MultiStepLR) moves the lr at once, the lag's KL (the updates before it) a step later: per
     lr² the step after the drop read 100× its history, `stale weights` on a clean run. A lag whose lr jumps is read
     without it; a warm-up (at most 2× a step) still per lr²."""
-    lr = lambda t: 1e-4 if t < 8 else 1e-5  # noqa: E731
+    lr = lambda t: 1e-4 if t < 8 else 1e-5
     # as the loop records it: the lr of the update this step takes; its lag-1 KL holds the update before (lr(t − 1))
     rows = [lagged(t, 2e-3 * (lr(t - 1) / 1e-4) ** 2 * (1 + 0.2 * (t % 2)), lr=lr(t)) for t in range(1, 16)]
     index = index_from_rows(rows)

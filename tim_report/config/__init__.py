@@ -32,10 +32,10 @@ from .history import LAG_HISTORY_MARGIN as LAG_HISTORY_MARGIN
 from .history import LAG_HISTORY_MIN_STEPS as LAG_HISTORY_MIN_STEPS
 from .history import LAG_JUMP as LAG_JUMP
 from .history import LAG_SUSTAINED as LAG_SUSTAINED
+from .history import LR_STEP_MAX as LR_STEP_MAX
 from .history import NEVER_GROWTH as NEVER_GROWTH
 from .history import NEVER_MIN_STEPS as NEVER_MIN_STEPS
 from .history import NEVER_TOTAL as NEVER_TOTAL
-from .history import LR_STEP_MAX as LR_STEP_MAX
 from .history import RISE_KEEP as RISE_KEEP
 from .history import RUN_FINDING_Z as RUN_FINDING_Z
 from .history import RUN_GROWTH_MIN_RATIO as RUN_GROWTH_MIN_RATIO
