@@ -376,3 +376,15 @@ def test_a_step_schedule_of_the_learning_rate_is_no_alarm():
     assert not any(r["lag_reading"]["per_lr"] for r in index["runs"])
     warm = [lagged(t, 2e-3 * min(1.0, t / 8) ** 2, lr=1e-4 * min(1.0, t / 8)) for t in range(1, 13)]
     assert all(r["per_lr"] for r in read_run(warm).values())
+
+
+def test_an_engine_that_never_took_an_update_is_not_blamed_for_the_tokens_of_its_first_weights():
+    """The first one-step-off step of an engine that never took an update is labelled v0 and was sampled by v0, as
+    labelled: it was marked systematic, red, "do not train" and alarmed on, a step before the weight digests' first
+    fault (engine v1 = v0, at step 2). The run names it from its first step labelled later than the first weights."""
+    never = [{**lagged(s, 2.7e-3 * s ** 1.8, lr=1e-4), "trainer_version": s} for s in range(1, 13)]
+    index = index_from_rows(never)
+    regimes = {r["step"]: r["regime"] for r in index["runs"]}
+    assert regimes[1] == "staleness" and all(regimes[s] == "systematic" for s in range(2, 13)), regimes
+    assert index["run"]["since_step"] == 2 and index["runs"][5]["lag_reading"]["since_step"] == 2
+    assert "Never delivered" in index["run"]["verdict"]

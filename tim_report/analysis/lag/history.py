@@ -250,15 +250,21 @@ def read_run(rows: list[dict], window: int = HISTORY_WINDOW) -> dict[str, dict]:
 def run_reads(rows: list[dict], window: int = HISTORY_WINDOW) -> tuple[dict[str, dict], dict | None]:
     """Each stepped row's reading as the run reads it (`read_run`), the steps of an engine that never took an update
     ("never": `never_delivered` with each step's lr, an error; without the lr a warm-up may explain it, the run's warn
-    only) marked from its first step; and never_delivered's evidence (None when it does not hold). What the index's
+    only) marked from its first step whose tokens are labelled later than the run's first weights (those the engine kept:
+    a step labelled with them was sampled as labelled); and never_delivered's evidence (None when it does not hold). What the index's
     rows (run_index.in_run), `check RUN` and `check --history` read, so they never disagree."""
     readings = read_run(rows, window)
     never = never_delivered(rows, readings)
     if never is not None and never["per_lr"]:
-        for r in rows:
-            reading = readings.get(r["id"])
-            if reading and reading["lag"] == never["lag"] and r.get("step") is not None and r["step"] >= never["first_step"]:
-                readings[r["id"]] = {**reading, "status": "never", "since_step": never["first_step"]}
+        lag = never["lag"]
+        first = next((_trainer(r) for r in rows if r.get("step") == never["first_step"] and _trainer(r) is not None), None)
+        honest = None if first is None else first - lag  # the first weights: an engine that kept them holds them
+        marked = [r for r in rows if (readings.get(r["id"]) or {}).get("lag") == lag and r.get("step") is not None
+                  and r["step"] >= never["first_step"]
+                  and not (honest is not None and (t := _trainer(r)) is not None and t - lag <= honest)]
+        since = min((r["step"] for r in marked), default=None)
+        for r in marked:
+            readings[r["id"]] = {**readings[r["id"]], "status": "never", "since_step": since}
     return readings, never
 
 
