@@ -388,3 +388,19 @@ def test_an_engine_that_never_took_an_update_is_not_blamed_for_the_tokens_of_its
     assert regimes[1] == "staleness" and all(regimes[s] == "systematic" for s in range(2, 13)), regimes
     assert index["run"]["since_step"] == 2 and index["runs"][5]["lag_reading"]["since_step"] == 2
     assert "Never delivered" in index["run"]["verdict"]
+
+
+def test_a_noisy_step_inside_an_event_neither_ends_it_nor_joins_the_history():
+    """Swapped tensors at lag 1 (the loop, `--bug swapped-tensors`): steps 8-11 read KL k3 4.3, 4.4, 13 ± 8.9, 5.5 against
+    a history of 0.0014. Step 10, 9,000× its history but within two of its standard errors of 3×, read "within": the
+    event ended, step 10 joined the clean history, and step 11 opened a second event (a second alarm)."""
+    kls = [2.8e-3, 2.0e-3, 1.2e-3, 1.1e-3, 1.0e-3, 1.4e-3, 2.0e-3, 4.31, 4.37, 13.15, 5.50]
+    ses = [k / 10 for k in kls[:7]] + [0.29, 0.24, 8.86, 1.0]
+    rows = [lagged(s, kl, se=se) for s, kl, se in zip(range(1, 12), kls, ses)]
+    got = read_run(rows)
+    assert [got[f"step_{s}"]["status"] for s in (8, 9, 10, 11)] == ["beyond"] * 4
+    assert {got[f"step_{s}"]["since_step"] for s in (8, 9, 10, 11)} == {8}
+    assert got["step_11"]["basis"] == "steps 1-7"  # step 10 is no part of the history
+    # outside an event such a step is within (too noisy to tell), but no part of the history
+    quiet = read_run([*rows[:7], lagged(8, 2e-2, se=1e-2), lagged(9, 1.5e-3)])
+    assert quiet["step_8"]["status"] == "within" and quiet["step_9"]["basis"] == "steps 1-7"

@@ -156,6 +156,12 @@ class _Lag:
         reading = _read(row, self.lag, scaled, earlier, self.rise is not None, self.since is None, self.last)
         self.last = scaled
         status = reading["status"]
+        if status == "noisy":  # above the bar but within its own noise: no evidence that an event ended, nor history
+            if self.since is not None:
+                reading.update(status="beyond", since_step=self.since, **_versions(row, self.lag, self.kept))
+            else:
+                reading["status"] = "within"
+            return reading
         if status == "beyond":
             if self.since is None:
                 first = self.held[0][0] if self.held else row
@@ -272,7 +278,9 @@ def _read(row: dict, lag: int, scaled: float, earlier: list[tuple[dict, float]],
           previous: float | None) -> dict:
     """One lag of one step (its value `scaled`: the KL k3, or per lr²) against the earlier clean steps of that lag.
 
-    Its value less FLOOR_Z standard errors above (1 + margin) × their median is "raised"; "beyond" when it also opens
+    Its value less FLOOR_Z standard errors above (1 + margin) × their median is "raised" (the value above it but not
+    less its noise: "noisy", within to the step, but neither added to the history nor ending an event by `_Lag.read`);
+    "beyond" when it also opens
     an event at a lag ≥ 1 (its value LAG_JUMP × the step before's: a sync that stops moves the next step a whole lag
     older, at lag 1 some 3-4×, where a clean run's speed drifts by tens of percent a step; or, less its noise,
     LAG_SUSTAINED × the median: an onset that came slowly, as at lag ≥ 2, where one lag older is less than 2×),
@@ -292,8 +300,9 @@ def _read(row: dict, lag: int, scaled: float, earlier: list[tuple[dict, float]],
         reading["status"] = "rising"
         return reading
     low = scaled - FLOOR_Z * se * unit  # the value less its noise
-    if not low > (1 + (HISTORY_MARGIN if lag == 0 else LAG_HISTORY_MARGIN)) * ref:
-        reading["status"] = "within"
+    bar = (1 + (HISTORY_MARGIN if lag == 0 else LAG_HISTORY_MARGIN)) * ref
+    if not low > bar:
+        reading["status"] = "noisy" if scaled > bar else "within"
     elif lag == 0 or not opening or low > LAG_SUSTAINED * ref or (previous is not None and scaled > LAG_JUMP * previous):
         reading["status"] = "beyond"
     else:
