@@ -404,3 +404,21 @@ def test_a_noisy_step_inside_an_event_neither_ends_it_nor_joins_the_history():
     # outside an event such a step is within (too noisy to tell), but no part of the history
     quiet = read_run([*rows[:7], lagged(8, 2e-2, se=1e-2), lagged(9, 1.5e-3)])
     assert quiet["step_8"]["status"] == "within" and quiet["step_9"]["basis"] == "steps 1-7"
+
+
+def test_a_climbing_lag_is_amber_on_the_index_not_a_green_tick():
+    """A lag-2 sync that stopped, climbing 4-7× its history but not named yet: the run verdict said so in words inside a
+    green box (report.md: ✅) above rows reading plain "staleness" with red ESS badges. The box is amber, report.md
+    marks it ⚠️, and each climbing row says "lag 2 climbing …" beside its verdict."""
+    from tim_report.render.html import render_index
+    from tim_report.render.markdown import render_index_md
+
+    clean = [2.7e-3, 2.7e-3, 1.7e-3, 1.6e-3, 2.8e-3, 3.3e-3]
+    rows = [lagged(s + 1, kl) for s, kl in enumerate(clean)]
+    index = index_from_rows(rows + [lagged(7, 6.5e-3, se=1e-5), lagged(8, 9.5e-3, se=1e-5), lagged(9, 1.2e-2, se=1e-5)])
+    assert index["run"]["regime"] == "staleness" and index["run"]["climbing"]
+    html, md = render_index(index), render_index_md(index)
+    assert '<section id="run-verdict" class="verdict staleness climbing">' in html
+    assert "**Run verdict:** ⚠️ Staleness" in md and "| ⚠️ staleness (lag 1 climbing 4.44×) |" in md, md
+    assert "lag 1 climbing 4.44×" in html
+    assert not index_from_rows(rows)["run"]["climbing"] and "**Run verdict:** ✅" in render_index_md(index_from_rows(rows))

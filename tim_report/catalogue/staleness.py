@@ -171,6 +171,11 @@ def climbing_glance(regime: str | None, reading: dict) -> str:
             "on, a faster policy levels off)")
 
 
+def climbing_short(reading: dict) -> str:
+    """A climbing step's note beside its verdict in the runs table: 'lag 2 climbing 5.82×'."""
+    return f"lag {fmt(reading['lag'])} climbing {times(reading['times'])}"
+
+
 def climbing_note(reading: dict) -> str:
     """Said after a run verdict whose last step's lag is climbing: not named yet, not nothing."""
     return (f"The KL at lag {fmt(reading['lag'])} has been climbing above the run's own history since step "
