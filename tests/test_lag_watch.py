@@ -297,3 +297,82 @@ def test_check_history_reads_a_step_as_the_index_does(tmp_path):
     young = site("young", [lagged(s, kl, lr=1e-4) for s in range(10, 12)])
     res = run("check", tmp_path / "step_12.npz", "--history", young)
     assert res.exit_code == 0 and "lag 1 not judged yet: too few earlier steps at that lag (steps 10-11)" in res.output
+
+
+@pytest.mark.parametrize("lr", [1e308, 1e200, 1e-200, 5e-324, -1e-4, 0, 10 ** 400])
+def test_a_hostile_learning_rate_is_unknown_not_a_traceback_or_an_alarm(lr):
+    """A step's `lr` of 1e308 overflowed its square (OverflowError) and 1e-200 divided by 0 (ZeroDivisionError): `build`,
+    `watch` and `check --history` died with a traceback. An lr outside [LR_MIN, LR_MAX] is unknown, so the lag is read
+    without the lr, as a run that gives none: no alarm from it."""
+    rows = [lagged(s, 2e-3 * (1 + 0.2 * (s % 2)), lr=lr if s % 3 == 0 else 1e-4) for s in range(1, 13)]
+    index = index_from_rows(rows)
+    assert index["run"]["regime"] == "staleness" and not index["run"]["findings"], index["run"]
+    assert {r["lag_reading"]["per_lr"] for r in index["runs"]} == {False}
+
+
+@pytest.mark.parametrize("bad, said", [(-1.0, "holds -1.0 at lag 1: not a number from 0 to"), ({"1": 1.0, "²": 1.0}, "names a lag '²'")])
+def test_index_json_lag_numbers_are_never_negative(tmp_path, bad, said):
+    """A negative KL in index.json's history (KL k3 is ≥ 0) made every later step "stale weights" (a median below 0
+    that anything exceeds); it is a corrupt index, one line naming the field."""
+    from helpers import one_line_exit_2, run
+
+    rows = [lagged(s, -1.0 if s % 2 and bad == -1.0 else 3e-3) for s in range(1, 12)]
+    if isinstance(bad, dict):
+        rows[3]["lag_mix"] = bad
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "index.json").write_text(json.dumps({"tool": "tim-report", "schema_version": 1, "runs": rows}))
+    from tim_report.io import save_batch
+
+    save_batch(one_step_off(12, noise=0.05), tmp_path / "step_12.npz")
+    one_line_exit_2(run("check", tmp_path / "step_12.npz", "--history", tmp_path / "site"), "index.json", said)
+
+
+def test_a_history_at_zero_raises_nothing_and_a_cached_row_with_a_bad_lag_is_not_reused(tmp_path):
+    """A lag whose earlier steps all read KL 0 (a rollout side recomputed by the trainer) has no scale: a step above it
+    is not judged, never "stale weights". A cache row naming a lag "²" (int() refuses it) crashed `build` with a
+    traceback; such a row is not the cache's, its step is analysed again."""
+    zeros = [lagged(s, 0.0, se=0.0) for s in range(1, 9)] + [lagged(9, 3e-3)]
+    assert read_run(zeros)["step_9"]["status"] == "unjudged"
+    from tim_report.model import row_problem
+
+    good = full({"id": "s", "lag_mix": {"1": 1.0}, "lag_kl_k3": {"1": 3e-3}, "weight_digests": []})
+    assert row_problem(good) is None
+    for field, value in (("lag_mix", {"²": 1.0}), ("lag_kl_k3", {"1": -1.0}), ("lag_kl_k3_se", {"x": 0.1}),
+                         ("lag_mix", {str(i): 0.0 for i in range(300)}), ("lag_mix", {"1": 2.0}),
+                         ("lag_kl_k3", {"1": 1e308})):  # a share above 1, a KL no clamped log-ratio reaches
+        assert row_problem({**good, field: value}) is not None, field
+    site = build_site(tmp_path, [(f"step_{s}", one_step_off(s, 0.05, seed=s)) for s in range(1, 4)])
+    cache = site / "step_2" / ".tim-report-cache.json"
+    entry = json.loads(cache.read_text())
+    entry["row"]["lag_mix"] = {"²": 1.0}
+    cache.write_text(json.dumps(entry))
+    build_site(tmp_path, [(f"step_{s}", one_step_off(s, 0.05, seed=s)) for s in range(1, 4)])
+    assert json.loads((site / "step_2" / ".tim-report-cache.json").read_text())["row"]["lag_mix"] == {"1": 1.0}
+
+
+@pytest.mark.parametrize("value", ["1e308", "1e-200", "0", "-1e-4", "nan", "abc"])
+def test_meta_lr_is_a_key_and_a_bad_one_is_one_line(tmp_path, value):
+    """docs/staleness.md says `--meta lr=…`; it was refused as an unknown key."""
+    from helpers import one_line_exit_2, run
+
+    from tim_report.io import save_batch
+
+    save_batch(one_step_off(3, noise=0.05), tmp_path / "step_3.npz")
+    res = run("check", tmp_path / "step_3.npz", "--meta", "lr=2e-5")
+    assert res.exit_code == 0, res.output
+    one_line_exit_2(run("check", tmp_path / "step_3.npz", "--meta", f"lr={value}"), "--meta", f"lr={value}",
+                    "not a learning rate")
+
+
+def test_a_step_schedule_of_the_learning_rate_is_no_alarm():
+    """A 10× drop of the lr (MultiStepLR) moves the lr at once, the lag's KL (the updates before it) a step later: per
+    lr² the step after the drop read 100× its history, `stale weights` on a clean run. A lag whose lr jumps is read
+    without it; a warm-up (at most 2× a step) still per lr²."""
+    lr = lambda t: 1e-4 if t < 8 else 1e-5
+    # as the loop records it: the lr of the update this step takes; its lag-1 KL holds the update before (lr(t − 1))
+    rows = [lagged(t, 2e-3 * (lr(t - 1) / 1e-4) ** 2 * (1 + 0.2 * (t % 2)), lr=lr(t)) for t in range(1, 16)]
+    index = index_from_rows(rows)
+    assert {r["regime"] for r in index["runs"]} == {"staleness"} and not index["run"]["findings"], index["run"]
+    assert not any(r["lag_reading"]["per_lr"] for r in index["runs"])
+    warm = [lagged(t, 2e-3 * min(1.0, t / 8) ** 2, lr=1e-4 * min(1.0, t / 8)) for t in range(1, 13)]
+    assert all(r["per_lr"] for r in read_run(warm).values())
