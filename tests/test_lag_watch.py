@@ -376,3 +376,49 @@ def test_a_step_schedule_of_the_learning_rate_is_no_alarm():
     assert not any(r["lag_reading"]["per_lr"] for r in index["runs"])
     warm = [lagged(t, 2e-3 * min(1.0, t / 8) ** 2, lr=1e-4 * min(1.0, t / 8)) for t in range(1, 13)]
     assert all(r["per_lr"] for r in read_run(warm).values())
+
+
+def test_an_engine_that_never_took_an_update_is_not_blamed_for_the_tokens_of_its_first_weights():
+    """The first one-step-off step of an engine that never took an update is labelled v0 and was sampled by v0, as
+    labelled: it was marked systematic, red, "do not train" and alarmed on, a step before the weight digests' first
+    fault (engine v1 = v0, at step 2). The run names it from its first step labelled later than the first weights."""
+    never = [{**lagged(s, 2.7e-3 * s ** 1.8, lr=1e-4), "trainer_version": s} for s in range(1, 13)]
+    index = index_from_rows(never)
+    regimes = {r["step"]: r["regime"] for r in index["runs"]}
+    assert regimes[1] == "staleness" and all(regimes[s] == "systematic" for s in range(2, 13)), regimes
+    assert index["run"]["since_step"] == 2 and index["runs"][5]["lag_reading"]["since_step"] == 2
+    assert "Never delivered" in index["run"]["verdict"]
+
+
+def test_a_noisy_step_inside_an_event_neither_ends_it_nor_joins_the_history():
+    """Swapped tensors at lag 1 (the loop, `--bug swapped-tensors`): steps 8-11 read KL k3 4.3, 4.4, 13 ± 8.9, 5.5 against
+    a history of 0.0014. Step 10, 9,000× its history but within two of its standard errors of 3×, read "within": the
+    event ended, step 10 joined the clean history, and step 11 opened a second event (a second alarm)."""
+    kls = [2.8e-3, 2.0e-3, 1.2e-3, 1.1e-3, 1.0e-3, 1.4e-3, 2.0e-3, 4.31, 4.37, 13.15, 5.50]
+    ses = [k / 10 for k in kls[:7]] + [0.29, 0.24, 8.86, 1.0]
+    rows = [lagged(s, kl, se=se) for s, kl, se in zip(range(1, 12), kls, ses)]
+    got = read_run(rows)
+    assert [got[f"step_{s}"]["status"] for s in (8, 9, 10, 11)] == ["beyond"] * 4
+    assert {got[f"step_{s}"]["since_step"] for s in (8, 9, 10, 11)} == {8}
+    assert got["step_11"]["basis"] == "steps 1-7"  # step 10 is no part of the history
+    # outside an event such a step is within (too noisy to tell), but no part of the history
+    quiet = read_run([*rows[:7], lagged(8, 2e-2, se=1e-2), lagged(9, 1.5e-3)])
+    assert quiet["step_8"]["status"] == "within" and quiet["step_9"]["basis"] == "steps 1-7"
+
+
+def test_a_climbing_lag_is_amber_on_the_index_not_a_green_tick():
+    """A lag-2 sync that stopped, climbing 4-7× its history but not named yet: the run verdict said so in words inside a
+    green box (report.md: ✅) above rows reading plain "staleness" with red ESS badges. The box is amber, report.md
+    marks it ⚠️, and each climbing row says "lag 2 climbing …" beside its verdict."""
+    from tim_report.render.html import render_index
+    from tim_report.render.markdown import render_index_md
+
+    clean = [2.7e-3, 2.7e-3, 1.7e-3, 1.6e-3, 2.8e-3, 3.3e-3]
+    rows = [lagged(s + 1, kl) for s, kl in enumerate(clean)]
+    index = index_from_rows(rows + [lagged(7, 6.5e-3, se=1e-5), lagged(8, 9.5e-3, se=1e-5), lagged(9, 1.2e-2, se=1e-5)])
+    assert index["run"]["regime"] == "staleness" and index["run"]["climbing"]
+    html, md = render_index(index), render_index_md(index)
+    assert '<section id="run-verdict" class="verdict staleness climbing">' in html
+    assert "**Run verdict:** ⚠️ Staleness" in md and "| ⚠️ staleness (lag 1 climbing 4.44×) |" in md, md
+    assert "lag 1 climbing 4.44×" in html
+    assert not index_from_rows(rows)["run"]["climbing"] and "**Run verdict:** ✅" in render_index_md(index_from_rows(rows))

@@ -59,6 +59,13 @@ KL_K3_MAX = math.expm1(SAFETY_BOUND) - SAFETY_BOUND
 # rescore's nearest side: sides whose mean (side − rollout)² differs from the nearest's by at most this many standard
 # errors (paired, clustered by sequence) tie with it (analysis/chain.py, docs/chain.md)
 NEAREST_TIE_SE = 2.0
+# A rescored bucket is `stale_weights` when its labelled version's own weights were scored (a checkpoint of that
+# version, or the trainer's at lag 0), another candidate is nearest alone, and the labelled weights' KL k3 against the
+# rollout is at least this many times the nearest's (analysis/lag/rescored.mislabelled). On the tiny model's real
+# versions (docs/staleness.md) the engine's own weights sit at the bf16 floor (1.1e-4 to 1.3e-4) and one Adam step away
+# is 22× that or more; an honest bucket's labelled weights are its nearest (1×). Two leaves a wide margin on each side,
+# and keeps a near-tie that the 2-standard-error rule splits by chance from being called an error.
+RESCORE_LABEL_RATIO = 2.0
 # The what-if table explains a Geometric RS row that rejects at least this share of sequences when the batch's own
 # per-token noise, averaged over a typical sequence, already strays past the band (catalogue.verdicts.geo_rs_note).
 GEO_RS_NOTE_SHARE = 0.5

@@ -156,6 +156,12 @@ class _Lag:
         reading = _read(row, self.lag, scaled, earlier, self.rise is not None, self.since is None, self.last)
         self.last = scaled
         status = reading["status"]
+        if status == "noisy":  # above the bar but within its own noise: no evidence that an event ended, nor history
+            if self.since is not None:
+                reading.update(status="beyond", since_step=self.since, **_versions(row, self.lag, self.kept))
+            else:
+                reading["status"] = "within"
+            return reading
         if status == "beyond":
             if self.since is None:
                 first = self.held[0][0] if self.held else row
@@ -250,15 +256,21 @@ def read_run(rows: list[dict], window: int = HISTORY_WINDOW) -> dict[str, dict]:
 def run_reads(rows: list[dict], window: int = HISTORY_WINDOW) -> tuple[dict[str, dict], dict | None]:
     """Each stepped row's reading as the run reads it (`read_run`), the steps of an engine that never took an update
     ("never": `never_delivered` with each step's lr, an error; without the lr a warm-up may explain it, the run's warn
-    only) marked from its first step; and never_delivered's evidence (None when it does not hold). What the index's
+    only) marked from its first step whose tokens are labelled later than the run's first weights (those the engine kept:
+    a step labelled with them was sampled as labelled); and never_delivered's evidence (None when it does not hold). What the index's
     rows (run_index.in_run), `check RUN` and `check --history` read, so they never disagree."""
     readings = read_run(rows, window)
     never = never_delivered(rows, readings)
     if never is not None and never["per_lr"]:
-        for r in rows:
-            reading = readings.get(r["id"])
-            if reading and reading["lag"] == never["lag"] and r.get("step") is not None and r["step"] >= never["first_step"]:
-                readings[r["id"]] = {**reading, "status": "never", "since_step": never["first_step"]}
+        lag = never["lag"]
+        first = next((_trainer(r) for r in rows if r.get("step") == never["first_step"] and _trainer(r) is not None), None)
+        honest = None if first is None else first - lag  # the first weights: an engine that kept them holds them
+        marked = [r for r in rows if (readings.get(r["id"]) or {}).get("lag") == lag and r.get("step") is not None
+                  and r["step"] >= never["first_step"]
+                  and not (honest is not None and (t := _trainer(r)) is not None and t - lag <= honest)]
+        since = min((r["step"] for r in marked), default=None)
+        for r in marked:
+            readings[r["id"]] = {**readings[r["id"]], "status": "never", "since_step": since}
     return readings, never
 
 
@@ -266,7 +278,9 @@ def _read(row: dict, lag: int, scaled: float, earlier: list[tuple[dict, float]],
           previous: float | None) -> dict:
     """One lag of one step (its value `scaled`: the KL k3, or per lr²) against the earlier clean steps of that lag.
 
-    Its value less FLOOR_Z standard errors above (1 + margin) × their median is "raised"; "beyond" when it also opens
+    Its value less FLOOR_Z standard errors above (1 + margin) × their median is "raised" (the value above it but not
+    less its noise: "noisy", within to the step, but neither added to the history nor ending an event by `_Lag.read`);
+    "beyond" when it also opens
     an event at a lag ≥ 1 (its value LAG_JUMP × the step before's: a sync that stops moves the next step a whole lag
     older, at lag 1 some 3-4×, where a clean run's speed drifts by tens of percent a step; or, less its noise,
     LAG_SUSTAINED × the median: an onset that came slowly, as at lag ≥ 2, where one lag older is less than 2×),
@@ -286,8 +300,9 @@ def _read(row: dict, lag: int, scaled: float, earlier: list[tuple[dict, float]],
         reading["status"] = "rising"
         return reading
     low = scaled - FLOOR_Z * se * unit  # the value less its noise
-    if not low > (1 + (HISTORY_MARGIN if lag == 0 else LAG_HISTORY_MARGIN)) * ref:
-        reading["status"] = "within"
+    bar = (1 + (HISTORY_MARGIN if lag == 0 else LAG_HISTORY_MARGIN)) * ref
+    if not low > bar:
+        reading["status"] = "noisy" if scaled > bar else "within"
     elif lag == 0 or not opening or low > LAG_SUSTAINED * ref or (previous is not None and scaled > LAG_JUMP * previous):
         reading["status"] = "beyond"
     else:
