@@ -19,7 +19,7 @@ from ..catalogue import metrics as catalogue
 from ..catalogue import staleness as lag_words
 from ..catalogue.findings.lag import STALE
 from ..config import HEALTH_ORDER, health, step_health
-from ..model import model_label
+from ..model import learning_rate, model_label
 from .lag.history import run_reads
 from .run_verdict import run_verdict
 from .stats import finite
@@ -110,13 +110,9 @@ def lag_fields(report: Any) -> dict:
             "lag_kl_k3_se": {str(r.get("lag")): finite(r.get("kl_k3_se")) for r in rows},
             "floor_kl_k3_se": finite(lag0.get("kl_k3_se")), "staleness_share": finite(st.get("share")),
             "trainer_version": finite(st.get("trainer_version")),
-            "lr": _lr((run.get("meta") or {}).get("lr")), "lag_reading": None, "step_regime": None}
+            "lr": learning_rate((run.get("meta") or {}).get("lr")), "lag_reading": None, "step_regime": None}
 
 
-def _lr(v: Any) -> float | None:
-    """The step's learning rate (meta `lr`), which the run view reads a lag's KL per unit of (docs/staleness.md)."""
-    x = finite(v)
-    return x if x is not None and x > 0 else None
 
 
 def _lead_side(diag: dict) -> str | None:

@@ -78,9 +78,10 @@ def run_verdict(rows: list[dict]) -> dict | None:
         current, stretch[0].step, stretch[-1].step, start == 0, (len(same), len(stretch)), why, _earlier(before),
         [(s.step, s.regime) for s in stretch if s.regime != current])
     reading = _lag_evidence(rows, stretch[0].run) if top else []  # the numbers that named the run's lead, if a lag
-    reading += _climbing(rows)
+    climbing = _climbing(rows)
+    reading += climbing
     verdict = {"regime": current, "since_step": stretch[0].step, "since_run": stretch[0].run, "steps": len(states),
-               "stretch_steps": len(stretch), "lead": top[0][0] if top else None,
+               "stretch_steps": len(stretch), "lead": top[0][0] if top else None, "climbing": bool(climbing),
                "verdict": " ".join([sentence, *reading] + [f["title"] + "." for f in alarms]),
                "what_to_check": alarms[0]["what_to_check"] if alarms else None, "findings": findings,
                "regimes": dict(Counter(s.regime for s in states))}

@@ -171,6 +171,11 @@ def climbing_glance(regime: str | None, reading: dict) -> str:
             "on, a faster policy levels off)")
 
 
+def climbing_short(reading: dict) -> str:
+    """A climbing step's note beside its verdict in the runs table: 'lag 2 climbing 5.82×'."""
+    return f"lag {fmt(reading['lag'])} climbing {times(reading['times'])}"
+
+
 def climbing_note(reading: dict) -> str:
     """Said after a run verdict whose last step's lag is climbing: not named yet, not nothing."""
     return (f"The KL at lag {fmt(reading['lag'])} has been climbing above the run's own history since step "
@@ -214,6 +219,12 @@ def run_reading(reading: dict | None) -> str | None:
 
 
 def stale_title(w: Words) -> str:
+    if w.get("rescored_lag") is not None:  # a rescore alone named it: no lag-0 floor beyond its band
+        return (f"Stale weights: rescored, the tokens labelled lag {fmt(w['rescored_lag'])} (v{w['labelled_version']}) "
+                f"look like v{w['rescored_looks_like_version']}: {w['rescored_nearest']}'s KL k3 against the rollout "
+                f"{fmt(w['nearest_kl_k3'])}, v{w['labelled_version']}'s {fmt(w['labelled_kl_k3'])} "
+                f"({times(w['labelled_kl_k3'] / w['nearest_kl_k3'] if w['nearest_kl_k3'] > 0 else None)}, over "
+                f"{fmt(w['tokens'])} tokens)")
     like = ""
     if w.get("looks_like_lag") is not None:
         like = f"; they look like lag {fmt(w['looks_like_lag'])}'s tokens (KL k3 {fmt(w['looks_like_kl_k3'])})"
@@ -228,6 +239,9 @@ def stale_title(w: Words) -> str:
 
 
 def stale_problem(w: Words) -> str:
+    if w.get("rescored_lag") is not None:
+        return (f"an engine that did not hold the weights its tokens are labelled with (labelled v{w['labelled_version']}, "
+                f"rescored they look like v{w['rescored_looks_like_version']})")
     return (f"an engine that did not hold the weights its tokens are labelled with (lag 0 {times(w['times_band'])} "
             "beyond its noise band)")
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from ..catalogue import findings
 from ..catalogue import metrics as catalogue
+from ..catalogue import staleness as lag_words
 from ..catalogue.numbers import fixed, fmt, pct
 from ..model import version_int
 from .tables import HTML, MARKDOWN, Cell, Column, Row, Section, Table, plural, text
 from .views import flagged_note
 
 REGIME_MARK = {"identical": "✅", "numerical_noise": "✅", "staleness": "✅", "elevated": "⚠️", "systematic": "❌"}
+WATCHED = "⚠️"  # a staleness run or step whose lag is climbing above its own history: not named yet, not nothing
 UNPAIRED_SHOWN = 20  # run ids the unpaired warning names
 PROBLEMS_TIP = "tokens excluded for NaN, inf or positive log-probs / input values the reader had to repair"
 
@@ -39,7 +41,8 @@ def runs_table(index: dict) -> Table:
     for r in index["runs"]:
         rt = r["routing"]
         verdict = (r["regime"] or "—").replace("_", " ")
-        cause = lead_cause(r)
+        climbing = (r.get("lag_reading") or {}).get("status") == "climbing" and not r.get("findings")
+        cause = lag_words.climbing_short(r["lag_reading"]) if climbing else lead_cause(r)
         problems = r.get("excluded_tokens") or r.get("input_problems")
         warn = (f"⚠ {fmt(r.get('excluded_tokens'))} excluded"
                 + (f", {fmt(r['input_problems'])} repaired" if r.get("input_problems") else "")) if problems else None
@@ -47,7 +50,7 @@ def runs_table(index: dict) -> Table:
         rows.append(Row((
             Cell(health=r["health"]), Cell(r["id"], link=r["id"], twin=True, cls="id"),
             Cell(verdict, cls="verdict-cell", tip=r.get("glance"), note=cause, note_below=True),
-            Cell(verdict, icon=REGIME_MARK.get(r["regime"], "➖"), note=f"({cause})" if cause else None),
+            Cell(verdict, icon=WATCHED if climbing else REGIME_MARK.get(r["regime"], "➖"), note=f"({cause})" if cause else None),
             Cell(r["model"] or "unknown model", note=r["device"], note_below=True),
             Cell(keep=pair), Cell(text(r["model"]), note=f"· {r['device']}" if r["device"] else None), Cell(keep=pair),
             Cell(text(r["step"])),

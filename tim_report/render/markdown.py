@@ -26,7 +26,7 @@ from ..catalogue.sync import TABLE_INTRO as SYNC_INTRO
 from ..config import HEALTH, HOT_DIFF, TREND_TABLE_MAX_STEPS, step_health
 from . import index_views, run_tables
 from .chain_views import bitwise_md, chain_md
-from .index_views import REGIME_MARK
+from .index_views import REGIME_MARK, WATCHED
 from .md import COLOUR, assemble, colour, details, esc, fold, href, run_path, table, write_section, write_table
 from .tables import Section
 from .views import (
@@ -378,7 +378,8 @@ def _run_verdict(index: dict, base_url: str | None) -> str:
         return ""
     since = (f" ([step {esc(str(v['since_step']))}]({href(run_path(v['since_run'], 'index.html'), base_url)}))"
              if v["stretch_steps"] < v["steps"] else "")
-    lines = [f"**Run verdict:** {REGIME_MARK.get(v['regime'], '➖')} {esc(v['verdict'], None, own=True)}{since}"]
+    mark = WATCHED if v.get("climbing") and v["regime"] == "staleness" else REGIME_MARK.get(v["regime"], "➖")
+    lines = [f"**Run verdict:** {mark} {esc(v['verdict'], None, own=True)}{since}"]
     if v.get("what_to_check"):
         lines += ["", f"**What to check:** {esc(v['what_to_check'], None, own=True)}"]
     for f in v.get("findings") or []:
