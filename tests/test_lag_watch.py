@@ -422,3 +422,17 @@ def test_a_climbing_lag_is_amber_on_the_index_not_a_green_tick():
     assert "**Run verdict:** ⚠️ Staleness" in md and "| ⚠️ staleness (lag 1 climbing 4.44×) |" in md, md
     assert "lag 1 climbing 4.44×" in html
     assert not index_from_rows(rows)["run"]["climbing"] and "**Run verdict:** ✅" in render_index_md(index_from_rows(rows))
+
+
+def test_many_runs_at_one_step_are_each_judged_against_the_steps_before():
+    """Thirty runs at each step (seeds built together): the history was the last 20 entries less this step's, so from
+    the 21st run of a step on nothing was left to judge it by ("unjudged", a fault there unseen), and the basis named
+    the step once per run ("steps 7, 7, 7, …")."""
+    rows = []
+    for s in range(1, 10):
+        for k in range(30):
+            kl = 5e-2 if (s, k) == (8, 25) else 2e-3 * (1 + 0.1 * (k % 3))
+            rows.append({**lagged(s, kl, se=1e-5), "id": f"s{s}_{k}"})
+    got = read_run(rows)
+    assert {got[f"s8_{k}"]["status"] for k in range(30) if k != 25} == {"within"}
+    assert got["s8_25"]["status"] == "beyond" and got["s8_25"]["basis"] == "steps 7"

@@ -152,7 +152,10 @@ class _Lag:
         if self.rise is not None and not self.rise.goes_on(scaled):
             self.rise = None
         # the rows come in step order: only rows of this same step (several runs at one step) can be at the end
-        earlier = [p for p in self.clean[-2 * window:] if p[0]["step"] < row["step"]][-window:]
+        end = len(self.clean)
+        while end and self.clean[end - 1][0]["step"] >= row["step"]:
+            end -= 1
+        earlier = self.clean[max(0, end - window):end]
         reading = _read(row, self.lag, scaled, earlier, self.rise is not None, self.since is None, self.last)
         self.last = scaled
         status = reading["status"]
