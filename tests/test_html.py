@@ -232,6 +232,53 @@ def test_the_shipped_vega_bundle_is_what_vl_convert_builds():
     assert "</script" not in javascript_bundle().lower()
 
 
+def test_the_shipped_compiled_templates_are_those_of_the_templates():
+    """Every process renders from templates/compiled.json instead of compiling the templates (render/precompiled.py);
+    after a template changes: python scripts/compile_templates.py."""
+    import runpy
+
+    from tim_report.render.pages import environment
+    from tim_report.render.precompiled import STORE
+
+    script = runpy.run_path(str(Path(__file__).resolve().parent.parent / "scripts" / "compile_templates.py"))
+    assert STORE.read_text(encoding="utf-8") == script["store_text"](), "stale: run python scripts/compile_templates.py"
+    assert set(environment().bytecode_cache.templates) == {p.name for p in templates_dir().glob("*.html")}
+
+
+def test_a_template_whose_compiled_entry_is_stale_is_compiled_from_its_source(tmp_path):
+    """An entry is used only for the source it was made from: an edited template (or another Jinja2) renders what its
+    source says, never the shipped code; and rendering writes nothing beside the templates (a read-only install)."""
+    import json
+
+    from jinja2 import Environment, FileSystemLoader
+
+    from tim_report.render.precompiled import Precompiled, compiled
+
+    (tmp_path / "t.html").write_text("old {{ x }}", encoding="utf-8")
+    env = Environment(loader=FileSystemLoader(str(tmp_path)), autoescape=True)
+    store = tmp_path / "compiled.json"
+    store.write_text(json.dumps(compiled(env)), encoding="utf-8")
+    (tmp_path / "t.html").write_text("new {{ x }}", encoding="utf-8")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    env = Environment(loader=FileSystemLoader(str(tmp_path)), autoescape=True, bytecode_cache=None)
+    env.bytecode_cache = Precompiled(env, store)
+    assert env.get_template("t.html").render(x="<b>") == "new &lt;b&gt;"
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+    (tmp_path / "t.html").write_text("old {{ x }}", encoding="utf-8")
+    env = Environment(loader=FileSystemLoader(str(tmp_path)), autoescape=True)
+    env.bytecode_cache = Precompiled(env, store)
+    marked = json.loads(store.read_text(encoding="utf-8"))
+    marked["templates"]["t.html"]["python"] = marked["templates"]["t.html"]["python"].replace("'old '", "'shipped '")
+    store.write_text(json.dumps(marked), encoding="utf-8")
+    env.bytecode_cache = Precompiled(env, store)
+    assert env.get_template("t.html").render(x=1) == "shipped 1"  # the matching entry is what renders
+    marked["settings"][0] = "0.0"  # made by another Jinja2
+    store.write_text(json.dumps(marked), encoding="utf-8")
+    env = Environment(loader=FileSystemLoader(str(tmp_path)), autoescape=True)
+    env.bytecode_cache = Precompiled(env, store)
+    assert env.get_template("t.html").render(x=1) == "old 1"
+
+
 def test_one_kl_band_table_on_the_page_the_glossary_and_the_index(tmp_path):
     """The page, the glossary and the index stated different 'normal' KL k3 bands (4e-4 to 1e-2 against 1e-5 to 1e-2):
     now every place reads the one table generated from config.PUBLISHED_BANDS."""

@@ -290,32 +290,40 @@ def test_numbers_do_not_depend_on_how_many_blas_threads_run():
     assert outs[0] == outs[1]
 
 
-def test_the_abs_ladder_read_off_the_signed_sort_is_bit_identical_to_sorting_abs():
-    """|x|'s percentiles come from x's one sort (a binary search over its two sides), exactly as a second sort gives them."""
-    from tim_report.analysis.stats import percentile_ladder, signed_and_abs_ladders
+def test_the_abs_and_k3_ladders_read_off_the_signed_sort_are_those_of_sorting_them():
+    """|x|'s and k3's percentiles come from x's one sort (a binary search over its two sides): |x|'s exactly as a
+    second sort gives them, k3's as sorting the per-token k3 does."""
+    from tim_report.analysis.metrics import FOLDS
+    from tim_report.analysis.stats import percentile_ladder, sorted_ladders
 
     rng = np.random.default_rng(1)
     cases = [rng.standard_normal(1001), np.round(rng.standard_normal(5000), 1), np.array([0.5]), np.array([-0.5]),
              -np.abs(rng.standard_normal(50)), np.abs(rng.standard_normal(50)), np.array([-0.0, 0.0, -0.0, 1.0, -1.0]),
              np.zeros(10), np.array([-3.0, -2.0, -1.0]), rng.standard_normal(100_001) * 1e-3]
-    for x in cases:
-        signed, absolute = signed_and_abs_ladders(x)
+    for x in [*cases, rng.standard_normal(2001) * 30]:  # beyond the ±20 clamp too
+        signed, folded = sorted_ladders(np.sort(x), FOLDS)
         assert [v.hex() for v in signed] == [v.hex() for v in percentile_ladder(x)]
-        assert [v.hex() for v in absolute] == [v.hex() for v in percentile_ladder(np.abs(x))]
+        assert [v.hex() for v in folded["abs_delta"]] == [v.hex() for v in percentile_ladder(np.abs(x))]
+        assert [v.hex() for v in folded["k3"]] == [v.hex() for v in percentile_ladder(FOLDS["k3"](x))]
 
 
 @pytest.mark.parametrize("selection", [True, False])
 def test_ladders_by_selection_or_by_sort_are_the_same_bits(monkeypatch, selection):
-    """Which of the two a CPU runs faster decides (stats.selection_wins); the ladders must not depend on it."""
+    """Which of the two a CPU runs faster decides (stats.selection_wins); the ladders must not depend on it, nor the
+    charts' counts (read off the sorts, or binned token by token beside a selection)."""
     from tim_report.analysis import metrics, stats
     from tim_report.model import dumps
 
     b = make_batch(n_seqs=300, mean_len=60, noise=0.02, seed=8)
     b.trainer_logp[::7] = b.rollout_logp[::7]  # ties at δ = 0
-    expected = dumps(analyze(b).metrics)
+    b.trainer_logp[::11] = b.rollout_logp[::11] - 30.0  # beyond the clamp
+    b.trainer_logp[3::13] = np.log(np.exp(b.rollout_logp[3::13]) + 1e-9)  # |Δp| near the lowest bins
+    report = analyze(b)
+    expected = dumps([report.metrics, report.distributions])
     for module in (stats, metrics):
         monkeypatch.setattr(module, "selection_wins", lambda n: selection)
-    assert dumps(analyze(b).metrics) == expected
+    report = analyze(b)
+    assert dumps([report.metrics, report.distributions]) == expected
     x = np.round(np.random.default_rng(2).standard_normal(4001), 2)
     from tim_report.config import PERCENTILES
     assert [v.hex() for v in stats.percentile_ladder(x)] == [v.hex() for v in np.percentile(x, PERCENTILES)]

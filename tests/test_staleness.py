@@ -73,7 +73,8 @@ def test_real_older_versions_split_by_lag(stale_run, tmp_path):
 
 
 def test_too_few_lag_zero_tokens_judge_the_mix(stale_run):
-    """Lag 0 cut to a handful of tokens: the floor is not judged apart from the lag, and the verdict says so."""
+    """Lag 0 cut to a handful of tokens: the floor is not judged apart from the lag; with no finding the batch reads as
+    the lag's (staleness, not "elevated"), and the verdict says why."""
     from dataclasses import replace
 
     offsets = stale_run.offsets
@@ -82,9 +83,13 @@ def test_too_few_lag_zero_tokens_judge_the_mix(stale_run):
     for i in lag0:  # 4 tokens of each lag-0 sequence stay: 32 in all, under the 64 a finding needs
         keep[offsets[i] + 4:offsets[i + 1]] = False
     report = analyze(replace(stale_run, mask=stale_run.mask & keep))
-    assert not report.staleness["floor"]["enough"] and "regime_basis" not in report.diagnosis
-    assert report.diagnosis["regime"] == "elevated"
-    assert "too few to judge the numerics apart from the lag" in report.diagnosis["verdict"]
+    assert not report.staleness["floor"]["enough"] and report.diagnosis["regime_basis"] == "lag"
+    assert report.diagnosis["regime"] == "staleness"
+    assert report.diagnosis["verdict"].startswith("Staleness at lags 1–3: the tokens were sampled by older weights")
+    assert "Lag 0 holds only 32 tokens, too few to judge the numerics on" in report.diagnosis["verdict"]
+    assert "What the lag costs" in report.diagnosis["verdict"]
+    rows = {r["lag"]: r for r in report.staleness["by_lag"]}  # the median ratio: moved at lag 3, not at lag 0
+    assert abs(rows[0]["below_one"] - 0.5) < 0.25 and rows[3]["below_one"] > rows[0]["below_one"]
 
 
 def test_engine_stuck_at_an_old_version(tiny_versions, tmp_path):
@@ -196,7 +201,7 @@ def test_page_report_md_and_summary_show_the_split(stale_run, tmp_path):
     assert page.index('id="staleness"') < page.index('id="headline"')  # in the verdict's column, before the numbers
     for text in (page, md):
         assert "Staleness by lag" in text and "KL beyond lag 0" in text and "at noise" in text
-    assert md.index("### Staleness by lag") < md.index("## Findings")
+    assert md.index("<summary>Staleness by lag</summary>") < md.index("<summary>Findings</summary>")
     cost = summary["staleness"]["cost"]  # what the lag costs as importance weights, said under the table
     assert cost["tokens"] == 1152 and cost["clipped"] > cost["clipped_lag0"] and cost["ess"] < 1
     assert "What the lag costs: token ESS" in page and "What the lag costs: token ESS" in md
@@ -246,7 +251,7 @@ def test_report_md_is_valid_gfm(stale_run, tmp_path):
 
     site = build_site(tmp_path, [("async", stale_run)])
     tokens = check_gfm((site / "async" / "report.md").read_text(encoding="utf-8"))  # asserts what GitHub would mangle
-    assert any(t.type == "inline" and t.content == "Staleness by lag" for t in tokens)
+    assert any(t.type == "html_block" and "<summary>Staleness by lag</summary>" in t.content for t in tokens)
 
 
 @pytest.mark.parametrize("bad", ["abc", float("nan"), True, np.bool_(True), "--3"])

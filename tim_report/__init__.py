@@ -27,7 +27,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 __all__ = ["StepWriter", "__version__", "analyze", "assert_layers_match", "assert_logprobs_match", "bisect_models", "compare",
-           "load", "read_site", "save_step", "score_logprobs", "weight_digest"]
+           "load", "read_site", "save_step", "score_logprobs", "weight_digest", "WeightDigester"]
 
 
 def __getattr__(name: str):
@@ -52,10 +52,10 @@ def __getattr__(name: str):
         from .io.save_step import save_step
 
         return save_step
-    if name == "weight_digest":
-        from .io.weights import weight_digest  # torch: only when a digest is made
+    if name in ("weight_digest", "WeightDigester"):
+        from .io import weights  # torch: only when a digest is made
 
-        return weight_digest
+        return getattr(weights, name)
     if name == "read_site":
         from .frames import read_site
 

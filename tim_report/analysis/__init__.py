@@ -70,6 +70,7 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
         if (weights := weights_by_lag(batch, tok)) is not None:
             given["rescore"] = weights  # which weights sampled each lag bucket: the stale-weights finding cites it
         diagnosis = diagnose(batch, tok, metrics, diagnosis_thresholds, th, given)
+        verl = verl_metrics(tok, metrics) if scope.pages else {}  # on this lane, while the other may still run
         families = side.result() if side is not None else side_families(batch, tok, th)
     groups, envs = families.pop("by_group"), families.pop("by_env")
     if not scope.pages:
@@ -84,7 +85,7 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
                                                      if scope.pages else {}),
                     "by_group": groups, **({"by_env": envs} if envs is not None else {})},
         routing=route,
-        verl=verl_metrics(tok, metrics) if scope.pages else {},
+        verl=verl,
         data_problems=problems,
         diagnosis=diagnosis,
         **families,
@@ -96,10 +97,11 @@ def analyze(batch: StepBatch, thresholds: Thresholds | None = None, run_id: str 
     report.sync = report.diagnosis.pop("sync", None)  # summary.json's own `sync`: the weight digests' round trip
     if report.sync is not None:
         report.sync["line"] = sync_words.sync_line(report.sync)
-    if (sentence := lag_words.verdict_sentence(report.staleness)) is not None:
+    basis = report.diagnosis.get("regime_basis")
+    if basis != "lag" and (sentence := lag_words.verdict_sentence(report.staleness)) is not None:
         report.diagnosis["verdict"] = f"{report.diagnosis['verdict']} {sentence}"  # which dominates: staleness or numerics
-    if report.diagnosis.get("regime_basis") == "lag_0" and (cost := lag_words.cost_sentence(report.staleness or {})):
-        report.diagnosis["verdict"] += f" {cost}"  # judged on lag 0: what the lag costs is the rest of the story
+    if basis in ("lag_0", "lag") and (cost := lag_words.cost_sentence(report.staleness or {})):
+        report.diagnosis["verdict"] += f" {cost}"  # judged on lag 0, or read as the lag's: what the lag costs
     report.rescore = given.get("rescore")
     if (sentence := rescore_words.verdict_sentence(report.rescore)) is not None:
         report.diagnosis["verdict"] += f" {sentence}"  # which weights the engine used, lag bucket by lag bucket

@@ -41,30 +41,30 @@ def _bucket_rows(sums: dict[str, np.ndarray], labels: list[str], extra: dict, n_
 def bucket_tables(tok: Tokens) -> dict:
     """|δ| and k3 by rollout-probability bucket and by position bucket.
 
-    One joint (probability × position) code per token, five weighted counts over it, then each table
-    is a margin: half the passes of counting the two tables apart.
+    One pass over 1M-token slices (cache-sized temporaries while other families run): by probability, a bucket code
+    per token and weighted counts over it; by position, a sum per run of tokens that share a sequence and a position
+    bucket (positions rise within a sequence, so each bucket is a run: no position per token).
     """
     n_p = ProbBuckets.size()
-    max_pos = tok.max_pos()
-    pos_edges = np.asarray(position_edges(max_pos))
+    pos_edges = np.asarray(position_edges(tok.max_pos()))
     n_pos = len(pos_edges) - 1
-    size = n_p * n_pos
-    lookup = np.searchsorted(pos_edges, np.arange(max_pos + 1), side="right") - 1  # position → bucket
-    joint = {k: np.zeros(size) for k in ("n", "abs", "abs2", "delta", "k3")}
-    for lo in range(0, tok.n, CHUNK):  # 1M-token slices: the temporaries stay small while other families run
-        part = slice(lo, lo + CHUNK)
-        code = ProbBuckets.of(tok.rollout[part]).codes * n_pos + lookup[tok.pos_at(part)]
-        delta, log_r = tok.delta[part], tok.log_r[part]
-        abs_d = np.abs(delta)
-        k3 = np.expm1(log_r)  # Tokens.k3 on the slice
-        k3 -= log_r
-        joint["n"] += np.bincount(code, minlength=size)
-        joint["abs"] += np.bincount(code, weights=abs_d, minlength=size)
-        joint["abs2"] += np.bincount(code, weights=np.square(abs_d, out=abs_d), minlength=size)
-        joint["delta"] += np.bincount(code, weights=delta, minlength=size)
-        joint["k3"] += np.bincount(code, weights=np.maximum(k3, 0.0, out=k3), minlength=size)
-    by_p = {k: v.reshape(n_p, n_pos).sum(axis=1) for k, v in joint.items()}
-    by_pos = {k: v.reshape(n_p, n_pos).sum(axis=0) for k, v in joint.items()}
+    run_start, run_bucket = position_runs(tok, pos_edges)
+    values = {"abs": tok.abs_delta, "delta": tok.delta, "k3": tok.k3()}
+    by_p = {k: np.zeros(n_p) for k in ("n", "abs", "abs2", "delta", "k3")}
+    by_pos = {k: np.zeros(n_pos) for k in by_p}
+    for lo in range(0, tok.n, CHUNK):
+        hi = min(lo + CHUNK, tok.n)
+        code = ProbBuckets.of(tok.rollout[lo:hi]).codes
+        a, b = int(np.searchsorted(run_start, lo, "right")) - 1, int(np.searchsorted(run_start, hi, "left"))
+        cut = np.concatenate([[0], run_start[a + 1:b] - lo])  # the runs (or their parts) in this slice
+        bucket = run_bucket[a:b]
+        part = {k: v[lo:hi] for k, v in values.items()}
+        part["abs2"] = np.square(part["abs"])
+        by_p["n"] += np.bincount(code, minlength=n_p)
+        by_pos["n"] += np.bincount(bucket, weights=np.diff(np.append(cut, hi - lo)), minlength=n_pos)
+        for k, v in part.items():
+            by_p[k] += np.bincount(code, weights=v, minlength=n_p)
+            by_pos[k] += np.bincount(bucket, weights=np.add.reduceat(v, cut), minlength=n_pos)
     p_labels = [ProbBuckets.label(i) for i in range(n_p)]
     pos_labels = [f"{pos_edges[i]}–{pos_edges[i + 1] - 1}" for i in range(n_pos)]
     return {
@@ -75,11 +75,25 @@ def bucket_tables(tok: Tokens) -> dict:
     }
 
 
+def position_runs(tok: Tokens, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Where each run of valid tokens of one sequence and one position bucket [edges[b], edges[b+1]) begins (sorted,
+    none empty, together every token) and its bucket b."""
+    starts = tok.starts
+    ends = np.append(starts[1:], tok.n)
+    first = tok.batch_offsets[tok.seq[starts]]  # each present sequence's position 0 in the batch's flat tokens
+    flat = first[:, None] + edges[None, :-1]  # where each bucket begins, as a flat index [G, B]
+    at = flat if tok.valid_index is None else np.searchsorted(tok.valid_index, flat)  # all valid: token i is flat i
+    at = np.minimum(at, ends[:, None])
+    stop = np.append(at[:, 1:], ends[:, None], axis=1)
+    keep = stop > at
+    return at[keep], np.broadcast_to(np.arange(edges.shape[0] - 1), at.shape)[keep]
+
+
 def length_growth(tok: Tokens) -> dict:
     """Fit |Σδ| ∝ length^b over sequences: b ≈ 0.5 is a random walk (noise), b ≈ 1 is systematic drift."""
     present = tok.present
     length = tok.counts[present].astype(float)
-    abs_sum = np.abs(tok.seq_sum(tok.delta)[present])
+    abs_sum = np.abs(tok.seq_sum_of("delta")[present])
     ok = (abs_sum > 0) & (length >= 1)
     x, y = np.log(length[ok]), np.log(abs_sum[ok])
     out: dict = {"sequences_used": int(ok.sum()), "model": "log|Σδ| = a + b·log(length)",
@@ -125,12 +139,11 @@ def sequence_sums(tok: Tokens, clip_low: float, clip_high: float, veto: float) -
 
     One pass over the tokens serves the group table and the environment table alike.
     """
-    r = np.exp(tok.log_r)
-    per_seq = {"clipped": tok.seq_count_of((r < clip_low) | (r > clip_high))}
-    del r  # one batch-sized temporary at a time: this runs beside other families
+    log_r = tok.log_r  # r outside [low, high] is log r outside [log low, log high]: no exp per token
+    per_seq = {"clipped": tok.seq_count_of((log_r < math.log(clip_low)) | (log_r > math.log(clip_high)))}
     per_seq["vetoed"] = tok.seq_count_of(tok.delta < math.log(veto))
-    per_seq["abs"] = tok.seq_sum(np.abs(tok.delta))
-    per_seq["k3"] = tok.seq_sum(tok.k3())
+    per_seq["abs"] = tok.seq_sum_of("abs_delta")
+    per_seq["k3"] = tok.seq_sum_of("k3")
     seq_min = np.full(tok.n_seqs, np.inf)
     seq_min[tok.seq[tok.starts]] = np.minimum.reduceat(tok.log_r, tok.starts)
     per_seq["min_log_r"] = seq_min

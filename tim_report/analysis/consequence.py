@@ -36,8 +36,8 @@ def consequence(tok: Tokens, finding_id: str, dt: DiagnosisThresholds, ppo_clip:
     whole mismatch: the batch's own shares are its doing (noise under a precision band clips well under 1% of tokens)."""
     offset = FINDINGS[finding_id].offset
     delta = tok.delta
-    bias, bias_se = cluster_mean_se(delta, tok.seq)
-    abs_mean, abs_se = cluster_mean_se(np.abs(delta), tok.seq)
+    bias, bias_se = tok.mean_se_of("delta")
+    abs_mean, abs_se = tok.mean_se_of("abs_delta")
     lo, hi = math.log(ppo_clip[0]), math.log(ppo_clip[1])
     log_cap = math.log(cap)
 
@@ -140,5 +140,8 @@ def lead_env(by_env: dict | None, kl: float | None) -> str | None:
 
 def glance_of(diagnosis: dict, by_env: dict | None, kl: float | None) -> str:
     """The diagnosis in one line: regime, leading finding with its side and place (catalogue.severity.glance)."""
-    lead = next((f for f in diagnosis.get("findings") or [] if f.get("severity") != "info"), None)
+    found = diagnosis.get("findings") or []
+    lead = next((f for f in found if f.get("severity") != "info"), None)
+    if lead is None:  # an info finding that explains the whole mismatch (declared truncated sampling) leads the glance too
+        lead = next((f for f in found if FINDINGS[f["id"]].leads_as_info), None)
     return severity.glance(diagnosis.get("regime"), lead, lead_env(by_env, kl))

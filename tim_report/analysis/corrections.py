@@ -50,7 +50,7 @@ def what_if(tok: Tokens, th: Thresholds) -> list[dict]:
     """Fraction of tokens / sequences each correction would truncate, mask or reject on this batch."""
     log_r = tok.log_r
     present = tok.present
-    seq_sum = np.clip(tok.seq_sum(tok.delta), -SAFETY_BOUND, SAFETY_BOUND)
+    seq_sum = np.clip(tok.seq_sum_of("delta"), -SAFETY_BOUND, SAFETY_BOUND)
 
     def seq_fraction_from_tokens(hit: np.ndarray) -> float:
         return float((np.bincount(tok.seq[hit], minlength=tok.n_seqs)[present] > 0).mean())
@@ -69,7 +69,7 @@ def what_if(tok: Tokens, th: Thresholds) -> list[dict]:
     rows.append(_row("icepop", f"IcePop [{plain(th.icepop_low)}, {plain(th.icepop_high)}]", "token", "mask",
                      f"tokens with r outside [{plain(th.icepop_low)}, {plain(th.icepop_high)}] are masked", "OpenRLHF IcePop",
                      float(hit.mean()), seq_fraction_from_tokens(hit)))
-    geo = tok.seq_mean(tok.delta)
+    geo = tok.seq_mean_of("delta")
     seq_hit = (geo < math.log(th.geo_low)) | (geo > math.log(th.geo_high))
     rows.append(_row("geo_rs", f"Geometric RS [{plain(th.geo_low)}, {plain(th.geo_high)}]", "sequence", "reject",
                      f"sequences whose geometric-mean ratio exp(mean δ) is outside [{plain(th.geo_low)}, {plain(th.geo_high)}] "

@@ -15,7 +15,9 @@ import numpy as np
 from ..catalogue import findings
 from ..catalogue.numbers import plain
 from ..config import DETECTOR_MAX_TOKENS, TEMPERATURE_FIT_COVERAGE, DiagnosisThresholds
+from . import kept
 from .breakdowns import length_growth
+from .lag.findings import lag0_only
 from .registry import Scene, detector
 from .stats import cluster_mean_se, dot, exp_or_inf, pearson, run_starts
 from .tokens import Tokens
@@ -63,9 +65,9 @@ def _thin(idx: np.ndarray, limit: int) -> np.ndarray:
 def _neighbour_pairs(tok: Tokens, step: int = 1) -> np.ndarray:
     """i such that valid tokens i and i+1 are adjacent positions of the same sequence (every `step`-th i)."""
     i = np.arange(0, tok.n - 1, step)
-    same = tok.seq[i + 1] == tok.seq[i]
+    same = tok.seq[1:tok.n:step] == tok.seq[0:tok.n - 1:step]  # strided views: seq[i + 1] == seq[i]
     if tok.valid_index is not None:
-        same &= tok.valid_index[i + 1] == tok.valid_index[i] + 1
+        same &= tok.valid_index[1:tok.n:step] == tok.valid_index[0:tok.n - 1:step] + 1
     return i[same]
 
 
@@ -79,12 +81,14 @@ def detect_shift(tok: Tokens, dt: DiagnosisThresholds) -> dict | None:
     if i.shape[0] < dt.min_tokens:
         return None
     best = None
+    seq = tok.seq[i]  # a pair's two tokens are of one sequence: the clusters of both directions
+    starts = run_starts(seq)
     # lead: trainer[t] vs rollout[t+1], over t = i; lag: trainer[t] vs rollout[t−1], over t = i+1
     for name, t, other in (("next", i, i + 1), ("previous", i + 1, i)):
-        same = np.abs(tok.trainer[t] - tok.rollout[t])
+        same = tok.abs_delta[t]  # |trainer[t] − rollout[t]|
         shifted = np.abs(tok.trainer[t] - tok.rollout[other])
         m_same, m_shift = float(same.mean()), float(shifted.mean())
-        diff_mean, diff_se = cluster_mean_se(same - shifted, tok.seq[t])
+        diff_mean, diff_se = cluster_mean_se(same - shifted, seq, starts)
         z = diff_mean / diff_se if diff_se > 0 else (math.inf if diff_mean > 0 else 0.0)
         if m_shift < dt.shift_ratio * m_same and z >= dt.z and (best is None or m_shift < best[2]):
             best = (name, m_same, m_shift, z, int(t.shape[0]))
@@ -108,29 +112,62 @@ def declared_processing(meta: dict) -> str | None:
     return ", ".join(parts) or "truncated sampling"
 
 
-def detect_processed(tok: Tokens, dt: DiagnosisThresholds, corr: float | None,
-                     declared: str | None = None) -> dict | None:
-    """Rollout log-probs renormalised after top-p / top-k: rollout ≥ trainer on (nearly) every token.
+def kept_mass_floor(meta: dict, dt: DiagnosisThresholds) -> float | None:
+    """The lowest mean δ declared top-p sampling can make: top-p keeps at least `top_p` of the sampler's mass, so
+    log S ≥ log top_p, less the precision's noise; None without a declared top-p (top-k alone has no floor)."""
+    s = meta.get("sampling") if isinstance(meta, dict) else None
+    top_p = s.get("top_p") if isinstance(s, dict) else None
+    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p < 1:
+        return None
+    return math.log(top_p) - dt.noise_abs_delta_max
 
-    When the batch declares processed, truncated rollout log-probs (`declared`, from meta['sampling'])
-    the finding is `info`: the mismatch is explained and expected, not a bug in the pipeline."""
+
+def detect_processed(tok: Tokens, dt: DiagnosisThresholds, corr: float | None, declared: str | None = None,
+                     kept: dict | None = None, floor: float | None = None) -> dict | None:
+    """Rollout log-probs renormalised after top-p / top-k: δ = log(kept mass) ≤ 0 on every token.
+
+    With the trainer's mass on the recorded kept sets (`kept`, analysis/kept.py) the kept mass is measured: the finding
+    is there when it is significantly below 1. Without it, a batch that declares processed, truncated rollout log-probs
+    (`declared`, from meta['sampling']) is decided by the data: δ significantly negative both in sign and in mean (and
+    no lower than the declared top-p allows, `floor`); a batch that declares nothing needs rollout ≥ trainer on nearly
+    every token (`processed_negative_share`). Declared or recorded, the finding is `info`: the mismatch is explained
+    and expected, not a bug in the pipeline."""
+    if corr is not None and corr < dt.systematic_corr_max:
+        return None
     nonzero = tok.rollout != 0.0
-    moved = nonzero & (np.abs(tok.delta) > dt.identical_atol)
-    n = int(moved.sum())
-    if n < dt.min_tokens or (corr is not None and corr < dt.systematic_corr_max):
+    every = bool(nonzero.all())  # the usual case: no exact-zero rollout log-prob, no subset to make
+    moved = nonzero & (tok.abs_delta > dt.identical_atol)
+    n = int(np.count_nonzero(moved))
+    measured = kept is not None and kept.get("mass_tokens", 0) >= dt.min_tokens
+    if n < dt.min_tokens and not measured:
         return None
-    neg = tok.delta[moved] < 0
-    share = float(neg.mean())
-    z_sign = (share - 0.5) / (0.5 / math.sqrt(n))
-    mean, se = cluster_mean_se(tok.delta[nonzero], tok.seq[nonzero])
-    if share < dt.processed_negative_share or z_sign < dt.z or not (se > 0 and -mean / se >= dt.z):
+    share = np.count_nonzero(moved & (tok.delta < 0)) / n if n else 0.0
+    z_sign = (share - 0.5) / (0.5 / math.sqrt(n)) if n else 0.0
+    if every:
+        mean, se = tok.mean_se_of("delta")
+    else:
+        mean, se = cluster_mean_se(tok.delta[nonzero], tok.seq[nonzero]) if nonzero.any() else (0.0, 0.0)
+    if measured:
+        log_mass, log_se = kept["log_mass_mean"], kept["log_mass_se"]  # type: ignore[index]
+        if not (log_mass < -dt.identical_atol and log_se > 0 and -log_mass / log_se >= dt.z):
+            return None
+    elif declared is not None:
+        if z_sign < dt.z or not (se > 0 and -mean / se >= dt.z) or (floor is not None and mean + 2 * se < floor):
+            return None
+    elif share < dt.processed_negative_share or z_sign < dt.z or not (se > 0 and -mean / se >= dt.z):
         return None
-    zeros_below = int(((tok.rollout == 0.0) & (tok.trainer < -1e-4)).sum())
+    zeros_below = 0 if every else int(((tok.rollout == 0.0) & (tok.trainer < -1e-4)).sum())
     evidence = {"negative_delta_share": share, "tokens_compared": n, "mean_delta": mean, "mean_delta_se": se,
-                "rollout_exact_zero_trainer_below": zeros_below, "rollout_exact_zero_share": float(np.mean(tok.rollout == 0.0)),
+                "rollout_exact_zero_trainer_below": zeros_below, "rollout_exact_zero_share": 1.0 - np.count_nonzero(nonzero) / tok.n,
                 "min_delta": float(tok.delta.min()), "implied_min_kept_mass": float(math.exp(tok.delta.min())),
-                "threshold_negative_share": dt.processed_negative_share, "declared_in_meta": declared is not None}
-    return findings.make("processed_logprobs", evidence, dt, declared=declared)
+                "kept_mass": math.exp(kept["log_mass_mean"] if measured else min(mean, 0.0)),  # type: ignore[index]
+                "kept_mass_measured": measured, "threshold_negative_share": dt.processed_negative_share,
+                "declared_in_meta": declared is not None or measured}
+    if measured:
+        k = kept["kept"]  # type: ignore[index]
+        evidence.update(kept_mass_min=kept["mass_min"], renormalised_kl_k3=k["kl_k3"],  # type: ignore[index]
+                        renormalised_abs_delta_mean=k["mean_abs_delta"], renormalised_within_noise=k["within_noise"])
+    return findings.make("processed_logprobs", evidence, dt, declared=declared or "kept sets recorded")
 
 
 def _log_mean_exp(x: np.ndarray) -> float:
@@ -211,7 +248,7 @@ def detect_dummy_zero(tok: Tokens, dt: DiagnosisThresholds) -> tuple[dict | None
     in_runs[i[pair_hit]] = True
     in_runs[i[pair_hit] + 1] = True
     seqs = int(np.unique(tok.seq[hit]).shape[0])
-    abs_d = np.abs(tok.delta)
+    abs_d = tok.abs_delta
     return findings.make(
         "dummy_zero", {"trainer_side": side == "trainer", "tokens": n, "token_share": n / tok.n, "sequences": seqs,
                        "in_runs_share": float(in_runs[hit].mean()), "mean_other_side_logp": float(other[hit].mean()),
@@ -266,14 +303,17 @@ def detect_low_prob_tail(tok: Tokens, dt: DiagnosisThresholds) -> dict | None:
     tail = tok.rollout < math.log(dt.tail_p)
     k3 = tok.k3()
     tot = float(k3.sum())
-    if tot <= 0 or tail.sum() == 0:
+    in_tail = np.count_nonzero(tail)
+    if tot <= 0 or in_tail == 0:
         return None
-    token_share = float(tail.mean())
+    token_share = in_tail / tok.n
+    if token_share > dt.tail_token_share_max:
+        return None
     k3_share = float(k3[tail].sum() / tot)
-    abs_d = np.abs(tok.delta)
-    abs_share = float(abs_d[tail].sum() / abs_d.sum())
-    if k3_share < dt.tail_k3_share or token_share > dt.tail_token_share_max:
+    if k3_share < dt.tail_k3_share:
         return None
+    abs_d = tok.abs_delta
+    abs_share = float(abs_d[tail].sum() / abs_d.sum())
     return findings.make(
         "low_prob_tail", {"tail_p": dt.tail_p, "token_share": token_share, "k3_share": k3_share, "abs_delta_share": abs_share,
                           "abs_delta_mean_tail": float(abs_d[tail].mean()),
@@ -310,19 +350,31 @@ def _placeholders(s: Scene) -> tuple[dict | None, np.ndarray]:
     return detect_dummy_zero(s.tok, s.dt)
 
 
+def _kept(s: Scene) -> np.ndarray:
+    """[V] the tokens that are not placeholder zeros."""
+    return ~s.once(_placeholders)[1]
+
+
 def _sampler(s: Scene) -> tuple[str | None, float, float]:
-    return sampler_side(s.tok, s.dt, ~s.once(_placeholders)[1])  # whose log-probs the tokens were drawn from
+    return sampler_side(s.tok, s.dt, s.once(_kept))  # whose log-probs the tokens were drawn from
 
 
 def rest(s: Scene) -> Tokens:
     """The valid tokens without placeholder zeros (they would dominate per-sequence sums)."""
-    return s.tok.subset(~s.once(_placeholders)[1])
+    return s.tok.subset(s.once(_kept))
+
+
+def numeric_rest(s: Scene) -> Tokens:
+    """`rest` without the tokens of a known lag ≥ 1 where the batch carries any (lag.findings.lag0_only): what the
+    detectors of where the mismatch sits read, since the lag's own mismatch sits where the policy learns."""
+    lag0 = s.once(lag0_only)
+    return s.once(rest) if lag0 is None else s.tok.subset(~s.once(_placeholders)[1] & lag0)
 
 
 def _rest_bias(s: Scene) -> tuple[float, float]:
     r = s.once(rest)
     if r is not s.tok and r.n:
-        return cluster_mean_se(r.delta, r.seq)
+        return r.mean_se_of("delta")
     return s.metrics["bias"], s.metrics.get("bias_se") or 0.0
 
 
@@ -341,28 +393,41 @@ def _dummy_zero(s: Scene) -> dict | None:
 
 @detector("processed_logprobs", whole_batch=True)
 def _processed(s: Scene) -> dict | None:
-    return detect_processed(s.tok, s.dt, s.metrics.get("corr_logp"), declared_processing(s.batch.meta))
+    if s.batch.meta.get("trainer_support") == "kept":
+        return None  # the trainer renormalised over the kept sets itself: δ is already the ratio over the kept set
+    sets = s.once(kept.measured)
+    recorded = "kept sets recorded" if sets and sets.get("with_set") else None  # the sampler truncated: it says so itself
+    return detect_processed(s.tok, s.dt, s.metrics.get("corr_logp"), declared_processing(s.batch.meta) or recorded,
+                            sets, kept_mass_floor(s.batch.meta, s.dt))
+
+
+def _renormalised(s: Scene) -> Tokens | None:
+    return kept.renormalised(s.batch, s.tok)
 
 
 @detector("temperature", whole_batch=True)
 def _temperature(s: Scene) -> dict | None:
-    if "processed_logprobs" in s.found:
-        return None
-    return detect_temperature(s.tok, s.dt, s.metrics.get("corr_logp"), ~s.once(_placeholders)[1], s.once(_sampler))
+    tok = s.once(_renormalised)  # with the trainer's mass on every kept set: the engines' own mismatch, log S taken out
+    if tok is None and "processed_logprobs" in s.found:
+        return None  # truncation tilts δ too, and nothing says by how much
+    if tok is not None:
+        keep = s.once(_kept)
+        return detect_temperature(tok, s.dt, pearson(tok.rollout, tok.trainer), keep, sampler_side(tok, s.dt, keep))
+    return detect_temperature(s.tok, s.dt, s.metrics.get("corr_logp"), s.once(_kept), s.once(_sampler))
 
 
 @detector("one_side_broken", whole_batch=True)
 def _one_side_broken(s: Scene) -> dict | None:
     if "shift" in s.found:
         return None  # a shifted trainer decorrelates the log-probs by itself: no separate "broken side" claim then
-    return detect_one_side_broken(s.tok, s.dt, s.metrics.get("corr_logp"), ~s.once(_placeholders)[1],
+    return detect_one_side_broken(s.tok, s.dt, s.metrics.get("corr_logp"), s.once(_kept),
                                   explained="processed_logprobs" in s.found or "temperature" in s.found,
                                   bias=(s.metrics["bias"], s.metrics.get("bias_se") or 0.0), sampler=s.once(_sampler))
 
 
 @detector("drift_with_length")
 def _drift(s: Scene) -> dict | None:
-    r = s.once(rest)
+    r = s.once(numeric_rest)
     if not r.n:
         return None
     cause = next((i for i in ("processed_logprobs", "temperature", "one_side_broken") if i in s.found), None)

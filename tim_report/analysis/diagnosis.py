@@ -2,8 +2,9 @@
 
 `diagnose()` returns the `diagnosis` object of summary.json:
 
-    {"regime": "identical" | "numerical_noise" | "elevated" | "systematic",
-     "regime_basis": "lag_0" (only where the regime is judged on the lag-0 tokens of a stale batch: docs/staleness.md),
+    {"regime": "identical" | "numerical_noise" | "staleness" | "elevated" | "systematic",
+     "regime_basis": "lag_0" (the regime judged on the lag-0 tokens of a stale batch) | "lag" (no lag-0 tokens to
+                     judge on: a mismatch beyond noise with no finding is the lag's, `staleness`): docs/staleness.md,
      "verdict": one plain sentence, "evidence": {name: number}, "what_to_check": text,
      "findings": [{"id", "severity": "info" | "warn" | "error", "title", "problem" (a noun phrase),
                    "evidence", "likely_cause", "what_to_check"}],
@@ -27,10 +28,10 @@ from ..catalogue import findings as words
 from ..catalogue import severity, verdicts
 from ..config import SEVERITIES, DiagnosisThresholds, Thresholds
 from ..model import StepBatch
-from . import chain, confident, detectors, floor, localise, precision_gap, routes, usable  # noqa: F401  (importing one registers its detectors)
+from . import chain, confident, detectors, duplicates, floor, head, kept, localise, precision_gap, routes, usable  # noqa: F401  (importing one registers its detectors)
 from .bands import apply_band, band_summary, choose_band
 from .consequence import consequence, fault_side, side_test
-from .lag import cache, digests  # noqa: F401  (register the prefix-cache and the sync detectors)
+from .lag import alignment, cache, digests  # noqa: F401  (register the version alignment, prefix-cache and sync detectors)
 from .lag import findings as lag_findings  # registers the lag detectors
 from .registry import DETECTORS, Scene
 from .stats import exp_or_inf
@@ -55,7 +56,8 @@ def diagnose(batch: StepBatch, tok: Tokens, metrics: dict, thresholds: Diagnosis
         _weigh(scene, band.name)  # severity by consequence: an immaterial systematic fault is a warn
     judged = _by_severity(list(scene.found.values()))
     lag0 = None if identical else _numerical_floor(scene)
-    regime = "identical" if identical else _regime(judged, tok, metrics, dt, lag0)
+    lagged = None if identical or lag0 is not None else _lag_basis(scene)
+    regime = "identical" if identical else _regime(judged, tok, metrics, dt, lag0, lagged is not None)
     for id_, f in scene.found.items():  # e.g. the tail's advice: "expected for numerical noise" only where it is noise
         if words.FINDINGS[id_].reads_regime:
             scene.found[id_] = words.make(id_, f["evidence"], dt, regime=regime)
@@ -65,10 +67,11 @@ def diagnose(batch: StepBatch, tok: Tokens, metrics: dict, thresholds: Diagnosis
         if DETECTORS[id_].beside:
             _raise(scene, id_)
     verdict, what_to_check = _verdict(regime, judged, metrics, bool(sections["precision_gap"].get("available")), band.name,
-                                      lag0)
+                                      lag0, lagged)
+    basis = "lag_0" if lag0 is not None else "lag" if lagged is not None else None
     return {
         "regime": regime,
-        **({"regime_basis": "lag_0"} if lag0 is not None else {}),  # judged on lag 0's tokens, not the lag mix
+        **({"regime_basis": basis} if basis else {}),  # judged on lag 0's tokens, or read as the lag's
         "verdict": verdict,
         "evidence": _evidence(tok, metrics),
         "what_to_check": what_to_check,
@@ -119,7 +122,7 @@ def _is_identical(tok: Tokens, dt: DiagnosisThresholds, abs_delta_max: float) ->
     if abs_delta_max > dt.identical_atol + dt.identical_rtol * max(-float(tok.rollout.min()), -float(tok.trainer.min())):
         return False  # beyond the loosest per-token tolerance: no need to look token by token
     tol = dt.identical_atol + dt.identical_rtol * np.maximum(np.abs(tok.rollout), np.abs(tok.trainer))
-    return bool(np.all(np.abs(tok.delta) <= tol))
+    return bool(np.all(tok.abs_delta <= tol))
 
 
 def _numerical_floor(scene: Scene) -> dict | None:
@@ -133,9 +136,25 @@ def _numerical_floor(scene: Scene) -> dict | None:
     return lag0
 
 
-def _regime(findings: list[dict], tok: Tokens, metrics: dict, dt: DiagnosisThresholds, lag0: dict | None = None) -> str:
+def _lag_basis(scene: Scene) -> dict | None:
+    """The staleness split when the numerics cannot be judged apart from the lag: the trainer's version is known, at
+    least `min_tokens` tokens are at a known lag ≥ 1 and fewer than `min_tokens` at lag 0 (a one-step-off run: no
+    lag-0 anchor). A mismatch beyond noise with no finding is then the lag's (`staleness`), not `elevated`: whether it is
+    the lag's expected size is for the run's own history of that lag to say (analysis/lag/history.py). None otherwise."""
+    st = scene.once(lag_findings.measured)
+    if not st or st["trainer_version"] is None:
+        return None
+    known = [r for r in st["by_lag"] if isinstance(r["lag"], int)]
+    older = sum(r["tokens"] for r in known if r["lag"] >= 1)
+    lag0 = sum(r["tokens"] for r in known if r["lag"] == 0)
+    return st if older >= scene.dt.min_tokens and lag0 < scene.dt.min_tokens else None
+
+
+def _regime(findings: list[dict], tok: Tokens, metrics: dict, dt: DiagnosisThresholds, lag0: dict | None = None,
+            lagged: bool = False) -> str:
     """systematic on an error finding or decorrelated log-probs; elevated on a warning or numbers beyond noise. With a
-    `lag0` the numbers are lag 0's (what is numerical); the rest of the mismatch is the lag's, staleness."""
+    `lag0` the numbers are lag 0's (what is numerical); the rest of the mismatch is the lag's, staleness. `lagged`
+    (no lag-0 anchor, tokens at lag ≥ 1): numbers beyond noise with no finding are `staleness`."""
     if lag0 is None:
         corr = metrics.get("corr_logp")
         kl, kl_se = metrics["kl_k3"], metrics.get("kl_k3_se") or 0.0
@@ -153,15 +172,18 @@ def _regime(findings: list[dict], tok: Tokens, metrics: dict, dt: DiagnosisThres
                     or (read is not None and read < dt.noise_corr_min))
     if worst == 2 or low_corr:
         return "systematic"
-    if worst == 1 or beyond_noise:
+    if worst == 1:
         return "elevated"
-    return "numerical_noise"
+    if lagged:  # no lag-0 anchor: the mismatch, beyond noise or not, cannot be told apart from the lag's
+        return "staleness"
+    return "elevated" if beyond_noise else "numerical_noise"
 
 
 def _verdict(regime: str, findings: list[dict], metrics: dict, has_shadow: bool,
-             band: str = "dense bf16", lag0: dict | None = None) -> tuple[str, str]:
+             band: str = "dense bf16", lag0: dict | None = None, lagged: dict | None = None) -> tuple[str, str]:
     """The verdict sentence and what to check, led by the first non-info finding (or by declared processing, an
-    info finding that explains the whole mismatch); with a `lag0`, by lag 0's numerical reading."""
+    info finding that explains the whole mismatch); with a `lag0`, by lag 0's numerical reading; in the staleness
+    regime, by the lags the tokens are at."""
     top = findings[0] if findings and findings[0]["severity"] != "info" else None
     explains = next((f for f in findings if words.FINDINGS[f["id"]].leads_as_info), None) if top is None else None
-    return verdicts.verdict(regime, metrics, top or explains, band, has_shadow, lag0)
+    return verdicts.verdict(regime, metrics, top or explains, band, has_shadow, lag0, lagged)

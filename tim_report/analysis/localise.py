@@ -22,7 +22,7 @@ from ..catalogue import findings
 from ..config import DETECTOR_MAX_TOKENS, KERNEL_POW2_MIN, KERNEL_TILE, ONSET_MAX_POINTS, DiagnosisThresholds
 from ..model import StepBatch, version_int
 from .changepoints import change_points
-from .detectors import _thin, rest
+from .detectors import _thin, numeric_rest, rest
 from .registry import Scene, detector
 from .tokens import Tokens
 
@@ -51,8 +51,8 @@ def detect_first_token(tok: Tokens, dt: DiagnosisThresholds) -> dict | None:
     at_zero = _flat_index(tok, starts) == tok.batch_offsets[tok.seq[starts]]  # the sequence's first valid token is position 0
     first_idx = starts[at_zero]
     a0 = np.full(tok.n_seqs, np.nan)
-    a0[tok.seq[first_idx]] = np.abs(tok.delta[first_idx])
-    n_later = np.bincount(tok.seq, minlength=tok.n_seqs) - (~np.isnan(a0))
+    a0[tok.seq[first_idx]] = tok.abs_delta[first_idx]
+    n_later = tok.counts - (~np.isnan(a0))
     has = ~np.isnan(a0) & (n_later > 0)
     if int(has.sum()) < dt.min_localise_sequences:
         return None
@@ -62,7 +62,7 @@ def detect_first_token(tok: Tokens, dt: DiagnosisThresholds) -> dict | None:
     below, seen, rest_sum = np.zeros(tok.n_seqs), np.zeros(tok.n_seqs), np.zeros(tok.n_seqs)
     for lo in range(0, tok.n, CHUNK * step):
         part = slice(lo, lo + CHUNK * step, step)
-        ad, seq = np.abs(tok.delta[part]), tok.seq[part]
+        ad, seq = tok.abs_delta[part], tok.seq[part]
         later = _flat_index(tok, part) != tok.batch_offsets[seq]
         ad, seq = ad[later], seq[later]
         ref = a0[seq]
@@ -229,7 +229,7 @@ def detect_turn_boundary(tok: Tokens, turn: np.ndarray | None, dt: DiagnosisThre
     runs = np.unique(run[head])
     if runs.shape[0] < dt.min_localise_sequences or int(body.sum()) < dt.min_tokens:
         return None
-    ad = np.abs(tok.delta)
+    ad = tok.abs_delta
     ref = np.sort(ad[body])
     pct = (np.searchsorted(ref, ad[head], "left") + np.searchsorted(ref, ad[head], "right")) / (2.0 * ref.shape[0])
     # one rank per turn: the largest of its h head percentiles, raised to h (uniform under the null, as the max of
@@ -276,7 +276,7 @@ def detect_mixed_versions(batch: StepBatch, tok: Tokens, dt: DiagnosisThresholds
         newest, oldest = int(distinct[-1]), int(distinct[0])
         spread = newest - oldest
         stale = np.array([bool(vs) and min(int(v) for v in vs) < newest for vs in per_seq])
-        abs_sum, counts = tok.seq_sum(np.abs(tok.delta)), tok.counts  # per sequence: no 16M-token mask per side
+        abs_sum, counts = tok.seq_sum_of("abs_delta"), tok.counts  # per sequence: no 16M-token mask per side
         n_stale, n_new = int(counts[stale].sum()), int(counts[~stale].sum())
         evidence.update(oldest=oldest, newest=newest, spread=spread, stale_sequence_share=float(stale.mean()),
                         abs_delta_mean_newest=float(abs_sum[~stale].sum()) / n_new if n_new else None,
@@ -290,19 +290,19 @@ def detect_mixed_versions(batch: StepBatch, tok: Tokens, dt: DiagnosisThresholds
 
 @detector("first_token")
 def _first_token(s: Scene) -> dict | None:
-    return None if s.whole_batch_fault() else detect_first_token(s.once(rest), s.dt)
+    return None if s.whole_batch_fault() else detect_first_token(s.once(numeric_rest), s.dt)
 
 
 @detector("turn_boundary")
 def _turn_boundary(s: Scene) -> dict | None:
-    return None if s.whole_batch_fault() else detect_turn_boundary(s.once(rest), s.batch.turn, s.dt)
+    return None if s.whole_batch_fault() else detect_turn_boundary(s.once(numeric_rest), s.batch.turn, s.dt)
 
 
 @detector("position_onset")
 def _position_onset(s: Scene) -> dict | None:
     if s.whole_batch_fault():
         return None
-    return detect_position_onset(s.once(rest), s.dt, "turn_boundary" if "turn_boundary" in s.found else None)
+    return detect_position_onset(s.once(numeric_rest), s.dt, "turn_boundary" if "turn_boundary" in s.found else None)
 
 
 @detector("mixed_policy_versions", when_identical=True)  # said even when nothing differs

@@ -79,7 +79,7 @@ def routing_agreement(batch: StepBatch, tok: Tokens) -> dict:
     explained = None
     if total > 0 and n_flip and kl_same is not None:
         explained = float(np.clip((float(k3[flipped].sum()) - n_flip * kl_same) / total, 0.0, 1.0))
-    abs_d = np.abs(tok.delta)
+    abs_d = tok.abs_delta
     return {
         "available": True, "tokens": tok.n, "layers": int(ro.shape[1]), "k": int(ro.shape[2]),
         "identical": n_flip == 0,

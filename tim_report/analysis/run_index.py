@@ -16,8 +16,11 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..catalogue import metrics as catalogue
-from ..config import HEALTH_ORDER, health
-from ..model import model_label
+from ..catalogue import staleness as lag_words
+from ..catalogue.findings.lag import STALE
+from ..config import HEALTH_ORDER, health, step_health
+from ..model import learning_rate, model_label
+from .lag.history import run_reads
 from .run_verdict import run_verdict
 from .stats import finite
 from .sweep import length_sweep
@@ -80,7 +83,7 @@ def run_row(report: Any) -> dict:
         "input_problems": sum((problems.get("input") or {}).values()),
         "input_problem_kinds": sorted(k for k, v in (problems.get("input") or {}).items() if v),
         "data_problems": (problems.get("excluded_tokens") or 0) + sum((problems.get("input") or {}).values()),
-        "health": health(finite(m.get("ess"))),
+        "health": step_health(finite(m.get("ess")), diag.get("regime"), bool(routing.get("blocked_by_bug"))),
         "env_kl_k3": env_kl_k3(report),
         **lag_fields(report),
         "weight_digests": weight_digests(report),
@@ -101,9 +104,15 @@ def lag_fields(report: Any) -> dict:
     st = (report.get("staleness") if isinstance(report, dict) else getattr(report, "staleness", None)) or {}
     rows = [r for r in st.get("by_lag") or [] if isinstance(r, dict)]
     lag0 = next((r for r in rows if r.get("lag") == 0), {})
+    run, _, _, _, _ = _parts(report)
     return {"lag_mix": {str(r.get("lag")): finite(r.get("share")) for r in rows},
             "lag_kl_k3": {str(r.get("lag")): finite(r.get("kl_k3")) for r in rows},
-            "floor_kl_k3_se": finite(lag0.get("kl_k3_se")), "staleness_share": finite(st.get("share"))}
+            "lag_kl_k3_se": {str(r.get("lag")): finite(r.get("kl_k3_se")) for r in rows},
+            "floor_kl_k3_se": finite(lag0.get("kl_k3_se")), "staleness_share": finite(st.get("share")),
+            "trainer_version": finite(st.get("trainer_version")),
+            "lr": learning_rate((run.get("meta") or {}).get("lr")), "lag_reading": None, "step_regime": None}
+
+
 
 
 def _lead_side(diag: dict) -> str | None:
@@ -224,10 +233,31 @@ def index_summary(reports: Iterable[Any]) -> dict:
     return index_from_rows([run_row(r) for r in reports])
 
 
+def in_run(rows: list[dict]) -> list[dict]:
+    """Each row as its run reads it (analysis/lag/history.py): its `lag_reading` (its lag against the run's own history
+    of that lag; None without versions), and where the engine did not hold the weights the step's tokens are labelled
+    with (a lag beyond its own history, or an engine that never took an update), the step is the run's: regime
+    systematic, led by `stale_weights`, red, not to be trained on, its own regime kept as `step_regime`. The step's page
+    reads the batch alone; the index, the run verdict, `watch` and `check --history` read these rows."""
+    readings, _ = run_reads(rows)
+    out = []
+    for r in rows:
+        reading = readings.get(r["id"])
+        row = {**r, "lag_reading": reading}
+        if reading and reading["status"] == "climbing" and not r["findings"]:
+            row["glance"] = lag_words.climbing_glance(r["regime"], reading)  # not a fault yet: watched, said
+        if reading and reading["status"] in ("beyond", "never") and STALE not in r["findings"]:
+            row.update(step_regime=r["regime"], regime="systematic", findings=[STALE, *r["findings"]],
+                       glance=lag_words.run_glance(reading), side="rollout", health="red", blocked_by_bug=True)
+        out.append(row)
+    return out
+
+
 def index_from_rows(rows: list[dict]) -> dict:
-    """Everything the index shows: runs, health counts, engine pairs, precision matrix (or None), the run's verdict
-    over its steps (or None), trend and change points (or None). Rows are enough, so a build that reuses cached steps
-    needs only their rows."""
+    """Everything the index shows: runs (as their run reads them: `in_run`), health counts, engine pairs, precision
+    matrix (or None), the run's verdict over its steps (or None), trend and change points (or None). Rows are enough,
+    so a build that reuses cached steps needs only their rows."""
+    rows = in_run(rows)
     counts = {h: sum(1 for r in rows if r["health"] == h) for h in HEALTH_ORDER}
     regimes: dict[str, int] = {}
     for r in rows:

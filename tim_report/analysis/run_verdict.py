@@ -11,14 +11,16 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from ..catalogue import run_words as words
+from ..catalogue import staleness as lag_words
+from ..catalogue.numbers import plain
 from ..catalogue.verdicts import REGIMES
 from ..config import CHANGE_POINT_MIN_SIZE, RUN_VERDICT_SHARE, SEVERITIES
 from .drift import run_shapes
 from .lag.digests import run_sync_findings, sync_leads
-from .lag.history import lag_only
+from .lag.history import lag_key, never_delivered
 
 
 @dataclass(frozen=True)
@@ -29,13 +31,11 @@ class State:
     regime: str
     lead: str | None
     run: str
-    carried: bool = False  # its own regime read lag and numerics together (lag.history.lag_only): the steps' before
 
 
 def step_states(rows: list[dict]) -> list[State]:
-    """One state per step, sorted by step: the worst regime of the runs at that step and that run's lead finding. A
-    step whose `elevated` is only its lag (tokens of lag ≥ 1, too few of lag 0 to judge the floor, no finding) takes
-    the noise regime of the judged step before it: a change of lag mix is not a change of regime."""
+    """One state per step, sorted by step: the worst regime of the runs at that step and that run's lead finding (the
+    rows as their run reads them: run_index.in_run)."""
     by_step: dict = {}
     for r in rows:
         if r["step"] is None:
@@ -43,16 +43,8 @@ def step_states(rows: list[dict]) -> list[State]:
         regime = r.get("regime") or "unknown"
         rank = REGIMES.index(regime) if regime in REGIMES else -1
         if r["step"] not in by_step or rank > by_step[r["step"]][0]:
-            by_step[r["step"]] = (rank, State(r["step"], regime, (r.get("findings") or [None])[0], r["id"]), r)
-    out: list[State] = []
-    judged: str | None = None  # the regime of the last step that judged its numerics
-    for _, state, row in (by_step[s] for s in sorted(by_step)):
-        if lag_only(row) and judged in ("identical", "numerical_noise"):
-            state = replace(state, regime="numerical_noise", carried=True)
-        elif not lag_only(row):
-            judged = state.regime
-        out.append(state)
-    return out
+            by_step[r["step"]] = (rank, State(r["step"], regime, (r.get("findings") or [None])[0], r["id"]))
+    return [by_step[s][1] for s in sorted(by_step)]
 
 
 def leads(states: list[State]) -> list[tuple[str, int]]:
@@ -85,14 +77,14 @@ def run_verdict(rows: list[dict]) -> dict | None:
     sentence = words.run_verdict_sentence(
         current, stretch[0].step, stretch[-1].step, start == 0, (len(same), len(stretch)), why, _earlier(before),
         [(s.step, s.regime) for s in stretch if s.regime != current])
-    carried = [s.step for s in states if s.carried]
-    lag_note = [words.lag_only_note(carried[0], carried[-1], len(carried))] if carried else []
+    reading = _lag_evidence(rows, stretch[0].run) if top else []  # the numbers that named the run's lead, if a lag
+    climbing = _climbing(rows)
+    reading += climbing
     verdict = {"regime": current, "since_step": stretch[0].step, "since_run": stretch[0].run, "steps": len(states),
-               "stretch_steps": len(stretch), "lead": top[0][0] if top else None,
-               "verdict": " ".join([sentence, *lag_note] + [f["title"] + "." for f in alarms]),
+               "stretch_steps": len(stretch), "lead": top[0][0] if top else None, "climbing": bool(climbing),
+               "verdict": " ".join([sentence, *reading] + [f["title"] + "." for f in alarms]),
                "what_to_check": alarms[0]["what_to_check"] if alarms else None, "findings": findings,
-               "regimes": dict(Counter(s.regime for s in states)),
-               **({"lag_only_steps": carried} if carried else {})}  # read as the steps before them: their lag
+               "regimes": dict(Counter(s.regime for s in states))}
     return sync_leads(verdict)  # a sync fault the weight digests show leads (analysis/lag/digests.py)
 
 
@@ -116,8 +108,11 @@ def _run_findings(rows: list[dict], states: list[State]) -> list[dict]:
     median = [_geomean([m for m, _ in per_step[s]]) if s in per_step else None for s in steps]
     tokens = [float(sum(t for _, t in per_step[s])) if s in per_step else None for s in steps]
     out = []
+    never = never_delivered(rows)
+    if never is not None:
+        out.append(words.make_run_finding("never_delivered", never))
     for id_, evidence in run_shapes(steps, median, tokens):
-        context = {}
+        context: dict = {}
         if id_ == "level_jump":
             evidence = {k: v for k, v in evidence.items() if k != "index"}
             after = [s for s in states if s.step >= evidence["step"]
@@ -125,9 +120,36 @@ def _run_findings(rows: list[dict], states: list[State]) -> list[dict]:
             lead = explaining(after)
             if lead:
                 context["explained_by"] = lead[0]
+            elif (mix := _lag_mix_change(rows, evidence["previous_step"], evidence["step"])) is not None:
+                context["lag_mix"] = mix  # the lag's own mismatch came in with older tokens: staleness, not a fault
         out.append(words.make_run_finding(id_, evidence, **context))
     out += run_sync_findings(rows)
     return sorted(out, key=lambda f: -SEVERITIES.index(f["severity"]))
+
+
+def _lag_evidence(rows: list[dict], run: str) -> list[str]:
+    """The sentence of the stretch's first step when the run named it by its lag (its `lag_reading` beyond its own
+    history): 'At step 8, KL k3 at lag 1 0.0286 ± 0.0078 is 10.6× the run's own (…).' ([] otherwise)."""
+    row = next((r for r in rows if r["id"] == run), {})
+    reading = row.get("lag_reading") or {}
+    if reading.get("status") != "beyond":
+        return []
+    return [f"At step {plain(row['step'])}, {lag_words.run_reading(reading)}."]
+
+
+def _climbing(rows: list[dict]) -> list[str]:
+    """The note when the last step's lag is climbing above its own history (not named yet, not nothing)."""
+    stepped = [r for r in rows if r["step"] is not None]
+    last = max(stepped, key=lambda r: r["step"]) if stepped else {}
+    reading = last.get("lag_reading") or {}
+    return [lag_words.climbing_note(reading)] if reading.get("status") == "climbing" else []
+
+
+def _lag_mix_change(rows: list[dict], before, after) -> tuple[tuple, tuple] | None:
+    """The lags of the steps either side of a jump when they differ (lag_key; None when they do not)."""
+    keys = {r["step"]: lag_key(r) for r in rows if r["step"] in (before, after)}
+    a, b = keys.get(before), keys.get(after)
+    return (a, b) if a is not None and b is not None and a != b else None
 
 
 def _geomean(xs: list[float]) -> float | None:

@@ -12,7 +12,7 @@ from .tokens import Tokens
 
 def select(tok: Tokens, th: Thresholds) -> list[tuple[int, str]]:
     present = np.flatnonzero(tok.present)
-    mean_abs = tok.seq_mean(np.abs(tok.delta))
+    mean_abs = tok.seq_mean_of("abs_delta")
     order = np.lexsort((present, -mean_abs))  # worst first, ties by index: deterministic
     worst = present[order[: th.samples_k]]
     rest = np.setdiff1d(present, worst)
@@ -32,7 +32,6 @@ def _cut(text: str | None, limit: int) -> str | None:
 
 
 def sample_rows(batch: StepBatch, tok: Tokens, th: Thresholds) -> list[dict]:
-    valid = tok.valid_mask()
     out = []
     for i, kind in select(tok, th):
         sl = batch.tokens_of(i)
@@ -45,11 +44,13 @@ def sample_rows(batch: StepBatch, tok: Tokens, th: Thresholds) -> list[dict]:
             r = np.exp(np.clip(diff, -SAFETY_BOUND, SAFETY_BOUND))
         text = [_cut(t, MAX_TOKEN_CHARS) for t in batch.token_strings(shown)]
         ids = batch.token_ids[shown].tolist() if batch.token_ids is not None else None
-        sel = tok.seq == i
-        d = tok.delta[sel]
+        lo, hi = tok.span(i)
+        d = tok.delta[lo:hi]
         with np.errstate(over="ignore"):
             columns = [_finite_list(a) for a in (ro, tr, diff, np.exp(ro), np.exp(tr), r)]
-        mask, ok = batch.mask[shown].astype(bool).tolist(), valid[shown].tolist()
+        positions = np.arange(shown.start, shown.stop)
+        valid = np.ones(positions.shape[0], bool) if tok.valid_index is None else np.isin(positions, tok.valid_index[lo:hi])
+        mask, ok = batch.mask[shown].astype(bool).tolist(), valid.tolist()
         rows = [  # whole columns converted at once: a call per value was most of the analysis of a small step
             {"pos": j, "token": text[j], "token_id": int(ids[j]) if ids is not None else None,
              "rollout_logp": rl, "trainer_logp": tl, "diff": df, "p_rollout": pr, "p_trainer": pt, "r": rr,
@@ -61,8 +62,8 @@ def sample_rows(batch: StepBatch, tok: Tokens, th: Thresholds) -> list[dict]:
             "kind": kind,
             "group": str(batch.group[i]) if batch.group is not None else None,
             "tokens": int(n),
-            "valid_tokens": int(sel.sum()),
-            "abs_delta_mean": float(np.abs(d).mean()),
+            "valid_tokens": hi - lo,
+            "abs_delta_mean": float(tok.abs_delta[lo:hi].mean()),
             "seq_log_ratio": float(d.sum()),
             "reward": finite(batch.reward[i]) if batch.reward is not None else None,
             "prompt": _cut(batch.prompt_string(i), MAX_TEXT_CHARS),

@@ -41,8 +41,10 @@ def run_starts(seq: np.ndarray) -> np.ndarray:
     return np.flatnonzero(np.concatenate([[True], seq[1:] != seq[:-1]])) if seq.shape[0] else np.zeros(0, np.int64)
 
 
-def cluster_mean_se(values: np.ndarray, seq: np.ndarray, starts: np.ndarray | None = None) -> tuple[float, float]:
-    """Mean and its cluster-robust standard error, clusters = sequences (`seq` non-decreasing).
+def cluster_mean_se(values: np.ndarray, seq: np.ndarray, starts: np.ndarray | None = None,
+                    sums: np.ndarray | None = None) -> tuple[float, float]:
+    """Mean and its cluster-robust standard error, clusters = sequences (`seq` non-decreasing); `sums`: the values'
+    per-cluster sums when already made (the same numbers `np.add.reduceat` gives).
 
     SE = √(Σ_g (S_g − n_g·mean)² · G/(G−1)) / n, the CR1 sandwich estimator for a mean.
     """
@@ -56,7 +58,7 @@ def cluster_mean_se(values: np.ndarray, seq: np.ndarray, starts: np.ndarray | No
     g = starts.shape[0]
     if g < 2:
         return mean, float(values.std(ddof=1) / math.sqrt(n))
-    resid = np.add.reduceat(values, starts) - mean * np.diff(np.append(starts, n))
+    resid = (np.add.reduceat(values, starts) if sums is None else sums) - mean * np.diff(np.append(starts, n))
     return mean, math.sqrt(dot(resid, resid) * g / (g - 1)) / n
 
 
@@ -80,12 +82,8 @@ def kish_ess(log_w: np.ndarray) -> float:
     return float(w.sum() ** 2 / (log_w.shape[0] * dot(w, w)))
 
 
-def top_share(log_w: np.ndarray, fraction: float = 0.01) -> float:
-    """Share of Σw carried by the largest `fraction` of weights."""
-    w = log_w - float(log_w.max())
-    np.exp(w, out=w)
-    total = float(w.sum())
-    k = max(1, math.ceil(fraction * w.shape[0]))
+def top_share(w: np.ndarray, k: int, total: float) -> float:
+    """Share of `total` (Σw) carried by the k largest weights; `w` is reordered in place."""
     w.partition(w.shape[0] - k)
     return float(w[w.shape[0] - k:].sum() / total)
 
@@ -166,39 +164,45 @@ def ladder_ranks(n: int) -> np.ndarray:
     return np.unique(np.concatenate([lo, np.minimum(lo + 1, n - 1)]))
 
 
-def percentile_ladder(values: np.ndarray, scratch: bool = False) -> list[float]:
+def percentile_ladder(values: np.ndarray, scratch: bool = False, in_order: bool = False) -> list[float]:
     """Exact percentiles (numpy's default 'linear' method), from a selection at the ranks they need or from one
-    sort, whichever is faster on this CPU (`selection_wins`). `scratch=True` reorders `values` in place."""
-    s = values if scratch else values.copy()
+    sort, whichever is faster on this CPU (`selection_wins`). `scratch=True` reorders `values` in place;
+    `in_order`: they are sorted already."""
+    s = values if scratch or in_order else values.copy()
     n = s.shape[0]
-    if n and selection_wins(n):
+    if not in_order and n and selection_wins(n):
         s.partition(ladder_ranks(n))
-    else:
+    elif not in_order:
         s.sort()
     return ladder(lambda k: s[k], n)
 
 
-def signed_and_abs_ladders(values: np.ndarray) -> tuple[list[float], list[float]]:
-    """The percentile ladders of `values` and of |values| from one sort of a copy (where sorting wins,
-    `selection_wins`): |x| sorted is the merge of the negative side (reversed) and the rest, so each order statistic
-    of |x| is found by a binary search over the two sorted sides (exact: negation is exact), not by a second sort."""
-    s = values.copy()
-    s.sort()
+def sorted_ladders(s: np.ndarray, folds: dict[str, Any]) -> tuple[list[float], dict[str, list[float]]]:
+    """The percentile ladder of the sorted values `s`, and of each fold g(s): a function that falls on the negative
+    side and rises on the rest (|x|, k3 of x), so that g(s) in order is the merge of the negative side (reversed)
+    and the rest. Each order statistic of g(s) is found by a binary search over the two sides, not by sorting g(s):
+    one sort serves every ladder (`selection_wins` says where sorting wins). For |x| it is bit-identical to sorting
+    |x| (negation is exact); a fold is evaluated by the same numpy function as its per-token array."""
     n = s.shape[0]
     z = int(np.searchsorted(s, 0.0, side="left"))  # s[:z] < 0 ≤ s[z:]
 
-    def abs_kth(k: int) -> float:
-        lo, hi = max(0, k + 1 - (n - z)), min(k + 1, z)  # how many of the k+1 smallest |x| come from the negative side
-        while lo < hi:
-            i = (lo + hi) // 2
-            if s[z + k - i] > -s[z - 1 - i]:  # the (k+1−i)-th of the positive side beats the next negative: take more
-                lo = i + 1
-            else:
-                hi = i
-        j = k + 1 - lo
-        return abs(max(-s[z - lo] if lo else -math.inf, s[z + j - 1] if j else -math.inf))
+    def kth_of(g):
+        def one(i: int) -> float:
+            return float(g(s[i:i + 1])[0])
 
-    return ladder(lambda k: s[k], n), ladder(abs_kth, n)
+        def kth(k: int) -> float:
+            lo, hi = max(0, k + 1 - (n - z)), min(k + 1, z)  # how many of the k+1 smallest g come from the negative side
+            while lo < hi:
+                i = (lo + hi) // 2
+                if one(z + k - i) > one(z - 1 - i):  # the (k+1−i)-th of the rising side beats the next falling one
+                    lo = i + 1
+                else:
+                    hi = i
+            j = k + 1 - lo
+            return max(one(z - lo) if lo else -math.inf, one(z + j - 1) if j else -math.inf)
+        return kth
+
+    return ladder(lambda k: s[k], n), {name: ladder(kth_of(g), n) for name, g in folds.items()}
 
 
 def ladder(kth, n: int) -> list[float]:

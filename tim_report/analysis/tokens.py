@@ -3,12 +3,19 @@
 Valid = masked in, both log-probs finite and ≤ 0 (within rounding). Every metric reads from here,
 so exclusions are decided once. When every token is valid (the usual case) the arrays are views
 of the batch's, not copies: at 16M tokens each copy costs 128 MB.
+
+What several families read (|δ|, k3, positions, per-sequence sums) is made once per batch by `Tokens.once`, from
+either of the analysis's two lanes, and handed out read-only: a family that wants to reorder or change one makes its
+own copy (docs/performance.md, "One pass").
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
@@ -30,6 +37,24 @@ class Tokens:
     valid_index: np.ndarray | None  # [V] index into the batch's flat arrays; None when every token is valid
     batch_offsets: np.ndarray  # [N+1] the batch's CSR offsets
     n_seqs: int  # sequences in the batch (including those with no valid token)
+    _made: dict = field(default_factory=dict, repr=False, compare=False)  # Tokens.once's values, by key
+    _making: dict = field(default_factory=dict, repr=False, compare=False)  # a lock per key being made
+    _guard: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def once(self, key: Any, make: Callable[[], Any]) -> Any:
+        """`make()`, made on first use and kept for this batch: the two analysis lanes may ask at once (the second
+        waits for the first's, it does not make its own). An array comes back read-only: it is every family's."""
+        if key in self._made:
+            return self._made[key]
+        with self._guard:
+            lock = self._making.setdefault(key, threading.Lock())
+        with lock:
+            if key not in self._made:
+                value = make()
+                if isinstance(value, np.ndarray) and value.base is None:
+                    value.flags.writeable = False
+                self._made[key] = value
+        return self._made[key]
 
     @property
     def n(self) -> int:
@@ -60,8 +85,30 @@ class Tokens:
         return int((index - self.batch_offsets[self.seq[last]]).max())
 
     def k3(self) -> np.ndarray:
-        """Per-token k3 = r − 1 − log r (stats.k3_per_token)."""
-        return k3_per_token(self.log_r)
+        """Per-token k3 = r − 1 − log r (stats.k3_per_token), made once (read-only)."""
+        return self.once("k3", lambda: k3_per_token(self.log_r))
+
+    @property
+    def abs_delta(self) -> np.ndarray:
+        """Per-token |δ|, made once (read-only)."""
+        return self.once("abs_delta", lambda: np.abs(self.delta))
+
+    def shared(self, name: str) -> np.ndarray:
+        """A per-token array by name: "delta", "rollout", "trainer" (the batch's own) or a shared one."""
+        return {"delta": lambda: self.delta, "rollout": lambda: self.rollout, "trainer": lambda: self.trainer,
+                "abs_delta": lambda: self.abs_delta, "k3": self.k3}[name]()
+
+    def seq_sum_of(self, name: str) -> np.ndarray:
+        """[N] per-sequence sums of a per-token array named as `shared` names it, made once."""
+        return self.once(("seq_sum", name), lambda: self.seq_sum(self.shared(name)))
+
+    def mean_se_of(self, name: str) -> tuple[float, float]:
+        """`mean_se` of a named per-token array, from its shared per-sequence sums."""
+        return cluster_mean_se(self.shared(name), self.seq, self.starts, self.seq_sum_of(name)[self.present])
+
+    def seq_mean_of(self, name: str) -> np.ndarray:
+        """`seq_mean` of a named per-token array, from its shared per-sequence sums."""
+        return self.seq_sum_of(name)[self.present] / self.counts[self.present]
 
     def valid_mask(self) -> np.ndarray:
         """[T] over the batch's flat tokens: True where the token is valid (masked in, finite, ≤ 0)."""
@@ -86,6 +133,13 @@ class Tokens:
         out = np.zeros(self.n_seqs)
         out[self.seq[self.starts]] = np.add.reduceat(values, self.starts)
         return out
+
+    def span(self, i: int) -> tuple[int, int]:
+        """Where sequence i's valid tokens lie in these arrays: [lo, hi) (tokens are sorted by sequence)."""
+        g = int(np.searchsorted(self.seq[self.starts], i))
+        if g == self.starts.shape[0] or self.seq[self.starts[g]] != i:
+            return 0, 0
+        return int(self.starts[g]), int(self.starts[g + 1]) if g + 1 < self.starts.shape[0] else self.n
 
     def seq_count_of(self, flags: np.ndarray) -> np.ndarray:
         """[N] per-sequence count of True flags (integer sums: no float copy of the flags)."""
@@ -135,7 +189,7 @@ def valid_tokens(batch: StepBatch) -> tuple[Tokens, dict]:
     problems: dict[str, int] = {}
     bad = None
     for side, arr in (("rollout", ro), ("trainer", tr)):
-        if np.isfinite(arr).all() and arr.max(initial=-np.inf) <= POSITIVE_LOGP_TOLERANCE:
+        if arr.max(initial=-np.inf) <= POSITIVE_LOGP_TOLERANCE and arr.min(initial=0.0) > -np.inf:  # NaN fails the first
             problems.update({f"{side}_nan": 0, f"{side}_inf": 0, f"{side}_positive": 0})  # the usual case: one pass
             continue
         nan = np.isnan(arr) & m

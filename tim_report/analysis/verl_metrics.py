@@ -12,13 +12,14 @@ from __future__ import annotations
 import numpy as np
 
 from ..config import SAFETY_BOUND
+from .metrics import r_moments
 from .tokens import Tokens
 
 
 def verl_metrics(tok: Tokens, metrics: dict) -> dict:
-    seq_log_r = np.clip(tok.seq_sum(tok.delta)[tok.present], -SAFETY_BOUND, SAFETY_BOUND)
-    mean_ro = tok.seq_mean(tok.rollout)
-    mean_tr = tok.seq_mean(tok.trainer)
+    seq_log_r = np.clip(tok.seq_sum_of("delta")[tok.present], -SAFETY_BOUND, SAFETY_BOUND)
+    mean_ro = tok.seq_mean_of("rollout")
+    mean_tr = tok.seq_mean_of("trainer")
     log_ppl_diff = mean_ro - mean_tr
     if tok.log_r is tok.delta:  # nothing was clamped: verl's unclamped k3 is our k3
         k3 = metrics["kl_k3"]
@@ -37,7 +38,7 @@ def verl_metrics(tok: Tokens, metrics: dict) -> dict:
         "rollout_corr/log_ppl_diff_max": float(log_ppl_diff.max()),
         "rollout_corr/log_ppl_diff_min": float(log_ppl_diff.min()),
         "rollout_corr/ppl_ratio": float(np.exp(log_ppl_diff).mean()),
-        "rollout_corr/chi2_token": float(np.exp(2.0 * tok.log_r).mean()) - 1.0,  # verl clamps the token log-ratio at ±20 too
+        "rollout_corr/chi2_token": r_moments(tok)[1] - 1.0,  # mean(r²) − 1: verl clamps the token log-ratio at ±20 too
         "rollout_corr/chi2_seq": float(np.exp(2.0 * seq_log_r).mean()) - 1.0,  # and the sequence log-ratio sum
         "training/rollout_probs_diff_valid": 1,
         "training/rollout_probs_diff_max": metrics["abs_dp_max"],

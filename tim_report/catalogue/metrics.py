@@ -138,6 +138,8 @@ _DENSE = PUBLISHED_BANDS[("dense", "bf16")]
 _KL_LO, _KL_HI = (sci(x) for x in _DENSE.kl_k3)
 _MED_NOISE, _MED_LARGE = sci(MEDIAN_ABS_DELTA_NOISE), sci(MEDIAN_ABS_DELTA_LARGE)
 HEALTH_LEGEND = f"green ≥ {plain(HEALTH.green)}, amber {plain(HEALTH.amber)}–{plain(HEALTH.green)}, red < {plain(HEALTH.amber)}"
+# config.step_health: the ESS's colour, never greener than the verdict beside it
+HEALTH_VERDICT = "never greener than the verdict: red when systematic or not to be trained on, at least amber when elevated"
 
 
 def _p(x: float) -> str:

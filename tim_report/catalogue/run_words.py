@@ -15,7 +15,7 @@ from .findings import FINDINGS, Finding, Words
 from .findings.lag import SYNC_ENTRIES
 from .numbers import fmt, plain, times
 
-REGIME_WORDS = {"identical": "identical", "numerical_noise": "numerical noise", "elevated": "elevated",
+REGIME_WORDS = {"identical": "identical", "numerical_noise": "numerical noise", "staleness": "staleness", "elevated": "elevated",
                 "systematic": "systematic", "unknown": "not diagnosed"}
 
 
@@ -39,6 +39,8 @@ def _steps(first: Any, last: Any) -> str:
 
 
 def _explained(w: Words) -> str:
+    if w.get("lag_mix"):
+        return f"; {lag_change(*w['lag_mix'])}"
     return (f"; every step from there is diagnosed {short(w['explained_by'])}: {meaning(w['explained_by'])}"
             if w.get("explained_by") else "")
 
@@ -63,18 +65,47 @@ def _spike_title(w: Words) -> str:
             f"{fmt(w['peak'])} nats)")
 
 
+def _never_title(w: Words) -> str:
+    per = " per unit of lr²" if w.get("per_lr") else ""
+    thirds = " → ".join(fmt(x, 2) for x in w["thirds"])
+    return (f"Never delivered: the KL k3 at lag {fmt(w['lag'])} grew from step {_n(w['first_step'])} to step "
+            f"{_n(w['last_step'])} without levelling off ({fmt(w['first_kl_k3'])} → {fmt(w['last_kl_k3'])}; the medians "
+            f"of each third of its {fmt(w['steps'])} steps{per} {thirds}): the engine may never have taken an update"
+            + ("" if w.get("per_lr") else ", unless a learning-rate warm-up is still under way (give each step its lr "
+                                          "to tell them apart)"))
+
+
 RUN_FINDINGS: dict[str, Finding] = {f.id: f for f in (
     Finding(
-        "level_jump", lambda w, dt: "info" if w.get("explained_by") else "warn", _jump_title,
+        "never_delivered", lambda w, dt: "error" if w.get("per_lr") else "warn", _never_title,
+        lambda w: f"an engine that never took an update (KL k3 at lag {fmt(w['lag'])} growing {times(w['growth'])})",
+        lambda w: ("An engine that never takes an update samples from the first weights at every step while it claims "
+                   "each new version, so the KL at a fixed lag grows with the steps since the run began: a LoRA adapter "
+                   "or a weight bucket that never loads (verl #7495), an update call that returns success and moves "
+                   "nothing (tokenspeed #1373). "
+                   + ("Each step's KL was read per unit of its lr², so a learning-rate warm-up does not explain it."
+                      if w.get("per_lr") else
+                      "A learning-rate warm-up still under way grows the KL the same way, then levels off when it ends: "
+                      "give each step its learning rate (meta `lr`) and the KL is read per unit of lr².")),
+        lambda w: ("Record the engine's and the trainer's weight digests with each step (save_step's digests, "
+                   "docs/staleness.md), or score one step with the first checkpoint and with its labelled one "
+                   "(`tim-report rescore STEP --model CKPT_0 --as v0 --model CKPT_N --as vN`): tokens nearest the first "
+                   "weights were sampled by an engine that never moved.")),
+    Finding(
+        "level_jump", lambda w, dt: "info" if w.get("explained_by") or w.get("lag_mix") else "warn", _jump_title,
         lambda w: f"a jump of the mismatch at step {_n(w['step'])} ({times(w['ratio'])} in one step)",
-        lambda w: (f"The jump is where the {short(w['explained_by'])} finding starts, which the steps from there are "
+        lambda w: ("The steps from there carry tokens of another lag, and the lag's own mismatch (staleness) grows with "
+                   "the lag: the level moved with the lag mix, which importance weights correct." if w.get("lag_mix") else
+                   f"The jump is where the {short(w['explained_by'])} finding starts, which the steps from there are "
                    f"diagnosed with ({meaning(w['explained_by'])}): whatever changed at step {_n(w['step'])} brought it in."
                    if w.get("explained_by") else
                    "Something changed for every token at that step: an export or weight-format change (a checkpoint "
                    "converted or re-saved: an HF / safetensors export, a dtype cast, fp8 or int quantisation, tied "
                    "embeddings or a LoRA merge lost on the way), or a weight sync that loaded another model. Drift does "
                    "not move the mismatch this far in one step."),
-        lambda w: (f"Follow the `{w['explained_by']}` finding's advice on step {_n(w['step'])}'s page, and look for what "
+        lambda w: ("Nothing to fix in the jump itself: each step's lag is read against the run's own history of that "
+                   "lag (the index's rows); if the new lag costs too much ESS, lower the maximum lag." if w.get("lag_mix") else
+                   f"Follow the `{w['explained_by']}` finding's advice on step {_n(w['step'])}'s page, and look for what "
                    f"changed between step {_n(w['previous_step'])} and step {_n(w['step'])} (code, configuration, checkpoint)."
                    if w.get("explained_by") else
                    f"Compare the weights each side loaded at step {_n(w['step'])} with step {_n(w['previous_step'])} (checksums, "
@@ -157,15 +188,6 @@ def run_verdict_sentence(regime: str, first: Any, last: Any, since_start: bool, 
     return head + (": " + "; ".join(parts) if parts else "") + "."
 
 
-def lag_only_note(first: Any, last: Any, count: int) -> str:
-    """Said after the run verdict when steps of a stale run were read as the steps before them."""
-    which = _steps(first, last)
-    which = which[0].upper() + which[1:] + (f" ({count} steps) carry" if count > 1 else " carries")
-    return (f"{which} tokens of lag ≥ 1 with too few of lag 0 to judge the numerics apart from the lag, and no finding: "
-            "the mismatch beyond noise there comes with the lag (staleness, see the lag mix), so they are read as the "
-            "steps before them; `watch` holds each step against steps of its own lag mix.")
-
-
 def lag_change(before: tuple | None, after: tuple | None) -> str:
     """A change point at a step whose lag mix changed: 'the lag mix changed (lag 1 → lags 2, 3) …'."""
     def mix(key: tuple | None) -> str:
@@ -174,7 +196,7 @@ def lag_change(before: tuple | None, after: tuple | None) -> str:
         return ("lag " if len(key) == 1 else "lags ") + ", ".join(str(k) for k in key)
 
     return (f"the lag mix changed at that step ({mix(before)} → {mix(after)}): staleness grows with the lag, which is "
-            "not a change of regime; `watch` holds each step against steps of its own lag mix")
+            "not a change of regime; each lag is held to the run's own history of that lag")
 
 
 # ---- the run view: change points ---------------------------------------------------------------------------
@@ -217,16 +239,17 @@ def run_change(kind: str, f: dict) -> str:
 
 def change_sentence(step: str, clauses: list[str], worse: bool, after: tuple[str, int, int] | None = None,
                     gone: tuple[str, int, int] | None = None, run_finding: str | None = None,
-                    lag_moved: str | None = None) -> str:
+                    lag_moved: str | None = None, since: str | None = None) -> str:
     """One step's change of level, then what the steps after it say: the finding most of them are diagnosed with
     (`after`: id, steps with it, steps), or the one that the steps before had and these have not (`gone`), or a
     change of the lag mix at that step (`lag_moved`, lag_change's words), or a run-level finding at that step; generic
-    advice only when none does."""
+    advice only when none does. `since`: the step the finding of `after` began at, when the steps before this one
+    already had it (the level moved again within it)."""
     joined = clauses[0] if len(clauses) == 1 else ", ".join(clauses[:-1]) + " and " + clauses[-1]
     if after is not None:
         fid, k, n = after
         every = "every step from there is" if k == n else f"{k} of the {n} steps from there are"
-        why = f"from step {step} {meaning(fid)} ({every} diagnosed {short(fid)}; a step's page says what to check)"
+        why = f"from step {since or step} {meaning(fid)} ({every} diagnosed {short(fid)}; a step's page says what to check)"
     elif gone is not None:
         fid, k, n = gone
         why = f"the {short(fid)} finding of the steps before ({k} of {n}) is gone from step {step}"

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .numbers import fmt, pct, times
+from ..config import LAG_SUSTAINED
+from .numbers import fmt, pct, plain, times
 
 Words = dict[str, Any]
 
@@ -70,21 +71,49 @@ def verdict_sentence(st: dict | None) -> str | None:
                 "lag is claimed.")
     lags = [r["lag"] for r in st["by_lag"] if isinstance(r["lag"], int) and r["lag"] >= 0]
     if st["share"] is None:
-        known = ", ".join(fmt(x) for x in lags[:6]) or "none"
-        return (f"Staleness: {floor_words(st['floor'])}, so the staleness share is not defined and the regime reads lag "
-                f"and numerics together (lags {known}).")
+        return (f"Staleness: {floor_words(st['floor'])}, so the staleness share is not defined: the mismatch at "
+                f"{lags_words(st)} is read as the lag's, and the run holds each lag against its own history.")
     if lags == [0]:
         return f"Staleness: every token is at lag 0 (synchronous); {floor_words(st['floor'])}."
     if st["floor"] is not None and not st["floor"].get("enough", True):
         return (f"Staleness: lag 0 holds only {fmt(st['floor']['tokens'])} tokens, too few to judge the numerics apart "
-                f"from the lag, so the regime reads lag and numerics together; {pct(st['share'])} of KL k3 comes from lag "
-                f"≥ 1 beyond that floor{_interval(st)}.")
+                f"from the lag, so the mismatch is read as the lag's; {pct(st['share'])} of KL k3 comes from lag ≥ 1 beyond "
+                f"that floor{_interval(st)}.")
     if st["floor"] is not None and not st["floor"]["within"]:
         return (f"Staleness: not split, {floor_words(st['floor'])}: the floor is not numerical noise, so the part beyond "
                 "it is not staleness alone (see stale weights).")
     lead = "staleness dominates" if st["dominant"] == "staleness" else "numerics dominate"
     return (f"Staleness: {pct(st['share'])} of KL k3 comes from lag ≥ 1 beyond the lag-0 floor{_interval(st)}, "
             f"{lead}; {floor_words(st['floor'])}.")
+
+
+def lags_words(st: dict) -> str:
+    """'lag 1', 'lags 1–3', 'lags 1 and 3': the known lags ≥ 1 a batch's tokens are at."""
+    lags = sorted(r["lag"] for r in st["by_lag"] if isinstance(r["lag"], int) and r["lag"] >= 1)
+    if len(lags) == 1:
+        return f"lag {fmt(lags[0])}"
+    if lags and lags[-1] - lags[0] == len(lags) - 1:  # distinct and sorted: contiguous (no range of 10¹⁷ built)
+        return f"lags {fmt(lags[0])}–{fmt(lags[-1])}"
+    return "lags " + ", ".join(fmt(x) for x in lags[:-1]) + f" and {fmt(lags[-1])}" if lags else "lag ≥ 1"
+
+
+def lag_regime_sentence(st: dict, nums: str) -> str:
+    """The verdict of a batch in the staleness regime: its tokens are at lag ≥ 1 with no lag-0 anchor, its mismatch
+    beyond noise and no finding points at the engines."""
+    lag0 = next((r["tokens"] for r in st["by_lag"] if r["lag"] == 0), 0)
+    anchor = (f"lag 0 holds only {fmt(lag0)} tokens, too few to judge the numerics on" if lag0 else
+              "no token is at lag 0 to judge the numerics on")
+    return (f"Staleness at {lags_words(st)}: the tokens were sampled by older weights than the trainer's ({nums}), and "
+            f"no finding points at the engines. {anchor[0].upper()}"
+            f"{anchor[1:]}, so this batch alone cannot tell the lag's expected mismatch from an engine that missed a "
+            "sync: the run's index holds each lag against its own history, and weight digests settle it.")
+
+
+LAG_REGIME_CHECK = ("Nothing in the engines is flagged: the mismatch is the lag's, which importance weights against "
+                    "the behaviour policy correct (token TIS / MIS with the rollout's log-probs). To rule out a weight "
+                    "sync that did not arrive, read this lag's KL against the run's own history (the index, `watch`) or "
+                    "record weight digests with each step; if the lag's ESS or clipped share costs too much, lower the "
+                    "maximum lag (max off-policy steps, the async buffer's depth) or the learning rate.")
 
 
 def cost_sentence(st: dict) -> str | None:
@@ -110,17 +139,92 @@ def staleness_check(st: dict | None) -> str | None:
 
 def glance(st: dict | None) -> str | None:
     """'staleness 81% of KL k3 from lag ≥ 1, lag 0 at dense bf16 noise' for a terminal line."""
-    if st is None or st["share"] is None or st["trainer_version"] is None:
+    if st is None or st["trainer_version"] is None:
         return None
+    if st["share"] is None:  # no lag-0 tokens: the lags and their KL, no split
+        older = [r for r in st["by_lag"] if isinstance(r["lag"], int) and r["lag"] >= 1]
+        if not older:
+            return None
+        kl = ", ".join(f"{fmt(r['kl_k3'], 2)} at lag {fmt(r['lag'])}" for r in older[:3])
+        n0 = next((r["tokens"] for r in st["by_lag"] if r["lag"] == 0), 0)
+        return f"KL k3 {kl}; {'only ' + fmt(n0) if n0 else 'no'} lag-0 tokens to judge the numerics on"
     if all(r["lag"] == 0 for r in st["by_lag"]):
         return f"every token at lag 0, {floor_words(st['floor'])}"
     return f"staleness {pct(st['share'])} of KL k3 from lag ≥ 1, {floor_words(st['floor'])}"
+
+
+def run_glance(reading: dict) -> str:
+    """A step the run reads as stale weights: 'systematic: stale weights (KL k3 at lag 1 10.6× the run's own, steps
+    1–7)' or '… grown since step 1 without levelling off'."""
+    where = f"lag {fmt(reading['lag'])}"
+    if reading["status"] == "never":
+        return (f"systematic: stale weights (KL k3 at {where} growing since step {fmt(reading['since_step'])} without "
+                "levelling off: an engine that never took an update)")
+    return (f"systematic: stale weights (KL k3 at {where} {times(reading['times'])} the run's own, {reading['basis']}; "
+            f"since step {fmt(reading['since_step'])})")
+
+
+def climbing_glance(regime: str | None, reading: dict) -> str:
+    """'staleness: lag 2 climbing 5.82× its own history since step 10 (a stopped sync climbs on)'."""
+    return (f"{(regime or 'not diagnosed').replace('_', ' ')}: lag {fmt(reading['lag'])} climbing "
+            f"{times(reading['times'])} its own history since step {fmt(reading['since_step'])} (a stopped sync climbs "
+            "on, a faster policy levels off)")
+
+
+def climbing_short(reading: dict) -> str:
+    """A climbing step's note beside its verdict in the runs table: 'lag 2 climbing 5.82×'."""
+    return f"lag {fmt(reading['lag'])} climbing {times(reading['times'])}"
+
+
+def climbing_note(reading: dict) -> str:
+    """Said after a run verdict whose last step's lag is climbing: not named yet, not nothing."""
+    return (f"The KL at lag {fmt(reading['lag'])} has been climbing above the run's own history since step "
+            f"{fmt(reading['since_step'])} ({times(reading['times'])} its median at the last step): a weight sync that "
+            "stopped makes it climb on and never come back, a policy that sped up levels off; it is named stale weights "
+            f"once it is {plain(LAG_SUSTAINED)}× its history beyond its own noise (weight digests tell at once).")
+
+
+def unjudged(reading: dict) -> str:
+    """A lag with too few earlier steps of its own to be judged against (`check --history`'s line)."""
+    return f"lag {fmt(reading['lag'])} not judged yet: too few earlier steps at that lag ({reading['basis']})"
+
+
+def run_reading(reading: dict | None) -> str | None:
+    """A step's lag against the run's own history, for its row and `watch`'s line: None when not judged."""
+    if not reading or reading["status"] == "unjudged":
+        return None
+    per = " per unit of lr²" if reading.get("per_lr") else ""
+    lag = f"lag {fmt(reading['lag'])}"
+    if reading["status"] == "within":
+        return f"{lag} as expected: KL k3 {fmt(reading['kl_k3'], 3)}, {times(reading['times'])} the run's own{per} ({reading['basis']})"
+    if reading["status"] == "never":
+        return (f"KL k3 at {lag} {fmt(reading['kl_k3'], 3)} has grown since step {fmt(reading['since_step'])} without "
+                "levelling off: the engine may never have taken an update")
+    if reading["status"] == "climbing":
+        return (f"{lag} climbing above the run's own history since step {fmt(reading['since_step'])} (KL k3 "
+                f"{fmt(reading['kl_k3'], 3)}, {times(reading['times'])} the median of {reading['basis']}{per})")
+    if reading["status"] == "rising":
+        return (f"{lag} rising since the run began (KL k3 {fmt(reading['kl_k3'], 3)}, {times(reading['times'])} the median "
+                f"of {reading['basis']}{per}): a learning-rate warm-up, or an engine that never took an update; each "
+                "step's lr (meta `lr`) or weight digests tell them apart")
+    looks = (f" (labelled v{reading['labelled_version']}, they look like v{reading['looks_like_version']} if the engine "
+             f"has taken no update since this began: `rescore` with v{reading['looks_like_version']} tells)"
+             if reading.get("looks_like_version") is not None else "")
+    return (f"KL k3 at {lag} {fmt(reading['kl_k3'], 3)} ± {fmt(reading['kl_k3_se'], 2)} is {times(reading['times'])} the "
+            f"run's own{per} (median {fmt(reading['reference'], 3)} of {reading['basis']}): the tokens labelled {lag} "
+            f"come from older weights than their label, as when a weight sync stops{looks}")
 
 
 # ---- the five findings' words ------------------------------------------------------------------------------
 
 
 def stale_title(w: Words) -> str:
+    if w.get("rescored_lag") is not None:  # a rescore alone named it: no lag-0 floor beyond its band
+        return (f"Stale weights: rescored, the tokens labelled lag {fmt(w['rescored_lag'])} (v{w['labelled_version']}) "
+                f"look like v{w['rescored_looks_like_version']}: {w['rescored_nearest']}'s KL k3 against the rollout "
+                f"{fmt(w['nearest_kl_k3'])}, v{w['labelled_version']}'s {fmt(w['labelled_kl_k3'])} "
+                f"({times(w['labelled_kl_k3'] / w['nearest_kl_k3'] if w['nearest_kl_k3'] > 0 else None)}, over "
+                f"{fmt(w['tokens'])} tokens)")
     like = ""
     if w.get("looks_like_lag") is not None:
         like = f"; they look like lag {fmt(w['looks_like_lag'])}'s tokens (KL k3 {fmt(w['looks_like_kl_k3'])})"
@@ -135,6 +239,9 @@ def stale_title(w: Words) -> str:
 
 
 def stale_problem(w: Words) -> str:
+    if w.get("rescored_lag") is not None:
+        return (f"an engine that did not hold the weights its tokens are labelled with (labelled v{w['labelled_version']}, "
+                f"rescored they look like v{w['rescored_looks_like_version']})")
     return (f"an engine that did not hold the weights its tokens are labelled with (lag 0 {times(w['times_band'])} "
             "beyond its noise band)")
 
@@ -147,6 +254,21 @@ STALE_CHECK = ("Compare a checksum of the engine's weights with the trainer's af
                "engine reports with each sample; score a saved step with the current checkpoint and an older one "
                "(`tim-report rescore`); flush the prefix cache on sync; sync in the engine's precision only after "
                "accumulating the update in fp32.")
+
+
+def order_title(w: Words) -> str:
+    return (f"Version order: the tokens labelled lag {fmt(w['newer_lag'])} disagree with the trainer {times(w['ratio'])} "
+            f"more than those labelled lag {fmt(w['older_lag'])} (KL k3 {fmt(w['newer_kl_k3'])} against "
+            f"{fmt(w['older_kl_k3'])}, z {fmt(w['z'], 2)}): they were sampled by older weights than their label says")
+
+
+ORDER_CAUSE = ("Staleness grows with the lag: tokens of a newer version sit closer to the trainer than older ones. Here "
+               "a newer bucket is the farther one, so its tokens came from weights older than their label: an engine "
+               "that stopped taking updates while its version counter went on (a sync that returned success and moved "
+               "nothing), or a version read before the sync landed.")
+ORDER_CHECK = ("Log the version the engine reports with each sample next to the one the trainer assigns; compare weight "
+               "digests of the engine and the trainer after each sync; score the step with the labelled checkpoint and "
+               "an older one (`tim-report rescore`).")
 
 
 def negative_title(w: Words) -> str:

@@ -11,6 +11,8 @@ from .numbers import pct
 
 Words = dict[str, Any]
 
+ALARM = "exact: the weight digests say so"  # after a sync finding's meaning in `watch`'s alarm line
+
 HEALTH = {"fault": "red", "agree": "green", "unchecked": "grey"}  # a sync-health value → its colour
 
 

@@ -9,18 +9,22 @@ from __future__ import annotations
 
 import math
 
+from . import staleness as lag_words
 from .findings import INPUT_PROBLEM
 from .numbers import fmt, pct, plain, sci
 
 # ---- the verdict of a batch ----------------------------------------------------------------------------
 
-REGIMES = ("identical", "numerical_noise", "elevated", "systematic")
+# In order of concern: `staleness` is a mismatch beyond noise that is the lag's (tokens sampled by older weights, no
+# lag-0 tokens to judge the numerics on, no finding): expected, corrected by importance weights (docs/staleness.md).
+REGIMES = ("identical", "numerical_noise", "staleness", "elevated", "systematic")
 
 DEFAULT_CHECK = {
     "identical": "Nothing to fix. If you expected a precision or engine difference, check that the two sides "
                  "really ran different engines / dtypes (the batch may hold the same array twice).",
     "numerical_noise": "Nothing is broken. If clipping or ESS still hurt, use an importance-sampling correction "
                        "(see the what-if table) or narrow the precision gap (fp16 rollout and training, fp32 LM head){gap}.",
+    "staleness": lag_words.LAG_REGIME_CHECK,
     "elevated": "Beyond the noise published for bf16/fp16 engines, with no specific fault detected: compare engine "
                 "versions, attention backends, KV-cache dtype, fp32 LM head and quantisation{gap}; read the worst sequences.",
     "systematic": "Check that both sides load the same weights (same step), see the same prompt tokens and chat "
@@ -36,9 +40,10 @@ def _article(name: str) -> str:
 
 
 def verdict(regime: str, metrics: dict, lead: dict | None, band: str, has_shadow: bool,
-            floor: dict | None = None) -> tuple[str, str]:
+            floor: dict | None = None, lagged: dict | None = None) -> tuple[str, str]:
     """(one plain sentence naming the regime and the finding that leads it, what to check). With a `floor` (the
-    staleness split's lag-0 reading) the regime was judged on lag 0's tokens: the sentence says so."""
+    staleness split's lag-0 reading) the regime was judged on lag 0's tokens: the sentence says so; in the staleness
+    regime `lagged` (the split) says which lags the tokens are at."""
     nums = (f"KL k3 {fmt(metrics['kl_k3'], missing='n/a')}, mean |δ| {fmt(metrics['abs_delta_mean'], missing='n/a')} nats, "
             f"log-prob correlation {fmt(metrics.get('corr_logp'), missing='n/a')}")
     title = lead["title"][0].lower() + lead["title"][1:] if lead else None
@@ -56,6 +61,8 @@ def verdict(regime: str, metrics: dict, lead: dict | None, band: str, has_shadow
             text = (f"Numerical noise at lag 0: the {fmt(floor['tokens'])} tokens sampled with the trainer's own weights "
                     f"disagree {'by ' if band == 'dense bf16' else ''}{size} (KL k3 {fmt(floor['kl_k3'])}, mean |δ| "
                     f"{fmt(floor['mean_abs_delta'])} nats); the batch as a whole ({nums}) is beyond that by the lag: staleness.")
+    elif regime == "staleness":
+        text = lag_words.lag_regime_sentence(lagged or {"by_lag": []}, nums)
     elif regime == "elevated":
         text = f"Elevated: beyond numerical noise but not clearly broken ({nums})" + (f"; {title}." if title else ".")
     else:

@@ -104,6 +104,7 @@ def check_command(files, bounds, no_limits, fail_on, overrides, history, history
                            history_window=history_window, history_margin=history_margin,
                            history_floors=_floors(history_floors), exact=exact, atol=atol)
     failed = unusable = False
+    rows: dict[str, list[dict]] = {}  # each input's step rows: a run folder's steps are read together at the end
     for checked in check(list(files), load, options):
         if isinstance(checked, Unread):
             unusable = True
@@ -111,6 +112,7 @@ def check_command(files, bounds, no_limits, fail_on, overrides, history, history
                        if as_json else f"{safe(str(checked.path))}: unreadable: {safe(checked.reason)}")
             continue
         path, report, res, hres = checked.path, checked.report, checked.result, checked.history
+        rows.setdefault(str(checked.source), []).append({**checked.row, "id": str(path)})  # named as the lines name it
         failed |= not res.ok
         unusable |= res.input_problem is not None
         if as_json:
@@ -135,7 +137,22 @@ def check_command(files, bounds, no_limits, fail_on, overrides, history, history
             click.echo(safe(v.line(name)))
         if report.routing.get("blocked_by_bug"):
             click.echo(f"{name}: {terminal_blocked(report.diagnosis)}")
+    failed |= _across_steps(rows, as_json)
     sys.exit(2 if unusable else 1 if failed else 0)
+
+
+def _across_steps(rows: dict[str, list[dict]], as_json: bool) -> bool:
+    """A run folder's errors that only its steps read together show (the weight digests of a one-step-off run,
+    docs/sync.md; a lag beyond the run's own history of it, docs/staleness.md): a line each; whether there was one."""
+    from ..service.check import run_errors
+
+    found = False
+    for source, steps in rows.items():
+        for f in run_errors(steps) if len(steps) > 1 else []:
+            found = True
+            click.echo(json.dumps({"file": source, "ok": False, "across_steps": f["id"], "title": f["title"]}, sort_keys=True)
+                       if as_json else f"{safe(source)}: error {f['id']} (the steps read together): {safe(f['title'])}")
+    return found
 
 
 def _floors(values: tuple[str, ...]) -> dict[str, float]:

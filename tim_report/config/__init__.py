@@ -19,15 +19,53 @@ from .bands import PUBLISHED_BANDS as PUBLISHED_BANDS
 from .bands import PUBLISHED_BF16_KL as PUBLISHED_BF16_KL
 from .bands import NoiseBand as NoiseBand
 from .bands import PublishedBand as PublishedBand
+from .history import CHANGE_POINT_ALPHA as CHANGE_POINT_ALPHA
+from .history import CHANGE_POINT_MIN_SIZE as CHANGE_POINT_MIN_SIZE
+from .history import CHANGE_POINT_PENALTY as CHANGE_POINT_PENALTY
+from .history import CHANGE_POINT_PRIOR_DF as CHANGE_POINT_PRIOR_DF
+from .history import FLOOR_Z as FLOOR_Z
+from .history import HISTORY_MARGIN as HISTORY_MARGIN
+from .history import HISTORY_MAX_BYTES as HISTORY_MAX_BYTES
+from .history import HISTORY_MIN_STEPS as HISTORY_MIN_STEPS
+from .history import HISTORY_WINDOW as HISTORY_WINDOW
+from .history import LAG_HISTORY_MARGIN as LAG_HISTORY_MARGIN
+from .history import LAG_HISTORY_MIN_STEPS as LAG_HISTORY_MIN_STEPS
+from .history import LAG_JUMP as LAG_JUMP
+from .history import LAG_SUSTAINED as LAG_SUSTAINED
+from .history import LR_STEP_MAX as LR_STEP_MAX
+from .history import NEVER_GROWTH as NEVER_GROWTH
+from .history import NEVER_MIN_STEPS as NEVER_MIN_STEPS
+from .history import NEVER_TOTAL as NEVER_TOTAL
+from .history import RISE_KEEP as RISE_KEEP
+from .history import RUN_FINDING_Z as RUN_FINDING_Z
+from .history import RUN_GROWTH_MIN_RATIO as RUN_GROWTH_MIN_RATIO
+from .history import RUN_GROWTH_MIN_STEPS as RUN_GROWTH_MIN_STEPS
+from .history import RUN_JUMP_RATIO as RUN_JUMP_RATIO
+from .history import RUN_MEDIAN_LOG_SE as RUN_MEDIAN_LOG_SE
+from .history import RUN_SPIKE_MAX_STEPS as RUN_SPIKE_MAX_STEPS
+from .history import RUN_VERDICT_SHARE as RUN_VERDICT_SHARE
+from .history import TREND_LOG_AXIS_SPAN as TREND_LOG_AXIS_SPAN
+from .history import TREND_POINTS_MAX as TREND_POINTS_MAX
+from .history import TREND_TABLE_MAX_STEPS as TREND_TABLE_MAX_STEPS
 
 # ---- conventions ------------------------------------------------------------------------------------
 
 # |log r| is clamped to this before exponentiating (verl's SAFETY_BOUND in rollout_corr_helper:
 # exp(20) ≈ 4.9e8). Token log-ratios, sequence log-ratio sums and the sample tables all use it.
 SAFETY_BOUND = 20.0
+# ... so no token's k3 = r − 1 − log r exceeds this (4.85e8), nor any mean of them: a KL k3 read back above it (index.json, the
+# build cache) was not written by tim-report.
+KL_K3_MAX = math.expm1(SAFETY_BOUND) - SAFETY_BOUND
 # rescore's nearest side: sides whose mean (side − rollout)² differs from the nearest's by at most this many standard
 # errors (paired, clustered by sequence) tie with it (analysis/chain.py, docs/chain.md)
 NEAREST_TIE_SE = 2.0
+# A rescored bucket is `stale_weights` when its labelled version's own weights were scored (a checkpoint of that
+# version, or the trainer's at lag 0), another candidate is nearest alone, and the labelled weights' KL k3 against the
+# rollout is at least this many times the nearest's (analysis/lag/rescored.mislabelled). On the tiny model's real
+# versions (docs/staleness.md) the engine's own weights sit at the bf16 floor (1.1e-4 to 1.3e-4) and one Adam step away
+# is 22× that or more; an honest bucket's labelled weights are its nearest (1×). Two leaves a wide margin on each side,
+# and keeps a near-tie that the 2-standard-error rule splits by chance from being called an error.
+RESCORE_LABEL_RATIO = 2.0
 # The what-if table explains a Geometric RS row that rejects at least this share of sequences when the batch's own
 # per-token noise, averaged over a typical sequence, already strays past the band (catalogue.verdicts.geo_rs_note).
 GEO_RS_NOTE_SHARE = 0.5
@@ -88,6 +126,15 @@ PROMPTS_MAX_BYTES = 64 * 1024 * 1024
 TOPK_LOGPROBS_DEFAULT = 20
 TOPK_MAX = 64
 
+# The most of a --notes markdown file a build reads: a narrative of a few pages is under 100 kB, and the notes are
+# copied into every page of the site.
+NOTES_MAX_BYTES = 1024 * 1024
+# The most a --tokenizer folder's tokenizer files (tokenizer.json, vocabularies, merges, .model) may hold: the largest
+# tokenizers shipped with open models are about 35 MB (Gemma 3's tokenizer.json 33 MB plus its 4.7 MB
+# tokenizer.model); loading takes some 25× the file's size in memory (a 75 MB tokenizer.json took 2 GB, issue 24).
+TOKENIZER_MAX_BYTES = 64 * 1024 * 1024
+
+
 # ---- the analysis ------------------------------------------------------------------------------------
 
 PPO_EPS_LOW = 0.2  # PPO clip range [1 − ε_low, 1 + ε_high]: 0.2 / 0.28 is DAPO's clip-higher default
@@ -146,6 +193,16 @@ def health(ess: float | None) -> str:
     return "green" if ess >= HEALTH.green else ("amber" if ess >= HEALTH.amber else "red")
 
 
+def step_health(ess: float | None, regime: str | None, blocked: bool = False) -> str:
+    """A batch's colour: its token ESS's, made no better than its verdict's (red for a batch not to train on or
+    systematic, at least amber for elevated), so a badge never reads greener than the verdict beside it."""
+    colour = health(ess)
+    least = "red" if blocked or regime == "systematic" else "amber" if regime == "elevated" else None
+    if least is None or colour == "unknown":
+        return colour if least is None else least
+    return max(colour, least, key=HEALTH_ORDER.index)
+
+
 @dataclass(frozen=True)
 class VerlAlerts:
     """verl's documented rollout-correction alerts (verl docs, "Rollout correction" metrics): the defaults
@@ -179,50 +236,6 @@ TOPK_TOP1_DIFFER_BAD = 0.1
 # The KL on the union of the two top-k sets is pinned down only where the two sets hold the mass: when the
 # token-mean mass outside the shared top-k exceeds this, the report says the estimate is loose (raise K).
 TOPK_UNRESOLVED_WARN = 0.05
-
-# ---- change points ----------------------------------------------------------------------------------------
-
-# The position-onset detector's search along a response (analysis/changepoints.py): PELT (ruptures) on a series
-# with a weighted L2 cost; the penalty per change is
-# CHANGE_POINT_PENALTY · σ̂² · log n, σ̂ the series' own noise (a robust scale of its first differences).
-# 2 is the BIC's two parameters (a new level and its position): on pure noise of 200 points about one
-# series in twenty shows a spurious change, which the callers' effect-size checks then discard.
-CHANGE_POINT_PENALTY = 2.0
-CHANGE_POINT_MIN_SIZE = 3  # points in the shortest segment (both searches): a single odd step is an outlier, not a level
-# The run view's change points (analysis/shifts.py): a split must stand out of the noise of the two segments
-# it separates at this two-sided false-alarm level per metric, Bonferroni-corrected over the positions tried.
-# Nine metrics are searched, so a steady run shows a change with probability ≤ 9 · α under the noise model;
-# docs/diagnosis.md measures the rate on simulated steady runs (scripts/run_view_matrix.py).
-CHANGE_POINT_ALPHA = 1e-3
-# Each side's variance (or a count's over-dispersion) is shrunk towards the segment's robust step-to-step scatter
-# by this many pseudo-steps: a side of three steps cannot claim a variance of zero.
-CHANGE_POINT_PRIOR_DF = 2.0
-
-# ---- the run view (design §7): the trend of each headline metric over steps ------------------------------
-# Which metrics the run view follows, and their floors on a change of level: tim_report.catalogue.metrics.
-
-# The run-level findings (analysis/drift.py) read each step's median |δ| (robust to the few wild tokens that move
-# KL by decades), in logs. A jump or a spike is a step at least RUN_JUMP_RATIO× the level before it: steady bf16
-# runs wander by 10-30% from step to step, a changed weight format or stale weights move every token. A spike lasts
-# at most RUN_SPIKE_MAX_STEPS steps (a level lasts longer: CHANGE_POINT_MIN_SIZE); growth rises by
-# RUN_GROWTH_MIN_RATIO× or more over at least RUN_GROWTH_MIN_STEPS steps along a line that fits better than any
-# single jump. Every move must also stand out of the noise by RUN_FINDING_Z standard errors: the run's own robust
-# step-to-step scatter, and each step's sampling error, RUN_MEDIAN_LOG_SE / √tokens (the standard error of the log of
-# a median of |δ|: 1.17 / √T for normal δ, 1.5 for the heavier tails of real mismatch).
-RUN_JUMP_RATIO = 3.0
-RUN_SPIKE_MAX_STEPS = 3
-RUN_GROWTH_MIN_RATIO = 2.0
-RUN_GROWTH_MIN_STEPS = 5
-RUN_FINDING_Z = 5.0
-RUN_MEDIAN_LOG_SE = 1.5
-# The run verdict (analysis/run_verdict.py): the latest stretch of steps is the one where at least this share of
-# the steps has the last step's regime; a finding that leads this share of a stretch's steps explains it. Three in
-# four: a detector that misses one small batch in eight must not hide what the other seven say.
-RUN_VERDICT_SHARE = 0.75
-
-TREND_LOG_AXIS_SPAN = 10.0  # a panel gets a log axis when its positive values span this factor or more
-TREND_POINTS_MAX = 200  # above this many steps the trend draws lines and faint points (no overplotting)
-TREND_TABLE_MAX_STEPS = 50  # report.md's step table up to this many steps; longer runs: the HTML index and index.json
 
 # ---- the report -----------------------------------------------------------------------------------------
 
@@ -406,6 +419,11 @@ class DiagnosisThresholds:
     # bucket at half the batch's tokens with ESS under 0.5 already halves what its tokens teach).
     lag_ess_min: float = 0.5
     lag_share_min: float = 0.05
+    # version_order: a newer lag bucket's KL k3 at least this many times an older one's, beyond z standard errors of
+    # the difference. Staleness grows with the lag (tiny-qwen2's real Adam steps: lag 1 2.8e-3, 2 1.0e-2, 3 2.0e-2), so a
+    # newer bucket farther from the trainer than an older one is a label that is wrong, not noise; twice keeps a
+    # policy that barely moves between two lags (their KL alike) out.
+    version_order_ratio: float = 2.0
     # idle_correction: a logged PPO clip fraction at or below this while the ratios would clip more than
     # idle_clip_expected of the tokens (SkyRL #1850: recomputed old log-probs made r ≡ 1 under staleness 4).
     idle_clip_logged_max: float = 0.0
@@ -467,34 +485,6 @@ COMPARE_TOKEN_TOL = 1e-4  # nats: a token's |δ| must move by more than this to 
 
 # ---- the noise bands (precision, published by model class and precision): config/bands.py ------------------
 
-# ---- `check --history`: the run's own band ----------------------------------------------------------------
-
-# A new step is held to the rolling median of the run's previous steps, read from the site's index.json.
-# The window is short enough to follow a run that drifts slowly (the run view's change points report
-# drifts; this gate catches a step that jumps) and long enough that a median of it ignores a few odd steps.
-HISTORY_WINDOW = 10
-# With fewer earlier steps than this the median is the noise of one or two batches: the gate says so in
-# one line and does not fail (a run's first steps are its noisiest: warm-up, changing lengths).
-HISTORY_MIN_STEPS = 5
-# Band = median + max(margin × median, floor) for the higher-is-worse metrics, and for ESS (lower is
-# worse) the same on its deficit 1 − ESS. A healthy run's step-to-step variation of these numbers is
-# tens of percent (a new sample of prompts each step); the faults the diagnosis knows multiply them
-# tenfold or more. Doubling within one step is therefore the default alarm.
-HISTORY_MARGIN = 1.0
-# `watch`'s stale-weights alarm (analysis/lag/history.py): a step's lag-0 KL k3 beyond (1 + HISTORY_MARGIN) × the run's
-# lag-0 median by more than this many of its own standard errors (two: the z of the diagnosis's noise tests).
-FLOOR_Z = 2.0
-# Each metric's floor (the least a band reaches past the median) is in its catalogue entry (catalogue.metrics).
-# The most of index.json `check --history` reads: a row is under 1 kB, so 32 MiB holds some 30,000 steps;
-# a larger (or endless) file is refused rather than read into memory.
-HISTORY_MAX_BYTES = 32 * 1024 * 1024
-# The most of a --notes markdown file a build reads: a narrative of a few pages is under 100 kB, and the notes are
-# copied into every page of the site.
-NOTES_MAX_BYTES = 1024 * 1024
-# The most a --tokenizer folder's tokenizer files (tokenizer.json, vocabularies, merges, .model) may hold: the largest
-# tokenizers shipped with open models are about 35 MB (Gemma 3's tokenizer.json 33 MB plus its 4.7 MB
-# tokenizer.model); loading takes some 25× the file's size in memory (a 75 MB tokenizer.json took 2 GB, issue 24).
-TOKENIZER_MAX_BYTES = 64 * 1024 * 1024
-
+# ---- the run view (change points, run verdict, `check --history`, each lag's history): config/history.py ----------
 
 # ---- bisect's thresholds: config/bisect.py ---------------------------------------------------------------------

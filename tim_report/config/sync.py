@@ -11,12 +11,13 @@ from __future__ import annotations
 # carry scales of its own (per tensor, per block), so the trainer's plain cast is not what the engine holds.
 DIGEST_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
-# The changed share is counted over every element of a model of up to this many elements, and above it over a strided
-# sample of about this many (every s-th element in name order, s the smallest prime ≥ elements / this): 2**22 keeps
-# 8 MiB of bf16 per digest, whatever the model, and a standard error of sqrt(p(1 − p) / 2**22) ≈ 6e-5 on a share p of
-# 1.5% (0.4% of it). SmolLM2-135M (134.5M elements) is sampled every 37th element; tiny-qwen2 (1.6M) whole
-# (docs/sync.md, "What it costs").
-DIGEST_SAMPLE = 1 << 22
+# The changed share is counted over every element of a tensor of up to this many elements, and over a strided sample of
+# about this many above (every s-th element, s the smallest prime ≥ its elements / this), weighted by the tensors'
+# sizes: at most 8 KiB of bf16 kept per tensor for the next digest's share (SmolLM2-135M, 272 tensors: 1.65 MiB; a 7B
+# Llama, 291 tensors: at most 2.3 MiB), and a standard error of about sqrt(p(1 − p) / sampled elements): 1.3e-4 on a
+# share p of 1.5% over SmolLM2's 865,070 sampled elements (docs/sync.md, "What it costs"). Per tensor, so a sync's
+# stream of gathered tensors is digested one tensor at a time, without knowing the model's size first.
+DIGEST_SAMPLE = 1 << 12
 
 # A step may carry a few digests per side (the version its tokens were sampled with, the trainer's own, one per engine
 # replica); a meta value with more than this many is not a digest record but something else, and is not read.

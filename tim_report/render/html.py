@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from markupsafe import Markup
 
+from ..catalogue import kept as kept_words
 from ..catalogue import metrics as catalogue
 from ..catalogue.rescore import table_intro as weights_intro
 from ..catalogue.staleness import cache_intro, table_intro
 from ..catalogue.sync import TABLE_INTRO as SYNC_INTRO
-from ..config import HOT_DIFF, TREND_LOG_AXIS_SPAN, health
+from ..config import HOT_DIFF, TREND_LOG_AXIS_SPAN, step_health
 from . import charts as ch
 from . import index_views, run_tables
 from .chain_views import bitwise_identical, chain_view
@@ -35,6 +36,7 @@ from .views import (
     samples_view,
     title_parts,
     topk_view,
+    written_by,
 )
 
 
@@ -45,7 +47,8 @@ def run_context(report, notes_md: str | None = None, timestamp: str | None = Non
     return {
         **page_context(charts, timestamp, assets),
         "r": report, "t": title_parts(report), "m": report.metrics, "headline": headline(report),
-        "health_colour": health(report.metrics.get("ess")),
+        "health_colour": step_health(report.metrics.get("ess"), (report.diagnosis or {}).get("regime"),
+                                     bool((report.routing or {}).get("blocked_by_bug"))),
         "groups": groups_view(report), "envs": env_view(report), "samples": samples_view(report, 0), "metrics_table": flat_metrics(report),
         "percentiles": percentile_rows(report), "notes": render_notes(notes_md), "th": th,
         "hot_diff": HOT_DIFF, "samples_open": SAMPLES_OPEN, "top_tokens": TOP_TOKENS, "diagnosis": report.diagnosis,
@@ -54,8 +57,9 @@ def run_context(report, notes_md: str | None = None, timestamp: str | None = Non
                    "by_probability": run_tables.probability_table(report), "lags": run_tables.lag_table(report),
                    "weights": run_tables.weights_table(report),
                    "topk": run_tables.topk_tables(report), "cache": run_tables.cache_table(report),
-                   "sync": run_tables.sync_table(report)},
-        "sync_intro": SYNC_INTRO,
+                   "sync": run_tables.sync_table(report), "kept": run_tables.kept_table(report)},
+        "sync_intro": SYNC_INTRO, "written_by": written_by(report),
+        "kept_intro": kept_words.intro(report.diagnosis["kept_sets"]) if (report.diagnosis or {}).get("kept_sets") else None,
         "staleness_intro": table_intro(report.staleness) if report.staleness else None,
         "weights_intro": weights_intro(report.rescore) if report.rescore else None,
         "cache_intro": cache_intro(report.diagnosis["prefix_cache"]) if (report.diagnosis or {}).get("prefix_cache") else None,

@@ -20,6 +20,7 @@ from ..catalogue.evidence import items as evidence_items
 from ..catalogue.formats import ASSETS
 from ..catalogue.numbers import fixed, fmt, pct
 from ..config import HEALTH, health
+from .precompiled import Precompiled
 from .token_text import visible
 from .vega import javascript_bundle
 from .views import band_helps, kv_items, kv_tables
@@ -61,9 +62,12 @@ def environment(path: str | None = None) -> Environment:
     env.policies["json.dumps_kwargs"] = {"sort_keys": True, "separators": (",", ":"), "ensure_ascii": False}
     env.filters.update(fmt=fmt, pct=pct, fixed=fixed, visible=visible, code=code_spans)
     env.globals.update(metric=catalogue.metric, glossary=catalogue.glossary, conventions=catalogue.CONVENTIONS,
-                       health=health, health_bands=HEALTH, health_legend=catalogue.HEALTH_LEGEND, kv_items=kv_items,
+                       health=health, health_bands=HEALTH, health_legend=catalogue.HEALTH_LEGEND,
+                       health_verdict=catalogue.HEALTH_VERDICT, kv_items=kv_items,
                        kv_tables=kv_tables, kl_band_table=catalogue.kl_band_table, evidence_items=evidence_items,
                        band_helps=band_helps)
+    if path is None:  # the package's own templates: compiled once, shipped (render/precompiled.py)
+        env.bytecode_cache = Precompiled(env)
     return env
 
 

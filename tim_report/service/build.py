@@ -58,9 +58,10 @@ class BuildOptions:
 
 @dataclass
 class BuildResult:
-    """What a build did: every run's index row (input order), the steps where the run changed, the run's verdict over its
-    steps (None under two steps), how many steps it analysed and reused, how long it took, and the steps of a run
-    folder it could not read (index.json's `unreadable`: id, step, path, reason; and `file`, the path as given)."""
+    """What a build did: every run's index row (input order, as its run reads it: run_index.in_run), the steps where
+    the run changed, the run's verdict over its steps (None under two steps), how many steps it analysed and reused,
+    how long it took, and the steps of a run folder it could not read (index.json's `unreadable`: id, step, path,
+    reason; and `file`, the path as given)."""
 
     rows: list[dict]
     change_steps: list[dict]
@@ -259,7 +260,7 @@ def build(paths: list[Path], out: Path, opts: BuildOptions, run_ids: list[str] |
         index = {**index_from_rows(done_rows), "unreadable": [u.entry() for u in bad]}
         write_files(folder, {**render("index", index, opts.formats, opts.render), index_json.INDEX_JSON: index_json.text(index)})
         reused = len(found) - len(todo) - keys.count(None)
-        built = BuildResult(done_rows, (index["trend"] or {}).get("change_steps", []), index["run"],
+        built = BuildResult(index["runs"], (index["trend"] or {}).get("change_steps", []), index["run"],
                             len(done_rows) - reused, reused, time.monotonic() - start,
                             [{**u.entry(), "file": str(u.origin)} for u in bad])
         if before_publish is not None:  # the caller's own last step that can fail (the CLI's summary on stdout)

@@ -20,6 +20,7 @@ point (the run view's, analysis/trend.py). Each is one line and, with an alarm c
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import os
 import re
@@ -30,8 +31,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..analysis.history import check_history
-from ..analysis.lag.history import floor_moved, lag_changed, same_lag
-from ..catalogue.findings.lag import LAG_ALARMS
+from ..analysis.lag.history import has_lag, lag_changed, lag_key, same_lag
+from ..catalogue import staleness as lag_words
+from ..catalogue.findings.lag import LAG_ALARMS, STALE
 from ..catalogue.numbers import fmt
 from ..config import HISTORY_MARGIN, HISTORY_WINDOW
 from ..errors import BadInput
@@ -178,6 +180,8 @@ class Watch:
         self.held = len(self.known_ids)  # the steps the published index lists (the site's last build)
         self.alarmed = {step for step, _ in self.known_changes}  # the steps an alarm was raised for: one per event
         self.lag_events: dict[str, bool] = {}  # a lag alarm's kind → its event still open (the last step had it too)
+        self.sync_event: str | None = None  # the sync finding of the last step, whose alarm was raised (docs/sync.md)
+        self.sync_run: set[str] = set()  # the sync findings only the steps read together show, alarmed once each
 
     def step(self) -> Round:
         ready, notes = self.poller.poll()
@@ -212,11 +216,23 @@ class Watch:
         """The rows and change points the site did not hold before, and the alarms they raise: one per new event (a
         step outside the band, a change point at a step not alarmed yet), its cause first."""
         rnd.new_rows = [r for r in result.rows if r["id"] not in self.known_ids]
+        near = Earlier(result.rows, self.opts.history_window)
         for row in sorted(rnd.new_rows, key=lambda r: (r.get("step") is None, r.get("step") or 0)):
-            others = [r for r in result.rows if r is not row]
-            broke = identity_broken(row, result.rows)  # the sharper event of a run that was bitwise identical
-            lagged = self._lag_alarm(row, others)  # stale weights or a negative lag: the cause, before any band
-            band = check_history(row, same_lag(row, others), self.opts.history_window, self.opts.history_margin)
+            if self._sync_alarm(rnd, row):  # exact evidence of what the engine held: the cause, before the log-probs
+                continue
+            if near.ordered and _step(row) is not None:  # each window by a binary search: a backlog is N·log N, not N²
+                broke = near.identity_broken(row)
+                history = near.before(("lag", lag_key(row)) if lag_key(row) is not None else ("all",), row)
+            else:
+                others = [r for r in result.rows if r is not row]
+                broke = identity_broken(row, result.rows)  # the sharper event of a run that was bitwise identical
+                history = same_lag(row, others)
+            lagged = self._lag_alarm(row)  # stale weights or a negative lag: the cause, before any band
+            # a step with tokens of lag ≥ 1 is read lag by lag (its lag_reading), not held to a band of whole-batch
+            # numbers that hold the lag's own mismatch
+            band = check_history(row, history, self.opts.history_window, self.opts.history_margin)
+            if has_lag(row):
+                band.violations = []
             if broke is not None:
                 rnd.alarms.append(Alarm("identity", row.get("step"), row["id"], ["abs_delta_max"], row.get("abs_delta_max"),
                                         f"{_cause(row)}; {broke}", row))
@@ -227,14 +243,22 @@ class Watch:
                 self.alarmed.add(row.get("step"))
             elif band.violations:
                 first, more = band.violations[0], len(band.violations) - 1
+                band_line = f"outside the run's band: {first.message}" + (
+                    f" (and {more} more metric{'s' if more > 1 else ''})" if more else "")
+                # cause first where the step has one; a step that alone reads as noise is news by the band alone
+                line = (f"{_cause(row)}; {band_line}" if row.get("findings") else
+                        f"{row['id']}: {band_line}; the step alone reads {row.get('glance') or row.get('regime')}")
                 rnd.alarms.append(Alarm("band", row.get("step"), row["id"], [v.id for v in band.violations],
-                                        row.get(first.id), f"{_cause(row)}; outside the run's band: {first.message}"
-                                        + (f" (and {more} more metric{'s' if more > 1 else ''})" if more else ""), row))
+                                        row.get(first.id), line, row))
                 self.alarmed.add(row.get("step"))
+        self._run_sync_alarms(rnd, result.rows)
         for cp in result.change_steps:
             pairs = {(cp["step"], m) for m in cp["metrics"]}
             at: dict | None = next((r for r in result.rows if r.get("id") == cp["run"]), None)
-            if pairs - self.known_changes and cp["step"] not in self.alarmed and not lag_changed(at, result.rows):
+            # a step that carries tokens of lag ≥ 1 is news by its lag reading alone: its whole-batch numbers move
+            # with the policy's speed, the lag's own mismatch
+            if (pairs - self.known_changes and cp["step"] not in self.alarmed and not lag_changed(at, result.rows)
+                    and not (at is not None and has_lag(at))):
                 metric = cp["metrics"][0] if cp["metrics"] else None
                 rnd.alarms.append(Alarm("change_point", cp["step"], cp["run"], list(cp["metrics"]),
                                         (at or {}).get(metric) if metric else None,
@@ -244,21 +268,50 @@ class Watch:
         self.known_ids |= {r["id"] for r in result.rows}
 
 
-    def _lag_alarm(self, row: dict, others: list[dict]) -> Alarm | None:
-        """The step's lag alarm: stale weights (its `stale_weights` finding, or its lag-0 floor above the run's own) or
-        a negative lag; an Alarm with an empty line when the step continues an event already alarmed; None without."""
+    def _sync_alarm(self, rnd: Round, row: dict) -> bool:
+        """A step with a sync finding (the weight digests': analysis/lag/digests.py) raises its alarm, once per event
+        (the steps that continue it are quiet); whether it had one."""
+        from ..analysis.lag.digests import sync_alarm
+
+        found, was = sync_alarm(row), self.sync_event
+        self.sync_event = found[0] if found else None
+        if found is None:
+            return False
+        if found[0] != was:
+            rnd.alarms.append(Alarm(found[0], row.get("step"), row["id"], ["weight_digests"], None,
+                                    f"{_cause(row)}; {found[1]}", row))
+        self.alarmed.add(row.get("step"))
+        return True
+
+    def _run_sync_alarms(self, rnd: Round, rows: list[dict]) -> None:
+        """A sync error that only the steps read together show (a one-step-off run's digests): its alarm, once, at the
+        step whose engine digest shows it."""
+        from ..analysis.lag.digests import across_steps, first_step
+
+        for f in across_steps(rows):
+            if f["id"] not in self.sync_run:
+                self.sync_run.add(f["id"])
+                row = first_step(f, rows)
+                rnd.alarms.append(Alarm(f["id"], (row or {}).get("step"), (row or {}).get("id", "run"), ["weight_digests"],
+                                        None, f"{(row or {}).get('id', 'run')}: {f['title']} (the steps read together)", row))
+
+    def _lag_alarm(self, row: dict) -> Alarm | None:
+        """The step's lag alarm: stale weights (its own `stale_weights` finding, or a lag beyond the run's own history
+        of it: the row's `lag_reading`, run_index.in_run) or a negative lag; an Alarm with an empty line when the step
+        continues an event already alarmed; None without."""
         found = set(row.get("findings") or [])
-        moved = floor_moved(row, others, self.opts.history_window, self.opts.history_margin)
-        causes = {"stale_weights": "stale_weights" in found or moved is not None, "negative_lag": "negative_lag" in found}
+        reading = row.get("lag_reading") or {}
+        moved = reading.get("status") in ("beyond", "never")
+        causes = {STALE: STALE in found or moved, "negative_lag": "negative_lag" in found}
         open_before, self.lag_events = self.lag_events, {k: v for k, v in causes.items() if v}
         kind = next((k for k, v in causes.items() if v), None)
         if kind is None:
             return None
         if open_before.get(kind):
             return Alarm(kind, row.get("step"), row["id"], [], None, "", row)
-        why = moved if kind == "stale_weights" and moved is not None else "the step's own finding"
-        metric = "lag_kl_k3" if kind == "stale_weights" else "lag_mix"
-        value = (row.get("lag_kl_k3") or {}).get("0") if kind == "stale_weights" else None
+        why = lag_words.run_reading(reading) if kind == STALE and moved else "the step's own finding"
+        metric = "lag_kl_k3" if kind == STALE else "lag_mix"
+        value = reading.get("kl_k3") if moved else (row.get("lag_kl_k3") or {}).get("0") if kind == STALE else None
         return Alarm(kind, row.get("step"), row["id"], [metric], value, f"{_cause(row)}; {LAG_ALARMS[kind]}: {why}", row)
 
 
@@ -268,10 +321,52 @@ def identity_broken(row: dict, rows: list[dict]) -> str | None:
     if not isinstance(value, (int, float)) or not value > 0 or not isinstance(row.get("step"), (int, float)):
         return None
     before = [r for r in rows if isinstance(r.get("step"), (int, float)) and r["step"] < row["step"]]
-    if not before or any(r.get("abs_delta_max") != 0 for r in before):
+    return _identity_line(value, len(before), all(r.get("abs_delta_max") == 0 for r in before))
+
+
+def _identity_line(value: float, before: int, identical: bool) -> str | None:
+    if not before or not identical:
         return None
-    return (f"no longer bitwise identical: max |δ| {fmt(value)} after {len(before)} identical "
-            f"step{'s' if len(before) > 1 else ''} (check --exact names the first differing token)")
+    return (f"no longer bitwise identical: max |δ| {fmt(value)} after {before} identical "
+            f"step{'s' if before > 1 else ''} (check --exact names the first differing token)")
+
+
+def _step(row: dict) -> int | float | None:
+    step = row.get("step")
+    return step if isinstance(step, (int, float)) and not isinstance(step, bool) else None
+
+
+class Earlier:
+    """The rows before a step, each kind in step order, found by a binary search. `_news` checks each new row against
+    the rows before it (its band's window, whether all were bitwise identical), and a watch started
+    on a run of N steps has N new rows: a scan of every row for each was N² (minutes at 10,000 steps). The answers are
+    those of `identity_broken`, `same_lag` and `window_rows` over every row; `ordered` is empty (the caller scans) when
+    a row has no step."""
+
+    def __init__(self, rows: list[dict], window: int):
+        self.window = window
+        numbered = all(_step(r) is not None for r in rows)
+        self.ordered = sorted(rows, key=lambda r: r["step"]) if numbered else []  # stable: ties keep the rows' order
+        self.kinds: dict[tuple, tuple[list, list[dict]]] = {}
+        for r in self.ordered:
+            for kind in (("all",), ("lag", lag_key(r))):
+                steps, held = self.kinds.setdefault(kind, ([], []))
+                steps.append(r["step"])
+                held.append(r)
+        self.moved = next((i for i, r in enumerate(self.ordered) if r.get("abs_delta_max") != 0), len(self.ordered))
+
+    def before(self, kind: tuple, row: dict) -> list[dict]:
+        """The last `window` rows of this kind whose step is below the row's: all that a window of them reads."""
+        steps, held = self.kinds.get(kind, ([], []))
+        k = bisect.bisect_left(steps, row["step"])
+        return held[max(0, k - self.window):k]
+
+    def identity_broken(self, row: dict) -> str | None:
+        value = row.get("abs_delta_max")
+        if not isinstance(value, (int, float)) or not value > 0:
+            return None
+        before = bisect.bisect_left(self.kinds.get(("all",), ([], []))[0], row["step"])
+        return _identity_line(value, before, self.moved >= before)
 
 
 def _cause(row: dict) -> str:

@@ -37,8 +37,8 @@ def cache_split(batch, tok: Tokens) -> dict | None:
     cached = batch.cached_tokens
     if cached is None or not (hit_seq := np.asarray(cached) > 0)[tok.present].any():
         return None
-    per = {"n": tok.counts.astype(np.float64), "abs": tok.seq_sum(np.abs(tok.delta)), "k3": tok.seq_sum(tok.k3()),
-           "delta": tok.seq_sum(tok.delta)}
+    per = {"n": tok.counts.astype(np.float64), "abs": tok.seq_sum_of("abs_delta"), "k3": tok.seq_sum_of("k3"),
+           "delta": tok.seq_sum_of("delta")}  # the batch's shared per-sequence sums (Tokens.seq_sum_of)
     groups = {name: _group(per, tok.present & keep) for name, keep in (("hit", hit_seq), ("miss", ~hit_seq))}
     hit, miss = groups["hit"], groups["miss"]
     z = ratio = None

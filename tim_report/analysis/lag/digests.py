@@ -196,6 +196,29 @@ def run_sync_findings(rows: list[dict]) -> list[dict]:
             for fid, evs in grouped.items()]
 
 
+def sync_alarm(row: dict) -> tuple[str, str] | None:
+    """`watch`'s alarm for a step with a sync finding: (its id, the words after the step's cause); None without."""
+    fid = next((f for f in row.get("findings") or [] if f in SYNC_IDS), None)
+    if fid is None:
+        return None
+    entry = findings.FINDINGS[fid]
+    return fid, f"{entry.short}: {entry.meaning} ({words.ALARM})"
+
+
+def across_steps(rows: list[dict]) -> list[dict]:
+    """The run's sync errors that none of its steps raised itself (`check` on a run folder fails on them too): the
+    faults only the steps read side by side show."""
+    raised = {f for r in rows for f in r.get("findings") or []}
+    return [f for f in run_sync_findings(rows) if f["severity"] == "error" and f["id"] not in raised]
+
+
+def first_step(finding: dict, rows: list[dict]) -> dict | None:
+    """The row of the first step whose engine digest is of the version a run's sync finding names."""
+    at = [r for r in rows if r.get("step") is not None and any(
+        d.get("side") == "engine" and d.get("version") == finding["evidence"]["version"] for d in r.get("weight_digests") or [])]
+    return min(at, key=lambda r: r["step"]) if at else None
+
+
 def sync_leads(verdict: dict) -> dict:
     """The run verdict with its sync errors first (cause first: exact evidence of what the engine held), their check as
     what to check, and the regime systematic: the digests say the engine sampled other weights, whatever its steps'

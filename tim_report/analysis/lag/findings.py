@@ -16,7 +16,7 @@ from ...catalogue import findings, severity
 from ..bands import choose_band
 from ..consequence import consequence
 from ..registry import Scene, detector
-from .rescored import looks_like_evidence
+from .rescored import looks_like_evidence, mislabelled
 from .split import judge, split
 from .versions import sequence_versions, token_lags
 
@@ -28,6 +28,17 @@ def measured(s: Scene) -> dict | None:
         return None
     return judge(numbers, s.dt.noise_kl_max, s.dt.noise_abs_delta_max, choose_band(s.batch.meta)[0].name,
                  min_tokens=s.dt.min_tokens)
+
+
+def lag0_only(s: Scene) -> np.ndarray | None:
+    """Per valid token, whether it is at lag 0, when the batch carries tokens of a known lag ≥ 1 (None otherwise: the
+    batch names no version, or every known lag is 0). The detectors of where a mismatch sits read only these: at
+    lag ≥ 1 the policy's own change sits where the policy learns (often the first tokens), not where an engine bug does."""
+    st = s.once(measured)
+    if not st or st["trainer_version"] is None or not any(isinstance(r["lag"], int) and r["lag"] >= 1 for r in st["by_lag"]):
+        return None
+    lag_tok, seq_lag = token_lags(s.batch, s.tok, st["trainer_version"])
+    return (lag_tok == 0) if lag_tok is not None else (seq_lag[s.tok.seq] == 0)
 
 
 def _numbers(s: Scene) -> dict | None:
@@ -51,7 +62,7 @@ def _stale_weights(s: Scene) -> dict | None:
     st = s.once(measured)
     floor = st and st["floor"]
     if not floor or floor["within"] or not floor["enough"]:
-        return None
+        return _rescored_stale(s, st)
     lag_tok, seq_lag = token_lags(s.batch, s.tok, st["trainer_version"])
     lag0 = (lag_tok == 0) if lag_tok is not None else (seq_lag[s.tok.seq] == 0)
     effect = consequence(s.tok.subset(lag0), "stale_weights", s.dt, s.th.ppo_clip)
@@ -66,6 +77,50 @@ def _stale_weights(s: Scene) -> dict | None:
                 "material": bool(effect["material"]), **looks_like_evidence(s)}
     found = findings.make("stale_weights", evidence, s.dt)
     return severity.weigh(found, effect, {"side": "rollout", "basis": "stale_sync"}, floor["band"])
+
+
+def _rescored_stale(s: Scene, st: dict | None) -> dict | None:
+    """`stale_weights` from a rescore alone (rescored.mislabelled): a bucket's tokens nearer other weights than their
+    label's own, at any lag, weighed on that bucket's tokens."""
+    found = mislabelled(s) if st and st["trainer_version"] is not None else None
+    if found is None or st is None:
+        return None
+    lag_tok, seq_lag = token_lags(s.batch, s.tok, st["trainer_version"])
+    at = (lag_tok == found["rescored_lag"]) if lag_tok is not None else (seq_lag[s.tok.seq] == found["rescored_lag"])
+    effect = consequence(s.tok.subset(at), "stale_weights", s.dt, s.th.ppo_clip)
+    band = choose_band(s.batch.meta)[0].name
+    made = findings.make("stale_weights", {**found, "material": bool(effect["material"])}, s.dt)
+    return severity.weigh(made, effect, {"side": "rollout", "basis": "stale_sync"}, band)
+
+
+@detector("version_order")
+def _version_order(s: Scene) -> dict | None:
+    """An older bucket closer to the trainer than a newer one, beyond both buckets' noise: the newer-labelled tokens
+    came from older weights than their label (a sync that stopped, a label taken before the sync landed). Lag 0 beyond
+    its band is `stale_weights`' to say; here any two buckets of lag ≥ 0 with `min_tokens` tokens each are compared."""
+    st = s.once(measured)
+    if not st or st["trainer_version"] is None:
+        return None
+    rows = sorted((r for r in st["by_lag"] if isinstance(r["lag"], int) and r["lag"] >= 0
+                   and r["tokens"] >= s.dt.min_tokens), key=lambda r: r["lag"])
+    worst = None
+    for i, newer in enumerate(rows):
+        for older in rows[i + 1:]:
+            gap = newer["kl_k3"] - older["kl_k3"]
+            se = math.hypot(newer["kl_k3_se"] or 0.0, older["kl_k3_se"] or 0.0)
+            if gap > s.dt.z * se and newer["kl_k3"] >= s.dt.version_order_ratio * older["kl_k3"]:
+                z = gap / se if se > 0 else math.inf
+                if worst is None or z > worst[2]:
+                    worst = (newer, older, z)
+    if worst is None or "stale_weights" in s.found:
+        return None
+    newer, older, z = worst
+    return findings.make("version_order", {
+        "newer_lag": newer["lag"], "newer_kl_k3": newer["kl_k3"], "newer_tokens": newer["tokens"],
+        "older_lag": older["lag"], "older_kl_k3": older["kl_k3"], "older_tokens": older["tokens"],
+        "ratio": newer["kl_k3"] / older["kl_k3"] if older["kl_k3"] > 0 else None, "z": min(z, 1e6),
+        "newer_below_one": newer.get("below_one"), "threshold_ratio": s.dt.version_order_ratio,
+        "threshold_z": s.dt.z}, s.dt)
 
 
 @detector("negative_lag", when_identical=True)

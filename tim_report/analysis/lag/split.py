@@ -2,8 +2,10 @@
 floor (lag 0, judged against its precision's band) (design §10, docs/staleness.md).
 
 Per lag bucket (0, 1, 2, …, negative ones, "unknown"): tokens and their share, KL k3, mean δ, mean |δ|, Kish ESS of
-the token ratios, the shares PPO clips and the token TIS cap truncates. With K_b = Σ k3 over bucket b's tokens, n_b
-its tokens, k̄₀ = K₀ / n₀ lag 0's per-token KL (the floor's rate) and K = Σ_b K_b over the buckets of lag ≥ 0:
+the token ratios, the shares PPO clips and the token TIS cap truncates, and where the median ratio sits (the share of
+tokens with r < 1: ½ for precision noise, away from it for weights other than the labelled ones). With K_b = Σ k3
+over bucket b's tokens, n_b its tokens, k̄₀ = K₀ / n₀ lag 0's per-token KL (the floor's rate) and K = Σ_b K_b over the
+buckets of lag ≥ 0:
 
     K = N·k̄₀ + Σ_{b ≥ 1} (K_b − n_b·k̄₀)        exactly (N = Σ_b n_b)
     staleness share = Σ_{b ≥ 1} (K_b − n_b·k̄₀) / K,   floor share = N·k̄₀ / K,   the two add up to 1
@@ -108,7 +110,7 @@ def _runs(tok: Tokens, lag_tok: np.ndarray | None, seq_lag: np.ndarray) -> tuple
 def _run_sums(tok: Tokens, starts: np.ndarray, th: Thresholds) -> dict[str, np.ndarray]:
     """Per run: tokens, Σδ, Σ|δ|, Σk3, Σr, Σr², tokens PPO clips, tokens over the TIS cap: one reduceat each, over
     blocks of whole runs of about CHUNK tokens, so the temporaries stay cache-sized beside the metrics' lane."""
-    names = ("delta", "abs", "clip", "cap", "r", "r2", "k3")
+    names = ("delta", "abs", "clip", "cap", "below", "above", "r", "r2", "k3")
     out = {k: np.zeros(starts.shape[0]) for k in names}
     out["n"] = np.diff(np.append(starts, tok.n)).astype(np.float64)
     cuts = np.unique(np.searchsorted(starts, np.arange(0, tok.n, CHUNK), side="right") - 1)
@@ -130,6 +132,8 @@ def _block_sums(delta: np.ndarray, log_r: np.ndarray, starts: np.ndarray, th: Th
     # int32 counts: a run is one sequence's tokens, far below 2³¹ (half the time of int64 sums)
     out["clip"] = red(((em < lo - 1) | (em > hi - 1)).view(np.int8), starts, dtype=np.int32)
     out["cap"] = red((em > th.tis_token_cap - 1).view(np.int8), starts, dtype=np.int32)
+    out["below"] = red((delta < 0).view(np.int8), starts, dtype=np.int32)  # r < 1 and r > 1: where the median sits
+    out["above"] = red((delta > 0).view(np.int8), starts, dtype=np.int32)
     out["r"] = red(em, starts)
     out["r2"] = red(np.square(em), starts)
     em -= log_r
@@ -149,7 +153,17 @@ def _row(lag: int, runs: np.ndarray, sums: dict[str, np.ndarray], run_seq: np.nd
             "mean_delta": float(s["delta"].sum()) / n, "mean_abs_delta": ad / n,
             "mean_abs_delta_se": _cluster_se(s["abs"], s["n"], run_seq[runs]),
             "ess": r * r / (n * r2) if r2 > 0 else None, "clipped": float(s["clip"].sum()) / n,
-            "capped": float(s["cap"].sum()) / n, "k3_sum": k3}
+            "capped": float(s["cap"].sum()) / n, **_median_side(s, run_seq[runs]), "k3_sum": k3}
+
+
+def _median_side(s: dict[str, np.ndarray], seq: np.ndarray) -> dict:
+    """Where the bucket's median ratio sits (martingale's rule): the share of its tokens with r < 1 among those with
+    r ≠ 1, ½ when the median is 1, with its cluster standard error. Weights that are not the labelled ones move the
+    median (a share far from ½); precision noise leaves it at 1 and widens the tail (the clipped share) instead."""
+    signed = s["below"] + s["above"]
+    n = float(signed.sum())
+    return {"below_one": float(s["below"].sum()) / n if n else None,
+            "below_one_se": _cluster_se(s["below"], signed, seq) if n else None}
 
 
 def _cluster_se(sums: np.ndarray, counts: np.ndarray, seq: np.ndarray) -> float | None:

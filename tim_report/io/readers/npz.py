@@ -10,8 +10,11 @@ judged: a huge `routed_experts` or a damaged extra member does not make a valid 
 from __future__ import annotations
 
 import contextlib
+import io
+import struct
 import threading
 import zipfile
+import zlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,12 +79,72 @@ _ALONE = threading.Lock()
 def _read_member(path: Path, key: str, allow_pickle: bool, tries: int = 3) -> np.ndarray:
     for attempt in range(tries):
         try:
-            with _ALONE if attempt else contextlib.nullcontext(), np.load(path, allow_pickle=allow_pickle) as npz:
-                return npz[key]
+            with _ALONE if attempt else contextlib.nullcontext():
+                direct = _inflate(path, key)
+                if direct is not None:
+                    return direct
+                with np.load(path, allow_pickle=allow_pickle) as npz:
+                    return npz[key]
         except SystemError as race:
             if "recursion depth mismatch" not in str(race) or attempt == tries - 1:
                 raise
     raise AssertionError("unreachable")
+
+
+PIECE = 1 << 20  # compressed bytes inflated at a time: what comes out stays in the cache
+
+
+def _inflate(path: Path, key: str) -> np.ndarray | None:
+    """A member inflated straight into one buffer that becomes its array, 1 MB of its data at a time, its size and CRC checked:
+    what np.load does through zipfile's file object 256 kB at a time, in a tenth less time. None where np.load's own
+    rules apply (an object array: the pickle rules; Fortran order; a compression other than deflate or none)."""
+    with zipfile.ZipFile(path) as zf:
+        info = zf.getinfo(key + ".npy")
+    if info.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED) or info.flag_bits & 1:
+        return None
+    out = np.empty(info.file_size, np.uint8)
+    with open(path, "rb") as fh:
+        fh.seek(info.header_offset)
+        local = fh.read(30)
+        if len(local) < 30 or local[:4] != b"PK\x03\x04":
+            raise ValueError("bad local file header")
+        fh.seek(info.header_offset + 30 + sum(struct.unpack("<HH", local[26:30])))
+        size, crc = _fill(fh, out, info)
+    if size != info.file_size or crc != info.CRC:
+        raise ValueError(f"inflated to {size} bytes (CRC {crc:08x}) where the archive says {info.file_size} ({info.CRC:08x})")
+    head = io.BytesIO(out[:min(out.shape[0], 1 << 16)].tobytes())
+    version = np.lib.format.read_magic(head)
+    read = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+    shape, fortran, dtype = read(head)
+    if dtype.hasobject or fortran:
+        return None
+    count, start = int(np.prod(shape, dtype=np.int64)), head.tell()
+    body = out[start:start + count * dtype.itemsize]
+    if body.shape[0] != count * dtype.itemsize:
+        raise ValueError(f"holds {body.shape[0]} bytes of data where its header declares {count * dtype.itemsize}")
+    body = body if start % max(dtype.alignment, 1) == 0 else body.copy()
+    return body.view(dtype).reshape(shape)
+
+
+def _fill(fh, out: np.ndarray, info: zipfile.ZipInfo) -> tuple[int, int]:
+    """Read (and inflate) the member's data into `out`, never past its end: (bytes written, their CRC-32)."""
+    pos, crc, left = 0, 0, info.compress_size
+    inflate = zlib.decompressobj(-15) if info.compress_type == zipfile.ZIP_DEFLATED else None
+    while left:
+        data = fh.read(min(PIECE, left))
+        if not data:
+            raise ValueError("cut short")
+        left -= len(data)
+        while data:
+            got = data if inflate is None else inflate.decompress(data, out.shape[0] - pos + 1)
+            if pos + len(got) > out.shape[0]:
+                raise ValueError("inflates beyond the size the archive declares")
+            out[pos:pos + len(got)] = np.frombuffer(got, np.uint8)
+            crc, pos = zlib.crc32(got, crc), pos + len(got)
+            data = b"" if inflate is None else inflate.unconsumed_tail
+    if inflate is not None and (rest := inflate.flush()):
+        raise ValueError(f"inflates beyond the size the archive declares ({len(rest)} more bytes)")
+    return pos, crc
 
 
 class NpzMembers(Mapping):
@@ -116,6 +179,10 @@ class NpzMembers(Mapping):
             if h.shape[1] > TOPK_MAX or h.shape[0] > limits.max_elements:
                 raise BadInput(self.path, f"'{key}' declares shape {list(h.shape)}: more than {TOPK_MAX} columns or "
                                           f"{fmt(limits.max_elements)} rows (from --max-tokens {fmt(limits.max_tokens)})")
+        elif key == "kept_ids":  # a kept set per token: as many ids as one int32 array's bytes allow
+            if count * 4 > limits.max_bytes:
+                raise BadInput(self.path, f"'kept_ids' declares {fmt(count)} ids, more than this run reads "
+                                          f"({fmt(limits.max_bytes // 4)}, from --max-tokens {fmt(limits.max_tokens)})")
         elif count > limits.max_elements:
             raise BadInput(self.path, too_large(f"'{key}'", count, limits))
         chars = h.dtype.itemsize // (4 if h.dtype.kind == "U" else 1)
