@@ -139,7 +139,7 @@ class _Lag:
     def read(self, row: dict, scaled: float, window: int) -> dict:
         if self.rise is not None and not self.rise.goes_on(scaled):
             self.rise = None
-        earlier = [p for p in self.clean if p[0]["step"] < row["step"]][-window:]
+        earlier = self._before(row["step"], window)
         reading = _read(row, self.lag, scaled, earlier, self.rise is not None, self.since is None, self.last)
         self.last = scaled
         status = reading["status"]
@@ -162,6 +162,18 @@ class _Lag:
         self.clean.append((row, scaled))
         reading["status"] = "within" if status == "raised" else status
         return reading
+
+
+    def _before(self, step: float, window: int) -> list[tuple[dict, float]]:
+        """The last `window` clean steps before `step`: the history is in step order (steps are read in order, a climb's
+        held steps join it before the step that ends the climb), so only the rows of this same step sit after them."""
+        out: list[tuple[dict, float]] = []
+        for p in reversed(self.clean):
+            if len(out) == window:
+                break
+            if p[0]["step"] < step:
+                out.append(p)
+        return out[::-1]
 
 
 class _Climb:
