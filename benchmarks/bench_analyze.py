@@ -9,12 +9,17 @@ mismatch report must do. Two tables:
   command line, against the baseline as a process (`python -c`), wall clock and peak RSS of each.
   Target at 16M tokens: ≤ 2.5× the baseline.
 
-    python benchmarks/bench_analyze.py [--sizes 1,4,16] [--repeat 3]
+    python benchmarks/bench_analyze.py [--sizes 1,4,16] [--repeat 3] [--busy quiet,busy]
+
+`--busy quiet,busy` measures each build twice: as the machine is, and with the second core kept busy by a process
+that spins (a user's machine during a training run). Compare CPU seconds (user + system) where other jobs share the
+machine: they inflate it less than wall time.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -101,18 +106,38 @@ def as_process(argv: list[str], repeat: int, fresh: Path | None = None) -> tuple
 
 
 def build_rows(path: Path, raw: int, repeat: int) -> tuple[float, float, int, float, float, int]:
+    """The baseline and the build as processes, one after the other `repeat` times (so that both see the same load),
+    the best wall and CPU seconds of each and their peak RSS."""
     here = Path(__file__).resolve().parent
-    base = as_process([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(here)!r}); "
-                       f"from bench_analyze import baseline; baseline({str(path)!r})"], repeat)
     out = path.parent / "site"
-    ours = as_process([sys.executable, "-m", "tim_report", "build", str(path), "-o", str(out)], repeat, fresh=out)
-    return (*base, *ours)
+    best = [(float("inf"), float("inf"), 0)] * 2
+    for _ in range(repeat):
+        base = as_process([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(here)!r}); "
+                           f"from bench_analyze import baseline; baseline({str(path)!r})"], 1)
+        ours = as_process([sys.executable, "-m", "tim_report", "build", str(path), "-o", str(out)], 1, fresh=out)
+        best = [(min(b[0], n[0]), min(b[1], n[1]), max(b[2], n[2])) for b, n in zip(best, (base, ours))]
+    return (*best[0], *best[1])
+
+
+@contextlib.contextmanager
+def second_core_busy(busy: bool):
+    """A process that spins for as long as the block runs (the second core of a 2-core machine taken), or nothing."""
+    if not busy:
+        yield
+        return
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        spinner.kill()
+        spinner.wait()
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="1,4,16", help="millions of tokens, comma-separated")
     ap.add_argument("--repeat", type=int, default=3, help="timing runs per cell (the minimum is reported)")
+    ap.add_argument("--busy", default="quiet", help="quiet, busy or quiet,busy: the second core idle or kept busy")
     ap.add_argument("--child", nargs=2, metavar=("KIND", "PATH"), help=argparse.SUPPRESS)
     ap.add_argument("--memory", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -126,7 +151,9 @@ def main() -> None:
             bt, bm = measure("baseline", path, args.repeat)
             ot, om = measure("ours", path, args.repeat)
             rows.append((m, raw, bt, ot, bm, om))
-            builds.append((m, raw, *build_rows(path, raw, args.repeat)))
+            for mode in args.busy.split(","):
+                with second_core_busy(mode == "busy"):
+                    builds.append((f"{m}M {mode}", raw, *build_rows(path, raw, args.repeat)))
             path.unlink()
     print(f"Analysis in a process ({os.cpu_count()} cores):\n")
     print("| tokens | raw MB | baseline s | tim-report s | time × | baseline peak MB | tim-report peak MB | peak / raw |")
@@ -134,14 +161,16 @@ def main() -> None:
     for m, raw, bt, ot, bm, om in rows:
         print(f"| {m}M | {raw / 1e6:.0f} | {bt:.2f} | {ot:.2f} | {ot / bt:.2f} | {bm / 1e6:.0f} | {om / 1e6:.0f} | {om / raw:.2f} |")
     print("\n`tim-report build` as a process (HTML, markdown, JSON) against the baseline as a process:\n")
-    print("| tokens | baseline s | build s | time × | baseline CPU s | build CPU s | CPU × | baseline RSS MB | build RSS MB "
-          "| RSS / raw |")
+    print(f"Load average {os.getloadavg()[0]:.1f} at the end.\n")
+    print("| tokens, second core | baseline s | build s | time × | baseline CPU s | build CPU s | CPU × | baseline RSS MB "
+          "| build RSS MB | RSS / raw |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for m, raw, bt, bc, brss, ot, oc, orss in builds:
-        print(f"| {m}M | {bt:.2f} | {ot:.2f} | {ot / bt:.2f} | {bc:.2f} | {oc:.2f} | {oc / bc:.2f} | {brss / 1e6:.0f} "
+        print(f"| {m} | {bt:.2f} | {ot:.2f} | {ot / bt:.2f} | {bc:.2f} | {oc:.2f} | {oc / bc:.2f} | {brss / 1e6:.0f} "
               f"| {orss / 1e6:.0f} | {orss / raw:.2f} |")
-    print("\nTargets at 16M tokens: the build ≤ 2.5× the baseline, peak memory ≤ 3× the raw bytes. CPU seconds add the "
-          "second core's work (the analysis runs two lanes), so CPU × is above time × on an idle machine.")
+    print("\nTargets at 16M tokens (issue 45): the build ≤ 2.0× the baseline's wall time and ≤ 2.5× its CPU time on a "
+          "quiet machine, ≤ 2.5× its wall time with the second core busy; peak memory ≤ 3× the raw bytes. CPU seconds add "
+          "the second core's work (the analysis runs two lanes), so CPU × is above time × on an idle machine.")
 
 
 if __name__ == "__main__":

@@ -61,17 +61,24 @@ def build_section(tmp: Path, rounds: int) -> list[tuple[str, float, float, str]]
                 f"from bench_analyze import baseline; baseline({str(path)!r})"]
     out_dir = tmp / "site16"
     build_cmd = [sys.executable, "-m", "tim_report", "build", str(path), "-o", str(out_dir)]
-    ratios, rss = [], 0
+    ratios: dict[str, list[float]] = {"wall": [], "cpu": [], "busy": []}
+    rss = 0
     for r in range(rounds):
-        b = bench_analyze.as_process(base_cmd, 1)
-        o = bench_analyze.as_process(build_cmd, 1, fresh=out_dir)
-        ratios.append(o[0] / b[0])
-        rss = max(rss, o[2])
-        print(f"round {r + 1}: baseline {b[0]:.2f} s (CPU {b[1]:.2f}), build {o[0]:.2f} s (CPU {o[1]:.2f}, "
-              f"RSS {o[2] / 1e6:.0f} MB): {ratios[-1]:.2f}×")
+        for busy in (False, True):  # the second core idle, then kept busy (issue 45)
+            with bench_analyze.second_core_busy(busy):
+                b = bench_analyze.as_process(base_cmd, 1)
+                o = bench_analyze.as_process(build_cmd, 1, fresh=out_dir)
+            ratios["busy" if busy else "wall"].append(o[0] / b[0])
+            if not busy:
+                ratios["cpu"].append(o[1] / b[1])
+            rss = max(rss, o[2])
+            print(f"round {r + 1}{', second core busy' if busy else ''}: baseline {b[0]:.2f} s (CPU {b[1]:.2f}), build "
+                  f"{o[0]:.2f} s (CPU {o[1]:.2f}, RSS {o[2] / 1e6:.0f} MB): {o[0] / b[0]:.2f}× ({o[1] / b[1]:.2f}× CPU)")
     path.unlink()
-    return [("build 16M ÷ one-pass numpy baseline, best round", min(ratios), 2.5, "≤ 2.5"),
-            ("build 16M ÷ baseline, median round", statistics.median(ratios), 2.5, "≤ 2.5"),
+    return [("build 16M ÷ one-pass numpy baseline, wall, best round", min(ratios["wall"]), 2.0, "≤ 2.0"),
+            ("build 16M ÷ baseline, wall, median round", statistics.median(ratios["wall"]), 2.0, "≤ 2.0"),
+            ("build 16M ÷ baseline, CPU, median round", statistics.median(ratios["cpu"]), 2.5, "≤ 2.5"),
+            ("build 16M ÷ baseline, wall, second core busy, median round", statistics.median(ratios["busy"]), 2.5, "≤ 2.5"),
             ("build 16M peak RSS ÷ raw bytes", rss / raw, 3.0, "≤ 3")]
 
 

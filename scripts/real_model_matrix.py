@@ -15,7 +15,11 @@ transformers fp32; examples/make_examples.py). `--capture` needs the model (`pip
   sampler_bf16      transformers bf16 samples (T = 1, chat template), transformers fp32 scores: clean
   shift             the same, the trainer's log-probs one position off (logits and labels sliced one apart)
   temperature       sampled at T = 0.7 (processed log-probs), the trainer scores at T = 1
-  top_p             sampled with top-p 0.9: the rollout's log-probs renormalised over the kept mass, the trainer's not
+  top_p             sampled with top-p 0.9: the rollout's log-probs renormalised over each token's kept set (recorded,
+                    with the trainer's mass on it), the trainer's not
+  top_k             the same with top-k 20
+  shared_seed       4 samples per prompt, the four of the first prompt sampled with one seed (a seed shared by a group)
+  lm_head_one_side  a transformers bf16 sampler with its LM head in fp32, a transformers bf16 trainer with its own
   no_chat_template  the trainer scores the sampled tokens after the prompt as raw text, not the chat template the
                     rollout used
   stale             sampled by the weights of version 0, labelled version 3, scored by version 3: a checkpoint after
@@ -63,8 +67,14 @@ CLEAN = {
 FAULTS = {
     "sampler_bf16": ("transformers bf16 sampler (T = 1), fp32 trainer", "numerical_noise", None),
     "temperature": ("sampled at T = 0.7, the trainer scores at T = 1", "systematic", "temperature"),
-    "top_p": ("top-p 0.9 on the rollout side only (kept mass), declared in meta as capture writes it", "elevated",
+    "top_p": ("top-p 0.9 on the rollout side only, with each token's kept set and the trainer's mass on it", "elevated",
               "processed_logprobs"),
+    "top_k": ("top-k 20 on the rollout side only, with each token's kept set and the trainer's mass on it", "elevated",
+              "processed_logprobs"),
+    "shared_seed": ("4 samples a prompt; the first prompt's four sampled with one seed (a seed shared by the group)",
+                    "numerical_noise", "identical_completions"),
+    "lm_head_one_side": ("bf16 sampler with its LM head in fp32, bf16 trainer with a bf16 head (--lm-head-fp32 rollout)",
+                         "numerical_noise", "lm_head_one_side"),
     "shift": ("the trainer's log-probs one position off", "systematic", "shift"),
     "no_chat_template": ("the trainer scores without the chat template the rollout used", "systematic",
                          "one_side_broken"),
@@ -73,9 +83,16 @@ FAULTS = {
 }
 # faults derived from a committed batch by changing it: name → (source, what, expected regime, expected finding, change)
 DERIVED = {
-    "top_p_undeclared": ("top_p", "the same, without meta's sampling settings (as a framework's dump carries it)",
-                         "systematic", "processed_logprobs", lambda b: replace(b, meta={k: v for k, v in b.meta.items()
-                                                                                      if k != "sampling"})),
+    "top_p_no_kept": ("top_p", "the same without the kept sets: the sampling declared in meta only", "elevated",
+                      "processed_logprobs", lambda b: without_kept(b)),
+    "top_p_undeclared": ("top_p", "the same, without kept sets or meta's sampling settings (as a framework's dump "
+                                  "carries it)", "systematic", "processed_logprobs",
+                         lambda b: without_kept(b, drop=("sampling", "kept_sets"))),
+    "top_k_no_kept": ("top_k", "the same without the kept sets: the sampling declared in meta only", "elevated",
+                      "processed_logprobs", lambda b: without_kept(b)),
+    "versions_shifted": ("sampler_bf16", "each token labelled version 0 as the trainer, the array one position late "
+                                         "against the mask (each response's first token carries the prompt's −1)",
+                         "numerical_noise", "versions_misaligned", lambda b: shifted_versions(b)),
 }
 # bisect: patch (examples/bisect_patches.py) → (what it plants, candidate dtype, the site it must name or None)
 BISECT = {
@@ -91,7 +108,10 @@ BISECT = {
 FIGURES = {
     "shift": ["mean_abs_diff_same_position", "mean_abs_diff_shifted"],
     "temperature": ["temperature_ratio", "slope", "r2"],
-    "processed_logprobs": ["negative_delta_share", "implied_min_kept_mass"],
+    "processed_logprobs": ["kept_mass", "renormalised_kl_k3", "negative_delta_share"],
+    "identical_completions": ["groups_with_copies", "pairs", "expected_pairs"],
+    "lm_head_one_side": ["kl_k3", "token_mult_prob_error", "beyond_noise"],
+    "versions_misaligned": ["spans_first_unknown", "spans", "late_share"],
     "one_side_broken": ["ppl_ratio", "corr_logp"],
     "first_token": ["abs_delta_first_mean", "abs_delta_rest_mean", "ratio"],
     "position_onset": ["position", "abs_delta_mean_before", "abs_delta_mean_after"],
@@ -125,17 +145,63 @@ def model_folder(model: str | None) -> str:
 # ---------------------------------------------------------------------------- capture
 
 
-def _capture(model: str, temperature: float = 1.0, top_p: float = 1.0, n_samples: int = 2, max_new_tokens: int = 48):
+def _capture(model: str, temperature: float = 1.0, top_p: float = 1.0, n_samples: int = 2, max_new_tokens: int = 48,
+             top_k: int = 0, trainer: str = "fp32", lm_head_fp32: str | None = None):
     from tim_report.capture import CaptureOptions, EngineSpec, capture
     from tim_report.capture.spec import Sampling
 
-    bf16, fp32 = EngineSpec("hf", "bf16"), EngineSpec("hf", "fp32")
-    sampling = Sampling(temperature=temperature, top_p=top_p, max_new_tokens=max_new_tokens, n_samples=n_samples)
-    opts = CaptureOptions(model=model, prompts=str(PROMPTS), rollouts=[bf16], trainers=[fp32], sampling=sampling,
-                          top_k_logprobs=0, device="cpu")
-    batch = capture(opts)[(bf16, fp32)]
+    bf16, scorer = EngineSpec("hf", "bf16"), EngineSpec("hf", trainer)
+    sampling = Sampling(temperature=temperature, top_p=top_p, top_k=top_k, max_new_tokens=max_new_tokens,
+                        n_samples=n_samples)
+    opts = CaptureOptions(model=model, prompts=str(PROMPTS), rollouts=[bf16], trainers=[scorer], sampling=sampling,
+                          top_k_logprobs=0, device="cpu", lm_head_fp32=lm_head_fp32)
+    batch = capture(opts)[(bf16, scorer)]
     batch.meta["model"] = MODEL_NAME
     return batch
+
+
+def shared_seed_capture(model: str):
+    """4 samples a prompt, the first prompt's four drawn with one seed: the capture's own seeds, except that group's
+    (a seed shared across the group's requests, tt-metal #53077). The engine is deterministic per seed, so they come
+    out as copies, log-probs and all."""
+    from tim_report.capture import run
+
+    prepare = run._prepare
+
+    def one_seed_for_the_first_group(opts):
+        prep = prepare(opts)
+        first = [i for i, p in enumerate(prep.seq_prompt) if p == 0]
+        for i in first:
+            prep.seeds[i] = prep.seeds[first[0]]
+        return prep
+
+    run._prepare = one_seed_for_the_first_group
+    try:
+        batch = _capture(model, n_samples=4)
+    finally:
+        run._prepare = prepare
+    batch.meta["truth"] = "the four samples of prompt 0 share one seed"
+    return batch
+
+
+# the faults one capture plants by itself
+ALONE = {"top_p": lambda m: _capture(m, top_p=0.9), "top_k": lambda m: _capture(m, top_k=20),
+         "shared_seed": lambda m: shared_seed_capture(m),
+         "lm_head_one_side": lambda m: _capture(m, trainer="bf16", lm_head_fp32="rollout")}
+
+
+def without_kept(batch, drop: tuple[str, ...] = ("kept_sets",)):
+    """The batch without its kept sets (and without the meta keys in `drop`)."""
+    return replace(batch, kept_ids=None, kept_offsets=None, kept_log_mass=None,
+                   meta={k: v for k, v in batch.meta.items() if k not in drop})
+
+
+def shifted_versions(batch):
+    """Every token labelled with the trainer's version 0, the array one position late against the loss mask: each
+    response's first token carries the prompt's −1 (AReaL's token-aligned array beside a next-token-aligned mask)."""
+    version = np.zeros(batch.n_tokens, np.int64)
+    version[batch.offsets[:-1]] = -1
+    return replace(batch, token_version=version, meta={**batch.meta, "trainer_version": 0})
 
 
 def _completions(batch) -> list[list[int]]:
@@ -274,8 +340,9 @@ def capture_all(model_arg: str | None, only: list[str] | None = None) -> None:
                                         meta={**warm.meta, "trainer_temperature": 1.0}))
         if "stale" in todo:
             keep("stale", stale_batch(model, clean, warm, cache))
-    if "top_p" in todo:
-        keep("top_p", _capture(model, top_p=0.9))
+    for name, make in ALONE.items():  # the faults captured on their own, from nothing committed
+        if name in todo:
+            keep(name, make(model))
     print(f"captured in {time.time() - t:.0f} s", flush=True)
     if "bisect" in todo:
         rows = [bisect_row(model, patch, dtype, cache / "bisect" / (patch or "clean"))

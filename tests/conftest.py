@@ -1,8 +1,14 @@
-"""Shared fixtures: small step batches written in the layouts real frameworks use."""
+"""Shared fixtures: small step batches written in the layouts real frameworks use; how the suite runs in two processes."""
 
 from __future__ import annotations
 
-import numpy as np
+import os
+
+if os.environ.get("PYTEST_XDIST_WORKER"):  # one of the two workers (pyproject's addopts: -n 2): one core each, so
+    for _threads in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):  # torch's and BLAS's threads (and the
+        os.environ.setdefault(_threads, "1")  # commands the tests run) do not spin against the other worker's
+
+import numpy as np  # after the thread counts: BLAS reads them when numpy loads
 import pytest
 
 from tim_report.testing import make_batch, to_padded
@@ -31,6 +37,26 @@ def trl_npz(tmp_path, batch):
     path = tmp_path / "trl.npz"
     np.savez(path, **d)
     return path
+
+
+# With two workers (`--dist loadfile`) each test module runs in one worker, so its module fixtures are made once. The
+# tests of these modules never run at once, whichever worker has them: local Ray clusters, vLLM engines (gigabytes each).
+ONE_AT_A_TIME = {"test_ray.py": "ray", "test_hostile_read.py": "ray", "test_capture_vllm.py": "vllm",
+                 "test_real_model.py": "vllm", "test_real_model_matrix.py": "vllm"}
+
+
+@pytest.fixture(autouse=True)
+def _one_at_a_time(request, tmp_path_factory):
+    """A lock shared by the workers (in their common temporary folder) around each test of an ONE_AT_A_TIME module."""
+    group = ONE_AT_A_TIME.get(request.path.name) if os.environ.get("PYTEST_XDIST_WORKER") else None
+    if group is None:
+        yield
+        return
+    import fcntl
+
+    with open(tmp_path_factory.getbasetemp().parent / f"{group}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def pytest_addoption(parser):

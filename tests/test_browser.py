@@ -15,6 +15,7 @@ import pytest
 from helpers import HOSTILE, build_site, hostile_batch, read_samples, skip_or_fail
 
 from tim_report.catalogue.metrics import TREND, metric
+from tim_report.io import load
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -365,3 +366,50 @@ def test_the_staleness_table_reads_on_a_phone(browser, tmp_path):
                      '<td>KL beyond lag 0</td></tr></table></div>')  # a table its box scrolls: the last cells are cut
     assert "0.794% (scrolled)" in bare.evaluate(shots.CUT_CELLS)
     bare.close()
+
+
+@pytest.fixture(scope="module")
+def examples_site(tmp_path_factory) -> Path:
+    """The bundled real captures (three engine pairs of SmolLM2-135M), built together."""
+    examples = Path(__file__).parent.parent / "examples"
+    return build_site(tmp_path_factory.mktemp("examples"),
+                      [(p.stem, load(p)) for p in sorted([*examples.glob("*.pt"), *examples.glob("*.npz")])])
+
+
+SCROLLED = """sel => [...document.querySelectorAll(sel)].map(t => {
+  let box = t.parentElement;
+  while (box && getComputedStyle(box).overflowX === 'visible' && box !== document.body) box = box.parentElement;
+  return [box.scrollWidth, box.clientWidth];
+})"""
+
+
+@pytest.mark.parametrize("page_of, table", [("index", "table.pairs"), ("run", "#what-if + .scroll table"),
+                                            ("run", "#by-probability + .scroll table")])
+def test_the_engine_pairs_what_if_and_probability_tables_read_on_a_phone(browser, examples_site, page_of, table):
+    """At 420 px these three tables scrolled sideways inside their box (issue 44): their phone columns now fit, the
+    rest shown on a wider screen."""
+    path = examples_site / ("index.html" if page_of == "index" else "vllm-bf16__hf-fp32/index.html")
+    page, seen, _ = open_page(browser, path, width=420)
+    boxes = page.evaluate(SCROLLED, table)
+    assert boxes and all(sw <= cw + 1 for sw, cw in boxes), boxes
+    page.close()
+
+
+AXIS_TITLES = """() => [...document.querySelectorAll('.vega svg')].flatMap(svg => {
+  const s = svg.getBoundingClientRect();
+  return [...svg.querySelectorAll('.role-axis-title text, .role-title text, .role-legend-title text')].map(t => {
+    const r = t.getBoundingClientRect();
+    return [t.textContent, r.top - s.top, s.bottom - r.bottom, r.left - s.left, s.right - r.right];
+  }).filter(([text, ...gaps]) => gaps.some(g => g < -0.5) || text.endsWith('…'));
+})"""
+
+
+@pytest.mark.parametrize("width", [420, 1300])
+def test_no_chart_title_is_clipped(browser, examples_site, width):
+    """Every axis, chart and legend title of the run page's and the index's charts lies whole inside its chart."""
+    for path in (examples_site / "index.html", examples_site / "vllm-bf16__hf-fp32" / "index.html"):
+        page, _, _ = open_page(browser, path, width=width)
+        page.wait_for_function("() => [...document.querySelectorAll('.vega')].every(el => el.querySelector('svg'))",
+                               timeout=30000)
+        assert page.evaluate(AXIS_TITLES) == [], path
+        page.close()

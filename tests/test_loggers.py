@@ -140,4 +140,4 @@ def test_a_logger_not_installed_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "wandb", None)  # import wandb now raises ImportError
     (tmp_path / "run").mkdir()  # a run folder that exists: the logger is the one problem
     res = run("watch", str(tmp_path / "run"), "-o", str(tmp_path / "site"), "--once", "--log-to", "wandb")
-    one_line_exit_2(res, "wandb is not installed", "tim-report[wandb]")
+    one_line_exit_2(res, "wandb is not installed", '-e ".[wandb]"')

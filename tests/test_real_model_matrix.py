@@ -56,10 +56,35 @@ def test_planted_faults_are_named_and_fail_check(rows, case):
     assert r["finding"] == r["expected_finding"], r
 
 
-def test_top_p_declared_in_meta_is_named_but_expected(rows):
-    """capture writes the sampling settings into meta: the renormalised rollout is then said (info), not failed."""
-    r = rows["top_p"]
+@pytest.mark.parametrize("case", ["top_p", "top_k", "top_p_no_kept", "top_k_no_kept"])
+def test_truncated_sampling_on_the_rollout_side_reads_as_truncated_sampling(rows, case):
+    """capture records the kept sets (and writes the sampling settings into meta): the renormalised rollout is then
+    said (info) with its kept mass, not failed; without the kept sets the data decide it (top-k 20: rollout ≥ trainer
+    on 85% of tokens only, below the old 95% line)."""
+    r = rows[case]
     assert (r["check_exit"], r["regime"], r["finding"], r["severity"]) == (0, "elevated", "processed_logprobs", "info"), r
+    assert "kept mass" in r["figure"]
+    assert ("KL k3 over the kept set" in r["figure"]) == (not case.endswith("no_kept")), r
+
+
+def test_the_ratio_over_the_kept_set_is_bf16_noise():
+    """The trainer's mass on the sampler's kept sets, from its own fp32 log-softmax: renormalised over them, the bf16
+    sampler against the fp32 trainer is within the bf16 band (the full-vocabulary ratio carries log S besides)."""
+    from tim_report.analysis import analyze
+    from tim_report.io import load
+
+    for case in ("top_p", "top_k"):
+        k = analyze(load(ROOT / "tests" / "data" / "real_model" / f"{case}.npz")).diagnosis["kept_sets"]
+        assert k["outside"] == 0 and k["kept"]["within_noise"] and k["kept"]["kl_k3"] < k["full"]["kl_k3"] / 3, k
+        assert k["full"]["bias"] < k["log_mass_mean"] / 2 < 0
+
+
+@pytest.mark.parametrize("case, finding, exit_code", [("shared_seed", "identical_completions", 0),
+                                                      ("lm_head_one_side", "lm_head_one_side", 0),
+                                                      ("versions_shifted", "versions_misaligned", 0)])
+def test_what_one_side_alone_did_is_named(rows, case, finding, exit_code):
+    r = rows[case]
+    assert (r["finding"], r["check_exit"], r["regime"]) == (finding, exit_code, "numerical_noise"), r
 
 
 def test_bisect_on_the_real_model_names_each_planted_bug_and_nothing_where_there_is_none():

@@ -73,7 +73,7 @@ def test_checkpoints_are_candidates_not_links_of_the_chain(tmp_path):
     summary = json.loads((tmp_path / "site" / "s" / "summary.json").read_text())
     assert [r["lag"] for r in summary["rescore"]["by_lag"]] == [0, 2] and "v1" not in summary["chain"]["sides"]
     md = (tmp_path / "site" / "s" / "report.md").read_text()
-    assert "### Which weights the engine used" in md and "v1 →" not in md and "→ v1" not in md
+    assert "<summary>Which weights the engine used</summary>" in md and "v1 →" not in md and "→ v1" not in md
 
 
 def test_a_tie_is_a_tie():
@@ -166,3 +166,39 @@ def test_bad_names_are_one_line_before_any_model_loads(tmp_path, case):
               "meta_not_object": "meta 'rescore' is a list"}[case]
     one_line_exit_2(res, phrase)
     assert not out.exists() and set(load(step).sides) == set(b.sides)
+
+
+def one_step_off_rescored(near: float, labelled: float, seed: int = 3):
+    """A one-step-off step (every token lag 1: labelled v2, trainer v3) rescored by v0 and v2: side v0 `near` nats of
+    noise from the rollout, v2 (the labelled version's own weights) `labelled`."""
+    b = make_batch(n_seqs=16, mean_len=30, noise=0.1, seed=seed)
+    b.weight_version = np.array(["2"] * 16)
+    b.meta["trainer_version"] = 3
+    rng = np.random.default_rng(seed)
+    b.sides["v0"] = np.minimum(b.rollout_logp + rng.normal(0, near, b.n_tokens), 0.0)
+    b.sides["v2"] = np.minimum(b.rollout_logp + rng.normal(0, labelled, b.n_tokens), 0.0)
+    b.meta["rescore"] = {"v0": {"model": "ckpt/v0", "dtype": "fp32", "version": 0},
+                         "v2": {"model": "ckpt/v2", "dtype": "fp32", "version": 2}}
+    return b
+
+
+def test_a_rescore_that_shows_the_engine_held_other_weights_is_stale_weights_at_any_lag(tmp_path):
+    """A one-step-off step whose tokens, labelled v2, lie at the floor of v0 and far from v2's own weights read
+    "Staleness at lag 1 … no finding points at the engines … lag 1: nearest v0 (labelled v2): the engine's tokens look
+    like v0", and `check` exited 0: the rescore showed the sync fault and nothing said it. It is `stale_weights`,
+    cause first; an honest step, a near tie and a rescore without the labelled version's weights raise nothing."""
+    report = analyze(one_step_off_rescored(1e-3, 0.05))
+    stale = next(f for f in report.diagnosis["findings"] if f["id"] == "stale_weights")
+    assert stale["severity"] == "error" and report.diagnosis["regime"] == "systematic"
+    assert stale["evidence"]["rescored_lag"] == 1 and stale["evidence"]["rescored_looks_like_version"] == 0
+    assert stale["title"].startswith("Stale weights: rescored, the tokens labelled lag 1 (v2) look like v0: v0's KL k3")
+    assert "no finding points at the engines" not in report.diagnosis["verdict"]
+    step = tmp_path / "step.npz"
+    save_batch(one_step_off_rescored(1e-3, 0.05), step)
+    res = run("check", step)
+    assert res.exit_code == 1 and "stale weights (rescored: labelled v2, looks like v0)" in res.output, res.output
+    for honest in (one_step_off_rescored(0.05, 1e-3), one_step_off_rescored(1e-3, 1.3e-3)):
+        assert "stale_weights" not in {f["id"] for f in analyze(honest).diagnosis["findings"]}
+    without = one_step_off_rescored(1e-3, 0.05)
+    del without.sides["v2"], without.meta["rescore"]["v2"]  # nearest v0 of v0 and the trainer: v2 was not tried
+    assert "stale_weights" not in {f["id"] for f in analyze(without).diagnosis["findings"]}

@@ -68,5 +68,22 @@ def test_a_lag_zero_bucket_planted_from_an_older_version(tmp_path, tiny_versions
     assert stale["evidence"]["rescored_looks_like_version"] == 0 and "labelled v3 and look like v0" in stale["title"]
     assert "lag 0: nearest v0 (labelled v3): the engine's tokens look like v0" in summary["diagnosis"]["verdict"]
     md = (page / "report.md").read_text()
-    assert "### Which weights the engine used" in md and "looks like v0" in md
+    assert "<summary>Which weights the engine used</summary>" in md and "looks like v0" in md
     assert "Which weights the engine used" in (page / "index.html").read_text()
+
+
+def test_a_one_step_off_step_sampled_by_v0_is_stale_weights_once_rescored(tmp_path, tiny_versions, tiny_checkpoints):
+    """A one-step-off step (every token lag 1, labelled v2) that v0 sampled (an engine that never took an update):
+    alone it reads "staleness" (no lag-0 token to judge), rescored by v0 and v2 it is `stale_weights`, cause first,
+    and `check` fails; sampled by v2 as labelled, the same rescore raises nothing."""
+    lines, out = rescored(tmp_path, tiny_versions, tiny_checkpoints, [1], [0], [0, 2])
+    assert lines[1].startswith("  lag 1: nearest v0 (labelled v2): the engine's tokens look like v0; "), lines
+    summary, _ = summary_of(tmp_path, out, "json")
+    stale = summary["diagnosis"]["findings"][0]
+    assert stale["id"] == "stale_weights" and stale["severity"] == "error", summary["diagnosis"]["findings"]
+    assert stale["title"].startswith("Stale weights: rescored, the tokens labelled lag 1 (v2) look like v0"), stale["title"]
+    assert run("check", out).exit_code == 1
+    honest = tmp_path / "honest"
+    honest.mkdir()
+    _, out = rescored(honest, tiny_versions, tiny_checkpoints, [1], [2], [0, 2])
+    assert run("check", out).exit_code == 0

@@ -276,3 +276,22 @@ def test_student_t_tail_without_scipy_is_scipys():
         got, want = _two_sided(t, np.full(t.shape, df)), 2 * stdtr(df, -t)
         assert np.allclose(got, want, rtol=1e-9, atol=0), df
     assert np.isnan(_two_sided(np.array([1.0]), np.array([0.0]))[0])
+
+
+def test_a_change_point_inside_a_stretch_of_one_finding_says_when_the_finding_began():
+    """A second change of level inside a stale stretch (lag 1's KL climbing on after a sync stopped at step 8) said
+    "from step 9 the engine did not hold the weights…" under a run verdict of "Systematic from step 8": the change
+    point names the step the finding began at, as the verdict does."""
+    from tim_report.analysis.run_verdict import State
+    from tim_report.analysis.trend import by_step
+
+    states = [State(s, "staleness" if s < 8 else "systematic", None if s < 8 else "stale_weights", f"step_{s}")
+              for s in range(12)]
+    cps = [{"step": 9, "run": "step_9", "worse": True, "metric": "outside_2x", "change": "outside 2x is higher"}]
+    (change,) = by_step(cps, states)
+    assert change["explained_by"] == "stale_weights"
+    assert "from step 8 the engine did not hold the weights" in change["sentence"], change["sentence"]
+    assert "every step from there is diagnosed" in change["sentence"]
+    # a finding that begins at the change point itself is said from there, as before
+    (change,) = by_step([{**cps[0], "step": 8, "run": "step_8"}], states)
+    assert "from step 8 the engine did not hold the weights" in change["sentence"]

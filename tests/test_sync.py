@@ -314,7 +314,7 @@ def test_the_page_report_md_and_the_terminal_line_show_the_sync(tmp_path):
     line = ("Sync: the engine holds the trainer's weights at version 5 (bf16 digests equal); since version 4 the engine "
             "changed 1.5% of its elements, the trainer 1.5%.")
     assert 'id="sync"' in page and html.escape(line).replace('&#x27;', '&#39;') in page and "✓ equal" in page
-    assert "### Weight sync" in md and f"**{line}**" in md and f"| 5 | {A[:12]} | {A[:12]} | 1.5% since v4" in md
+    assert "<summary>Weight sync</summary>" in md and f"**{line}**" in md and f"| 5 | {A[:12]} | {A[:12]} | 1.5% since v4" in md
     assert "| 6 | — | " + B[:12] + " |" in md and "one side only" in md
     rows = {r["id"]: r for r in json.loads((site / "index.json").read_text())["runs"]}
     assert rows["clean"]["glance"].endswith("; sync: bf16 digests equal at v5")

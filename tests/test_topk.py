@@ -133,7 +133,7 @@ def test_capture_with_topk_shows_on_the_page_and_in_summary(tmp_path):
     page = (site / "b" / "index.html").read_text()
     assert 'id="topk"' in page and "top-1 differs" in page and "KL on the top-k union" in page
     md = (site / "b" / "report.md").read_text()
-    assert "## Whole distribution (top-k)" in md and "| top-1 differs |" in md and "| KL on the top-k union |" in md
+    assert "<summary>Whole distribution (top-k)</summary>" in md and "| top-1 differs |" in md and "| KL on the top-k union |" in md
 
 
 @need_model

@@ -148,6 +148,9 @@ def test_a_sync_that_stops_in_a_one_step_off_run_is_named_the_engines_weights_at
     assert len([a for a in alarms if "stale weights" in a]) == 1, out  # one alarm per event
     assert doc["run"]["regime"] == "systematic" and doc["run"]["since_step"] == 7, doc["run"]
     assert "stale weights" in doc["run"]["verdict"]
+    r = _check(tmp_path / "tim_steps")  # the run folder's steps read together say what the index says
+    assert r.returncode == 1 and "error stale_weights (the steps read together)" in r.stdout, r.stdout[-2000:]
+    assert "step_7: stale weights" in r.stdout
 
 
 @pytest.mark.slow

@@ -418,3 +418,29 @@ def test_the_last_line_counts_what_the_published_index_holds(tmp_path):
     watch.step(), watch.step()
     assert watch.held == len(json.loads((site / "index.json").read_text())["runs"]) == 2
     assert Watch(run, site, WatchOptions(build=JSON, interval=0)).held == 2  # a watch restarted on the site
+
+
+def test_the_rows_before_a_step_found_by_binary_search_are_those_a_scan_finds():
+    """A watch started on a run of N steps checks each of its N new rows against the rows before it; found by a binary
+    search (`Earlier`: N·log N, where a scan of every row for each was minutes at 10,000 steps), they must be the very
+    windows the scan finds: the band's (by lag mix) and whether every earlier step was identical."""
+    import random
+
+    from tim_report.analysis.history import window_rows
+    from tim_report.analysis.lag.history import lag_key, same_lag
+    from tim_report.service.watch import Earlier, identity_broken
+
+    rng = random.Random(45)
+    mixes = [None, {"0": 1.0}, {"0": 0.5, "1": 0.5}, {"1": 0.7, "unknown": 0.3}]
+    rows = [{"id": f"s{i}", "step": step, "abs_delta_max": 0.0 if step < 40 else rng.choice([0.0, 0.1]),
+             "lag_mix": rng.choice(mixes), "lag_kl_k3": {"0": rng.random()} if rng.random() < 0.7 else {}}
+            for i, step in enumerate(rng.sample(range(200), 120) + [7, 7, 55])]  # ties too
+    rng.shuffle(rows)
+    near = Earlier(rows, window=6)
+    assert near.ordered
+    for row in rows:
+        others = [r for r in rows if r is not row]
+        assert near.identity_broken(row) == identity_broken(row, rows)
+        kind = ("lag", lag_key(row)) if lag_key(row) is not None else ("all",)
+        assert window_rows(near.before(kind, row), row["step"], 6) == window_rows(same_lag(row, others), row["step"], 6)
+    assert sum(near.identity_broken(r) is not None for r in rows) >= 1  # the identical prefix does end somewhere

@@ -4,7 +4,7 @@
     tokens = report.tokens_frame()                      # one row per token: both log-probs, δ, r, where it sits
     steps = tim_report.read_site("site/").steps_frame() # one row per step of index.json, change points marked
 
-pandas is an optional extra (`pip install "tim-report[notebook]"`), imported here only: the analysis stays numpy.
+pandas is an optional extra (`pip install -e ".[notebook]"`), imported here only: the analysis stays numpy.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from .catalogue.metrics import ROW
 from .errors import BadInput
 from .model import StepBatch
 
-INSTALL_HINT = 'pandas is not installed: pip install "tim-report[notebook]" (or pip install pandas)'
+INSTALL_HINT = 'pandas is not installed: pip install -e ".[notebook]" (or pip install pandas)'
 SIDES = ("shadow_logp", "floor_logp")  # a batch's further log-prob arrays over the same tokens, when it has them
 TEXT_COLUMNS = ("regime", "verdict", "health", "model", "rollout_engine", "rollout_dtype", "trainer_engine", "trainer_dtype",
                 "device")

@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 
 from .catalogue import metrics as catalogue
+from .config import KL_K3_MAX
+from .config.bounds import LR_MAX, LR_MIN, MAX_LAGS
 
 SCHEMA_VERSION = 1
 
@@ -36,8 +38,12 @@ META_KEYS = {
     "model_class": "dense or moe: which published noise band the diagnosis reads the batch against",
     "trainer_version": "the weight version the trainer holds at this step (an integer; else the step is used)",
     "ppo_clip_fraction": "the PPO clip fraction your trainer logged for this step (0 to 1; the idle-correction check)",
+    "lr": "this step's learning rate (1e-12 to 1; a lag's KL over the run is read per unit of lr²)",
     "engine_digest": "the engine's weight digest: VERSION:DTYPE:SHA256[:CHANGED_SHARE[:SINCE]], several joined by ','",
     "trainer_digest": "the trainer's weights cast to the engine's dtype, digested the same way (docs/sync.md)",
+    "lm_head_fp32": "rollout, trainer, both or none: the side(s) that keep the LM head (output projection) in fp32",
+    "trainer_support": "full or kept: the trainer's log-probs are renormalised over each token's kept set (a replaying "
+                       "trainer)",
 }
 
 _LOCAL_PATH = re.compile(r"^(?:[/\\~]|\.{1,2}[/\\]|[A-Za-z]:[/\\])")  # /abs, ~/home, ./rel, ../rel, a drive, a share
@@ -69,6 +75,32 @@ def version_int(value: object) -> int | None:
     """A weight version or lag written as text ("3", "-1") → int; None for anything else ("--3", "³", "1e3", a
     20-digit number): the ASCII digits int() takes, and no more than an int64 difference can hold."""
     return int(value) if isinstance(value, str) and _VERSION_TEXT.fullmatch(value.strip()) else None
+
+
+def learning_rate(value: object) -> float | None:
+    """A step's learning rate (meta `lr`), as the lag history reads it: a number in [LR_MIN, LR_MAX]; None for anything
+    else (a string, NaN, 0 or a negative rate, 1e-200 whose square is 0, 1e308 whose square overflows)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        x = float(value)
+    except OverflowError:  # an integer beyond a float
+        return None
+    return x if LR_MIN <= x <= LR_MAX else None
+
+
+def lags_problem(value: object, high: float = KL_K3_MAX) -> str | None:
+    """What is wrong with a row's per-lag numbers (`lag_kl_k3`, `lag_kl_k3_se`; `lag_mix` with `high` 1), or None: at
+    most MAX_LAGS lags, each named by an integer (`version_int`) or "unknown", each null or a number from 0 to `high` (a
+    share is at most 1; no KL k3 of clamped log-ratios, nor its standard error, exceeds KL_K3_MAX)."""
+    if not isinstance(value, dict) or len(value) > MAX_LAGS:
+        return f"is not an object of at most {MAX_LAGS} lags"
+    for k, v in value.items():
+        if not isinstance(k, str) or not (k == "unknown" or version_int(k) is not None):
+            return f"names a lag {str(k)[:20]!r}: an integer or unknown"
+        if v is not None and not (_is_kind(v, "number", False) and 0 <= v <= high):
+            return f"holds {str(v)[:20]} at lag {k}: not a number from 0 to {high:.3g}"
+    return None
 
 # The weight digests a step may carry (docs/sync.md): meta[side + "_digest"], each a list of records
 #   {"version": int, "dtype": "bf16" | "fp16" | "fp32", "digest": 64 hex digits,
@@ -211,6 +243,12 @@ class StepBatch:
     rollout_topk_logp: np.ndarray | None = None  # [T, k] float32
     trainer_topk_ids: np.ndarray | None = None  # [T, k] int32
     trainer_topk_logp: np.ndarray | None = None  # [T, k] float32
+    # The sampler's kept set of each token (the vocabulary ids that survived top-k / top-p / min-p: vLLM's SamplingMask,
+    # prime-rl's replayed support), CSR over the flat tokens: token t's set is kept_ids[kept_offsets[t]:kept_offsets[t+1]],
+    # empty where none was recorded; and the trainer's log-probability mass on it (log S ≤ 0, NaN where unknown)
+    kept_ids: np.ndarray | None = None  # [K] int32
+    kept_offsets: np.ndarray | None = None  # [T+1] int64
+    kept_log_mass: np.ndarray | None = None  # [T] float64
     rollout_routes: np.ndarray | None = None  # [T, layers, k] int32: the experts each MoE layer routed the token to
     trainer_routes: np.ndarray | None = None  # [T, layers, k] int32, the trainer's (capture --routes)
     meta: dict[str, Any] = field(default_factory=dict)  # step, framework, layout, alignment, exclusions, routed_experts, ...
@@ -345,8 +383,8 @@ _ROW_VERDICT = {"routing": "counts", "routing_unit": "text", "regime": "text?", 
                 "blocked_by_bug": "bool",
                 "excluded_tokens": "number", "input_problems": "number", "input_problem_kinds": "texts",
                 "data_problems": "number", "health": "text", "env_kl_k3": "counts",
-                "lag_mix": "counts", "lag_kl_k3": "counts", "lag_kl_k3_se": "counts", "floor_kl_k3_se": "number?",
-                "staleness_share": "number?", "lr": "number?", "weight_digests": "digests",
+                "lag_mix": "shares", "lag_kl_k3": "lags", "lag_kl_k3_se": "lags", "floor_kl_k3_se": "number?",
+                "staleness_share": "number?", "trainer_version": "number?", "lr": "number?", "weight_digests": "digests",
                 # as its run reads the step (analysis.run_index.in_run; null in a step's own row): its lag against the
                 # run's own history of that lag, and its own regime where the run's differs
                 "lag_reading": "object?", "step_regime": "text?"}
@@ -388,6 +426,8 @@ def _is_kind(v: Any, kind: str, optional: bool) -> bool:
             return False
         sides = [[{k: y for k, y in x.items() if k != "side"} for x in v if x["side"] == side] for side in DIGEST_SIDES]
         return all(not recs or digest_records(recs)[1] is None for recs in sides)
+    if kind in ("lags", "shares"):
+        return lags_problem(v, 1.0 if kind == "shares" else KL_K3_MAX) is None
     if kind == "counts":
         return isinstance(v, dict) and all(isinstance(k, str) and (x is None or _is_kind(x, "number", False))
                                            for k, x in v.items())

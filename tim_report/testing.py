@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .errors import BadInput
 from .model import StepBatch
 
 
@@ -218,9 +220,61 @@ def make_chain_batch(cause: str, n_seqs: int = 32, mean_len: int = 64, vocab: in
                      meta={"model": "synthetic", "seed": seed, "planted": cause})
 
 
+def make_truncated_batch(top_p: float = 0.9, top_k: int = 0, n_seqs: int = 48, mean_len: int = 48, vocab: int = 256,
+                         noise: float = 0.02, kept: bool = True, declared: bool = True, seed: int = 0) -> StepBatch:
+    """Tokens really sampled with top-k / top-p: the rollout's log-probs renormalised over each token's kept set (as
+    vLLM's processed log-probs are), the trainer's over the full vocabulary of a distribution within `noise` (in the
+    logits) of the rollout's. With `kept`, each token's kept set and the trainer's log-mass on it (as `capture`
+    records them); with `declared`, meta['sampling'] as `capture` writes it."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(max(1, mean_len // 2), mean_len + mean_len // 2 + 1, n_seqs)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    t = int(offsets[-1])
+    logits = np.exp(rng.uniform(np.log(0.5), np.log(6.0), t))[:, None] * rng.standard_normal((t, vocab))
+
+    def log_softmax(x: np.ndarray) -> np.ndarray:
+        z = x - x.max(axis=1, keepdims=True)
+        return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+
+    rollout_full = log_softmax(logits + noise * rng.standard_normal(logits.shape))
+    trainer_full = log_softmax(logits + noise * rng.standard_normal(logits.shape))
+    order = np.argsort(-rollout_full, axis=1)
+    mass = np.cumsum(np.exp(np.take_along_axis(rollout_full, order, axis=1)), axis=1)
+    keep_sorted = np.concatenate([np.ones((t, 1), bool), mass[:, :-1] < top_p], axis=1)
+    if top_k > 0:
+        keep_sorted[:, top_k:] = False
+    keep = np.zeros_like(keep_sorted)
+    np.put_along_axis(keep, order, keep_sorted, axis=1)
+    sampler = np.where(keep, rollout_full - np.log(np.where(keep, np.exp(rollout_full), 0.0).sum(axis=1))[:, None], -np.inf)
+    token = np.argmax(sampler + rng.gumbel(size=sampler.shape), axis=1)
+    rows = np.arange(t)
+    meta: dict = {"model": "synthetic", "seed": seed, "rollout_dtype": "bf16", "trainer_dtype": "fp32"}
+    if declared:
+        meta["sampling"] = dict(temperature=1.0, top_p=top_p, top_k=top_k, logprobs="processed",
+                                truncated=top_p < 1.0 or top_k > 0)
+    batch = StepBatch(rollout_logp=sampler[rows, token], trainer_logp=trainer_full[rows, token], offsets=offsets,
+                      mask=np.ones(t, bool), token_ids=token.astype(np.int64), meta=meta,
+                      group=np.asarray([f"g{i // 4}" for i in range(n_seqs)]))
+    if kept:
+        batch.kept_ids = np.flatnonzero(keep.reshape(-1)) % vocab
+        batch.kept_offsets = np.concatenate([[0], np.cumsum(keep.sum(axis=1))]).astype(np.int64)
+        batch.kept_log_mass = np.log(np.where(keep, np.exp(trainer_full), 0.0).sum(axis=1))
+    return batch
+
+
 # ---- real weight versions: the staleness split's test bed (design §10) ---------------------------------------
 
-TINY_MODEL = "models/tiny-qwen2"  # relative to the repository root
+# The tiny model ships with the repository (models/, beside the package), not in the wheel: found from this file, so a
+# script run from any folder finds it (a relative path was tried as a hub id, ten retries, then a traceback).
+TINY_MODEL = str(Path(__file__).resolve().parents[1] / "models" / "tiny-qwen2")
+
+
+def model_folder(model_dir: str) -> str:
+    """`model_dir` when it is a local model folder; else BadInput saying where the tiny model comes from."""
+    if not (Path(model_dir) / "config.json").is_file():
+        raise BadInput(model_dir, "no model folder here (config.json): models/tiny-qwen2 ships with the repository "
+                                  "checkout (scripts/train_tiny_model.py makes it); pass model_dir= for another model")
+    return model_dir
 
 
 @contextlib.contextmanager
@@ -244,7 +298,7 @@ def train_versions(model_dir: str = TINY_MODEL, versions: int = 4, lr: float = 2
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     with _one_thread():
-        return _train(AutoModelForCausalLM, AutoTokenizer, model_dir, versions, lr, seed)
+        return _train(AutoModelForCausalLM, AutoTokenizer, model_folder(model_dir), versions, lr, seed)
 
 
 def _train(auto_model: Any, auto_tokenizer: Any, model_dir: str, versions: int, lr: float, seed: int) -> list[dict]:
@@ -282,7 +336,8 @@ def sample_versioned_batch(states: list[dict], lags: list[int], model_dir: str =
     prompt, so `rescore` can score the batch again."""
     with _one_thread():
         by = sampled_by or [stuck_at if stuck_at is not None else len(states) - 1 - lag for lag in lags]
-        return _sample(states, lags, model_dir, new_tokens, seqs_per_lag, by, rollout_dtype, label_lags, seed)
+        return _sample(states, lags, model_folder(model_dir), new_tokens, seqs_per_lag, by, rollout_dtype, label_lags,
+                       seed)
 
 
 def _sample(states: list[dict], lags: list[int], model_dir: str, new_tokens: int, seqs_per_lag: int,
@@ -338,7 +393,8 @@ def sample_prefix_cached_batch(states: list[dict], cache_version: int | None, mo
     cache, computed by version `cache_version` (None: the newest, a cache reset at the sync), the rest compute it
     afresh. `cached_tokens` is the prompt length less its last token (which an engine always recomputes), or 0."""
     with _one_thread():
-        return _sample_cached(states, cache_version, model_dir, n_seqs, prompt_len, new_tokens, rollout_dtype, seed)
+        return _sample_cached(states, cache_version, model_folder(model_dir), n_seqs, prompt_len, new_tokens,
+                              rollout_dtype, seed)
 
 
 def _sample_cached(states: list[dict], cache_version: int | None, model_dir: str, n_seqs: int, prompt_len: int,

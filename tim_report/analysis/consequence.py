@@ -140,5 +140,8 @@ def lead_env(by_env: dict | None, kl: float | None) -> str | None:
 
 def glance_of(diagnosis: dict, by_env: dict | None, kl: float | None) -> str:
     """The diagnosis in one line: regime, leading finding with its side and place (catalogue.severity.glance)."""
-    lead = next((f for f in diagnosis.get("findings") or [] if f.get("severity") != "info"), None)
+    found = diagnosis.get("findings") or []
+    lead = next((f for f in found if f.get("severity") != "info"), None)
+    if lead is None:  # an info finding that explains the whole mismatch (declared truncated sampling) leads the glance too
+        lead = next((f for f in found if FINDINGS[f["id"]].leads_as_info), None)
     return severity.glance(diagnosis.get("regime"), lead, lead_env(by_env, kl))

@@ -15,6 +15,7 @@ import numpy as np
 from ..catalogue import findings
 from ..catalogue.numbers import plain
 from ..config import DETECTOR_MAX_TOKENS, TEMPERATURE_FIT_COVERAGE, DiagnosisThresholds
+from . import kept
 from .breakdowns import length_growth
 from .lag.findings import lag0_only
 from .registry import Scene, detector
@@ -111,29 +112,62 @@ def declared_processing(meta: dict) -> str | None:
     return ", ".join(parts) or "truncated sampling"
 
 
-def detect_processed(tok: Tokens, dt: DiagnosisThresholds, corr: float | None,
-                     declared: str | None = None) -> dict | None:
-    """Rollout log-probs renormalised after top-p / top-k: rollout ≥ trainer on (nearly) every token.
+def kept_mass_floor(meta: dict, dt: DiagnosisThresholds) -> float | None:
+    """The lowest mean δ declared top-p sampling can make: top-p keeps at least `top_p` of the sampler's mass, so
+    log S ≥ log top_p, less the precision's noise; None without a declared top-p (top-k alone has no floor)."""
+    s = meta.get("sampling") if isinstance(meta, dict) else None
+    top_p = s.get("top_p") if isinstance(s, dict) else None
+    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)) or not 0 < top_p < 1:
+        return None
+    return math.log(top_p) - dt.noise_abs_delta_max
 
-    When the batch declares processed, truncated rollout log-probs (`declared`, from meta['sampling'])
-    the finding is `info`: the mismatch is explained and expected, not a bug in the pipeline."""
+
+def detect_processed(tok: Tokens, dt: DiagnosisThresholds, corr: float | None, declared: str | None = None,
+                     kept: dict | None = None, floor: float | None = None) -> dict | None:
+    """Rollout log-probs renormalised after top-p / top-k: δ = log(kept mass) ≤ 0 on every token.
+
+    With the trainer's mass on the recorded kept sets (`kept`, analysis/kept.py) the kept mass is measured: the finding
+    is there when it is significantly below 1. Without it, a batch that declares processed, truncated rollout log-probs
+    (`declared`, from meta['sampling']) is decided by the data: δ significantly negative both in sign and in mean (and
+    no lower than the declared top-p allows, `floor`); a batch that declares nothing needs rollout ≥ trainer on nearly
+    every token (`processed_negative_share`). Declared or recorded, the finding is `info`: the mismatch is explained
+    and expected, not a bug in the pipeline."""
+    if corr is not None and corr < dt.systematic_corr_max:
+        return None
     nonzero = tok.rollout != 0.0
     every = bool(nonzero.all())  # the usual case: no exact-zero rollout log-prob, no subset to make
     moved = nonzero & (tok.abs_delta > dt.identical_atol)
     n = int(np.count_nonzero(moved))
-    if n < dt.min_tokens or (corr is not None and corr < dt.systematic_corr_max):
+    measured = kept is not None and kept.get("mass_tokens", 0) >= dt.min_tokens
+    if n < dt.min_tokens and not measured:
         return None
-    share = np.count_nonzero(moved & (tok.delta < 0)) / n
-    z_sign = (share - 0.5) / (0.5 / math.sqrt(n))
-    mean, se = tok.mean_se_of("delta") if every else cluster_mean_se(tok.delta[nonzero], tok.seq[nonzero])
-    if share < dt.processed_negative_share or z_sign < dt.z or not (se > 0 and -mean / se >= dt.z):
+    share = np.count_nonzero(moved & (tok.delta < 0)) / n if n else 0.0
+    z_sign = (share - 0.5) / (0.5 / math.sqrt(n)) if n else 0.0
+    if every:
+        mean, se = tok.mean_se_of("delta")
+    else:
+        mean, se = cluster_mean_se(tok.delta[nonzero], tok.seq[nonzero]) if nonzero.any() else (0.0, 0.0)
+    if measured:
+        log_mass, log_se = kept["log_mass_mean"], kept["log_mass_se"]  # type: ignore[index]
+        if not (log_mass < -dt.identical_atol and log_se > 0 and -log_mass / log_se >= dt.z):
+            return None
+    elif declared is not None:
+        if z_sign < dt.z or not (se > 0 and -mean / se >= dt.z) or (floor is not None and mean + 2 * se < floor):
+            return None
+    elif share < dt.processed_negative_share or z_sign < dt.z or not (se > 0 and -mean / se >= dt.z):
         return None
     zeros_below = 0 if every else int(((tok.rollout == 0.0) & (tok.trainer < -1e-4)).sum())
     evidence = {"negative_delta_share": share, "tokens_compared": n, "mean_delta": mean, "mean_delta_se": se,
                 "rollout_exact_zero_trainer_below": zeros_below, "rollout_exact_zero_share": 1.0 - np.count_nonzero(nonzero) / tok.n,
                 "min_delta": float(tok.delta.min()), "implied_min_kept_mass": float(math.exp(tok.delta.min())),
-                "threshold_negative_share": dt.processed_negative_share, "declared_in_meta": declared is not None}
-    return findings.make("processed_logprobs", evidence, dt, declared=declared)
+                "kept_mass": math.exp(kept["log_mass_mean"] if measured else min(mean, 0.0)),  # type: ignore[index]
+                "kept_mass_measured": measured, "threshold_negative_share": dt.processed_negative_share,
+                "declared_in_meta": declared is not None or measured}
+    if measured:
+        k = kept["kept"]  # type: ignore[index]
+        evidence.update(kept_mass_min=kept["mass_min"], renormalised_kl_k3=k["kl_k3"],  # type: ignore[index]
+                        renormalised_abs_delta_mean=k["mean_abs_delta"], renormalised_within_noise=k["within_noise"])
+    return findings.make("processed_logprobs", evidence, dt, declared=declared or "kept sets recorded")
 
 
 def _log_mean_exp(x: np.ndarray) -> float:
@@ -359,13 +393,26 @@ def _dummy_zero(s: Scene) -> dict | None:
 
 @detector("processed_logprobs", whole_batch=True)
 def _processed(s: Scene) -> dict | None:
-    return detect_processed(s.tok, s.dt, s.metrics.get("corr_logp"), declared_processing(s.batch.meta))
+    if s.batch.meta.get("trainer_support") == "kept":
+        return None  # the trainer renormalised over the kept sets itself: δ is already the ratio over the kept set
+    sets = s.once(kept.measured)
+    recorded = "kept sets recorded" if sets and sets.get("with_set") else None  # the sampler truncated: it says so itself
+    return detect_processed(s.tok, s.dt, s.metrics.get("corr_logp"), declared_processing(s.batch.meta) or recorded,
+                            sets, kept_mass_floor(s.batch.meta, s.dt))
+
+
+def _renormalised(s: Scene) -> Tokens | None:
+    return kept.renormalised(s.batch, s.tok)
 
 
 @detector("temperature", whole_batch=True)
 def _temperature(s: Scene) -> dict | None:
-    if "processed_logprobs" in s.found:
-        return None
+    tok = s.once(_renormalised)  # with the trainer's mass on every kept set: the engines' own mismatch, log S taken out
+    if tok is None and "processed_logprobs" in s.found:
+        return None  # truncation tilts δ too, and nothing says by how much
+    if tok is not None:
+        keep = s.once(_kept)
+        return detect_temperature(tok, s.dt, pearson(tok.rollout, tok.trainer), keep, sampler_side(tok, s.dt, keep))
     return detect_temperature(s.tok, s.dt, s.metrics.get("corr_logp"), s.once(_kept), s.once(_sampler))
 
 

@@ -28,10 +28,10 @@ from ..catalogue import findings as words
 from ..catalogue import severity, verdicts
 from ..config import SEVERITIES, DiagnosisThresholds, Thresholds
 from ..model import StepBatch
-from . import chain, confident, detectors, floor, localise, precision_gap, routes, usable  # noqa: F401  (importing one registers its detectors)
+from . import chain, confident, detectors, duplicates, floor, head, kept, localise, precision_gap, routes, usable  # noqa: F401  (importing one registers its detectors)
 from .bands import apply_band, band_summary, choose_band
 from .consequence import consequence, fault_side, side_test
-from .lag import cache, digests  # noqa: F401  (register the prefix-cache and the sync detectors)
+from .lag import alignment, cache, digests  # noqa: F401  (register the version alignment, prefix-cache and sync detectors)
 from .lag import findings as lag_findings  # registers the lag detectors
 from .registry import DETECTORS, Scene
 from .stats import exp_or_inf

@@ -46,6 +46,8 @@ def describe(rows: list[dict]) -> str:
 def _ranges(steps: list) -> str:
     out: list[list] = []
     for s in steps:
+        if out and s == out[-1][1]:  # several runs at one step: the step once
+            continue
         if out and isinstance(s, int) and isinstance(out[-1][1], int) and s == out[-1][1] + 1:
             out[-1][1] = s
         else:

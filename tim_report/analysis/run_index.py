@@ -19,8 +19,8 @@ from ..catalogue import metrics as catalogue
 from ..catalogue import staleness as lag_words
 from ..catalogue.findings.lag import STALE
 from ..config import HEALTH_ORDER, health, step_health
-from ..model import model_label
-from .lag.history import never_delivered, read_run
+from ..model import learning_rate, model_label
+from .lag.history import run_reads
 from .run_verdict import run_verdict
 from .stats import finite
 from .sweep import length_sweep
@@ -109,13 +109,10 @@ def lag_fields(report: Any) -> dict:
             "lag_kl_k3": {str(r.get("lag")): finite(r.get("kl_k3")) for r in rows},
             "lag_kl_k3_se": {str(r.get("lag")): finite(r.get("kl_k3_se")) for r in rows},
             "floor_kl_k3_se": finite(lag0.get("kl_k3_se")), "staleness_share": finite(st.get("share")),
-            "lr": _lr((run.get("meta") or {}).get("lr")), "lag_reading": None, "step_regime": None}
+            "trainer_version": finite(st.get("trainer_version")),
+            "lr": learning_rate((run.get("meta") or {}).get("lr")), "lag_reading": None, "step_regime": None}
 
 
-def _lr(v: Any) -> float | None:
-    """The step's learning rate (meta `lr`), which the run view reads a lag's KL per unit of (docs/staleness.md)."""
-    x = finite(v)
-    return x if x is not None and x > 0 else None
 
 
 def _lead_side(diag: dict) -> str | None:
@@ -242,15 +239,13 @@ def in_run(rows: list[dict]) -> list[dict]:
     with (a lag beyond its own history, or an engine that never took an update), the step is the run's: regime
     systematic, led by `stale_weights`, red, not to be trained on, its own regime kept as `step_regime`. The step's page
     reads the batch alone; the index, the run verdict, `watch` and `check --history` read these rows."""
-    readings = read_run(rows)
-    never = never_delivered(rows, readings)
+    readings, _ = run_reads(rows)
     out = []
     for r in rows:
         reading = readings.get(r["id"])
-        if (never and never["per_lr"] and reading and reading["lag"] == never["lag"] and r["step"] is not None
-                and r["step"] >= never["first_step"]):  # without the lr a warm-up may explain it: the run's warn only
-            reading = {**reading, "status": "never", "since_step": never["first_step"]}
         row = {**r, "lag_reading": reading}
+        if reading and reading["status"] == "climbing" and not r["findings"]:
+            row["glance"] = lag_words.climbing_glance(r["regime"], reading)  # not a fault yet: watched, said
         if reading and reading["status"] in ("beyond", "never") and STALE not in r["findings"]:
             row.update(step_regime=r["regime"], regime="systematic", findings=[STALE, *r["findings"]],
                        glance=lag_words.run_glance(reading), side="rollout", health="red", blocked_by_bug=True)

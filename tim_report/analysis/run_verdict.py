@@ -14,6 +14,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 from ..catalogue import run_words as words
+from ..catalogue import staleness as lag_words
+from ..catalogue.numbers import plain
 from ..catalogue.verdicts import REGIMES
 from ..config import CHANGE_POINT_MIN_SIZE, RUN_VERDICT_SHARE, SEVERITIES
 from .drift import run_shapes
@@ -75,9 +77,12 @@ def run_verdict(rows: list[dict]) -> dict | None:
     sentence = words.run_verdict_sentence(
         current, stretch[0].step, stretch[-1].step, start == 0, (len(same), len(stretch)), why, _earlier(before),
         [(s.step, s.regime) for s in stretch if s.regime != current])
+    reading = _lag_evidence(rows, stretch[0].run) if top else []  # the numbers that named the run's lead, if a lag
+    climbing = _climbing(rows)
+    reading += climbing
     verdict = {"regime": current, "since_step": stretch[0].step, "since_run": stretch[0].run, "steps": len(states),
-               "stretch_steps": len(stretch), "lead": top[0][0] if top else None,
-               "verdict": " ".join([sentence] + [f["title"] + "." for f in alarms]),
+               "stretch_steps": len(stretch), "lead": top[0][0] if top else None, "climbing": bool(climbing),
+               "verdict": " ".join([sentence, *reading] + [f["title"] + "." for f in alarms]),
                "what_to_check": alarms[0]["what_to_check"] if alarms else None, "findings": findings,
                "regimes": dict(Counter(s.regime for s in states))}
     return sync_leads(verdict)  # a sync fault the weight digests show leads (analysis/lag/digests.py)
@@ -120,6 +125,24 @@ def _run_findings(rows: list[dict], states: list[State]) -> list[dict]:
         out.append(words.make_run_finding(id_, evidence, **context))
     out += run_sync_findings(rows)
     return sorted(out, key=lambda f: -SEVERITIES.index(f["severity"]))
+
+
+def _lag_evidence(rows: list[dict], run: str) -> list[str]:
+    """The sentence of the stretch's first step when the run named it by its lag (its `lag_reading` beyond its own
+    history): 'At step 8, KL k3 at lag 1 0.0286 ± 0.0078 is 10.6× the run's own (…).' ([] otherwise)."""
+    row = next((r for r in rows if r["id"] == run), {})
+    reading = row.get("lag_reading") or {}
+    if reading.get("status") != "beyond":
+        return []
+    return [f"At step {plain(row['step'])}, {lag_words.run_reading(reading)}."]
+
+
+def _climbing(rows: list[dict]) -> list[str]:
+    """The note when the last step's lag is climbing above its own history (not named yet, not nothing)."""
+    stepped = [r for r in rows if r["step"] is not None]
+    last = max(stepped, key=lambda r: r["step"]) if stepped else {}
+    reading = last.get("lag_reading") or {}
+    return [lag_words.climbing_note(reading)] if reading.get("status") == "climbing" else []
 
 
 def _lag_mix_change(rows: list[dict], before, after) -> tuple[tuple, tuple] | None:

@@ -169,13 +169,29 @@ def by_step(change_points: list[dict], states: list[State] | None = None, run_fi
         after = explaining([s for s in states if s.step >= step and (following is None or s.step < following)])
         before = explaining([s for s in states if s.step < step and (prev is None or s.step >= prev)])
         gone = before if before is not None and (after is None or after[0] != before[0]) else None
+        since = _began(states, step, after[0]) if after else step
+        if since != step:  # the finding led the steps before too: it began there, not at this change of level
+            after = explaining([s for s in states if s.step >= since and (following is None or s.step < following)])
         out.append({"step": step, "run": cs[0]["run"], "worse": worse, "metrics": [c["metric"] for c in cs],
                     "explained_by": after[0] if after else None,
                     "sentence": words.change_sentence(plain(step) if isinstance(step, float) else str(step),
                                                       [c["change"] for c in cs], worse, after, gone,
                                                       change_context(run_findings or [], step, [s.step for s in states]),
-                                                      words.lag_change(*lags[step]) if lags and step in lags else None)})
+                                                      words.lag_change(*lags[step]) if lags and step in lags else None,
+                                                      since=plain(since) if isinstance(since, float) else str(since))})
     return out
+
+
+def _began(states: list[State], step, finding: str):
+    """The first step of the unbroken stretch of steps led by `finding` that reaches `step` from before (`step` itself
+    when the step before it is not led by it): where the run verdict says the finding began."""
+    earlier = [s for s in states if s.step < step]
+    since = step
+    for s in reversed(earlier):
+        if s.lead != finding:
+            break
+        since = s.step
+    return since
 
 
 def _level(x: float, m: Metric) -> str:

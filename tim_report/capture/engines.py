@@ -19,6 +19,8 @@ from typing import Any
 
 from ..errors import BadInput
 from .options import CaptureOptions
+from .spec import EngineSpec
+from .stale import version_label
 
 
 @dataclass(frozen=True)
@@ -61,8 +63,11 @@ def build_engine(key: EngineKey, opts: CaptureOptions, device: str, max_model_le
     if key.engine == "vllm":
         from .vllm_engine import VLLMEngine
 
+        sampler = EngineSpec(key.engine, key.dtype) == opts.rollouts[0]
         return VLLMEngine(model, key.dtype, opts.seed, max_model_len, kv_cache_gib=opts.kv_cache_gib,
-                          topk=opts.top_k_logprobs)
+                          topk=opts.top_k_logprobs, kept=bool(opts.kept_sets) and sampler,
+                          version_label=version_label(opts.model, opts.stale, key.model, opts.trainer_version)
+                          if sampler and opts.stale else None)
     from .hf import HFEngine
 
     return HFEngine(model, key.dtype, device=device, lm_head_fp32=key.lm_head_fp32, logit_chunk_mb=opts.logit_chunk_mb)

@@ -63,4 +63,5 @@ def check_environment(engines: list[tuple[str, EngineSpec]]) -> None:
                        f"{why}, which breaks importing transformers and vLLM: run pip uninstall -y {' '.join(bad)}")
     for label, spec in engines:
         if spec.engine == "vllm" and not vllm_available():
-            raise BadInput(label, f"vLLM is not installed: {VLLM_INSTALL_HINT}")
+            other = "; or capture without it: --rollout hf:bf16" if label.startswith("--rollout") else ""
+            raise BadInput(label, f"vLLM is not installed: {VLLM_INSTALL_HINT}{other}")

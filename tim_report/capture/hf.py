@@ -17,7 +17,7 @@ import torch.nn.functional as F
 
 from ..errors import BadInput
 from .score import chunk_rows, plain_head, processed_logprobs, token_logprobs
-from .spec import TopK
+from .spec import Sampled, TopK
 
 TORCH_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -78,6 +78,7 @@ class HFEngine:
                         if isinstance(getattr(cfg, k, None), int)), 0)
         self.routes_k = int(getattr(cfg, "num_experts_per_tok", 0) or 0) if experts > 1 else 0  # 0: not an MoE
         self.last_routes: list | None = None  # score(routes=True): each sequence's [n, layers, k] routed experts
+        self.last_kept_mass: list | None = None  # score(kept=...): each sequence's [n] log-mass on its kept sets
 
     def close(self) -> None:
         del self.model, self.base, self.head
@@ -87,7 +88,7 @@ class HFEngine:
     @torch.inference_mode()
     def score(self, prompts: list[list[int]], completions: list[list[int]], temperature: float = 1.0,
               top_k: int = 0, top_p: float = 1.0, progress=None, topk: int = 0, alone: bool = False,
-              routes: bool = False) -> list:
+              routes: bool = False, kept: list | None = None) -> list:
         """log p(completion token | prompt, earlier completion tokens) for every completion token.
 
         With `topk` K > 0 each sequence's entry is (log-probs, TopK): the K most likely tokens at each
@@ -99,10 +100,14 @@ class HFEngine:
         composition, for the trainer's own floor (`capture --trainer-floor`).
         `routes` on a mixture-of-experts model: each sequence's routed experts are left in `self.last_routes`
         ([n, layers, k] int32, in the order of the sequences), None when the model has no router.
+        `kept`: each sequence's kept sets (ids, a size per token: the sampler's); the log of this scorer's mass on
+        each token's set is left in `self.last_kept_mass` (a [n] float64 array per sequence, in their order).
         """
         found: list = []
         routed: list | None = [None] * len(prompts) if routes and self.routes_k else None
         out: list = [None] * len(prompts)
+        masses: list = []
+        kept_mass: list | None = [None] * len(prompts) if kept is not None else None
         order = sorted(range(len(prompts)), key=lambda i: -(len(prompts[i]) + len(completions[i])))
         batches: list[list[int]] = [[i] for i in reversed(range(len(prompts)))] if alone else []
         cur: list[int] = []
@@ -130,16 +135,20 @@ class HFEngine:
                 rows.append(torch.full((c,), b))
                 cols.append(torch.arange(p - 1, p - 1 + c))
                 targets.append(torch.tensor(completions[i]))
+            sets = _batch_sets([kept[i] for i in mb]) if kept is not None else None
             lp = token_logprobs(self.base, self.head, ids.to(self.device), am.to(self.device),
                                 torch.cat(rows).to(self.device), torch.cat(cols).to(self.device),
                                 torch.cat(targets).to(self.device), self.logit_chunk_rows, temperature, top_k, top_p,
-                                topk_logprobs=topk, routes=found if routed is not None else None, routes_k=self.routes_k)
+                                topk_logprobs=topk, routes=found if routed is not None else None, routes_k=self.routes_k,
+                                kept=sets, masses=masses)
             lp, top = (lp[0], lp[1:]) if isinstance(lp, tuple) else (lp, None)
             pos = 0
             for i in mb:
                 c = len(completions[i])
                 if routed is not None:
                     routed[i] = found[-1][pos : pos + c]
+                if kept_mass is not None:
+                    kept_mass[i] = masses[-1][pos : pos + c].numpy()
                 out[i] = lp[pos : pos + c].numpy()
                 if top is not None:
                     out[i] = (out[i], TopK(top[0][pos : pos + c].numpy(), top[1][pos : pos + c].numpy()))
@@ -147,25 +156,27 @@ class HFEngine:
             if progress is not None:
                 progress(len(mb))
         self.last_routes = routed
+        self.last_kept_mass = kept_mass
         return out
 
     # ------------------------------------------------------------------ sampling (rollout side)
 
     @torch.inference_mode()
     def generate(self, prompts: list[list[int]], seeds: list[int], temperature: float, top_k: int, top_p: float,
-                 max_new_tokens: int, progress=None, topk: int = 0) -> list[tuple]:
-        """Sample completions with one seeded torch.Generator per sequence; returns (token ids, processed log-probs),
-        and with `topk` K > 0 a third element: the K most likely tokens of the sampling distribution (TopK)."""
-        results: list[tuple] = []
+                 max_new_tokens: int, progress=None, topk: int = 0, kept: bool = False) -> list[Sampled]:
+        """Sample completions with one seeded torch.Generator per sequence: token ids and processed log-probs, with
+        `topk` K > 0 the K most likely tokens of the sampling distribution (TopK), with `kept` each token's kept set
+        (the ids of the very distribution it was drawn from that top-k / top-p left finite)."""
+        results: list[Sampled] = []
         for start in range(0, len(prompts), self.gen_batch):
             chunk = prompts[start : start + self.gen_batch]
             results += self._generate_batch(chunk, seeds[start : start + len(chunk)], temperature, top_k, top_p,
-                                            max_new_tokens, topk)
+                                            max_new_tokens, topk, kept)
             if progress is not None:
                 progress(len(chunk))
         return results
 
-    def _generate_batch(self, prompts, seeds, temperature, top_k, top_p, max_new_tokens, topk=0):
+    def _generate_batch(self, prompts, seeds, temperature, top_k, top_p, max_new_tokens, topk=0, kept=False):
         b, width = len(prompts), max(len(p) for p in prompts)
         ids = torch.full((b, width), self.pad_id, dtype=torch.long)
         am = torch.zeros((b, width), dtype=torch.long)
@@ -182,11 +193,13 @@ class HFEngine:
         lps: list[list[float]] = [[] for _ in range(b)]
         k = min(topk, self.vocab)
         tops: list[list[tuple]] = [[] for _ in range(b)]
+        sets: list[list[np.ndarray]] = [[] for _ in range(b)]
         done = [False] * b
         for _ in range(max_new_tokens):
             logp = processed_logprobs(self.head(h), temperature, top_k, top_p).cpu()
             probs = logp.exp()
             top = torch.topk(logp, k, dim=-1) if k else None
+            finite = torch.isfinite(logp) if kept else None
             nxt = torch.empty(b, dtype=torch.long)
             for i in range(b):
                 nxt[i] = torch.multinomial(probs[i], 1, generator=gens[i])[0] if not done[i] else self.pad_id
@@ -196,6 +209,8 @@ class HFEngine:
                     lps[i].append(float(logp[i, t]))
                     if top is not None:
                         tops[i].append((top.indices[i], top.values[i]))
+                    if finite is not None:
+                        sets[i].append(finite[i].nonzero()[:, 0].to(torch.int32).numpy())
                     done[i] = t in self.eos
             if all(done):
                 break
@@ -204,9 +219,21 @@ class HFEngine:
             out = self.base(input_ids=nxt[:, None].to(self.device), attention_mask=am, position_ids=pos,
                             past_key_values=past, use_cache=True)
             past, h = out.past_key_values, out.last_hidden_state[:, -1]
-        if not k:
-            return [(t, np.asarray(lp, dtype=np.float64)) for t, lp in zip(toks, lps)]
-        return [(t, np.asarray(lp, dtype=np.float64), _stack(tp, k)) for t, lp, tp in zip(toks, lps, tops)]
+        return [Sampled(t, np.asarray(lp, dtype=np.float64), _stack(tp, k) if k else None, _sets(ks) if kept else None)
+                for t, lp, tp, ks in zip(toks, lps, tops, sets)]
+
+
+def _batch_sets(seqs: list) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sequences' kept sets (ids, sizes) end to end → (ids, offsets) over their tokens, in the micro-batch's order."""
+    ids = np.concatenate([np.asarray(x[0], np.int64) for x in seqs]) if seqs else np.zeros(0, np.int64)
+    counts = np.concatenate([np.asarray(x[1], np.int64) for x in seqs]) if seqs else np.zeros(0, np.int64)
+    return torch.from_numpy(ids), torch.from_numpy(np.concatenate([[0], np.cumsum(counts)]).astype(np.int64))
+
+
+def _sets(rows: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """One sequence's kept sets, a row per token → (ids in position order, a size per token)."""
+    ids = np.concatenate(rows).astype(np.int32) if rows else np.zeros(0, np.int32)
+    return ids, np.asarray([len(r) for r in rows], np.int32)
 
 
 def _stack(rows: list[tuple], k: int) -> TopK:

@@ -64,6 +64,13 @@ def resolve_model(path: str, notice: Callable[[str], None] | None = None) -> Pat
     name of a model a package ships: PACKAGED_MODELS) stands for.
 
     BadInput (one line) for anything else; `notice` receives one line when a GGUF is converted (the first time)."""
+    p = locate_model(path)
+    return p if p.is_dir() else _from_gguf(p.resolve(), notice)
+
+
+def locate_model(path: str) -> Path:
+    """What `path` names, checked without loading or converting anything: a model folder (config.json, no custom code,
+    whole weights) or a GGUF file (its magic). The first thing a command checks, before any default it brings."""
     p = Path(path)
     if not p.exists() and path in PACKAGED_MODELS:  # a folder of that name, where there is one, comes first
         shipped = packaged_model(path)
@@ -87,7 +94,7 @@ def resolve_model(path: str, notice: Callable[[str], None] | None = None) -> Pat
     if not p.is_file():
         raise BadInput(path, "is neither a model folder nor a regular .gguf file")
     _check_magic(p)
-    return _from_gguf(p.resolve(), notice)
+    return p
 
 
 def model_name(folder: Path) -> str:

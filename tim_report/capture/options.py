@@ -31,12 +31,20 @@ class CaptureOptions:
     verbose: bool = False  # vLLM logs at INFO (always so into engine_log); else ERROR only
     stale: dict[int, str] = field(default_factory=dict)  # lag → an older checkpoint that samples part of the prompts
     trainer_version: int | None = None  # with `stale`: the trainer's version (default the largest lag)
+    default_rollout: bool = False  # no --rollout was given: vllm:bf16, said so where it fails
     model_dir: str = ""  # the transformers folder `model` stands for (model_path.resolve_model), set by check_options
+    # the sampler's kept set of every token: None records it where the sampler computes it (hf, when sampling
+    # truncates), True asks for it (vLLM: Model Runner V2, a GPU), False never
+    kept_sets: bool | None = None
 
     @property
     def folder(self) -> str:
         """The folder every engine loads: the resolved one once check_options ran."""
         return self.model_dir or self.model
+
+    def lm_head(self, side: str) -> bool:
+        """Whether `side` ("rollout" or "trainer") keeps its LM head in fp32."""
+        return self.lm_head_fp32 in (side, "both")
 
     def pairs(self) -> list[tuple[EngineSpec, EngineSpec]]:
         return [(r, t) for r in self.rollouts for t in self.trainers]

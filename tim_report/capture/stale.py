@@ -74,3 +74,10 @@ def trainer_version(stale: dict[int, str], given: int | None) -> int:
 def labels(lags: list[int], version: int) -> list[str]:
     """Each sequence's generation version, as StepBatch.weight_version holds it."""
     return [str(version - lag) for lag in lags]
+
+
+def version_label(model: str, stale: dict[int, str], sampler: str | None, given: int | None) -> str:
+    """The weight version a sampler's engine says it holds (`sampler`: its checkpoint, None for --model): the
+    trainer's version minus its lag, as vLLM labels the tokens it samples (`set_weight_version`)."""
+    lag = next(lag for lag, path in samplers(model, stale) if (None if path == model else path) == sampler)
+    return str(trainer_version(stale, given) - lag)

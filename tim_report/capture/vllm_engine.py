@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import BadInput
-from .spec import VLLM_INSTALL_HINT, TopK
+from .spec import VLLM_INSTALL_HINT, Sampled, TopK
 
 VLLM_DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp8": "bfloat16"}
 REQUEST_CHUNK = 64  # sequences per llm.generate call: granularity of the progress bar
@@ -50,7 +50,7 @@ def _on_gpu() -> bool:
 
 class VLLMEngine:
     def __init__(self, model_path: str, dtype: str, seed: int, max_model_len: int, kv_cache_gib: int = 1,
-                 max_num_seqs: int = 16, topk: int = 0):
+                 max_num_seqs: int = 16, topk: int = 0, kept: bool = False, version_label: str | None = None):
         if _cpu_build():  # before torch loads OpenMP, which reads it once
             os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) - 1)))
         gpu = _on_gpu()
@@ -77,9 +77,14 @@ class VLLMEngine:
             kwargs["enable_chunked_prefill"] = False  # which a CPU generator cannot ("does not use offset")
         if dtype == "fp8":
             kwargs["quantization"] = "fp8"
+        if kept:  # each token's kept set (vLLM ≥ 0.28: Model Runner V2, so Triton and a GPU; run.py checks)
+            kwargs["return_sampling_mask"] = True
         if gpu:
             kwargs["gpu_memory_utilization"] = float(os.environ.get("TIM_REPORT_VLLM_GPU_UTIL", "0.6"))
         self.llm: Any = LLM(**kwargs)  # Any: its outputs' logprob fields are typed for every mode vLLM has
+        self.labelled = version_label is not None
+        if version_label is not None:  # the engine labels every token it samples with the version it holds (WeightVersionSpan)
+            self.llm.llm_engine.set_weight_version(version_label)
 
     def close(self) -> None:
         llm = getattr(self, "llm", None)
@@ -94,9 +99,10 @@ class VLLMEngine:
         gc.collect()
 
     def generate(self, prompts: list[list[int]], seeds: list[int], temperature: float, top_k: int, top_p: float,
-                 max_new_tokens: int, progress=None, topk: int = 0) -> list[tuple]:
-        """(token ids, processed log-probs) per sequence; with `topk` K > 0 also the sampler's K most likely tokens
-        (SamplingParams logprobs=K, processed like the sampled token's) as a third element."""
+                 max_new_tokens: int, progress=None, topk: int = 0, kept: bool = False) -> list[Sampled]:
+        """Token ids and processed log-probs per sequence; with `topk` K > 0 also the sampler's K most likely tokens
+        (SamplingParams logprobs=K, processed like the sampled token's); with `kept` each token's kept set (the engine's
+        `sampling_mask`); with a version label, each token's version from the engine's `weight_versions` spans."""
         from vllm import SamplingParams
 
         results = []
@@ -110,8 +116,9 @@ class VLLMEngine:
                 comp = out.outputs[0]
                 ids = [int(t) for t in comp.token_ids]
                 lps = [step[t].logprob for t, step in zip(ids, comp.logprobs)]
-                row = (ids, np.asarray(lps, dtype=np.float64))
-                results.append(row + (topk_rows(comp.logprobs, topk),) if topk else row)
+                results.append(Sampled(ids, np.asarray(lps, dtype=np.float64), topk_rows(comp.logprobs, topk) if topk else None,
+                                       kept_sets(comp.sampling_mask, len(ids)) if kept else None,
+                                       span_versions(comp.weight_versions, len(ids)) if self.labelled else None))
             if progress is not None:
                 progress(len(chunk))
         return results
@@ -151,3 +158,22 @@ def topk_rows(steps, k: int) -> TopK:
         for j, (tok, lp) in enumerate(best):
             ids[i, j], lps[i, j] = int(tok), lp.logprob
     return TopK(ids, lps)
+
+
+def kept_sets(mask: Any, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """vLLM's `SamplingMask` (one list of kept ids per output token) → (ids in position order, a size per token); a
+    completion the engine returned no mask for has none (size 0) at every token."""
+    rows = list(getattr(mask, "token_ids", None) or [])[:n]
+    rows += [[]] * (n - len(rows))
+    ids = np.fromiter((int(i) for r in rows for i in r), np.int64).astype(np.int32)
+    return ids, np.asarray([len(r) for r in rows], np.int32)
+
+
+def span_versions(spans: Any, n: int) -> list[str]:
+    """vLLM's `WeightVersionSpan(version, start, end)` list → the version label of each of the n output tokens ("" where
+    no span covers a token: unknown)."""
+    out = [""] * n
+    for span in spans or []:
+        for j in range(max(0, int(span.start)), min(n, int(span.end))):
+            out[j] = str(span.version)
+    return out

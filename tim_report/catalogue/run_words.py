@@ -196,7 +196,7 @@ def lag_change(before: tuple | None, after: tuple | None) -> str:
         return ("lag " if len(key) == 1 else "lags ") + ", ".join(str(k) for k in key)
 
     return (f"the lag mix changed at that step ({mix(before)} → {mix(after)}): staleness grows with the lag, which is "
-            "not a change of regime; `watch` holds each step against steps of its own lag mix")
+            "not a change of regime; each lag is held to the run's own history of that lag")
 
 
 # ---- the run view: change points ---------------------------------------------------------------------------
@@ -239,16 +239,17 @@ def run_change(kind: str, f: dict) -> str:
 
 def change_sentence(step: str, clauses: list[str], worse: bool, after: tuple[str, int, int] | None = None,
                     gone: tuple[str, int, int] | None = None, run_finding: str | None = None,
-                    lag_moved: str | None = None) -> str:
+                    lag_moved: str | None = None, since: str | None = None) -> str:
     """One step's change of level, then what the steps after it say: the finding most of them are diagnosed with
     (`after`: id, steps with it, steps), or the one that the steps before had and these have not (`gone`), or a
     change of the lag mix at that step (`lag_moved`, lag_change's words), or a run-level finding at that step; generic
-    advice only when none does."""
+    advice only when none does. `since`: the step the finding of `after` began at, when the steps before this one
+    already had it (the level moved again within it)."""
     joined = clauses[0] if len(clauses) == 1 else ", ".join(clauses[:-1]) + " and " + clauses[-1]
     if after is not None:
         fid, k, n = after
         every = "every step from there is" if k == n else f"{k} of the {n} steps from there are"
-        why = f"from step {step} {meaning(fid)} ({every} diagnosed {short(fid)}; a step's page says what to check)"
+        why = f"from step {since or step} {meaning(fid)} ({every} diagnosed {short(fid)}; a step's page says what to check)"
     elif gone is not None:
         fid, k, n = gone
         why = f"the {short(fid)} finding of the steps before ({k} of {n}) is gone from step {step}"

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .numbers import fmt, pct, times
+from ..config import LAG_SUSTAINED
+from .numbers import fmt, pct, plain, times
 
 Words = dict[str, Any]
 
@@ -70,15 +71,14 @@ def verdict_sentence(st: dict | None) -> str | None:
                 "lag is claimed.")
     lags = [r["lag"] for r in st["by_lag"] if isinstance(r["lag"], int) and r["lag"] >= 0]
     if st["share"] is None:
-        known = ", ".join(fmt(x) for x in lags[:6]) or "none"
-        return (f"Staleness: {floor_words(st['floor'])}, so the staleness share is not defined and the regime reads lag "
-                f"and numerics together (lags {known}).")
+        return (f"Staleness: {floor_words(st['floor'])}, so the staleness share is not defined: the mismatch at "
+                f"{lags_words(st)} is read as the lag's, and the run holds each lag against its own history.")
     if lags == [0]:
         return f"Staleness: every token is at lag 0 (synchronous); {floor_words(st['floor'])}."
     if st["floor"] is not None and not st["floor"].get("enough", True):
         return (f"Staleness: lag 0 holds only {fmt(st['floor']['tokens'])} tokens, too few to judge the numerics apart "
-                f"from the lag, so the regime reads lag and numerics together; {pct(st['share'])} of KL k3 comes from lag "
-                f"≥ 1 beyond that floor{_interval(st)}.")
+                f"from the lag, so the mismatch is read as the lag's; {pct(st['share'])} of KL k3 comes from lag ≥ 1 beyond "
+                f"that floor{_interval(st)}.")
     if st["floor"] is not None and not st["floor"]["within"]:
         return (f"Staleness: not split, {floor_words(st['floor'])}: the floor is not numerical noise, so the part beyond "
                 "it is not staleness alone (see stale weights).")
@@ -92,7 +92,7 @@ def lags_words(st: dict) -> str:
     lags = sorted(r["lag"] for r in st["by_lag"] if isinstance(r["lag"], int) and r["lag"] >= 1)
     if len(lags) == 1:
         return f"lag {fmt(lags[0])}"
-    if lags and lags == list(range(lags[0], lags[-1] + 1)):
+    if lags and lags[-1] - lags[0] == len(lags) - 1:  # distinct and sorted: contiguous (no range of 10¹⁷ built)
         return f"lags {fmt(lags[0])}–{fmt(lags[-1])}"
     return "lags " + ", ".join(fmt(x) for x in lags[:-1]) + f" and {fmt(lags[-1])}" if lags else "lag ≥ 1"
 
@@ -164,6 +164,31 @@ def run_glance(reading: dict) -> str:
             f"since step {fmt(reading['since_step'])})")
 
 
+def climbing_glance(regime: str | None, reading: dict) -> str:
+    """'staleness: lag 2 climbing 5.82× its own history since step 10 (a stopped sync climbs on)'."""
+    return (f"{(regime or 'not diagnosed').replace('_', ' ')}: lag {fmt(reading['lag'])} climbing "
+            f"{times(reading['times'])} its own history since step {fmt(reading['since_step'])} (a stopped sync climbs "
+            "on, a faster policy levels off)")
+
+
+def climbing_short(reading: dict) -> str:
+    """A climbing step's note beside its verdict in the runs table: 'lag 2 climbing 5.82×'."""
+    return f"lag {fmt(reading['lag'])} climbing {times(reading['times'])}"
+
+
+def climbing_note(reading: dict) -> str:
+    """Said after a run verdict whose last step's lag is climbing: not named yet, not nothing."""
+    return (f"The KL at lag {fmt(reading['lag'])} has been climbing above the run's own history since step "
+            f"{fmt(reading['since_step'])} ({times(reading['times'])} its median at the last step): a weight sync that "
+            "stopped makes it climb on and never come back, a policy that sped up levels off; it is named stale weights "
+            f"once it is {plain(LAG_SUSTAINED)}× its history beyond its own noise (weight digests tell at once).")
+
+
+def unjudged(reading: dict) -> str:
+    """A lag with too few earlier steps of its own to be judged against (`check --history`'s line)."""
+    return f"lag {fmt(reading['lag'])} not judged yet: too few earlier steps at that lag ({reading['basis']})"
+
+
 def run_reading(reading: dict | None) -> str | None:
     """A step's lag against the run's own history, for its row and `watch`'s line: None when not judged."""
     if not reading or reading["status"] == "unjudged":
@@ -175,19 +200,31 @@ def run_reading(reading: dict | None) -> str | None:
     if reading["status"] == "never":
         return (f"KL k3 at {lag} {fmt(reading['kl_k3'], 3)} has grown since step {fmt(reading['since_step'])} without "
                 "levelling off: the engine may never have taken an update")
+    if reading["status"] == "climbing":
+        return (f"{lag} climbing above the run's own history since step {fmt(reading['since_step'])} (KL k3 "
+                f"{fmt(reading['kl_k3'], 3)}, {times(reading['times'])} the median of {reading['basis']}{per})")
     if reading["status"] == "rising":
         return (f"{lag} rising since the run began (KL k3 {fmt(reading['kl_k3'], 3)}, {times(reading['times'])} the median "
                 f"of {reading['basis']}{per}): a learning-rate warm-up, or an engine that never took an update; each "
                 "step's lr (meta `lr`) or weight digests tell them apart")
+    looks = (f" (labelled v{reading['labelled_version']}, they look like v{reading['looks_like_version']} if the engine "
+             f"has taken no update since this began: `rescore` with v{reading['looks_like_version']} tells)"
+             if reading.get("looks_like_version") is not None else "")
     return (f"KL k3 at {lag} {fmt(reading['kl_k3'], 3)} ± {fmt(reading['kl_k3_se'], 2)} is {times(reading['times'])} the "
             f"run's own{per} (median {fmt(reading['reference'], 3)} of {reading['basis']}): the tokens labelled {lag} "
-            "come from older weights than their label, as when a weight sync stops")
+            f"come from older weights than their label, as when a weight sync stops{looks}")
 
 
 # ---- the five findings' words ------------------------------------------------------------------------------
 
 
 def stale_title(w: Words) -> str:
+    if w.get("rescored_lag") is not None:  # a rescore alone named it: no lag-0 floor beyond its band
+        return (f"Stale weights: rescored, the tokens labelled lag {fmt(w['rescored_lag'])} (v{w['labelled_version']}) "
+                f"look like v{w['rescored_looks_like_version']}: {w['rescored_nearest']}'s KL k3 against the rollout "
+                f"{fmt(w['nearest_kl_k3'])}, v{w['labelled_version']}'s {fmt(w['labelled_kl_k3'])} "
+                f"({times(w['labelled_kl_k3'] / w['nearest_kl_k3'] if w['nearest_kl_k3'] > 0 else None)}, over "
+                f"{fmt(w['tokens'])} tokens)")
     like = ""
     if w.get("looks_like_lag") is not None:
         like = f"; they look like lag {fmt(w['looks_like_lag'])}'s tokens (KL k3 {fmt(w['looks_like_kl_k3'])})"
@@ -202,6 +239,9 @@ def stale_title(w: Words) -> str:
 
 
 def stale_problem(w: Words) -> str:
+    if w.get("rescored_lag") is not None:
+        return (f"an engine that did not hold the weights its tokens are labelled with (labelled v{w['labelled_version']}, "
+                f"rescored they look like v{w['rescored_looks_like_version']})")
     return (f"an engine that did not hold the weights its tokens are labelled with (lag 0 {times(w['times_band'])} "
             "beyond its noise band)")
 

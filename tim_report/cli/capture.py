@@ -63,6 +63,10 @@ from .text import safe
 @click.option("--top-p", type=float, default=1.0, show_default=True)
 @click.option("--top-k", type=int, default=0, show_default=True, help="0 turns top-k off.")
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--kept-set/--no-kept-set", "kept_sets", default=None,
+              help="Record each sampled token's kept set (the ids top-k / top-p left) and the trainer's mass on it. "
+                   "Default: where the sampler computes it (hf, when --top-p / --top-k truncate); vLLM returns it only "
+                   "with Model Runner V2 (Triton, a GPU) and --top-k.")
 @click.option("--lm-head-fp32", "lm_head_fp32", type=click.Choice(["rollout", "trainer", "both"]), is_flag=False,
               flag_value="both", default=None, help="Keep the output projection in fp32 on this side (bare flag: both; hf only).")
 @click.option("--no-chat-template", is_flag=True, help="Feed prompts as raw text (default: the tokenizer's chat template).")
@@ -79,7 +83,7 @@ from .text import safe
 @fail_cleanly
 def capture_command(model, prompts, rollouts, trainers, matrix, shadow, recompute, trainer_floor, routes, stale,
                     trainer_version, n_samples, max_new_tokens,
-                    temperature, top_p, top_k, seed, lm_head_fp32, no_chat_template, max_prompts, device, kv_cache_gib,
+                    temperature, top_p, top_k, seed, kept_sets, lm_head_fp32, no_chat_template, max_prompts, device, kv_cache_gib,
                     top_k_logprobs, verbose, out) -> None:
     """Generate with the rollout engine, re-score the same tokens with the trainer, save step batch(es)."""
     from ..capture import CaptureOptions, EngineFailed, capture, pair_filename, parse_spec
@@ -100,7 +104,8 @@ def capture_command(model, prompts, rollouts, trainers, matrix, shadow, recomput
                           chat_template=not no_chat_template,
                           device=device, max_prompts=max_prompts, kv_cache_gib=kv_cache_gib, top_k_logprobs=top_k_logprobs,
                           verbose=verbose, recompute=parse_spec(recompute, "--recompute") if recompute else None,
-                          stale=parse_stale(stale), trainer_version=trainer_version)
+                          stale=parse_stale(stale), trainer_version=trainer_version, default_rollout=not rollouts,
+                          kept_sets=kept_sets)
     pairs = opts.pairs()
     single = len(pairs) == 1 and len(lengths) == 1
     _check_output(out, len(pairs) * len(lengths))
@@ -154,6 +159,8 @@ def _lengths(text: str) -> list[int]:
 
 def _write(batches: dict) -> None:
     """Save each batch and say so on stdout, one line each."""
+    import numpy as np
+
     from ..io import save_batch
 
     for path, b in batches.items():
@@ -171,4 +178,6 @@ def _write(batches: dict) -> None:
             line += f", lags {', '.join(map(str, lags))} (trainer version {b.meta['trainer_version']})"
         if b.floor_logp is not None:
             line += f", trainer floor |φ| max {fmt(abs(b.trainer_logp - b.floor_logp).max())}"
+        if b.kept_log_mass is not None:
+            line += f", kept sets (trainer's mass: mean {fmt(float(np.nanmean(np.exp(b.kept_log_mass))))})"
         click.echo(line)

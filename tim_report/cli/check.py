@@ -112,7 +112,7 @@ def check_command(files, bounds, no_limits, fail_on, overrides, history, history
                        if as_json else f"{safe(str(checked.path))}: unreadable: {safe(checked.reason)}")
             continue
         path, report, res, hres = checked.path, checked.report, checked.result, checked.history
-        rows.setdefault(str(checked.source), []).append(checked.row)
+        rows.setdefault(str(checked.source), []).append({**checked.row, "id": str(path)})  # named as the lines name it
         failed |= not res.ok
         unusable |= res.input_problem is not None
         if as_json:
@@ -142,13 +142,13 @@ def check_command(files, bounds, no_limits, fail_on, overrides, history, history
 
 
 def _across_steps(rows: dict[str, list[dict]], as_json: bool) -> bool:
-    """A run folder's sync errors that only its steps read together show (the weight digests of a one-step-off run,
-    docs/sync.md): a line each; whether there was one."""
-    from ..analysis.lag.digests import across_steps
+    """A run folder's errors that only its steps read together show (the weight digests of a one-step-off run,
+    docs/sync.md; a lag beyond the run's own history of it, docs/staleness.md): a line each; whether there was one."""
+    from ..service.check import run_errors
 
     found = False
     for source, steps in rows.items():
-        for f in across_steps(steps) if len(steps) > 1 else []:
+        for f in run_errors(steps) if len(steps) > 1 else []:
             found = True
             click.echo(json.dumps({"file": source, "ok": False, "across_steps": f["id"], "title": f["title"]}, sort_keys=True)
                        if as_json else f"{safe(source)}: error {f['id']} (the steps read together): {safe(f['title'])}")

@@ -15,7 +15,7 @@ from .text import safe
 @click.argument("site", type=click.Path(path_type=Path))
 @click.option("--tensorboard", "tensorboard", type=click.Path(path_type=Path), metavar="DIR",
               help="Write TensorBoard event files into DIR (`tensorboard --logdir DIR`): each step's headline metrics as "
-                   "tim/<metric>, the change points and the run verdict as text (pip install \"tim-report[tensorboard]\").")
+                   "tim/<metric>, the change points and the run verdict as text (pip install -e \".[tensorboard]\" in the checkout).")
 @fail_cleanly
 def export_command(site, tensorboard) -> None:
     """Write the numbers of SITE (a folder `build` or `watch` wrote) where the team already looks."""

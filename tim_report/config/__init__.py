@@ -32,6 +32,7 @@ from .history import LAG_HISTORY_MARGIN as LAG_HISTORY_MARGIN
 from .history import LAG_HISTORY_MIN_STEPS as LAG_HISTORY_MIN_STEPS
 from .history import LAG_JUMP as LAG_JUMP
 from .history import LAG_SUSTAINED as LAG_SUSTAINED
+from .history import LR_STEP_MAX as LR_STEP_MAX
 from .history import NEVER_GROWTH as NEVER_GROWTH
 from .history import NEVER_MIN_STEPS as NEVER_MIN_STEPS
 from .history import NEVER_TOTAL as NEVER_TOTAL
@@ -52,9 +53,19 @@ from .history import TREND_TABLE_MAX_STEPS as TREND_TABLE_MAX_STEPS
 # |log r| is clamped to this before exponentiating (verl's SAFETY_BOUND in rollout_corr_helper:
 # exp(20) ≈ 4.9e8). Token log-ratios, sequence log-ratio sums and the sample tables all use it.
 SAFETY_BOUND = 20.0
+# ... so no token's k3 = r − 1 − log r exceeds this (4.85e8), nor any mean of them: a KL k3 read back above it (index.json, the
+# build cache) was not written by tim-report.
+KL_K3_MAX = math.expm1(SAFETY_BOUND) - SAFETY_BOUND
 # rescore's nearest side: sides whose mean (side − rollout)² differs from the nearest's by at most this many standard
 # errors (paired, clustered by sequence) tie with it (analysis/chain.py, docs/chain.md)
 NEAREST_TIE_SE = 2.0
+# A rescored bucket is `stale_weights` when its labelled version's own weights were scored (a checkpoint of that
+# version, or the trainer's at lag 0), another candidate is nearest alone, and the labelled weights' KL k3 against the
+# rollout is at least this many times the nearest's (analysis/lag/rescored.mislabelled). On the tiny model's real
+# versions (docs/staleness.md) the engine's own weights sit at the bf16 floor (1.1e-4 to 1.3e-4) and one Adam step away
+# is 22× that or more; an honest bucket's labelled weights are its nearest (1×). Two leaves a wide margin on each side,
+# and keeps a near-tie that the 2-standard-error rule splits by chance from being called an error.
+RESCORE_LABEL_RATIO = 2.0
 # The what-if table explains a Geometric RS row that rejects at least this share of sequences when the batch's own
 # per-token noise, averaged over a typical sequence, already strays past the band (catalogue.verdicts.geo_rs_note).
 GEO_RS_NOTE_SHARE = 0.5

@@ -40,6 +40,15 @@ META_MAX_DEPTH = 64
 # per lag) and its row would grow with it. Such a step is one line, as any other count past its bound.
 MAX_LAGS = 256
 
+# ---- a step's learning rate (meta `lr`; analysis/lag/history.py) -------------------------------------------------
+
+# A lag's KL is read per unit of lr² (an Adam step moves the policy by about lr). RL runs on LLMs train at 1e-7 to
+# 1e-4 (verl, TRL and OpenRLHF's defaults: 1e-6, 1e-5); an lr outside [LR_MIN, LR_MAX] is no such step's (its square
+# would underflow to 0 or divide a KL by 1e-300), so it is unknown: `--meta lr=` refuses it, a file's or index.json's is
+# read as absent, and the lag it would scale is read without the lr, as a run that gives none.
+LR_MIN = 1e-12
+LR_MAX = 1.0
+
 # ---- a model folder's chat template (capture/chat_template.py) -------------------------------------------------
 
 # A chat template is a program in Jinja: it is rendered in a child process of its own, under these bounds. A real

@@ -95,6 +95,12 @@ NEVER_GROWTH = 1.5
 # on the loop at lags 1-3 over 20 steps; clean runs at most 2.0×, lr-read warm-ups 1.8×; 0.04-0.06% of clean subsets,
 # benchmarks/bench_lag_history.py).
 NEVER_TOTAL = 4.0
+# A lag is read per unit of lr² only while the learning rate moves smoothly: no step's lr above LR_STEP_MAX× or below
+# 1/LR_STEP_MAX× the step's before (a linear warm-up rises by at most 2× a step, from its first step to its second). A
+# step schedule (MultiStepLR's ×0.1) or a warm restart moves the lr at once, while a lag's KL holds the updates of the
+# steps before it: per lr², the step after a 10× drop read 100× its history (`stale weights`, a false alarm). Such a
+# lag is read without the lr, as in a run that gives none.
+LR_STEP_MAX = 2.0
 # Each metric's floor (the least a band reaches past the median) is in its catalogue entry (catalogue.metrics).
 # The most of index.json `check --history` reads: a row is under 1 kB, so 32 MiB holds some 30,000 steps;
 # a larger (or endless) file is refused rather than read into memory.

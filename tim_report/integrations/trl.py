@@ -42,6 +42,14 @@ TRAINER_FIELDS = ("_generate_and_score_completions", "accelerator", "num_generat
 OUTPUT_FIELDS = ("completion_ids", "completion_mask", "prompt_ids", "prompt_mask", "advantages")
 
 
+def _lm_head(trainer: Any) -> dict:
+    """GRPOConfig.cast_lm_head_to_fp32 casts the policy's LM head to fp32 (and the head of the model it generates with,
+    when it is that model); a vLLM engine's head stays in the engine's dtype: an fp32 head on the trainer side only."""
+    cast = bool(getattr(trainer.args, "cast_lm_head_to_fp32", False))
+    vllm = bool(getattr(trainer, "use_vllm", False))
+    return {"lm_head_fp32": {"rollout": cast and not vllm, "trainer": cast}} if cast else {}
+
+
 def _num_generations(trainer: Any) -> int:
     """Rows per prompt: a positive integer (0 made every row's group id bogus)."""
     n = trainer.num_generations
@@ -103,7 +111,7 @@ class TimReportCallback(TrainerCallback):
                    "rollout_engine": "vllm" if getattr(trainer, "use_vllm", False) else "rollout_func",
                    "trainer_engine": "transformers", "trainer_dtype": dtype,
                    **(self.digests(trainer, step, versions[0] if versions else None) if self.digests else {}),
-                   **self.options, "meta": {"framework": "trl", **user_meta(WHO, self.options)}}
+                   **self.options, "meta": {"framework": "trl", **_lm_head(trainer), **user_meta(WHO, self.options)}}
         return save_step(self.path, output["sampling_per_token_logps"], output["old_per_token_logps"],
                          mask=output["completion_mask"], tool_mask=output.get("tool_mask"),
                          token_ids=output["completion_ids"], prompt_ids=output["prompt_ids"], prompt_mask=output["prompt_mask"],

@@ -22,8 +22,9 @@ import numpy as np
 
 from ..catalogue.numbers import fmt
 from ..config import MAX_STEP, MAX_TOKENS, MODEL_CLASSES
+from ..config.bounds import LR_MAX, LR_MIN
 from ..errors import BadInput, parser_limits
-from ..model import META_KEYS, StepBatch, digest_records
+from ..model import META_KEYS, StepBatch, digest_records, learning_rate
 from .assemble import build_batch
 from .canonical import save_batch
 from .discover import RANK_NPZ, SAVED_STEP, Source, Unreadable, scan, settle_step, sources
@@ -92,13 +93,8 @@ def meta_overrides(pairs: dict[str, str]) -> dict:
                 raise BadInput("--meta", f"{key}={value[:40]}: not an integer") from None
             if abs(out[key]) >= MAX_STEP:
                 raise BadInput("--meta", f"{key}={value[:40]}: beyond ±{fmt(MAX_STEP)}, not a training step")
-        elif key == "ppo_clip_fraction":
-            try:
-                out[key] = float(value)
-            except ValueError:
-                out[key] = float("nan")
-            if not 0 <= out[key] <= 1:
-                raise BadInput("--meta", f"ppo_clip_fraction={value[:40]}: not a fraction between 0 and 1")
+        elif key in ("ppo_clip_fraction", "lr"):
+            out[key] = _meta_number(key, value)
         elif key in ("engine_digest", "trainer_digest"):
             out[key] = _digests(key, value)
         elif key == "model_class":
@@ -108,6 +104,20 @@ def meta_overrides(pairs: dict[str, str]) -> dict:
         else:
             out[key] = value
     return out
+
+
+def _meta_number(key: str, value: str) -> float:
+    """`--meta ppo_clip_fraction=` (a fraction) or `--meta lr=` (model.learning_rate's range): the number, or BadInput."""
+    try:
+        x = float(value)
+    except ValueError:
+        x = float("nan")
+    if key == "lr":
+        if learning_rate(x) is None:
+            raise BadInput("--meta", f"lr={value[:40]}: not a learning rate (a number from {LR_MIN:g} to {LR_MAX:g})")
+    elif not 0 <= x <= 1:
+        raise BadInput("--meta", f"ppo_clip_fraction={value[:40]}: not a fraction between 0 and 1")
+    return x
 
 
 def _digests(key: str, value: str) -> list[dict]:

@@ -2,8 +2,7 @@
 
     padded  [B, L] arrays plus a mask (verl, TRL, OpenRLHF),
     ragged  a list of per-sequence lists (slime, prime-rl, JSONL),
-    flat    [T] arrays plus `offsets` / `cu_seqlens` (the canonical format).
-
+    flat    [T] arrays plus `offsets` / `cu_seqlens` (the canonical format, with its kept sets: io/kept.py).
 The rollout log-prob value decides the layout; every other token-level role is read in the same one.
 """
 
@@ -19,6 +18,7 @@ import numpy as np
 from ..config import TOPK_MAX
 from ..errors import BadInput
 from ..model import UNKNOWN_VERSION, StepBatch
+from . import kept
 from .canonical import ROUTE_FIELDS, TOPK_FIELDS, named_sides
 from .files import RawFile
 from .masks import outside_trained, trained, without_tools
@@ -142,7 +142,7 @@ def _canonical_fields(p: Path, raw: RawFile, batch: StepBatch) -> None:
     _topk_fields(p, raw, batch)
     _route_fields(p, raw, batch)
     batch.sides.update(named_sides(p, raw.values, batch.n_tokens))
-
+    kept.canonical(p, raw.values, lambda key: _declared(raw, key), batch)
 
 def _route_fields(p: Path, raw: RawFile, batch: StepBatch) -> None:
     """Either side's routed experts, integers of any shape and width (never cast: ids 2³² apart must stay apart):

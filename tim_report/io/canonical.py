@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import BadInput
 from ..model import StepBatch
+from . import kept
 
 NO_FOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 AT_FDS = os.open in os.supports_dir_fd and os.rename in os.supports_dir_fd  # POSIX; elsewhere by path
@@ -78,6 +79,7 @@ def batch_arrays(batch: StepBatch, compact: bool) -> dict[str, Any]:
             fits = value.size == 0 or (value.dtype.kind in "iu" and value.min() >= -2**31 and value.max() < 2**31)
             arrays[name] = value.astype(np.int32) if fits else value
     arrays.update(_side_arrays(batch, compact))
+    arrays.update(kept.arrays(batch))
     header = {"format": CANONICAL_FORMAT, "version": CANONICAL_VERSION, "meta": batch.meta}
     arrays["meta"] = np.asarray(json.dumps(header, sort_keys=True, default=str))
     return arrays

@@ -20,9 +20,10 @@ import numpy as np
 from ..config import MAX_WORLD_SIZE
 from ..errors import BadInput
 from ..model import StepBatch
+from . import kept
 
 TOKEN_FIELDS = ("token_ids", "shadow_logp", "floor_logp", "advantage", "turn", "token_version", "rollout_topk_ids", "rollout_topk_logp",
-                "trainer_topk_ids", "trainer_topk_logp")
+                "trainer_topk_ids", "trainer_topk_logp", "kept_log_mass")
 SEQ_FIELDS = ("group", "reward", "weight_version", "env", "cached_tokens")
 LIST_FIELDS = ("prompt_ids", "prompt_text")
 
@@ -60,6 +61,7 @@ def merge_ranks(origin: Path, batches: list[StepBatch], named: list[int] | None 
             out.sides[name] = np.concatenate([np.asarray(v) for v in sides])
         else:
             out.notes.append(_partial(f"side_{name}", ranks, sides))
+    _merge_kept(out, batches, ranks)
     for name in LIST_FIELDS:
         lists = [getattr(b, name) for b in batches]
         if all(v is not None for v in lists):
@@ -69,6 +71,15 @@ def merge_ranks(origin: Path, batches: list[StepBatch], named: list[int] | None 
     if first.token_text is not None and all(b.token_text is not None for b in batches):
         out.token_text = np.concatenate([np.asarray(b.token_text, dtype=str) for b in batches])
     return out
+
+
+def _merge_kept(out: StepBatch, batches: list[StepBatch], ranks: list) -> None:
+    """The ranks' kept sets end to end, when every rank has them."""
+    sets = [(b.kept_ids, b.kept_offsets) for b in batches]
+    if all(ids is not None and off is not None for ids, off in sets):
+        out.kept_ids, out.kept_offsets = kept.concat(sets)  # type: ignore[arg-type]
+    elif any(ids is not None for ids, _ in sets):
+        out.notes.append(_partial("kept_ids", ranks, [ids for ids, _ in sets]))
 
 
 def _digests(batches: list[StepBatch]) -> dict:

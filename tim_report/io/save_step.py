@@ -24,6 +24,7 @@ import numpy as np
 from ..config.bounds import MAX_SEQUENCE_VERSIONS
 from ..errors import BadInput
 from ..model import SIDE_NAME_CHARS, SIDE_NAME_MAX, VERSION_DIGITS, StepBatch, digest_records
+from . import kept
 from .assemble import as_versions
 from .canonical import SIDE_PREFIX, TOPK_FIELDS
 from .sequences import cached_counts
@@ -122,7 +123,8 @@ def save_step(path: str | Path, rollout_logp: Any, trainer_logp: Any, *, mask: A
               rollout_topk_ids: Any = None, rollout_topk_logp: Any = None, trainer_topk_ids: Any = None,
               trainer_topk_logp: Any = None, sides: dict[str, Any] | None = None, weight_version: Any = None,
               token_version: Any = None, trainer_version: int | None = None, cached_tokens: Any = None,
-              engine_digest: Any = None, trainer_digest: Any = None, step: int | None = None,
+              engine_digest: Any = None, trainer_digest: Any = None, kept_ids: Any = None, kept_offsets: Any = None,
+              kept_counts: Any = None, kept_log_mass: Any = None, step: int | None = None,
               rank: int = 0, world_size: int | None = None,
               model: str | None = None, rollout_engine: str | None = None, rollout_dtype: str | None = None,
               trainer_engine: str | None = None, trainer_dtype: str | None = None, meta: dict | None = None,
@@ -146,12 +148,16 @@ def save_step(path: str | Path, rollout_logp: Any, trainer_logp: Any, *, mask: A
     `trainer_digest` are the sync's round trip (docs/sync.md): each a `weight_digest(...)` (or its record or text, or a
     list of them, one per version), the engine's weights as it held them when it sampled and the trainer's cast to the
     engine's dtype; a digest made without `version=` belongs to the batch's one generation version (the engine's) or
-    to the trainer's version (the trainer's)."""
+    to the trainer's version (the trainer's). `kept_ids` are the sampler's kept sets (the ids top-k / top-p / min-p
+    left), with `kept_offsets` [T + 1] or `kept_counts` [T] (prime-rl's SamplingMask) for flat log-probs, `kept_counts`
+    [B, T] (0 on padding) for padded ones, ids in position order; `kept_log_mass` the trainer's log-probability mass on
+    each set, in the layout of the log-probs (docs/integrations.md)."""
     arrays = dict(rollout_logp=rollout_logp, trainer_logp=trainer_logp, mask=mask, attention_mask=attention_mask,
                   offsets=offsets, token_ids=token_ids, group=group, reward=reward, advantage=advantage, turn=turn,
                   tool_mask=tool_mask, rollout_topk_ids=rollout_topk_ids, rollout_topk_logp=rollout_topk_logp,
                   trainer_topk_ids=trainer_topk_ids, trainer_topk_logp=trainer_topk_logp, prompt_mask=prompt_mask,
-                  token_version=token_version, **_side_arrays(sides))
+                  token_version=token_version, kept_ids=kept_ids, kept_offsets=kept_offsets, kept_counts=kept_counts,
+                  kept_log_mass=kept_log_mass, **_side_arrays(sides))
     info = dict(model=model, rollout_engine=rollout_engine, rollout_dtype=rollout_dtype, trainer_engine=trainer_engine,
                 trainer_dtype=trainer_dtype)
     target, step, rank, world_size = step_target(path, step, rank, world_size)  # checked before anything is made
@@ -300,8 +306,33 @@ def _int_fields(a: dict, take: _Padded | _Flat, shape: tuple, batch: StepBatch) 
         batch.token_version = as_versions(_ints("token_version", take(a, "token_version", shape)))
 
 
+def _kept(a: dict, take: _Padded | _Flat, shape: tuple, batch: StepBatch) -> None:
+    """The kept sets in the layout of the log-probs (flat: offsets or counts; padded: counts per position), and the
+    trainer's mass on them."""
+    if "kept_ids" not in a:
+        if "kept_offsets" in a or "kept_counts" in a:
+            raise BadInput(WHO, "'kept_offsets' / 'kept_counts' go with 'kept_ids' (the kept sets' vocabulary ids)")
+    elif isinstance(take, _Flat):
+        if "kept_offsets" in a:
+            found = kept.csr(WHO, a["kept_ids"], a["kept_offsets"], batch.n_tokens, "'kept_ids'")
+        elif "kept_counts" in a:
+            found = kept.from_counts(WHO, a["kept_ids"], take(a, "kept_counts", shape), "'kept_ids'")
+        else:
+            raise BadInput(WHO, "'kept_ids' needs 'kept_offsets' [T + 1] or 'kept_counts' [T] to say whose set is whose")
+        kept.attach(batch, WHO, found)
+    else:
+        if "kept_counts" not in a or a["kept_counts"].shape != shape:
+            raise BadInput(WHO, f"padded log-probs {list(shape)} take their kept sets as 'kept_counts' {list(shape)} (0 on "
+                                "padding) with 'kept_ids' in position order")
+        ids, off = kept.from_counts(WHO, a["kept_ids"], a["kept_counts"].reshape(-1), "'kept_ids'")
+        kept.attach(batch, WHO, kept.take(ids, off, np.flatnonzero(take.keep.reshape(-1))))
+    if "kept_log_mass" in a:
+        kept.attach(batch, WHO, None, take(a, "kept_log_mass", shape))
+
+
 def _optional(a: dict, take: _Padded | _Flat, shape: tuple, batch: StepBatch) -> None:
     _int_fields(a, take, shape, batch)
+    _kept(a, take, shape, batch)
     if "advantage" in a:
         adv = a["advantage"]
         batch.advantage = (np.repeat(_floats("advantage", adv), np.diff(batch.offsets)) if adv.shape == (take.n_seqs,)

@@ -20,6 +20,7 @@ import numpy as np
 from ..config.bounds import MAX_SEQUENCE_VERSIONS
 from ..errors import BadInput
 from ..model import UNKNOWN_VERSION, StepBatch, version_int
+from . import kept
 
 PLACEHOLDER_WHY = ("the rollout log-prob is a 0.0 placeholder (prompt, tool or environment output): outside the loss "
                    "mask it is padding, kept in the token tables but out of every metric")
@@ -44,6 +45,7 @@ class Seq:
     token_version: np.ndarray | None = None  # [L] int64, where the framework says which call generated which tokens
     env: str | None = None
     cached_tokens: int | None = None  # prompt tokens the engine served from its prefix cache (slime / miles, SGLang's)
+    kept: tuple[np.ndarray, np.ndarray] | None = None  # the sampler's kept sets over [L]: (ids, offsets [L + 1]), io/kept.py
 
 
 class Exclusions:
@@ -216,6 +218,9 @@ def assemble_seqs(path: Path | str, seqs: list[Seq], meta: dict, exclusions: Exc
     if any(s.token_version is not None for s in seqs):  # the others: their sequence's version (analysis/lag/versions.py)
         batch.token_version = np.concatenate([s.token_version if s.token_version is not None else
                                               np.full(len(s.rollout), UNKNOWN_VERSION, np.int64) for s in seqs])
+    if any(s.kept is not None for s in seqs):  # a sample without them has none at any token
+        batch.kept_ids, batch.kept_offsets = kept.concat([s.kept if s.kept is not None else kept.empty(len(s.rollout))
+                                                          for s in seqs])
     if batch.env is not None:
         counts = Counter(batch.env.tolist())
         batch.meta["environments"] = " · ".join(f"{name} {n}" for name, n in sorted(counts.items()))

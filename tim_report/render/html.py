@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from markupsafe import Markup
 
+from ..catalogue import kept as kept_words
 from ..catalogue import metrics as catalogue
 from ..catalogue.rescore import table_intro as weights_intro
 from ..catalogue.staleness import cache_intro, table_intro
@@ -35,6 +36,7 @@ from .views import (
     samples_view,
     title_parts,
     topk_view,
+    written_by,
 )
 
 
@@ -55,8 +57,9 @@ def run_context(report, notes_md: str | None = None, timestamp: str | None = Non
                    "by_probability": run_tables.probability_table(report), "lags": run_tables.lag_table(report),
                    "weights": run_tables.weights_table(report),
                    "topk": run_tables.topk_tables(report), "cache": run_tables.cache_table(report),
-                   "sync": run_tables.sync_table(report)},
-        "sync_intro": SYNC_INTRO,
+                   "sync": run_tables.sync_table(report), "kept": run_tables.kept_table(report)},
+        "sync_intro": SYNC_INTRO, "written_by": written_by(report),
+        "kept_intro": kept_words.intro(report.diagnosis["kept_sets"]) if (report.diagnosis or {}).get("kept_sets") else None,
         "staleness_intro": table_intro(report.staleness) if report.staleness else None,
         "weights_intro": weights_intro(report.rescore) if report.rescore else None,
         "cache_intro": cache_intro(report.diagnosis["prefix_cache"]) if (report.diagnosis or {}).get("prefix_cache") else None,

@@ -10,50 +10,54 @@ from __future__ import annotations
 
 from ..catalogue import findings
 from ..catalogue import metrics as catalogue
+from ..catalogue import staleness as lag_words
 from ..catalogue.numbers import fixed, fmt, pct
 from ..model import version_int
 from .tables import HTML, MARKDOWN, Cell, Column, Row, Section, Table, plural, text
 from .views import flagged_note
 
 REGIME_MARK = {"identical": "✅", "numerical_noise": "✅", "staleness": "✅", "elevated": "⚠️", "systematic": "❌"}
+WATCHED = "⚠️"  # a staleness run or step whose lag is climbing above its own history: not named yet, not nothing
 UNPAIRED_SHOWN = 20  # run ids the unpaired warning names
 PROBLEMS_TIP = "tokens excluded for NaN, inf or positive log-probs / input values the reader had to repair"
 
 
 def runs_table(index: dict) -> Table:
     """One row per run. HTML puts model and device, and the engine pair, in one cell each (on two lines, kept whole);
-    markdown, whose table cells hold one line, gives them columns of their own."""
+    markdown, a PR comment's table, keeps ten columns: health, run and verdict first, then the model, the engines with
+    their dtypes, the step, the tokens and the three headline numbers (the rest are in index.html and index.json)."""
     metrics = [catalogue.metric(k) for k in catalogue.INDEX]
     html, md = frozenset({HTML}), frozenset({MARKDOWN})
     # at phone width the HTML keeps the run, its verdict and the three headline numbers (catalogue.INDEX_NARROW)
     columns = (Column("health", wide_only=True), Column("run"), Column("verdict", formats=html),
-               Column("model, device", formats=html, wide_only=True),
+               Column("verdict", formats=md), Column("model, device", formats=html, wide_only=True),
                Column("rollout → trainer", formats=html, wide_only=True), Column("model", formats=md),
-               Column("engines", formats=md), Column("dtypes", formats=md), Column("device", formats=md),
+               Column("rollout → trainer", formats=md),
                Column("step", numeric=True, wide_only=True), Column("tokens", numeric=True, wide_only=True),
-               *[Column(m.name, numeric=True, wrap=True, wide_only=m.key not in catalogue.INDEX_NARROW) for m in metrics],
-               Column("routing: train / corr. / quar.", wrap=True, wide_only=True), Column("verdict", formats=md))
+               *[Column(m.name, numeric=True, wrap=True, wide_only=m.key not in catalogue.INDEX_NARROW,
+                        formats=frozenset({HTML, MARKDOWN}) if m.key in catalogue.INDEX_NARROW else html) for m in metrics],
+               Column("routing: train / corr. / quar.", wrap=True, wide_only=True, formats=html))
     rows = []
     for r in index["runs"]:
         rt = r["routing"]
         verdict = (r["regime"] or "—").replace("_", " ")
-        cause = lead_cause(r)
+        climbing = (r.get("lag_reading") or {}).get("status") == "climbing" and not r.get("findings")
+        cause = lag_words.climbing_short(r["lag_reading"]) if climbing else lead_cause(r)
         problems = r.get("excluded_tokens") or r.get("input_problems")
         warn = (f"⚠ {fmt(r.get('excluded_tokens'))} excluded"
                 + (f", {fmt(r['input_problems'])} repaired" if r.get("input_problems") else "")) if problems else None
+        pair = (f"{r['rollout_engine']} {r['rollout_dtype']}", f"{r['trainer_engine']} {r['trainer_dtype']}")
         rows.append(Row((
             Cell(health=r["health"]), Cell(r["id"], link=r["id"], twin=True, cls="id"),
             Cell(verdict, cls="verdict-cell", tip=r.get("glance"), note=cause, note_below=True),
+            Cell(verdict, icon=WATCHED if climbing else REGIME_MARK.get(r["regime"], "➖"), note=f"({cause})" if cause else None),
             Cell(r["model"] or "unknown model", note=r["device"], note_below=True),
-            Cell(keep=(f"{r['rollout_engine']} {r['rollout_dtype']}", f"{r['trainer_engine']} {r['trainer_dtype']}")),
-            Cell(text(r["model"])), Cell(keep=(r["rollout_engine"], r["trainer_engine"])),
-            Cell(keep=(r["rollout_dtype"], r["trainer_dtype"])), Cell(text(r["device"])),
+            Cell(keep=pair), Cell(text(r["model"]), note=f"· {r['device']}" if r["device"] else None), Cell(keep=pair),
             Cell(text(r["step"])),
             Cell(fmt(r["tokens"]), warn=warn, tip=PROBLEMS_TIP if warn else None),
             *[Cell(m.write(r[m.key])) for m in metrics],
             Cell("fix the bug first", icon="❌", style="route quarantine") if r["blocked_by_bug"] else
             Cell(f"{fmt(rt.get('train'))} / {fmt(rt.get('train_with_correction'))} / {fmt(rt.get('quarantine'))}"),
-            Cell(verdict, icon=REGIME_MARK.get(r["regime"], "➖"), note=f"({cause})" if cause else None),
         )))
     return Table(columns, tuple(rows), cls="runs")
 
@@ -79,12 +83,14 @@ def pairs_section(index: dict) -> Section | None:
     """The engine pairs, aggregated over their runs (none for a single run)."""
     if len(index["runs"]) < 2:
         return None
-    columns = (Column("health"), Column("rollout"), Column("trainer"),
-               *[Column(h, numeric=True) for h in ("runs", "mean ESS", "mean clipped", "mean Σδ", "mean |δ|",
-                                                   "worst max |δ|", "tokens")])
+    # at phone width (420 px) the pair, its mean ESS and mean |δ| stay, unscrolled; the rest on a wider screen
+    narrow = {"mean ESS", "mean |δ|"}
+    columns = (Column("health", wide_only=True), Column("rollout"), Column("trainer"),
+               *[Column(h, numeric=True, wrap=True, wide_only=h not in narrow) for h in (
+                   "runs", "mean ESS", "mean clipped", "mean Σδ", "mean |δ|", "worst max |δ|", "tokens")])
     rows = tuple(Row((
-        Cell(health=p["health"]), Cell(keep=(f"{p['rollout_engine']} {p['rollout_dtype']}",)),
-        Cell(keep=(f"{p['trainer_engine']} {p['trainer_dtype']}",)),
+        Cell(health=p["health"]), Cell(text(f"{p['rollout_engine']} {p['rollout_dtype']}")),
+        Cell(text(f"{p['trainer_engine']} {p['trainer_dtype']}")),
         Cell(fmt(p["count"]), tip=", ".join(p["runs"]), note=flagged_note(p).strip() or None),
         Cell(fixed(p["mean_ess"], 4)), Cell(pct(p["mean_clipped"])), Cell(fmt(p["mean_seq_log_ratio"])),
         Cell(fmt(p["mean_abs_delta"])), Cell(fmt(p["worst_abs_delta_max"])), Cell(fmt(p["tokens"])),

@@ -16,6 +16,7 @@ or from the index summary, and are only formatted here.
 
 from __future__ import annotations
 
+from ..catalogue import kept as kept_words
 from ..catalogue import metrics as catalogue
 from ..catalogue.evidence import items as evidence_items
 from ..catalogue.numbers import fixed, fmt, pct, plain
@@ -25,8 +26,8 @@ from ..catalogue.sync import TABLE_INTRO as SYNC_INTRO
 from ..config import HEALTH, HOT_DIFF, TREND_TABLE_MAX_STEPS, step_health
 from . import index_views, run_tables
 from .chain_views import bitwise_md, chain_md
-from .index_views import REGIME_MARK
-from .md import COLOUR, assemble, colour, details, esc, href, run_path, table, write_section, write_table
+from .index_views import REGIME_MARK, WATCHED
+from .md import COLOUR, assemble, colour, details, esc, fold, href, run_path, table, write_section, write_table
 from .tables import Section
 from .views import (
     band_helps,
@@ -63,14 +64,15 @@ def _verdict(report) -> str:
     regime = str(diag.get("regime") or "unknown")
     lines = [f"## Verdict: {REGIME_MARK.get(regime, '➖')} {esc(regime.replace('_', ' '))}", "",
              esc(diag.get("verdict"), None, own=True)]
+    why = []  # the evidence and the noise band: folded under the verdict, off the first screen
     ev = evidence_items(diag.get("evidence"))
     if ev:
-        lines += ["", "Evidence: " + " · ".join(f"{esc(k)} {esc(v, TEXT_CHARS)}" for k, v in ev)]
+        why.append("Evidence: " + " · ".join(f"{esc(k)} {esc(v, TEXT_CHARS)}" for k, v in ev))
     band = diag.get("band") if band_helps(diag) else None
     if band:
-        lines += ["", f"**Noise band: {esc(band.get('name'))}.** {esc(band.get('reading'), None, own=True)} Noise ceilings used: "
-                  f"KL k3 {fmt(band.get('noise_kl_max'))}, mean \\|δ\\| {fmt(band.get('noise_abs_delta_max'))} nats. "
-                  f"Chosen from: {esc(band.get('why'), None)}."]
+        why.append(f"**Noise band: {esc(band.get('name'))}.** {esc(band.get('reading'), None, own=True)} Noise ceilings "
+                   f"used: KL k3 {fmt(band.get('noise_kl_max'))}, mean \\|δ\\| {fmt(band.get('noise_abs_delta_max'))} "
+                   f"nats. Chosen from: {esc(band.get('why'), None)}.")
     blocked = (report.routing or {}).get("blocked_by_bug")
     if blocked:
         lines += ["", f"❌ **{esc(blocked['message'], None, own=True)}**"]
@@ -80,6 +82,8 @@ def _verdict(report) -> str:
     if findings:
         lines += ["", "Findings: " + "; ".join(f"{SEVERITY.get(f.get('severity'), '➖')} {esc(f.get('title'), TEXT_CHARS)}"
                                              for f in findings) + " (details below)."]
+    if why:
+        lines += ["", details("Evidence" + (" and noise band" if band else ""), "\n\n".join(why))]
     return "\n".join(lines)
 
 
@@ -88,9 +92,11 @@ def _summary(report) -> str:
     rows = [[f"{esc(h['name'])}", esc(h["value"]), f"{LEVEL.get(h['level'], '➖')} {esc(h['reading'], None, own=True)}"]
             for h in headline(report)]
     extra = [["tokens / sequences", f"{fmt(m.get('tokens'))} / {fmt(m.get('sequences'))}", ""]]
-    extra += [[esc(x["name"]), esc(x["value"]), ""] for x in summary_extra(report)]
+    more = [[esc(x["name"]), esc(x["value"])] for x in summary_extra(report)]  # the rest, one click away
+    folded = details("More numbers", table(["metric", "value"], more, numeric=[1]) +
+                     f"\n\n{esc(catalogue.CONVENTIONS, None, own=True)}") if more else ""
     return "## Summary\n\n" + _data_problems(report) + table(["metric", "value", "reading"], rows + extra, numeric=[1]) + \
-        f"\n\n{esc(catalogue.CONVENTIONS, None, own=True)}"
+        (f"\n\n{folded}" if folded else "")
 
 
 def _data_problems(report) -> str:
@@ -299,15 +305,25 @@ def render_run_md(report, base_url: str | None = None) -> str:
         sub.append(f"{esc(framework)} dump")
     sub += [f"{fmt(m.get('tokens'))} tokens", f"{fmt(m.get('sequences'))} sequences", html]
     title = f"# {esc(t['model'], TEXT_CHARS)}: {esc(t['rollout'])} → {esc(t['trainer'])}\n\n" + " · ".join(sub)
-    core = [title] + _banner_lines(report) + [_verdict(report), _summary(report)]
-    core += [part for part in (chain_md(report), _staleness(report), _sync(report), _weights(report), _prefix_cache(report),
-                               bitwise_md(report)) if part]
+    core = [title] + _banner_lines(report) + [_verdict(report), _summary(report)]  # the first screen; the rest folded
+    core += [fold(part) for part in (chain_md(report), _kept(report), _staleness(report), _sync(report), _weights(report),
+                                     _prefix_cache(report), bitwise_md(report)) if part]
     sections = [("findings", _findings(report)), ("routing and what-if", _routing(report)),
                 ("|δ| by probability", _by_probability(report)), ("whole distribution", _topk(report)),
                 ("by environment", _envs(report)), ("groups", _groups(report)),
                 ("samples", _samples(report, html)), ("all numbers", _all_numbers(report)),
                 ("about the batch", _about(report)), ("glossary", _glossary())]
-    return assemble(core, [(name, s) for name, s in sections if s], html)
+    return assemble(core, [(name, fold(s)) for name, s in sections if s], html)
+
+
+def _kept(report) -> str:
+    """The kept sets' sentence and the ratio both ways (run_tables.kept_table, the page's too); empty without them."""
+    k = (report.diagnosis or {}).get("kept_sets")
+    if not k:
+        return ""
+    t = run_tables.kept_table(report)
+    table = f"\n\n{write_table(t)}" + "".join(f"\n\n{esc(a, None, own=True)}" for a in t.after) if t is not None else ""
+    return f"### Kept sets\n\n{esc(kept_words.intro(k), None, own=True)}{table}"
 
 
 def _staleness(report) -> str:
@@ -362,7 +378,8 @@ def _run_verdict(index: dict, base_url: str | None) -> str:
         return ""
     since = (f" ([step {esc(str(v['since_step']))}]({href(run_path(v['since_run'], 'index.html'), base_url)}))"
              if v["stretch_steps"] < v["steps"] else "")
-    lines = [f"**Run verdict:** {REGIME_MARK.get(v['regime'], '➖')} {esc(v['verdict'], None, own=True)}{since}"]
+    mark = WATCHED if v.get("climbing") and v["regime"] == "staleness" else REGIME_MARK.get(v["regime"], "➖")
+    lines = [f"**Run verdict:** {mark} {esc(v['verdict'], None, own=True)}{since}"]
     if v.get("what_to_check"):
         lines += ["", f"**What to check:** {esc(v['what_to_check'], None, own=True)}"]
     for f in v.get("findings") or []:
@@ -396,7 +413,7 @@ def _trend(s: Section, base_url: str | None = None) -> str:
     """The trend section: its change points, then the step table (the HTML index draws its columns as charts)."""
     changes = ("**Change points**\n\n" + "\n".join(
         f"- {'▲' if c['worse'] else '▼'} [step {esc(str(c['step']))}]({href(c['run'] + '/index.html', base_url)}): "
-        f"{esc(c['sentence'])}" for c in s.changes) if s.changes else esc(s.quiet, None, own=True))
+        f"{esc(c['sentence'], None, own=True)}" for c in s.changes) if s.changes else esc(s.quiet, None, own=True))
     steps = len(s.tables[0].rows)
     body = (write_table(s.tables[0], base_url) if steps <= TREND_TABLE_MAX_STEPS else
             f"Step by step, the numbers are charts on the HTML index and rows in `index.json` ({steps} steps).")
@@ -413,9 +430,11 @@ def render_index_md(index: dict, base_url: str | None = None) -> str:
     title = (f"# Rollout vs trainer log-prob mismatch: {len(runs)} run{'s' if len(runs) != 1 else ''}\n\n"
              f"{counts or 'no runs'} · health by token ESS: 🟢 ≥ {plain(HEALTH.green)}, 🟡 {plain(HEALTH.amber)}–{plain(HEALTH.green)}, "
              f"🔴 < {plain(HEALTH.amber)} · {html}")
-    columns = "\n".join(["The columns (each run's report has the whole glossary):", ""] + [
+    columns = "\n".join(["The columns (each run's report has the whole glossary; index.html and index.json add "
+                          + ", ".join(catalogue.metric(k).name for k in catalogue.INDEX if k not in catalogue.INDEX_NARROW)
+                          + " and the routing):", ""] + [
         f"- **{esc(m.name, None, own=True)}**: {esc(m.plain, None, own=True)}"
-        for m in (catalogue.metric(k) for k in (*catalogue.INDEX, "routing"))] + ["", _kl_bands()])
+        for m in (catalogue.metric(k) for k in catalogue.INDEX_NARROW)] + ["", _kl_bands()])
     core = [title, *filter(None, [_run_verdict(index, base_url)]), _runs_table(index, base_url)]
     sections = [(s.short, _trend(s, base_url) if s.id == "trend" else write_section(s, base_url))
                 for s in index_views.sections(index)] + [("columns", columns)]

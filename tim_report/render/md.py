@@ -39,9 +39,7 @@ def esc(text: Any, limit: int | None = NAME_CHARS, own: bool = False) -> str:
     """
     if text is None:
         return "—"
-    s = str(text)
-    if limit is not None and len(s) > limit:
-        s = s[: limit - 1] + "…"
+    s = shorten(str(text), limit)
     s = _CONTROL.sub(lambda m: visible(m.group(0)) if m.group(0) not in "\u2028\u2029" else "↵", s)
     parts = s.split("`")
     if own and len(parts) % 2 == 1 and len(parts) > 1:  # balanced code spans: literal inside, pipes escaped for tables
@@ -49,6 +47,16 @@ def esc(text: Any, limit: int | None = NAME_CHARS, own: bool = False) -> str:
     else:
         s = _inline(s, own)
     return s if s.strip() else "∅"
+
+
+def shorten(s: str, limit: int | None) -> str:
+    """`s` within `limit` characters, cut after a word (at a space or a separator: `-`, `_`, `/`, `.`, `,`), never
+    inside one, unless a single word runs past half the limit; "…" says it was cut."""
+    if limit is None or len(s) <= limit:
+        return s
+    head = s[: limit - 1]
+    at = max(head.rfind(c) for c in " -_/.,;")
+    return (head[: at + 1].rstrip() if at >= limit // 2 else head) + "…"
 
 
 def _inline(s: str, own: bool) -> str:
@@ -145,6 +153,16 @@ def write_section(s: Section, base_url: str | None = None, body: str | None = No
 def details(summary: str, body: str) -> str:
     """A collapsed block: GitHub renders the markdown inside when blank lines surround it."""
     return f"<details>\n<summary>{summary}</summary>\n\n{body}\n\n</details>"
+
+
+def fold(block: str) -> str:
+    """A section collapsed under its heading (a PR comment keeps only the verdict and the headline numbers on its first
+    screen); a block already collapsed, or without a heading, stays as it is."""
+    first, _, rest = block.partition("\n\n")
+    if not first.startswith("#") or block.startswith("<details>"):
+        return block
+    title = re.sub(r"\\(.)", r"\1", first.lstrip("#").strip())  # <summary> shows text as written: no markdown escapes
+    return details(title, rest.strip())
 
 
 def assemble(core: list[str], sections: list[tuple[str, str]], html_link: str, limit: int | None = None) -> str:

@@ -7,6 +7,7 @@ here. No statistics: the numbers come from the Report and are only formatted.
 
 from __future__ import annotations
 
+from ..catalogue import kept as kept_words
 from ..catalogue import rescore as weight_words
 from ..catalogue import staleness as lag_words
 from ..catalogue import sync as sync_words
@@ -36,8 +37,9 @@ def env_table(report) -> Table | None:
 
 def what_if_table(report) -> Table:
     """What each published correction would do to this batch (its rule and source are our words)."""
-    columns = (Column("correction"), Column("level"), Column("action"), Column("rule"), Column("as in"),
-               *_numeric("tokens affected", "sequences affected"))
+    # at phone width (420 px) the correction and what it touches stay, unscrolled; its rule and source on a wider screen
+    columns = (Column("correction"), *(Column(h, wide_only=True) for h in ("level", "action", "rule", "as in")),
+               *(Column(h, numeric=True, wrap=True) for h in ("tokens affected", "sequences affected")))
     rows = tuple(Row((Cell(text(w.get("name"))), Cell(text(w.get("level"))), Cell(text(w.get("action"))),
                       Cell(text(w.get("rule")), own=True, long=True), Cell(text(w.get("source")), own=True, long=True),
                       Cell(pct(w.get("token_fraction"))), Cell(pct(w.get("sequence_fraction")))))
@@ -47,8 +49,9 @@ def what_if_table(report) -> Table:
 
 def probability_table(report) -> Table:
     """|δ| by the rollout probability of the sampled token."""
-    columns = (Column("p_rollout"), *_numeric("tokens", "share", "mean |δ| ± s.e.", "mean δ", "mean k3", "share of Σ|δ|",
-                                              "share of Σk3"))
+    wide = {"tokens", "mean δ", "mean k3", "share of Σ|δ|"}  # left out at phone width: the rest fits 420 px unscrolled
+    columns = (Column("p_rollout"), *(Column(h, numeric=True, wrap=True, wide_only=h in wide) for h in (
+        "tokens", "share", "mean |δ| ± s.e.", "mean δ", "mean k3", "share of Σ|δ|", "share of Σk3")))
     rows = tuple(Row((Cell(text(b.get("bucket"))), Cell(fmt(b.get("tokens"))), Cell(pct(b.get("token_share"))),
                       Cell(f"{fmt(b.get('abs_delta_mean'))} ± {fmt(b.get('abs_delta_se'), 2)}"), Cell(fmt(b.get("delta_mean"))),
                       Cell(fmt(b.get("k3_mean"))), Cell(pct(b.get("abs_delta_share"))), Cell(pct(b.get("k3_share")))))
@@ -156,3 +159,13 @@ def sync_table(report) -> Table | None:
         rows.append(Row((Cell(fmt(v)), Cell(sync_words.digests_cell(e)), Cell(sync_words.digests_cell(t)),
                          Cell(sync_words.share_cell(e)), Cell(sync_words.share_cell(t)), Cell(word, style=style))))
     return Table(columns, tuple(rows), after=(st["line"],))
+
+
+def kept_table(report) -> Table | None:
+    """The ratio over the full vocabulary and over the kept set, row by row (None: no trainer mass on kept sets)."""
+    k = (report.diagnosis or {}).get("kept_sets")
+    if not k or not k.get("kept"):
+        return None
+    columns = (Column("ratio"), *_numeric(*kept_words.COLUMNS))
+    rows = tuple(Row((Cell(name), Cell(fmt(k["full"][key])), Cell(fmt(k["kept"][key])))) for key, name in kept_words.ROWS)
+    return Table(columns, rows, after=tuple(a for a in (kept_words.after(k),) if a))

@@ -21,6 +21,15 @@ GROUP_ROWS = GROUP_TABLE_ROWS  # by-group rows shown (worst first): all the anal
 ROUTE_ORDER = {"quarantine": 0, "train_with_correction": 1, "train": 2}
 
 
+def written_by(report) -> str:
+    """What wrote the batch, for the page's "framework" row: the framework whose dump it is, or tim-report's own
+    capture (a capture's page said "framework —")."""
+    meta = report.run.get("meta") or {}
+    if meta.get("framework") not in (None, "", "dict"):
+        return str(meta["framework"])
+    return "tim-report capture" if meta.get("source") == "tim-report capture" else "—"
+
+
 def title_parts(report) -> dict:
     meta = report.run.get("meta") or {}
     def side(engine_key: str, dtype_key: str) -> str:

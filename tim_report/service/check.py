@@ -14,11 +14,13 @@ from ..analysis import GATE, GATE_HISTORY, analyze
 from ..analysis.exact import exact_gate
 from ..analysis.gate import CheckResult, Limit, Violation, evaluate
 from ..analysis.history import HistoryResult, check_history
-from ..analysis.lag.history import has_lag, read_run
+from ..analysis.lag.history import has_lag, run_reads
 from ..analysis.run_index import run_row
 from ..analysis.tokens import valid_tokens
 from ..catalogue import staleness as lag_words
 from ..catalogue.chain import exact_line
+from ..catalogue.findings.lag import STALE
+from ..catalogue.run_words import make_run_finding
 from ..config import HISTORY_MARGIN, HISTORY_WINDOW, DiagnosisThresholds, Thresholds
 from ..errors import BadInput
 from ..io import LoadOptions, Source, Unreadable, load, scan
@@ -85,6 +87,25 @@ def check(paths: list[Path], load_options: LoadOptions, options: CheckOptions) -
             yield replace(_checked(src.origin if several else Path(path), batch, rows, options), source=Path(path))
 
 
+def run_errors(rows: list[dict]) -> list[dict]:
+    """The errors a run folder's steps show only read together, each {"id", "title"}: the weight digests' sync faults
+    (analysis/lag/digests.py), a lag beyond the run's own history of it (its first step of each event) and an engine
+    that never took an update (analysis/lag/history.py): what the index's run verdict says, so `check RUN` and the
+    index agree."""
+    from ..analysis.lag.digests import across_steps
+
+    out = [{"id": f["id"], "title": f["title"]} for f in across_steps(rows)]
+    readings, never = run_reads(rows)
+    if never is not None and never["per_lr"]:
+        out.append(make_run_finding("never_delivered", never))
+    firsts = {(r["lag"], r["since_step"]) for r in readings.values() if r["status"] == "beyond"}
+    for row in sorted((r for r in rows if r.get("step") is not None), key=lambda r: r["step"]):
+        reading = readings.get(row["id"])
+        if reading and reading["status"] == "beyond" and (reading["lag"], row["step"]) in firsts:
+            out.append({"id": STALE, "title": f"{row['id']}: stale weights: {lag_words.run_reading(reading)}"})
+    return [{"id": f["id"], "title": f["title"]} for f in out]
+
+
 NEW = "\0the step checked"  # the checked step's id among the history's rows: no run id can be it
 
 
@@ -97,13 +118,17 @@ def _checked(path: Path, batch: StepBatch, rows: list[dict] | None, options: Che
     band = None
     if rows is not None:
         band = check_history(row, rows, options.history_window, options.history_margin, options.history_floors)
-        if has_lag(row):  # its whole-batch numbers hold the lag's own mismatch: it is read lag by lag instead
+        lagged = has_lag(row)
+        if lagged:  # its whole-batch numbers hold the lag's own mismatch: it is read lag by lag instead
             band.violations = []
-        reading = read_run([*rows, {**row, "id": NEW}], options.history_window).get(NEW)
-        if reading is not None and reading["status"] == "beyond":
+        reading = run_reads([*rows, {**row, "id": NEW}], options.history_window)[0].get(NEW)
+        if reading is not None and reading["status"] in ("beyond", "never"):  # as the index reads it (in_run)
             band.violations.append(Violation("history", "lag_kl_k3", f"stale weights: {lag_words.run_reading(reading)}"))
         result.violations += band.violations
-        if band.note is None and not band.violations:
+        if lagged and reading is not None and not band.violations:  # what judged it: its lag against its own history
+            band.note = None
+            result.summary += "; " + (lag_words.run_reading(reading) or lag_words.unjudged(reading))
+        elif band.note is None and not band.violations:
             result.summary += f"; within the run's band ({band.basis})"
     gate = None
     if options.exact:

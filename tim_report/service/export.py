@@ -8,7 +8,7 @@ last step (`tim/run_verdict`). A row's x is its training step; a row without one
 A metric a step has no finite value for is left out (a gap in the chart), as in `Report.scalars()`.
 
 TensorBoard's own writer (through torch.utils.tensorboard, torch being a dependency already) writes the file;
-TensorBoard itself is an optional extra: `pip install "tim-report[tensorboard]"`.
+TensorBoard itself is an optional extra: `pip install -e ".[tensorboard]"`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ..errors import BadInput
 from ..site.index_json import read_rows
 from .loggers import row_scalars
 
-INSTALL_HINT = 'TensorBoard is not installed: pip install "tim-report[tensorboard]" (or pip install tensorboard)'
+INSTALL_HINT = 'TensorBoard is not installed: pip install -e ".[tensorboard]" (or pip install tensorboard)'
 PREFIX = "tim/"
 KEYS = SCALARS  # the logger's metrics: an index row carries every one (catalogue.metrics.ROW)
 

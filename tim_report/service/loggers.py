@@ -106,7 +106,7 @@ def close_sinks(sinks: list[Sink]) -> list[str]:
 
 
 def _missing(name: str) -> BadInput:
-    return BadInput("--log-to", f'{name} is not installed: pip install "tim-report[{LOGGERS[name][2]}]"')
+    return BadInput("--log-to", f'{name} is not installed: pip install -e ".[{LOGGERS[name][2]}]" in the tim-report checkout')
 
 
 def _hush(verbose: bool) -> None:

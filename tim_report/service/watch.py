@@ -20,6 +20,7 @@ point (the run view's, analysis/trend.py). Each is one line and, with an alarm c
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import os
 import re
@@ -30,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..analysis.history import check_history
-from ..analysis.lag.history import has_lag, lag_changed, same_lag
+from ..analysis.lag.history import has_lag, lag_changed, lag_key, same_lag
 from ..catalogue import staleness as lag_words
 from ..catalogue.findings.lag import LAG_ALARMS, STALE
 from ..catalogue.numbers import fmt
@@ -215,15 +216,21 @@ class Watch:
         """The rows and change points the site did not hold before, and the alarms they raise: one per new event (a
         step outside the band, a change point at a step not alarmed yet), its cause first."""
         rnd.new_rows = [r for r in result.rows if r["id"] not in self.known_ids]
+        near = Earlier(result.rows, self.opts.history_window)
         for row in sorted(rnd.new_rows, key=lambda r: (r.get("step") is None, r.get("step") or 0)):
             if self._sync_alarm(rnd, row):  # exact evidence of what the engine held: the cause, before the log-probs
                 continue
-            others = [r for r in result.rows if r is not row]
-            broke = identity_broken(row, result.rows)  # the sharper event of a run that was bitwise identical
+            if near.ordered and _step(row) is not None:  # each window by a binary search: a backlog is N·log N, not N²
+                broke = near.identity_broken(row)
+                history = near.before(("lag", lag_key(row)) if lag_key(row) is not None else ("all",), row)
+            else:
+                others = [r for r in result.rows if r is not row]
+                broke = identity_broken(row, result.rows)  # the sharper event of a run that was bitwise identical
+                history = same_lag(row, others)
             lagged = self._lag_alarm(row)  # stale weights or a negative lag: the cause, before any band
             # a step with tokens of lag ≥ 1 is read lag by lag (its lag_reading), not held to a band of whole-batch
             # numbers that hold the lag's own mismatch
-            band = check_history(row, same_lag(row, others), self.opts.history_window, self.opts.history_margin)
+            band = check_history(row, history, self.opts.history_window, self.opts.history_margin)
             if has_lag(row):
                 band.violations = []
             if broke is not None:
@@ -314,10 +321,52 @@ def identity_broken(row: dict, rows: list[dict]) -> str | None:
     if not isinstance(value, (int, float)) or not value > 0 or not isinstance(row.get("step"), (int, float)):
         return None
     before = [r for r in rows if isinstance(r.get("step"), (int, float)) and r["step"] < row["step"]]
-    if not before or any(r.get("abs_delta_max") != 0 for r in before):
+    return _identity_line(value, len(before), all(r.get("abs_delta_max") == 0 for r in before))
+
+
+def _identity_line(value: float, before: int, identical: bool) -> str | None:
+    if not before or not identical:
         return None
-    return (f"no longer bitwise identical: max |δ| {fmt(value)} after {len(before)} identical "
-            f"step{'s' if len(before) > 1 else ''} (check --exact names the first differing token)")
+    return (f"no longer bitwise identical: max |δ| {fmt(value)} after {before} identical "
+            f"step{'s' if before > 1 else ''} (check --exact names the first differing token)")
+
+
+def _step(row: dict) -> int | float | None:
+    step = row.get("step")
+    return step if isinstance(step, (int, float)) and not isinstance(step, bool) else None
+
+
+class Earlier:
+    """The rows before a step, each kind in step order, found by a binary search. `_news` checks each new row against
+    the rows before it (its band's window, whether all were bitwise identical), and a watch started
+    on a run of N steps has N new rows: a scan of every row for each was N² (minutes at 10,000 steps). The answers are
+    those of `identity_broken`, `same_lag` and `window_rows` over every row; `ordered` is empty (the caller scans) when
+    a row has no step."""
+
+    def __init__(self, rows: list[dict], window: int):
+        self.window = window
+        numbered = all(_step(r) is not None for r in rows)
+        self.ordered = sorted(rows, key=lambda r: r["step"]) if numbered else []  # stable: ties keep the rows' order
+        self.kinds: dict[tuple, tuple[list, list[dict]]] = {}
+        for r in self.ordered:
+            for kind in (("all",), ("lag", lag_key(r))):
+                steps, held = self.kinds.setdefault(kind, ([], []))
+                steps.append(r["step"])
+                held.append(r)
+        self.moved = next((i for i, r in enumerate(self.ordered) if r.get("abs_delta_max") != 0), len(self.ordered))
+
+    def before(self, kind: tuple, row: dict) -> list[dict]:
+        """The last `window` rows of this kind whose step is below the row's: all that a window of them reads."""
+        steps, held = self.kinds.get(kind, ([], []))
+        k = bisect.bisect_left(steps, row["step"])
+        return held[max(0, k - self.window):k]
+
+    def identity_broken(self, row: dict) -> str | None:
+        value = row.get("abs_delta_max")
+        if not isinstance(value, (int, float)) or not value > 0:
+            return None
+        before = bisect.bisect_left(self.kinds.get(("all",), ([], []))[0], row["step"])
+        return _identity_line(value, before, self.moved >= before)
 
 
 def _cause(row: dict) -> str:

@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import stat
+import time
 from pathlib import Path
 from typing import Any
 
@@ -61,25 +62,73 @@ def step_key(paths: tuple[Path, ...], source: str, run_id: str, options: str) ->
     return h.hexdigest()
 
 
+DIGESTS: dict[tuple, bytes] = {}  # this process's digests by file identity and state (a watch's rounds reuse them)
+MEMO_MAX = 1 << 20  # entries (about 200 bytes each) before the memos start over
+SETTLED_NS = 2_000_000_000  # a file is remembered only once its times are older than this: a write within the same
+# clock tick as the one remembered (file times move in ticks of a few ms) could leave them unchanged ("racy git")
+
+
+def settled(*infos: os.stat_result) -> bool:
+    """Every one of these last changed long enough ago that a change now would show in its times."""
+    return all(max(i.st_mtime_ns, i.st_ctime_ns) < time.time_ns() - SETTLED_NS for i in infos)
+
+
 def file_digest(path: Path) -> bytes:
     """SHA-256 of a regular file's bytes. A FIFO, device or socket is refused before a byte is read (reading one
-    could block, or never end); it is opened without blocking so that the check is of the file actually read."""
+    could block, or never end); it is opened without blocking so that the check is of the file actually read.
+
+    Remembered for this process by the file's device, inode, size, mtime and ctime (any write changes the ctime), once
+    they are `settled`: a `watch` round hashes only the files that changed since its last, not every step of a long run
+    again."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
         raise BadInput(path, f"cannot read: {exc.strerror or exc}") from None
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
             raise BadInput(path, "is not a regular file (a FIFO, device, socket or folder): tim-report reads files only")
+        state = (os.path.abspath(path), info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+        if state in DIGESTS:
+            return DIGESTS[state]
         try:
-            return hashlib.file_digest(f, "sha256").digest()
+            digest = hashlib.file_digest(f, "sha256").digest()
         except OSError as exc:
             raise BadInput(path, f"cannot read: {exc.strerror or exc}") from None
+    if settled(info):
+        if len(DIGESTS) >= MEMO_MAX:
+            DIGESTS.clear()
+        DIGESTS[state] = digest
+    return digest
+
+
+ROWS: dict[tuple, dict] = {}  # this process's cached rows by run folder and cache file state (a watch's rounds)
 
 
 def cached_row(out: Path, run_id: str, key: str, formats: tuple[str, ...]) -> dict | None:
-    """The row a previous build left for this step, when its key matches and its folder is complete; else None."""
+    """The row a previous build left for this step, when its key matches and its folder is complete; else None.
+
+    Remembered for this process by the run folder's and its cache file's state once `settled` (a file added, removed or
+    replaced changes the folder's times; a run folder is replaced whole when rebuilt): a `watch` round reads no unchanged
+    step's folder again. The row is shared: read it, never change it."""
     folder = out / run_id
+    try:
+        where, info = folder.lstat(), (folder / CACHE_FILE).lstat()  # never follows a link
+    except OSError:
+        return None
+    state = (os.path.abspath(folder), key, formats, where.st_ino, where.st_mtime_ns, where.st_ctime_ns, info.st_ino,
+             info.st_size, info.st_mtime_ns, info.st_ctime_ns)
+    if state in ROWS:
+        return ROWS[state]
+    row = _read_row(folder, run_id, key, formats)
+    if row is not None and settled(where, info):
+        if len(ROWS) >= MEMO_MAX:
+            ROWS.clear()
+        ROWS[state] = row
+    return row
+
+
+def _read_row(folder: Path, run_id: str, key: str, formats: tuple[str, ...]) -> dict | None:
     if folder.is_symlink() or not folder.is_dir():
         return None
     if any(not (folder / name).is_file() for name in run_files(formats)):

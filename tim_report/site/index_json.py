@@ -20,14 +20,12 @@ from pathlib import Path
 
 from ..catalogue import metrics as catalogue
 from ..catalogue.numbers import fmt
-from ..config import HISTORY_MAX_BYTES, MAX_STEP
-from ..config.bounds import MAX_LAGS
+from ..config import HISTORY_MAX_BYTES, KL_K3_MAX, MAX_STEP
 from ..errors import BadInput, regular_file
-from ..model import dumps, version_int
+from ..model import dumps, lags_problem
 from .layout import INDEX_JSON
 
 SCHEMA_VERSION = 1
-LAG_KEYS_MAX = MAX_LAGS  # the lags one row may name in lag_kl_k3: what the split makes at most
 
 
 def document(index: dict) -> dict:
@@ -125,7 +123,7 @@ def _row(index: Path, i: int, r: object, keys: tuple[str, ...] = catalogue.HISTO
            "step": None if r.get("step") is None else _step(index, f"runs[{i}]", r["step"])}
     for key in keys:
         row[key] = number(index, i, r, key)
-    for key in ("staleness_share", "floor_kl_k3_se", "tokens", "lr"):
+    for key in ("staleness_share", "floor_kl_k3_se", "tokens", "lr", "trainer_version"):
         row[key] = number(index, i, r, key)
     for key in ("lag_kl_k3", "lag_kl_k3_se", "lag_mix"):  # what a step's lag is read against (analysis/lag/history.py)
         row[key] = lag_numbers(index, i, r.get(key), key)
@@ -133,29 +131,17 @@ def _row(index: Path, i: int, r: object, keys: tuple[str, ...] = catalogue.HISTO
 
 
 def lag_numbers(index: Path, i: int, value: object, key: str = "lag_kl_k3") -> dict[str, float]:
-    """A row's `lag_kl_k3` (or `lag_kl_k3_se`, `lag_mix`): at most LAG_KEYS_MAX lags, each named by an integer or
-    "unknown", each a number (a value that is not finite left out); absent or null is {}; anything else is a corrupt
-    index."""
+    """A row's `lag_kl_k3` (or `lag_kl_k3_se`, `lag_mix`): model.lags_problem's rule (at most MAX_LAGS lags, each
+    named by an integer or "unknown", each a number from 0 to KL_K3_MAX, a share to 1), a value that is not finite
+    left out; absent or null is {}; anything else is a corrupt index."""
     if value is None:
         return {}
-    if not isinstance(value, dict) or len(value) > LAG_KEYS_MAX:
-        raise BadInput(index, f"runs[{i}].{key} is not an object of at most {LAG_KEYS_MAX} lags")
-    out = {}
-    for k, v in value.items():
-        if not isinstance(k, str) or not (k == "unknown" or version_int(k) is not None):
-            raise BadInput(index, f"runs[{i}].{key} names a lag {str(k)[:20]!r}: an integer or unknown")
-        x = _lag_value(index, i, f"{key}.{k}", v)
-        if x is not None:
-            out[k] = float(x)
-    return out
-
-
-def _lag_value(index: Path, i: int, where: str, v: object) -> float | None:
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise BadInput(index, f"runs[{i}].{where} is not a number")
-    return float(v) if math.isfinite(v) else None
+    finite = ({k: v for k, v in value.items() if not (isinstance(v, float) and not math.isfinite(v))}
+              if isinstance(value, dict) else value)  # JSON's NaN and Infinity are left out, as everywhere in a row
+    problem = lags_problem(finite, 1.0 if key == "lag_mix" else KL_K3_MAX)
+    if problem is not None or not isinstance(finite, dict):
+        raise BadInput(index, f"runs[{i}].{key} {problem}")
+    return {k: float(v) for k, v in finite.items() if v is not None}
 
 
 def number(index: Path, i: int, r: dict, key: str) -> float | int | None:

@@ -16,7 +16,7 @@ from ...catalogue import findings, severity
 from ..bands import choose_band
 from ..consequence import consequence
 from ..registry import Scene, detector
-from .rescored import looks_like_evidence
+from .rescored import looks_like_evidence, mislabelled
 from .split import judge, split
 from .versions import sequence_versions, token_lags
 
@@ -62,7 +62,7 @@ def _stale_weights(s: Scene) -> dict | None:
     st = s.once(measured)
     floor = st and st["floor"]
     if not floor or floor["within"] or not floor["enough"]:
-        return None
+        return _rescored_stale(s, st)
     lag_tok, seq_lag = token_lags(s.batch, s.tok, st["trainer_version"])
     lag0 = (lag_tok == 0) if lag_tok is not None else (seq_lag[s.tok.seq] == 0)
     effect = consequence(s.tok.subset(lag0), "stale_weights", s.dt, s.th.ppo_clip)
@@ -96,6 +96,20 @@ def order_breach(by_lag: list[dict], min_tokens: int, z: float, ratio: float) ->
                 if worst is None or zz > worst[2]:
                     worst = (newer, older, zz)
     return worst
+
+
+def _rescored_stale(s: Scene, st: dict | None) -> dict | None:
+    """`stale_weights` from a rescore alone (rescored.mislabelled): a bucket's tokens nearer other weights than their
+    label's own, at any lag, weighed on that bucket's tokens."""
+    found = mislabelled(s) if st and st["trainer_version"] is not None else None
+    if found is None or st is None:
+        return None
+    lag_tok, seq_lag = token_lags(s.batch, s.tok, st["trainer_version"])
+    at = (lag_tok == found["rescored_lag"]) if lag_tok is not None else (seq_lag[s.tok.seq] == found["rescored_lag"])
+    effect = consequence(s.tok.subset(at), "stale_weights", s.dt, s.th.ppo_clip)
+    band = choose_band(s.batch.meta)[0].name
+    made = findings.make("stale_weights", {**found, "material": bool(effect["material"])}, s.dt)
+    return severity.weigh(made, effect, {"side": "rollout", "basis": "stale_sync"}, band)
 
 
 @detector("version_order")

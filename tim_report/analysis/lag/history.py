@@ -6,7 +6,7 @@ tokens are labelled with. Each lag is read against its own kind, the run's own h
 
 - lag 0 (the tokens the engine says it sampled with the trainer's own weights) against the run's lag-0 floor, the
   median of the earlier steps' lag-0 KL k3: beyond it, a sync skipped, applied late or rounded away;
-- a lag L ≥ 1 against the earlier steps' KL k3 at that same lag (`lag_moved`): a sync that stopped makes the tokens
+- a lag L ≥ 1 against the earlier steps' KL k3 at that same lag (`read_run`): a sync that stopped makes the tokens
   labelled L steps old come from ever older weights, so their KL climbs past what the run's own lag-L steps showed
   (a clean one-step-off run stays within: its KL moves with the policy's speed, by tens of percent to a few times);
 - the growth of one lag's KL over the whole run (`never_delivered`): an engine that never took an update samples from
@@ -15,8 +15,8 @@ tokens are labelled with. Each lag is read against its own kind, the run's own h
   each KL is read per unit of lr² (a step of Adam moves the policy by about lr, its KL by about lr²), which takes a
   warm-up out whether or not it has ended.
 
-The history of a lag is its earlier steps that were not themselves beyond it: an event's own steps never raise the
-bar they are held to. Readings are a step's, keyed by its run id; `read_run` walks the steps in order, so a step's
+The history of a lag is its earlier steps that were neither beyond it nor climbing away from it: an event's own steps
+never raise the bar they are held to. Readings are a step's, keyed by its run id; `read_run` walks the steps in order, so a step's
 reading depends only on the steps before it (what `watch` saw when the step arrived) except `never_delivered`, which is
 the run's (its first step is where the growth became certain).
 """
@@ -35,12 +35,14 @@ from ...config import (
     LAG_HISTORY_MIN_STEPS,
     LAG_JUMP,
     LAG_SUSTAINED,
+    LR_STEP_MAX,
     NEVER_GROWTH,
     NEVER_MIN_STEPS,
     NEVER_TOTAL,
     RISE_KEEP,
     DiagnosisThresholds,
 )
+from ...model import learning_rate, version_int
 from ..history import describe
 
 MIN_TOKENS = DiagnosisThresholds().min_tokens  # the diagnosis's: fewer tokens than this at a lag judge nothing there
@@ -50,12 +52,18 @@ def _num(v: object) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
+def _lag(k: object) -> int | None:
+    """A lag ≥ 0 named by a row's key ("0", "1", …), else None (negative, "unknown", or not a lag)."""
+    lag = version_int(k)
+    return lag if lag is not None and lag >= 0 else None
+
+
 def lag_key(row: dict | None) -> tuple | None:
     """The lags a step's tokens carry (sorted; "unknown" last), or None for a step that names no version."""
     mix = (row or {}).get("lag_mix") or {}
     if not mix:
         return None
-    known = sorted(int(k) for k in mix if k != "unknown")
+    known = sorted(x for x in (version_int(k) for k in mix if k != "unknown") if x is not None)
     return (*known, *(["unknown"] if "unknown" in mix else []))
 
 
@@ -79,7 +87,7 @@ def lag_changed(row: dict | None, rows: list[dict]) -> bool:
 def has_lag(row: dict) -> bool:
     """The step carries tokens of a known lag ≥ 1: its whole-batch numbers hold the lag's mismatch, so it is read lag by
     lag here, not held to a band of whole-batch numbers."""
-    return any(k.isdigit() and k != "0" for k in (row.get("lag_mix") or {}))
+    return any((_lag(k) or 0) >= 1 for k in (row.get("lag_mix") or {}))
 
 
 def lag_tokens(row: dict, lag: int) -> float:
@@ -101,25 +109,28 @@ def lag_se(row: dict, lag: int) -> float:
     return se or 0.0
 
 
-def floor_kl(row: dict | None) -> float | None:
-    """The step's lag-0 KL k3 (None without lag-0 tokens)."""
-    return _num(((row or {}).get("lag_kl_k3") or {}).get("0"))
-
-
 def _series(stepped: list[dict]) -> dict[int, dict[str, float]]:
     """Per lag, each step's (run id →) value the lag is judged by: its KL k3, or per unit of lr² when every step of that
-    lag ≥ 1 gives a learning rate (meta `lr`): a step of Adam moves the policy by about lr, its KL by about lr², so a
-    warm-up leaves the per-lr² KL flat."""
+    lag ≥ 1 gives a learning rate (meta `lr`) and it moves smoothly (`_smooth`): a step of Adam moves the policy by
+    about lr, its KL by about lr², so a warm-up leaves the per-lr² KL flat."""
     out: dict[int, dict[str, float]] = {}
     raw: dict[int, list[tuple[dict, float]]] = {}
     for row in stepped:
-        for k in row.get("lag_mix") or {}:
-            if k.isdigit() and (v := lag_kl(row, int(k))) is not None:
-                raw.setdefault(int(k), []).append((row, v))
+        for lag in (_lag(k) for k in row.get("lag_mix") or {}):
+            if lag is not None and (v := lag_kl(row, lag)) is not None:
+                raw.setdefault(lag, []).append((row, v))
     for lag, points in raw.items():
-        per_lr = lag >= 1 and all(_num(r.get("lr")) for r, _ in points)
-        out[lag] = {r["id"]: v / (_num(r.get("lr")) or 1.0) ** 2 if per_lr else v for r, v in points}
+        lrs = [learning_rate(r.get("lr")) for r, _ in points]
+        per_lr = lag >= 1 and _smooth(lrs)
+        out[lag] = {r["id"]: v / (lr or 1.0) ** 2 if per_lr else v for (r, v), lr in zip(points, lrs)}
     return out
+
+
+def _smooth(lrs: list[float | None]) -> bool:
+    """Every step gives its lr, and none moves it more than LR_STEP_MAX× from the step before (config.LR_STEP_MAX: a
+    step schedule's drop moves the lr at once and the lag's KL steps later, so per lr² it would read as a fault)."""
+    known = [x for x in lrs if x is not None]
+    return len(known) == len(lrs) and all(b <= LR_STEP_MAX * a and a <= LR_STEP_MAX * b for a, b in zip(known, known[1:]))
 
 
 class _Lag:
@@ -135,20 +146,33 @@ class _Lag:
         self.climb: _Climb | None = None
         self.held: list[tuple[dict, float, dict]] = []  # the steps the climb holds out of the history, with readings
         self.since: float | None = None
+        self.kept: int | None = None  # the version an engine that stopped at the event's first step would hold
 
     def read(self, row: dict, scaled: float, window: int) -> dict:
         if self.rise is not None and not self.rise.goes_on(scaled):
             self.rise = None
-        earlier = self._before(row["step"], window)
+        # the rows come in step order: only rows of this same step (several runs at one step) can be at the end
+        end = len(self.clean)
+        while end and self.clean[end - 1][0]["step"] >= row["step"]:
+            end -= 1
+        earlier = self.clean[max(0, end - window):end]
         reading = _read(row, self.lag, scaled, earlier, self.rise is not None, self.since is None, self.last)
         self.last = scaled
         status = reading["status"]
+        if status == "noisy":  # above the bar but within its own noise: no evidence that an event ended, nor history
+            if self.since is not None:
+                reading.update(status="beyond", since_step=self.since, **_versions(row, self.lag, self.kept))
+            else:
+                reading["status"] = "within"
+            return reading
         if status == "beyond":
-            self.since = self.since if self.since is not None else self.climb.start if self.climb else row["step"]
-            for _, _, held in self.held:  # the climb was the event's run-up: its steps are the event's
-                held.update(status="beyond", since_step=self.since)
+            if self.since is None:
+                first = self.held[0][0] if self.held else row
+                self.since, self.kept = first["step"], _version_before(first, self.lag)
+            for held_row, _, held in self.held:  # the climb was the event's run-up: its steps are the event's
+                held.update(status="beyond", since_step=self.since, **_versions(held_row, self.lag, self.kept))
             self.climb, self.held = None, []
-            reading["since_step"] = self.since
+            reading.update(since_step=self.since, **_versions(row, self.lag, self.kept))
             return reading
         self.since = None
         if status == "raised" and (self.climb or _Climb(row["step"])).goes_on(scaled):
@@ -164,16 +188,25 @@ class _Lag:
         return reading
 
 
-    def _before(self, step: float, window: int) -> list[tuple[dict, float]]:
-        """The last `window` clean steps before `step`: the history is in step order (steps are read in order, a climb's
-        held steps join it before the step that ends the climb), so only the rows of this same step sit after them."""
-        out: list[tuple[dict, float]] = []
-        for p in reversed(self.clean):
-            if len(out) == window:
-                break
-            if p[0]["step"] < step:
-                out.append(p)
-        return out[::-1]
+def _trainer(row: dict) -> int | None:
+    """The step's trainer version: an integer version (model.version_int's: at most 18 digits), else None."""
+    v = _num(row.get("trainer_version"))
+    return version_int(str(int(v))) if v is not None and v == int(v) else None
+
+
+def _version_before(row: dict, lag: int) -> int | None:
+    """The version an engine held before this step's tokens went stale: the one before their label (trainer − lag)."""
+    trainer = _trainer(row)
+    return trainer - lag - 1 if trainer is not None and trainer - lag - 1 >= 0 else None
+
+
+def _versions(row: dict, lag: int, kept: int | None) -> dict:
+    """The step's tokens' labelled version, and the one an engine that stopped taking updates when the event began
+    would hold: what they look like, if the sync stopped there (a rescore with that checkpoint settles it)."""
+    trainer = _trainer(row)
+    if trainer is None or kept is None:
+        return {}
+    return {"labelled_version": trainer - lag, "looks_like_version": kept}
 
 
 class _Climb:
@@ -213,7 +246,7 @@ def read_run(rows: list[dict], window: int = HISTORY_WINDOW) -> dict[str, dict]:
     out: dict[str, dict] = {}
     for row in stepped:
         readings = []
-        for lag in sorted(int(k) for k in row.get("lag_mix") or {} if k.isdigit()):
+        for lag in sorted({x for x in map(_lag, row.get("lag_mix") or {}) if x is not None}):
             scaled = series.get(lag, {}).get(row["id"])
             if scaled is not None:
                 readings.append(lags.setdefault(lag, _Lag(lag)).read(row, scaled, window))
@@ -223,11 +256,34 @@ def read_run(rows: list[dict], window: int = HISTORY_WINDOW) -> dict[str, dict]:
     return out
 
 
+def run_reads(rows: list[dict], window: int = HISTORY_WINDOW) -> tuple[dict[str, dict], dict | None]:
+    """Each stepped row's reading as the run reads it (`read_run`), the steps of an engine that never took an update
+    ("never": `never_delivered` with each step's lr, an error; without the lr a warm-up may explain it, the run's warn
+    only) marked from its first step whose tokens are labelled later than the run's first weights (those the engine kept:
+    a step labelled with them was sampled as labelled); and never_delivered's evidence (None when it does not hold). What the index's
+    rows (run_index.in_run), `check RUN` and `check --history` read, so they never disagree."""
+    readings = read_run(rows, window)
+    never = never_delivered(rows, readings)
+    if never is not None and never["per_lr"]:
+        lag = never["lag"]
+        first = next((_trainer(r) for r in rows if r.get("step") == never["first_step"] and _trainer(r) is not None), None)
+        honest = None if first is None else first - lag  # the first weights: an engine that kept them holds them
+        marked = [r for r in rows if (readings.get(r["id"]) or {}).get("lag") == lag and r.get("step") is not None
+                  and r["step"] >= never["first_step"]
+                  and not (honest is not None and (t := _trainer(r)) is not None and t - lag <= honest)]
+        since = min((r["step"] for r in marked), default=None)
+        for r in marked:
+            readings[r["id"]] = {**readings[r["id"]], "status": "never", "since_step": since}
+    return readings, never
+
+
 def _read(row: dict, lag: int, scaled: float, earlier: list[tuple[dict, float]], rising: bool, opening: bool,
           previous: float | None) -> dict:
     """One lag of one step (its value `scaled`: the KL k3, or per lr²) against the earlier clean steps of that lag.
 
-    Its value less FLOOR_Z standard errors above (1 + margin) × their median is "raised"; "beyond" when it also opens
+    Its value less FLOOR_Z standard errors above (1 + margin) × their median is "raised" (the value above it but not
+    less its noise: "noisy", within to the step, but neither added to the history nor ending an event by `_Lag.read`);
+    "beyond" when it also opens
     an event at a lag ≥ 1 (its value LAG_JUMP × the step before's: a sync that stops moves the next step a whole lag
     older, at lag 1 some 3-4×, where a clean run's speed drifts by tens of percent a step; or, less its noise,
     LAG_SUSTAINED × the median: an onset that came slowly, as at lag ≥ 2, where one lag older is less than 2×),
@@ -241,12 +297,15 @@ def _read(row: dict, lag: int, scaled: float, earlier: list[tuple[dict, float]],
     ref = statistics.median(v for _, v in earlier)
     unit = scaled / value if value > 0 else 1.0  # the value's scale: 1, or 1 / lr²
     reading.update(reference=ref / unit, times=scaled / ref if ref > 0 else None)
+    if lag >= 1 and not ref > 0:  # no scale to be a multiple of (every earlier step at 0: a recomputed rollout side)
+        return reading
     if rising:
         reading["status"] = "rising"
         return reading
     low = scaled - FLOOR_Z * se * unit  # the value less its noise
-    if not low > (1 + (HISTORY_MARGIN if lag == 0 else LAG_HISTORY_MARGIN)) * ref:
-        reading["status"] = "within"
+    bar = (1 + (HISTORY_MARGIN if lag == 0 else LAG_HISTORY_MARGIN)) * ref
+    if not low > bar:
+        reading["status"] = "noisy" if scaled > bar else "within"
     elif lag == 0 or not opening or low > LAG_SUSTAINED * ref or (previous is not None and scaled > LAG_JUMP * previous):
         reading["status"] = "beyond"
     else:
@@ -264,9 +323,9 @@ def never_delivered(rows: list[dict], readings: dict[str, dict] | None = None) -
     stepped = sorted((r for r in rows if r.get("step") is not None and has_lag(r)), key=lambda r: r["step"])
     counts: dict[int, int] = {}
     for r in stepped:
-        for k in r.get("lag_mix") or {}:
-            if k.isdigit() and k != "0" and lag_kl(r, int(k)) is not None:
-                counts[int(k)] = counts.get(int(k), 0) + 1
+        for lag in (_lag(k) for k in r.get("lag_mix") or {}):
+            if lag and lag_kl(r, lag) is not None:
+                counts[lag] = counts.get(lag, 0) + 1
     if not counts:
         return None
     lag = max(counts, key=lambda k: (counts[k], -k))

@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from ...config import NEAREST_TIE_SE, SAFETY_BOUND
+from ...config import NEAREST_TIE_SE, RESCORE_LABEL_RATIO, SAFETY_BOUND
 from ...model import StepBatch
 from ..registry import Scene
 from ..stats import dot, k3_per_token
@@ -153,3 +153,22 @@ def looks_like_evidence(s: Scene) -> dict:
         return {}
     return {"labelled_version": row["labelled_version"], "rescored_nearest": row["nearest"],
             "rescored_looks_like_version": row["looks_like_version"]}
+
+
+def mislabelled(s: Scene) -> dict | None:
+    """The first bucket (lag 0 first) a rescore shows sampled by other weights than its label: its labelled version's
+    own weights were scored (a checkpoint of that version, or the trainer's at lag 0), another candidate is nearest
+    alone, and the labelled weights' KL k3 against the rollout is at least RESCORE_LABEL_RATIO × the nearest's. What
+    `stale_weights` says at any lag, with no lag-0 floor to anchor on (a one-step-off step rescored). None otherwise:
+    a nearest among checkpoints that leave the labelled version out is only the nearest of those tried."""
+    for row in (measured(s) or {}).get("by_lag", []):
+        if row["as_labelled"] is not False or row["nearest"] is None or not isinstance(row["lag"], int):
+            continue
+        own = [b["kl_k3"] for b in row["by_side"] if b["version"] == row["labelled_version"]]
+        near = next(b for b in row["by_side"] if b["side"] == row["nearest"])
+        if own and min(own) > 0 and min(own) >= RESCORE_LABEL_RATIO * near["kl_k3"]:
+            return {"rescored_lag": row["lag"], "labelled_version": row["labelled_version"],
+                    "rescored_nearest": row["nearest"], "rescored_looks_like_version": row["looks_like_version"],
+                    "nearest_kl_k3": near["kl_k3"], "labelled_kl_k3": min(own), "tokens": row["tokens"],
+                    "threshold": RESCORE_LABEL_RATIO}
+    return None

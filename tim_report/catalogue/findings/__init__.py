@@ -11,12 +11,12 @@ names its evidence (`evidence_names`), its side and how its consequence is weigh
 `offset`): no other table in the package is keyed by a finding's id (tests/test_finding_registry.py counts).
 
 The entries live in one module per group: faults.py (the input gate and the faults of every token), patterns.py
-(where and how the mismatch sits), lag.py (the staleness split's: docs/staleness.md; and the weight digests' exact
-sync findings, run right after the input gate: docs/sync.md), beside.py (the measurements beside the verdict). The
-diagnosis runs the detectors in this catalogue's order (the groups' order below, then each group's), which is also
-the order findings of one severity are listed in. The verdict's words are in catalogue/verdicts.py, the run view's
-(run-level findings, the run verdict, change-point sentences) in catalogue/run_words.py. docs/diagnosis.md explains
-each detector.
+(where and how the mismatch sits), sampling.py (what the sampler kept and what one side alone did), lag.py (the
+staleness split's: docs/staleness.md; and the weight digests' exact sync findings, run right after the input gate:
+docs/sync.md), beside.py (the measurements beside the verdict). The diagnosis runs the detectors in this catalogue's
+order (the groups' order below, then each group's), which is also the order findings of one severity are listed in.
+The verdict's words are in catalogue/verdicts.py, the run view's (run-level findings, the run verdict, change-point
+sentences) in catalogue/run_words.py. docs/diagnosis.md explains each detector.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...config import SEVERITIES, DiagnosisThresholds
-from . import beside, faults, lag, patterns
+from . import beside, faults, lag, patterns, sampling
 from .entry import Finding, Side, Text, Words
 from .faults import INPUT_PROBLEM
 
@@ -32,7 +32,7 @@ __all__ = ["FINDINGS", "INPUT_PROBLEM", "Finding", "Side", "Text", "Words", "mak
 
 _GATE = tuple(f for f in faults.ENTRIES if f.id == INPUT_PROBLEM)  # the input gate first, then the exact sync findings
 FINDINGS: dict[str, Finding] = {f.id: f for f in (*_GATE, *lag.SYNC_ENTRIES, *faults.ENTRIES, *patterns.ENTRIES,
-                                                  *lag.ENTRIES, *beside.ENTRIES)}
+                                                  *sampling.ENTRIES, *lag.ENTRIES, *beside.ENTRIES)}
 
 
 def make(id_: str, evidence: dict, dt: DiagnosisThresholds, **context: Any) -> dict:

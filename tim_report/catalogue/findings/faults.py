@@ -47,6 +47,15 @@ def _broken_problem(w: Words) -> str:
     return f"the two sides scoring different models or contexts (log-prob correlation only {fixed(w['corr_logp'], 2)})"
 
 
+def _kept_how(w: Words) -> str:
+    """How the kept mass was found: measured on the recorded kept sets (and the ratio over them), or read from δ."""
+    if not w.get("kept_mass_measured"):
+        return f"(exp of mean δ: rollout ≥ trainer on {pct(w['negative_delta_share'])} of tokens)"
+    within = "within" if w["renormalised_within_noise"] else "beyond"
+    return (f"(measured on the recorded kept sets); over the kept set the ratio is {within} the precision's noise "
+            f"(KL k3 {fmt(w['renormalised_kl_k3'])})")
+
+
 def _between(a: float, b: float, write: Callable[[float], str]) -> str:
     """'between 0.52 and 0.81': a range low to high, whichever end the fit gives first."""
     lo, hi = sorted((a, b))
@@ -178,25 +187,28 @@ ENTRIES = (
                         "trainer_side": ("on the trainer side", "bool")}),
     Finding(
         "processed_logprobs", lambda w, dt: "info" if w["declared_in_meta"] else "error",
-        lambda w: (f"Rollout log-probs are renormalised by truncated sampling ({w['declared']}), as the batch declares: "
-                   f"rollout ≥ trainer on {pct(w['negative_delta_share'])} of tokens") if w["declared_in_meta"] else
+        lambda w: (f"Truncated sampling ({w['declared']}): the rollout's log-probs are renormalised over each token's kept "
+                   f"set, the trainer's are not; the trainer's mass on the kept set is {fixed(w['kept_mass'], 3)} "
+                   + _kept_how(w)) if w["declared_in_meta"] else
                   ("Rollout log-probs are renormalised (top-p / top-k): rollout ≥ trainer on "
                    f"{pct(w['negative_delta_share'])} of tokens"),
-        lambda w: (f"rollout log-probs renormalised by the truncated sampling the batch declares ({w['declared']})"
-                   if w["declared_in_meta"] else
+        lambda w: (f"rollout log-probs renormalised by truncated sampling ({w['declared']}; kept mass "
+                   f"{fixed(w['kept_mass'], 3)})" if w["declared_in_meta"] else
                    f"rollout log-probs renormalised by top-p / top-k (rollout ≥ trainer on {pct(w['negative_delta_share'])} "
                    "of tokens)"),
-        lambda w: ("The batch's meta says the rollout log-probs are the sampler's processed ones (after top-k / top-p) "
-                   "while the trainer scores the full distribution, so δ = log(kept mass) ≤ 0 by construction: expected, "
-                   "not a pipeline bug.") if w["declared_in_meta"] else
+        lambda w: ("The rollout log-probs are the sampler's processed ones (after top-k / top-p), normalised over the kept "
+                   "set, while the trainer scores the full vocabulary, so δ = log(kept mass) + the engines' own mismatch: "
+                   "truncation alone moves δ below 0, expected, not a pipeline bug.") if w["declared_in_meta"] else
                   ("The rollout engine returned log-probs of the distribution after top-p / top-k (and min-p) truncation, "
                    "renormalised over the kept tokens (e.g. vLLM `logprobs_mode='processed_logprobs'`), while the trainer "
                    "scores the full distribution: δ = log(kept mass) ≤ 0, and 0 exactly where only one token was kept."),
-        lambda w: ("Nothing to fix in this capture. In training, the same setup biases importance ratios: use raw "
-                   "log-probs on the rollout side or apply the same truncation in the trainer.") if w["declared_in_meta"] else
-                  ("Return raw log-probs from the engine (vLLM `logprobs_mode='raw_logprobs'` / `'raw_logits'` with matching "
-                   "temperature), or apply the same truncation in the trainer; exp(min δ) shows the smallest kept mass "
-                   "(≈ top_p)."),
+        lambda w: ("Nothing to fix in this capture. To train on such a batch, score the trainer over the kept set: "
+                   "renormalise its log-probs over each token's kept set (vLLM `return_sampling_mask` returns it; prime-rl "
+                   "replays it by default, miles and SkyRL behind a flag), or return raw log-probs from the engine. "
+                   "Against the full vocabulary every importance ratio is biased by the kept mass.") if w["declared_in_meta"]
+                  else ("Return raw log-probs from the engine (vLLM `logprobs_mode='raw_logprobs'` / `'raw_logits'` with "
+                        "matching temperature), or score the trainer over the same kept set (vLLM `return_sampling_mask`, "
+                        "prime-rl's replay); exp(min δ) shows the smallest kept mass (≈ top_p)."),
         kernel=("the candidate's log-softmax runs over part of the vocabulary: top-k / top-p truncation left in, or "
                 "vocabulary chunks missing from the log-sum-exp"),
         kernel_evidence=lambda w: (f"candidate ≥ reference on {pct(w['negative_delta_share'])} of tokens, "
@@ -205,9 +217,16 @@ ENTRIES = (
         consequence="weighed", offset=True,
         side=Side(lambda e: "rollout" if e.get("declared_in_meta") else None, "declared",
                   "the batch declares the rollout's sampling processing"),
-        glance=lambda e: f"processed log-probs (rollout ≥ trainer on {pct(e.get('negative_delta_share'))})",
+        glance=lambda e: (f"truncated sampling (kept mass {fixed(e.get('kept_mass'), 3)})" if e.get("declared_in_meta") else
+                          f"processed log-probs (rollout ≥ trainer on {pct(e.get('negative_delta_share'))})"),
         evidence_names={"declared_in_meta": ("declared in the batch's meta", "bool"),
-                        "implied_min_kept_mass": ("smallest kept mass", "num"), "min_delta": ("min δ (nats)", "num"),
+                        "kept_mass": ("kept mass (trainer's, geometric mean)", "num"),
+                        "kept_mass_measured": ("measured on the kept sets", "bool"),
+                        "kept_mass_min": ("smallest kept mass", "num"),
+                        "renormalised_kl_k3": ("KL k3 over the kept set", "num"),
+                        "renormalised_abs_delta_mean": ("mean |δ| over the kept set", "num"),
+                        "renormalised_within_noise": ("over the kept set within noise", "bool"),
+                        "implied_min_kept_mass": ("exp(min δ)", "num"), "min_delta": ("min δ (nats)", "num"),
                         "negative_delta_share": ("rollout ≥ trainer", "share"),
                         "rollout_exact_zero_share": ("rollout exact zeros", "share"),
                         "rollout_exact_zero_trainer_below": ("of them, trainer below", "count"),

@@ -95,7 +95,10 @@ ENTRIES = (
         meaning="the engine did not hold the weights its tokens are labelled with (a weight sync not applied)",
         side=Side(lambda e: "rollout", "stale_sync", "its tokens labelled with the trainer's version were sampled by "
                                                      "other weights"),
-        place=nowhere, glance=lambda e: f"stale weights (lag 0 {fmt(e.get('times_band'), 2)}× its band)",
+        place=nowhere, glance=lambda e: (f"stale weights (lag 0 {fmt(e.get('times_band'), 2)}× its band)"
+                                         if e.get("rescored_lag") is None else
+                                         f"stale weights (rescored: labelled v{e.get('labelled_version')}, looks like "
+                                         f"v{e.get('rescored_looks_like_version')})"),
         evidence_names={"times_band": ("beyond the band", "x"), "mean_abs_delta": ("mean |δ| at lag 0", "num"),
                         "looks_like_lag": ("looks like lag", "count"), "looks_like_kl_k3": ("that lag's KL k3", "num"),
                         "older_kl_k3_low": ("older lags' KL k3 from", "num"), "older_kl_k3_high": ("to", "num"),
@@ -103,7 +106,9 @@ ENTRIES = (
                         "kl_k3_se": ("KL k3 s.e.", "num"), "noise_abs_delta_max": ("band's mean |δ| ceiling", "num"),
                         "band": ("band", "text"), "labelled_version": ("labelled version", "count"),
                         "rescored_nearest": ("nearest rescored checkpoint", "text"),
-                        "rescored_looks_like_version": ("looks like version", "count")}),
+                        "rescored_looks_like_version": ("looks like version", "count"),
+                        "rescored_lag": ("rescored lag", "count"), "nearest_kl_k3": ("nearest's KL k3", "num"),
+                        "labelled_kl_k3": ("labelled weights' KL k3", "num"), "threshold": ("at least", "x")}),
     Finding(
         "version_order", always("error"), lag.order_title,
         lambda w: (f"tokens labelled lag {fmt(w['newer_lag'])} sampled by older weights than the tokens labelled lag "

@@ -30,6 +30,10 @@ REFUSAL = ("this miles train dump holds objects only full unpickling can load (n
            "codecs; the default Ray object store writes tensors that load without), and unpickling can run arbitrary "
            "code from the file: re-run with --allow-pickle if you trust it")
 RESPONSE_FIELDS = ("rollout_log_probs", "log_probs", "loss_masks", "advantages", "ref_log_probs")
+CP_KEPT = ("the kept sets (rollout_sampling_mask_*) of a context-parallel dump are left out: how miles slices them across "
+           "cp ranks is not recorded")
+REPLAYED = ("rollout_sampling_mask_ids / _offsets present (--rollout-top-p < 1): miles renormalises its actor's log_probs "
+            "over these kept sets (sampling-support replay), so δ is read as the ratio over the kept set")
 DUPLICATE_WHY = "a tensor-parallel replica wrote the same sample again: one copy is kept"
 
 
@@ -43,6 +47,8 @@ def read(src, allow_pickle: bool = False):
     seqs = []
     for i, sid in enumerate(sorted(by_sample)):
         sample = _reassemble(src.origin, sid, by_sample[sid], cp_size)
+        if cp_size > 1 and sample.pop("rollout_sampling_mask_ids", None) is not None and CP_KEPT not in notes:
+            notes.append(CP_KEPT)
         versions = sample.get("weight_versions")
         extra = {**joined.get(sid, {}), **({"weight_versions": versions} if versions is not None else {})}
         seqs.append(sample_seq(src.origin, i, sample, extra, ex))
@@ -55,6 +61,10 @@ def read(src, allow_pickle: bool = False):
     if any(_has(d, "rollout_routed_experts") for _, d in dumps):
         meta["routed_experts"] = "rollout_routed_experts present (kept for later, not analysed)"
     batch = assemble_seqs(src.origin, seqs, meta, ex, notes)
+    if batch.kept_ids is not None:  # miles replays the kept sets in its actor: log_probs are over the kept set
+        batch.meta["trainer_support"] = "kept"
+        batch.meta["keys"]["kept"] = "rollout_sampling_mask_ids, rollout_sampling_mask_offsets"
+        batch.notes.append(REPLAYED)
     first = dumps[0][1]
     fields = [{"key": k, "type": type(v).__name__} for k, v in sorted(first.items()) if k != "rollout_data"]
     return batch, fields + [{"key": f"rollout_data.{k}", "type": type(v).__name__} for k, v in sorted(first["rollout_data"].items())]

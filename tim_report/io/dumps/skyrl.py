@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import BadInput
+from .. import kept
 from ..readers.pt import to_plain, unpickling_failed, warn_unpickling
 from ..sequences import Exclusions, Seq, assemble_seqs, floats
 from . import Dump
@@ -51,10 +52,11 @@ def read(src, allow_pickle: bool = False):
     rows = _rows(path, values, metadata, ex)
     how = _alignment(path, _need(values, "response_mask")[rows])
     groups, group_key = _groups(metadata, len(rows), notes)
-    seqs = [_row(values, b, groups, ex) for b in rows]
+    _check_support(path, values)
+    seqs = [_row(path, values, b, groups, ex) for b in rows]
     keys = {"rollout": "rollout_logprobs", "trainer": "action_log_probs",
             "mask": "loss_mask" if _arr(values, "loss_mask") is not None else "response_mask", "tokens": "sequences",
-            "advantage": "advantages", "reward": "rewards", "group": group_key}
+            "advantage": "advantages", "reward": "rewards", "group": group_key, "kept": "sample_support_ids"}
     meta = {"framework": "skyrl", "layout": f"response tensors [B, R], {how}", "alignment": ALIGNMENT.format(how=how),
             "step": metadata.get("global_step"),
             "keys": {role: key for role, key in keys.items() if key is not None and (key in values or "." in key)}}
@@ -157,6 +159,18 @@ def _alignment(path: Path, resp_mask: np.ndarray) -> str:
     return "right-aligned (leading zeros)" if leading or not trailing else "right-padded"
 
 
+def _check_support(path: Path, values: dict) -> None:
+    """`sample_support_ids` (SkyRL #2237: each token's kept set, [B, ·, K] padded with -1): its rows line up with the
+    response tensors from the right, as `sequences` does."""
+    support = _arr(values, "sample_support_ids")
+    if support is None:
+        return
+    width = _need(values, "response_mask").shape
+    if support.ndim != 3 or support.shape[0] != width[0] or support.shape[1] < width[1]:
+        raise BadInput(path, f"'sample_support_ids' is {list(support.shape)}: expected [{width[0]}, >= {width[1]}, K] "
+                             "(each token's kept set, padded with -1)")
+
+
 def _groups(metadata: dict, n: int, notes: list[str]) -> tuple[list[str] | None, str | None]:
     """One group per prompt: `policy_prompt_boundaries` (what SkyRL dumps), else `uids` (kept by a custom trainer)."""
     bounds = metadata.get("policy_prompt_boundaries")
@@ -178,7 +192,7 @@ def _groups(metadata: dict, n: int, notes: list[str]) -> tuple[list[str] | None,
     return None, None
 
 
-def _row(values: dict, b: int, groups: list[str] | None, ex: Exclusions) -> Seq | None:
+def _row(path: Path, values: dict, b: int, groups: list[str] | None, ex: Exclusions) -> Seq | None:
     resp = _need(values, "response_mask")[b] > 0
     width = resp.shape[0]
     ex.add("response padding (response_mask 0)", int((~resp).sum()), "padding of the [B, R] response tensors")
@@ -194,11 +208,13 @@ def _row(values: dict, b: int, groups: list[str] | None, ex: Exclusions) -> Seq 
         real = seqs[b][attn[b] > 0]
         prompt = real[: max(len(real) - int(resp.sum()), 0)].astype(np.int64)
     adv, rew = _arr(values, "advantages"), _arr(values, "rewards")
+    support = _arr(values, "sample_support_ids")
     return Seq(rollout=floats(_need(values, "rollout_logprobs")[b][resp]), trainer=floats(_need(values, "action_log_probs")[b][resp]),
                mask=mask[resp], token_ids=tokens, prompt_ids=prompt,
                advantage=floats(adv[b][resp]) if adv is not None and adv.ndim == 2 else None,
                reward=float(rew[b][resp].sum()) if rew is not None and rew.ndim == 2 else None,
-               group=groups[b] if groups is not None else None)
+               group=groups[b] if groups is not None else None,
+               kept=kept.from_dense(path, support[b, -width:][resp], "sample_support_ids") if support is not None else None)
 
 
 DUMP = Dump(

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import BadInput
+from .. import kept
 from ..discover import Source, step_id, step_of
 from ..readers.pt import to_plain, torch_load
 from ..sequences import Exclusions, Seq, assemble_seqs, call_token_versions, floats, joined_versions
@@ -113,7 +114,7 @@ def sample_seq(path: Path, i: int, s: dict, joined: dict, ex: Exclusions) -> Seq
                reward=_reward(s.get("rewards"), joined.get("reward")), group=_opt_str(joined.get("group_index")),
                weight_version=joined_versions(joined.get("weight_versions"), path, i), prompt_text=_prompt_text(joined.get("prompt")),
                token_version=call_token_versions(joined.get("weight_versions"), mask, p),
-               cached_tokens=cached_prompt_tokens(joined.get("prefix_cache_info")))
+               cached_tokens=cached_prompt_tokens(joined.get("prefix_cache_info")), kept=_kept(path, i, s, resp))
 
 
 def cached_prompt_tokens(info: Any) -> int | None:
@@ -122,6 +123,15 @@ def cached_prompt_tokens(info: Any) -> int | None:
     if not isinstance(info, dict) or not _int(info.get("total_prompt_tokens")):
         return None
     return _int(info.get("cached_tokens"))
+
+
+def _kept(path: Path, i: int, s: dict, resp: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """miles' `rollout_sampling_mask_ids` / `_offsets` (written when --rollout-top-p < 1): one sample's kept sets as CSR
+    over its response tokens (an empty set: no support recorded there)."""
+    ids, offsets = s.get("rollout_sampling_mask_ids"), s.get("rollout_sampling_mask_offsets")
+    if ids is None or offsets is None:
+        return None
+    return kept.csr(path, _vec(ids), _vec(offsets), resp, f"sample {i}'s rollout_sampling_mask")
 
 
 def _vec(value: Any) -> Any:

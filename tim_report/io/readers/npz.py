@@ -179,6 +179,10 @@ class NpzMembers(Mapping):
             if h.shape[1] > TOPK_MAX or h.shape[0] > limits.max_elements:
                 raise BadInput(self.path, f"'{key}' declares shape {list(h.shape)}: more than {TOPK_MAX} columns or "
                                           f"{fmt(limits.max_elements)} rows (from --max-tokens {fmt(limits.max_tokens)})")
+        elif key == "kept_ids":  # a kept set per token: as many ids as one int32 array's bytes allow
+            if count * 4 > limits.max_bytes:
+                raise BadInput(self.path, f"'kept_ids' declares {fmt(count)} ids, more than this run reads "
+                                          f"({fmt(limits.max_bytes // 4)}, from --max-tokens {fmt(limits.max_tokens)})")
         elif count > limits.max_elements:
             raise BadInput(self.path, too_large(f"'{key}'", count, limits))
         chars = h.dtype.itemsize // (4 if h.dtype.kind == "U" else 1)
