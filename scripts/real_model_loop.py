@@ -72,6 +72,9 @@ def _lead(result) -> tuple[str | None, dict | None]:
     if run.get("lead"):
         first = next((r for r in sorted(result.rows, key=lambda r: r["step"])
                       if r["step"] >= since and run["lead"] in r["findings"]), None)
+        never = ((first or {}).get("lag_reading") or {}).get("status") == "never"
+        if never and any(f["id"] == "never_delivered" for f in run.get("findings") or []):
+            return "never_delivered", None  # the stretch is stale because the run never delivered an update
         return run["lead"], first
     found = next((f for f in run.get("findings") or [] if f.get("severity") in ("warn", "error")), None)
     return (found["id"], None) if found else (None, None)
@@ -91,11 +94,11 @@ def figure(lead: str | None, at: dict | None, result, site: Path) -> str:
     if lead is None:
         times = [r["lag_reading"]["times"] for r in rows if (r.get("lag_reading") or {}).get("times") is not None]
         kls = [r["lag_kl_k3"]["1"] for r in rows if (r.get("lag_kl_k3") or {}).get("1") is not None]
-        return (f"KL k3 at lag 1 {fmt(min(kls), 3)}–{fmt(max(kls), 3)}, at most {fmt(max(times), 3)}× the run's own"
+        climb = next((r for r in rows if (r.get("lag_reading") or {}).get("status") == "climbing"), None)
+        return ((f"KL k3 at lag 1 {fmt(min(kls), 3)}–{fmt(max(kls), 3)}, at most {fmt(max(times), 3)}× the run's own"
+                 + (f"; the verdict says it climbs since step {climb['step']} (amber, not yet named)" if climb else ""))
                 if times else "no lag judged")
     reading = (at or {}).get("lag_reading") or {}
-    if lead == "stale_weights" and reading.get("status") == "never" and "never_delivered" in run_findings:
-        return str(run_findings["never_delivered"]["title"])
     if lead == "stale_weights" and reading.get("status") == "beyond":
         return lag_words.run_reading(reading) or ""
     if at is None:
