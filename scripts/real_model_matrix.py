@@ -36,7 +36,9 @@ transformers fp32; examples/make_examples.py). `--capture` needs the model (`pip
   bisect.json       `tim-report bisect` (fp32 reference, bf16 candidate) with each patch of examples/bisect_patches.py:
                     exit code, the site named, its multiple of the floor, seconds and peak memory
 
-Each row of the matrix: `check`'s exit code, the regime, the leading finding and the figure that decided it.
+Each row of the matrix: `check`'s exit code, the regime, the leading finding and the figure that decided it. Under it,
+the rows of scripts/real_model_loop.py: the asynchronous training loop on the same model, clean and with the engine's
+faults planted (`python scripts/real_model_loop.py --capture` makes them).
 tests/test_real_model.py checks the doc against this script and asserts the key outcomes live on the model.
 """
 
@@ -527,6 +529,20 @@ def markdown(rows: list[dict], bisects: list[dict]) -> str:
     return "\n".join(out) + "\n"
 
 
+def loop_rows() -> list[dict]:
+    """The asynchronous loop's rows (scripts/real_model_loop.py), from its committed run folders."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import real_model_loop
+
+    return real_model_loop.evaluate()
+
+
+def loop_markdown(rows: list[dict]) -> str:
+    import real_model_loop
+
+    return real_model_loop.markdown(rows)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--capture", action="store_true", help="capture the fault batches and bisect runs from the model")
@@ -540,11 +556,11 @@ def main() -> None:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     if args.capture:
         capture_all(args.model, args.only)
-    rows = evaluate()
+    rows, loop = evaluate(), loop_rows()
     if args.json:
-        sys.stdout.write(json.dumps({"rows": rows, "bisect": bisect_rows()}, indent=1) + "\n")
+        sys.stdout.write(json.dumps({"rows": rows, "bisect": bisect_rows(), "loop": loop}, indent=1) + "\n")
         return
-    text = markdown(rows, bisect_rows())
+    text = markdown(rows, bisect_rows()) + loop_markdown(loop)
     if not (args.update_doc or args.check_doc):
         sys.stdout.write(text)
         return

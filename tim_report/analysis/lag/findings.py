@@ -79,6 +79,25 @@ def _stale_weights(s: Scene) -> dict | None:
     return severity.weigh(found, effect, {"side": "rollout", "basis": "stale_sync"}, floor["band"])
 
 
+def order_breach(by_lag: list[dict], min_tokens: int, z: float, ratio: float) -> tuple[dict, dict, float] | None:
+    """The pair of lag buckets (each of lag ≥ 0 with `min_tokens` tokens) whose newer one is farther from the trainer
+    than the older one by the most standard errors: its KL k3 `ratio` times the older's and beyond `z` standard errors
+    of the difference; (newer, older, z), or None. Pure, over the split's `by_lag` rows (benchmarks/bench_lag_history.py
+    measures it on subsets of real runs)."""
+    rows = sorted((r for r in by_lag if isinstance(r["lag"], int) and r["lag"] >= 0 and r["tokens"] >= min_tokens),
+                  key=lambda r: r["lag"])
+    worst = None
+    for i, newer in enumerate(rows):
+        for older in rows[i + 1:]:
+            gap = newer["kl_k3"] - older["kl_k3"]
+            se = math.hypot(newer["kl_k3_se"] or 0.0, older["kl_k3_se"] or 0.0)
+            if gap > z * se and newer["kl_k3"] >= ratio * older["kl_k3"]:
+                zz = gap / se if se > 0 else math.inf
+                if worst is None or zz > worst[2]:
+                    worst = (newer, older, zz)
+    return worst
+
+
 def _rescored_stale(s: Scene, st: dict | None) -> dict | None:
     """`stale_weights` from a rescore alone (rescored.mislabelled): a bucket's tokens nearer other weights than their
     label's own, at any lag, weighed on that bucket's tokens."""
@@ -101,17 +120,7 @@ def _version_order(s: Scene) -> dict | None:
     st = s.once(measured)
     if not st or st["trainer_version"] is None:
         return None
-    rows = sorted((r for r in st["by_lag"] if isinstance(r["lag"], int) and r["lag"] >= 0
-                   and r["tokens"] >= s.dt.min_tokens), key=lambda r: r["lag"])
-    worst = None
-    for i, newer in enumerate(rows):
-        for older in rows[i + 1:]:
-            gap = newer["kl_k3"] - older["kl_k3"]
-            se = math.hypot(newer["kl_k3_se"] or 0.0, older["kl_k3_se"] or 0.0)
-            if gap > s.dt.z * se and newer["kl_k3"] >= s.dt.version_order_ratio * older["kl_k3"]:
-                z = gap / se if se > 0 else math.inf
-                if worst is None or z > worst[2]:
-                    worst = (newer, older, z)
+    worst = order_breach(st["by_lag"], s.dt.min_tokens, s.dt.z, s.dt.version_order_ratio)
     if worst is None or "stale_weights" in s.found:
         return None
     newer, older, z = worst
