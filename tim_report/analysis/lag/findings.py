@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from ...catalogue import findings, severity
+from ...catalogue.findings.faults import PROCESSED
 from ..bands import choose_band
 from ..consequence import consequence
 from ..registry import Scene, detector
@@ -50,7 +51,7 @@ def _truncation_explains(s: Scene) -> bool:
     token, lag 0's too: its band, judged on the full vocabulary, cannot tell that offset from older weights. Explained
     unless the recorded kept sets show the mismatch over them beyond noise; the run's own lag-0 history (a truncated
     run's offset is the same at every step) still judges a sync that stops."""
-    found = s.found.get("processed_logprobs")
+    found = s.found.get(PROCESSED)
     return found is not None and found["evidence"].get("renormalised_within_noise") is not False
 
 
