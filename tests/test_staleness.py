@@ -268,3 +268,22 @@ def test_invalid_trainer_version_claims_no_lag_and_says_why(bad):
     assert any("trainer_version" in n and "unknown" in n for n in report.summary_dict()["run"]["notes"])
     b.meta["trainer_version"] = None  # absent (null): the step stands in, as documented
     assert analyze(b).staleness["trainer_version_source"] == "step"
+
+
+@pytest.mark.parametrize("name", ["top_p", "top_k"])
+@pytest.mark.parametrize("kept", [True, False])
+def test_a_truncated_sampler_at_lag_0_is_truncated_sampling_not_stale_weights(name, kept):
+    """A SmolLM2 top-p 0.9 / top-k 20 capture, every token labelled with the trainer's version (a synchronous framework
+    that records versions): its rollout log-probs sit log S below the trainer's on every token, lag 0's too. That is
+    truncated sampling (info, check passes), not a sync that did not arrive (it read stale_weights, error)."""
+    from dataclasses import replace
+
+    from tim_report.io import load
+
+    b = load(Path(__file__).parent / "data" / "real_model" / f"{name}.npz")
+    b = replace(b, meta={**b.meta, "trainer_version": 5}, weight_version=np.asarray(["5"] * b.n_seqs))
+    if not kept:
+        b = replace(b, kept_ids=None, kept_offsets=None, kept_log_mass=None)
+    d = analyze(b).summary_dict()["diagnosis"]
+    assert [(f["id"], f["severity"]) for f in d["findings"]] == [("processed_logprobs", "info")], d["findings"]
+    assert d["regime"] == "elevated"

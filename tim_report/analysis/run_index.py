@@ -17,7 +17,7 @@ from typing import Any
 
 from ..catalogue import metrics as catalogue
 from ..catalogue import staleness as lag_words
-from ..catalogue.findings.lag import STALE
+from ..catalogue.findings.lag import ENGINE_CAUSES, STALE
 from ..config import HEALTH_ORDER, health, step_health
 from ..model import learning_rate, model_label
 from .lag.history import run_reads
@@ -246,7 +246,8 @@ def in_run(rows: list[dict]) -> list[dict]:
         row = {**r, "lag_reading": reading}
         if reading and reading["status"] == "climbing" and not r["findings"]:
             row["glance"] = lag_words.climbing_glance(r["regime"], reading)  # not a fault yet: watched, said
-        if reading and reading["status"] in ("beyond", "never") and STALE not in r["findings"]:
+        named = STALE in r["findings"] or ENGINE_CAUSES.intersection(r["findings"])  # the step names the cause itself
+        if reading and reading["status"] in ("beyond", "never") and not named:
             row.update(step_regime=r["regime"], regime="systematic", findings=[STALE, *r["findings"]],
                        glance=lag_words.run_glance(reading), side="rollout", health="red", blocked_by_bug=True)
         out.append(row)

@@ -33,7 +33,7 @@ from pathlib import Path
 from ..analysis.history import check_history
 from ..analysis.lag.history import has_lag, lag_changed, lag_key, same_lag
 from ..catalogue import staleness as lag_words
-from ..catalogue.findings.lag import LAG_ALARMS, STALE
+from ..catalogue.findings.lag import ENGINE_CAUSES, LAG_ALARMS, STALE
 from ..catalogue.numbers import fmt
 from ..config import HISTORY_MARGIN, HISTORY_WINDOW
 from ..errors import BadInput
@@ -301,7 +301,8 @@ class Watch:
         continues an event already alarmed; None without."""
         found = set(row.get("findings") or [])
         reading = row.get("lag_reading") or {}
-        moved = reading.get("status") in ("beyond", "never")
+        # the step's own finding names the cause (a stale prefix cache, the digests): its alarm says it
+        moved = reading.get("status") in ("beyond", "never") and not ENGINE_CAUSES & found
         causes = {STALE: STALE in found or moved, "negative_lag": "negative_lag" in found}
         open_before, self.lag_events = self.lag_events, {k: v for k, v in causes.items() if v}
         kind = next((k for k, v in causes.items() if v), None)

@@ -13,6 +13,7 @@ import math
 import numpy as np
 
 from ...catalogue import findings, severity
+from ...catalogue.findings.faults import PROCESSED
 from ..bands import choose_band
 from ..consequence import consequence
 from ..registry import Scene, detector
@@ -45,6 +46,15 @@ def _numbers(s: Scene) -> dict | None:
     return s.given["staleness"] if "staleness" in s.given else split(s.batch, s.tok, s.th)
 
 
+def _truncation_explains(s: Scene) -> bool:
+    """Rollout log-probs renormalised by top-p / top-k (`processed_logprobs`) sit log S below the trainer's on every
+    token, lag 0's too: its band, judged on the full vocabulary, cannot tell that offset from older weights. Explained
+    unless the recorded kept sets show the mismatch over them beyond noise; the run's own lag-0 history (a truncated
+    run's offset is the same at every step) still judges a sync that stops."""
+    found = s.found.get(PROCESSED)
+    return found is not None and found["evidence"].get("renormalised_within_noise") is not False
+
+
 def _older_like(st: dict, kl0: float) -> tuple[dict | None, list[float]]:
     """The older bucket (lag ≥ 1) whose per-token KL k3 is nearest lag 0's on a log scale: whose weights lag 0 looks
     like; named only when the older buckets' KL rises with their lag (their labels hold), else None. Also the older
@@ -61,7 +71,7 @@ def _older_like(st: dict, kl0: float) -> tuple[dict | None, list[float]]:
 def _stale_weights(s: Scene) -> dict | None:
     st = s.once(measured)
     floor = st and st["floor"]
-    if not floor or floor["within"] or not floor["enough"]:
+    if not floor or floor["within"] or not floor["enough"] or _truncation_explains(s):
         return _rescored_stale(s, st)
     lag_tok, seq_lag = token_lags(s.batch, s.tok, st["trainer_version"])
     lag0 = (lag_tok == 0) if lag_tok is not None else (seq_lag[s.tok.seq] == 0)

@@ -10,6 +10,9 @@ from ...config import DiagnosisThresholds
 from ..numbers import fixed, fmt, pct, times
 from .entry import Finding, Side, Words, always, na, nowhere, trainer_if
 
+# Rollout log-probs renormalised by top-p / top-k: lag 0's band cannot judge the sync under it (analysis/lag/findings.py)
+PROCESSED = "processed_logprobs"
+
 
 def _broken_severity(w: Words, dt: DiagnosisThresholds) -> str:
     """error when one side's perplexity is ≥ ppl_ratio_error× the other's (significantly) or the log-probs decorrelate."""
@@ -186,7 +189,7 @@ ENTRIES = (
                         "mean_other_side_logp": ("other side's mean log-prob", "num"),
                         "trainer_side": ("on the trainer side", "bool")}),
     Finding(
-        "processed_logprobs", lambda w, dt: "info" if w["declared_in_meta"] else "error",
+        PROCESSED, lambda w, dt: "info" if w["declared_in_meta"] else "error",
         lambda w: (f"Truncated sampling ({w['declared']}): the rollout's log-probs are renormalised over each token's kept "
                    f"set, the trainer's are not; the trainer's mass on the kept set is {fixed(w['kept_mass'], 3)} "
                    + _kept_how(w)) if w["declared_in_meta"] else

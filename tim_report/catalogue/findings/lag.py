@@ -15,6 +15,9 @@ from .entry import Finding, Side, Words, always, nowhere
 # The finding a step the run reads as the engine's weights is led by (analysis/run_index.in_run, `watch`): the batch
 # finding of a lag-0 floor beyond its band, the same fault found by the run's own history of a lag.
 STALE = "stale_weights"
+# A step's own finding that already names how the engine came to hold other weights (a prefix cache kept across the
+# sync, the digests' exact verdicts): the run's reading of its lag is then the same fault, not a second cause.
+ENGINE_CAUSES = frozenset({"stale_prefix_cache", "weights_mismatch", "sync_not_applied", "updates_rounded_away"})
 
 # `watch`'s alarms of a live run by lag (service/watch.py, analysis/lag/history.py): the cause first.
 LAG_ALARMS = {
