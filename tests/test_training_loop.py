@@ -116,6 +116,24 @@ def test_a_clean_asynchronous_loop_with_lag_up_to_3_raises_no_alarm(tmp_path):
     assert not any("weight sync that stopped" in c["sentence"] for c in doc.get("change_steps") or []), doc["change_steps"]
 
 
+@pytest.mark.slow
+def test_a_prefix_cache_kept_across_syncs_is_named_at_its_first_step(tmp_path):
+    """--bug stale-prefix-cache: each step repeats half the previous step's prompts; from step 5 the sync no longer resets
+    the engine's prefix cache, so that half is read from KV the previous version computed and answered by the new one.
+    `watch` names the stale prefix cache at step 5; before it (the cache reset at every sync) every prompt is computed
+    afresh: 0 cached tokens, nothing to compare."""
+    alarms, doc, out = follow(tmp_path, "--bug", "stale-prefix-cache", "--bug-step", "5", "--batch", "24", "--lr", "1e-3",
+                              steps=8)
+    assert alarms and alarms[0].startswith("alarm: step_5") and "stale prefix cache" in alarms[0], out
+    rows = {r["step"]: r for r in doc["runs"]}
+    assert all("stale_prefix_cache" not in rows[s]["findings"] for s in range(5))
+    assert all(rows[s]["findings"][0] == "stale_prefix_cache" for s in range(5, 8)), [rows[s]["findings"] for s in rows]
+    steps = {s: json.loads((tmp_path / "site" / rows[s]["id"] / "summary.json").read_text()) for s in (4, 5)}
+    assert steps[4]["run"]["available"]["cached_tokens"] and "prefix_cache" not in steps[4]["diagnosis"]
+    pc = steps[5]["diagnosis"]["prefix_cache"]
+    assert (pc["hit"]["sequences"], pc["miss"]["sequences"]) == (12, 12) and pc["ratio"] > 2
+
+
 def _check(run_dir: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     return subprocess.run([sys.executable, "-m", "tim_report", "check", str(run_dir)], capture_output=True, text=True,

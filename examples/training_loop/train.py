@@ -26,6 +26,12 @@ From `--bug-step` on, one of these bugs is planted:
   it claims each new version (a LoRA adapter or a weight bucket that never loads: verl #7495);
 - `swapped-tensors`: the sync loads two same-shaped tensors under each other's names (layer 0's and layer 1's MLP up
   projections: SkyRL #1816's mixed-dtype bucket), so the engine holds a model the trainer never had;
+- `stale-prefix-cache`: the engine keeps a prefix cache of the prompts it read last (as many as a batch holds) and
+  each step's prompts are half the previous step's and half new ones (a window over examples/calibration_prompts.jsonl
+  moving by half a batch); from `--bug-step` on the sync no longer resets the cache (vLLM's `reset_prefix_cache`,
+  NeMo-RL #4018), so the repeated half is read from KV the previous version computed and answered by the new one.
+  Every step records each sequence's `cached_tokens`; with `--bug-step -1` the cache is reset at every sync (the clean
+  control: every prompt computed afresh);
 - `spliced-tokens`: SPLICED tokens a step that the engine sampled with probability ≥ 0.5 reach the trainer as other
   (random) ids, the engine's log-probs being those of what it sampled (tokens garbled after sampling:
   inference-atlas #192).
@@ -49,10 +55,11 @@ versions).
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import math
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -65,8 +72,9 @@ from tim_report.capture.model_path import resolve_model
 HERE = Path(__file__).resolve().parent
 MODEL = HERE.parent.parent / "models" / "tiny-qwen2"
 PROMPTS = HERE.parent / "prompts.jsonl"
+CACHE_PROMPTS = HERE.parent / "calibration_prompts.jsonl"  # stale-prefix-cache: a window moves over more prompts
 BUGS = ("temperature", "shift", "skip-sync", "stale-weights", "bf16-sync", "never-synced", "swapped-tensors",
-        "spliced-tokens")
+        "spliced-tokens", "stale-prefix-cache")
 SYNC_BUGS = ("skip-sync", "stale-weights", "bf16-sync", "never-synced", "swapped-tensors")
 # swapped-tensors: the two same-shaped tensors a faulty sync loads under each other's names
 SWAPPED = ("model.layers.0.mlp.up_proj.weight", "model.layers.1.mlp.up_proj.weight")
@@ -86,6 +94,7 @@ class Rollout:
     version: int
     digest: object = None  # the engine's weight digest when it sampled (--digests; several for a joined batch)
     labels: list[int] | None = None  # --mixed-lags, a joined batch: per sequence, the version it was sampled with
+    cached: list[int] | None = None  # per sequence, the prompt tokens served from the engine's prefix cache
 
     @property
     def versions(self) -> list[int]:
@@ -95,7 +104,8 @@ class Rollout:
     def part(self, rows: slice) -> Rollout:
         """These sequences of the batch (--mixed-lags trains on each part at its own step)."""
         return Rollout({k: v[rows] for k, v in self.prompt.items()}, self.input_ids[rows], self.response_ids[rows],
-                       self.attention_mask[rows], self.logprobs[rows], self.index[rows], self.version, self.digest)
+                       self.attention_mask[rows], self.logprobs[rows], self.index[rows], self.version, self.digest,
+                       cached=self.cached[rows] if self.cached is not None else None)
 
 
 def policy_logprobs(model, input_ids, attention_mask, response_ids, temperature: float = 1.0):
@@ -150,6 +160,51 @@ def sample(engine, tokenizer, chats, index, version: int, temperature: float, to
     return Rollout(dict(prompt), input_ids, response_ids, attention_mask, rollout, index, version, digest)
 
 
+class PrefixCache:
+    """The engine's prefix cache (--bug stale-prefix-cache): the KV of the `size` prompts read last (all but each
+    prompt's last token, which an engine always recomputes), the least recently used evicted. A request for a cached
+    prompt reads its KV instead of computing it; the engine then decodes with its own weights. A correct engine resets
+    the cache at every sync; the bug keeps it, so a prompt read by an older version is answered by the new one."""
+
+    def __init__(self, size: int):
+        self.size, self.kv = size, OrderedDict()
+
+    def prompt(self, engine, ids: torch.Tensor) -> tuple:
+        """(the KV of `ids` but its last token, from the cache or computed now, and how many tokens the cache served)."""
+        key = tuple(ids[0, :-1].tolist())
+        if key in self.kv:
+            self.kv.move_to_end(key)
+            return copy.deepcopy(self.kv[key]), len(key)
+        past = engine(input_ids=ids[:, :-1], use_cache=True).past_key_values
+        self.kv[key] = copy.deepcopy(past)
+        if len(self.kv) > self.size:
+            self.kv.popitem(last=False)
+        return past, 0
+
+    def sample(self, engine, tokenizer, chats, index, version: int, temperature: float, tokens: int, digest=None) -> Rollout:
+        """`sample`, one sequence at a time through the cache: each token's log-prob is the one the engine sampled with."""
+        prompt = tokenizer([chats[i] for i in index], return_tensors="pt", padding=True, padding_side="left")
+        responses, logprobs, cached = [], [], []
+        with torch.no_grad():
+            for i in index:
+                ids = tokenizer(chats[i], return_tensors="pt").input_ids
+                past, hit = self.prompt(engine, ids)
+                step_in, out, lps = ids[:, -1:], [], []
+                for _ in range(tokens):
+                    step = engine(input_ids=step_in, past_key_values=past, use_cache=True)
+                    past, logp = step.past_key_values, torch.log_softmax(step.logits[:, -1].float() / temperature, dim=-1)
+                    step_in = torch.multinomial(logp.exp(), 1)
+                    out.append(step_in)
+                    lps.append(logp.gather(1, step_in))
+                responses.append(torch.cat(out, dim=1))
+                logprobs.append(torch.cat(lps, dim=1))
+                cached.append(hit)
+        response_ids = torch.cat(responses)
+        attention_mask = torch.cat([prompt.attention_mask, torch.ones_like(response_ids)], dim=1)
+        return Rollout(dict(prompt), torch.cat([prompt.input_ids, response_ids], dim=1), response_ids, attention_mask,
+                       torch.cat(logprobs), index, version, digest, cached=cached)
+
+
 def joined(parts: list[Rollout]) -> Rollout:
     """--mixed-lags: a step's parts (each sampled by its own version, its prompts padded on their own) as one batch
     to save; the trainer scores each part as it was padded, so the two sides read the same positions."""
@@ -164,7 +219,8 @@ def joined(parts: list[Rollout]) -> Rollout:
     return Rollout(prompt, torch.cat([left(p.input_ids) for p in parts]), torch.cat([p.response_ids for p in parts]),
                    torch.cat([left(p.attention_mask) for p in parts]), torch.cat([p.logprobs for p in parts]),
                    [i for p in parts for i in p.index], min(p.version for p in parts),
-                   list({id(p.digest): p.digest for p in parts}.values()), [v for p in parts for v in p.versions])
+                   list({id(p.digest): p.digest for p in parts}.values()), [v for p in parts for v in p.versions],
+                   [c for p in parts for c in p.cached] if all(p.cached is not None for p in parts) else None)
 
 
 class Digests:
@@ -223,7 +279,9 @@ def main(argv: list[str] | None = None) -> None:
     synced = {name: p.detach().clone() for name, p in policy.named_parameters()}       # what the last sync sent
     optimizer = torch.optim.AdamW(policy.parameters(), lr=args.lr)
     warmup = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: min(1.0, (k + 1) / args.lr_warmup) if args.lr_warmup else 1.0)
-    records = [json.loads(line) for line in PROMPTS.read_text().splitlines() if line.strip()]
+    cache = PrefixCache(args.batch) if args.bug == "stale-prefix-cache" else None
+    records = [json.loads(line) for line in (PROMPTS if cache is None else CACHE_PROMPTS).read_text().splitlines()
+               if line.strip()]
     chats = [tokenizer.apply_chat_template(r.get("messages") or [{"role": "user", "content": r["prompt"]}],
                                            add_generation_prompt=True, tokenize=False) for r in records]
     queue: deque[Rollout] = deque()
@@ -233,15 +291,21 @@ def main(argv: list[str] | None = None) -> None:
 
     def sampled_now(version: int, bug: str | None) -> Rollout:
         nonlocal sampled
-        index = [i % len(chats) for i in range(sampled * args.batch, (sampled + 1) * args.batch)]
+        first = sampled * (args.batch if cache is None else args.batch // 2)  # a prefix cache: half repeated
+        index = [i % len(chats) for i in range(first, first + args.batch)]
         sampled += 1
-        return sample(engine, tokenizer, chats, index, version, 0.7 if bug == "temperature" else 1.0, args.tokens,
-                      digests.engine, SPLICED if bug == "spliced-tokens" else 0)
+        temperature = 0.7 if bug == "temperature" else 1.0
+        if cache is not None:
+            return cache.sample(engine, tokenizer, chats, index, version, temperature, args.tokens, digests.engine)
+        return sample(engine, tokenizer, chats, index, version, temperature, args.tokens, digests.engine,
+                      SPLICED if bug == "spliced-tokens" else 0)
 
     for step in range(args.steps):
         bug = args.bug if 0 <= args.bug_step <= step or args.bug == "never-synced" else None
         if step:  # version `step` exists once `step` updates are applied: the sync before this step's sampling
             sync(engine, policy, synced, bug if bug in SYNC_BUGS else None)
+            if cache is not None and bug != "stale-prefix-cache":
+                cache.kv.clear()  # the engine's reset_prefix_cache at the sync
         digests.synced(engine, policy, step)
         if args.mixed_lags:  # one batch a step, trained on in K parts at the K steps after it (step 0: one of its own)
             if step == 0:
@@ -264,7 +328,7 @@ def main(argv: list[str] | None = None) -> None:
                              group=torch.tensor(r.index), step=step, rank=0, world_size=1, model=label,
                              rollout_engine="hf", rollout_dtype="bf16", trainer_engine="hf", trainer_dtype="fp32",
                              weight_version=r.versions, trainer_version=step,
-                             meta={"lr": optimizer.param_groups[0]["lr"]}, **digests.saved(r, step))
+                             meta={"lr": optimizer.param_groups[0]["lr"]}, cached_tokens=r.cached, **digests.saved(r, step))
 
         rewards = reward_of(tokenizer.batch_decode(r.response_ids))
         advantage = (rewards - rewards.mean()) / (rewards.std() + 1e-6)

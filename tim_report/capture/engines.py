@@ -65,7 +65,7 @@ def build_engine(key: EngineKey, opts: CaptureOptions, device: str, max_model_le
 
         sampler = EngineSpec(key.engine, key.dtype) == opts.rollouts[0]
         return VLLMEngine(model, key.dtype, opts.seed, max_model_len, kv_cache_gib=opts.kv_cache_gib,
-                          topk=opts.top_k_logprobs, kept=bool(opts.kept_sets) and sampler,
+                          topk=opts.top_k_logprobs, prefix_caching=opts.prefix_caching, kept=bool(opts.kept_sets) and sampler,
                           version_label=version_label(opts.model, opts.stale, key.model, opts.trainer_version)
                           if sampler and opts.stale else None)
     from .hf import HFEngine

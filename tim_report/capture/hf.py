@@ -219,6 +219,7 @@ class HFEngine:
             out = self.base(input_ids=nxt[:, None].to(self.device), attention_mask=am, position_ids=pos,
                             past_key_values=past, use_cache=True)
             past, h = out.past_key_values, out.last_hidden_state[:, -1]
+        # no prefix cache here: every prompt is computed afresh (cached 0, known, not unknown)
         return [Sampled(t, np.asarray(lp, dtype=np.float64), _stack(tp, k) if k else None, _sets(ks) if kept else None)
                 for t, lp, tp, ks in zip(toks, lps, tops, sets)]
 

@@ -25,6 +25,7 @@ class CaptureOptions:
     device: str = "auto"  # hf engine device: auto | cpu | cuda
     max_prompts: int | None = None
     kv_cache_gib: int = 1  # vLLM CPU KV cache (VLLM_CPU_KVCACHE_SPACE)
+    prefix_caching: bool = False  # the vLLM engines keep their prefix cache on (each sequence's cached_tokens recorded)
     logit_chunk_mb: int = 256  # hf scoring: full-vocabulary fp32 logits held at once
     top_k_logprobs: int = TOPK_LOGPROBS_DEFAULT  # both sides' K most likely tokens per position; 0: off
     engine_log: str | None = None  # file that receives the vLLM engine processes' output; None: our stdout/stderr

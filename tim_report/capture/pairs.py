@@ -60,6 +60,7 @@ class Scores:
     kept: list | None = None  # per sequence the sampler's kept sets (ids, a size per token); None: not recorded
     kept_mass: dict[EngineSpec, list] = field(default_factory=dict)  # trainer spec → per sequence [n] log-mass on them
     token_versions: list | None = None  # per sequence the version label of each token (vLLM's WeightVersionSpans)
+    cached: list = field(default_factory=list)  # per sequence, the prompt tokens its sampler served from a prefix cache
 
 
 def keep(out: Scores, kind: str, spec: EngineSpec, key: EngineKey, lp: list[np.ndarray], routes: list | None) -> None:
@@ -138,7 +139,8 @@ def assemble(opts: CaptureOptions, prep: Prepared, scores: Scores, shadow_skippe
             token_text=list(token_text), prompt_ids=prompt_arrays, prompt_text=prompt_text, group=group,
             shadow_logp=shadow, floor_logp=floor, sides=sides, meta=meta, weight_version=versions, **topk,
             **route_arrays(scores, r, t, meta), **kept_arrays(scores, t, meta, gen_spec),
-            token_version=token_versions(scores, meta))
+            token_version=token_versions(scores, meta),
+            cached_tokens=np.asarray(scores.cached, np.int64) if None not in scores.cached else None)
     return out
 
 

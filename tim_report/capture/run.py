@@ -330,7 +330,7 @@ def _generate(engine, key: EngineKey, spec: EngineSpec, opts: CaptureOptions, pr
                               s.top_p, s.max_new_tokens, progress=advance, topk=opts.top_k_logprobs,
                               kept=records_kept(opts, spec))
     if not out.completions:
-        out.completions = [[] for _ in range(n_seq)]
+        out.completions, out.cached = [[] for _ in range(n_seq)], [None] * n_seq
     rollout = out.rollout.setdefault(spec, [np.zeros(0)] * n_seq)
     topk = out.topk.setdefault(("rollout", spec), [None] * n_seq) if opts.top_k_logprobs else None
     if gen and gen[0].kept is not None and out.kept is None:
@@ -338,7 +338,7 @@ def _generate(engine, key: EngineKey, spec: EngineSpec, opts: CaptureOptions, pr
     if gen and gen[0].versions is not None and out.token_versions is None:
         out.token_versions = [None] * n_seq
     for i, g in zip(mine, gen):
-        out.completions[i], rollout[i] = g.token_ids, g.logp
+        out.completions[i], rollout[i], out.cached[i] = g.token_ids, g.logp, g.cached
         if topk is not None:
             topk[i] = g.topk
         if out.kept is not None:
@@ -358,7 +358,7 @@ def _base_meta(opts: CaptureOptions, prep: Prepared) -> dict:
         "chat_template": prep.templated,
         "prompts": {"file": Path(opts.prompts).name, "count": len(prep.prompt_ids), "n_samples": opts.sampling.n_samples},
         "sampled_by": str(opts.rollouts[0]),
-        "top_k_logprobs": opts.top_k_logprobs,
+        "top_k_logprobs": opts.top_k_logprobs, "prefix_caching": opts.prefix_caching,
     }
     if opts.stale:
         meta["trainer_version"] = trainer_version(opts.stale, opts.trainer_version)

@@ -95,13 +95,15 @@ class TopK(NamedTuple):
 class Sampled(NamedTuple):
     """One sampled sequence as an engine returns it: its token ids and the sampler's (processed) log-probs, and where
     asked and given, the sampler's K most likely tokens, each token's kept set (ids in position order and a size per
-    token: the ids top-k / top-p left) and the weight version that sampled each token (vLLM's WeightVersionSpans)."""
+    token: the ids top-k / top-p left) and the weight version that sampled each token (vLLM's WeightVersionSpans); and
+    the prompt tokens the engine served from its prefix cache."""
 
     token_ids: list[int]
     logp: np.ndarray  # [n] float64
     topk: TopK | None = None
     kept: tuple[np.ndarray, np.ndarray] | None = None  # (ids [K] int32, counts [n] int32)
     versions: list[str] | None = None  # [n] the version label of each token
+    cached: int = 0  # the prompt tokens served from a prefix cache (vLLM's num_cached_tokens; 0: none, or no cache)
 
 
 def kept_counts_offsets(counts: np.ndarray) -> np.ndarray:

@@ -50,7 +50,8 @@ def _on_gpu() -> bool:
 
 class VLLMEngine:
     def __init__(self, model_path: str, dtype: str, seed: int, max_model_len: int, kv_cache_gib: int = 1,
-                 max_num_seqs: int = 16, topk: int = 0, kept: bool = False, version_label: str | None = None):
+                 max_num_seqs: int = 16, topk: int = 0, prefix_caching: bool = False, kept: bool = False,
+                 version_label: str | None = None):
         if _cpu_build():  # before torch loads OpenMP, which reads it once
             os.environ.setdefault("OMP_NUM_THREADS", str(max(1, len(os.sched_getaffinity(0)) - 1)))
         gpu = _on_gpu()
@@ -72,7 +73,7 @@ class VLLMEngine:
         kwargs: dict[str, Any] = dict(model=model_path, tokenizer=model_path, dtype=VLLM_DTYPES[dtype], seed=seed,
                       max_model_len=max_model_len, max_num_seqs=max_num_seqs,
                       max_num_batched_tokens=max(2048, max_model_len), logprobs_mode="processed_logprobs",
-                      max_logprobs=max(1, int(topk)), enable_prefix_caching=False, enforce_eager=not gpu)
+                      max_logprobs=max(1, int(topk)), enable_prefix_caching=prefix_caching, enforce_eager=not gpu)
         if not gpu:  # a seeded request must prefill in one step: vLLM rewinds its generator after a partial one,
             kwargs["enable_chunked_prefill"] = False  # which a CPU generator cannot ("does not use offset")
         if dtype == "fp8":
@@ -118,7 +119,8 @@ class VLLMEngine:
                 lps = [step[t].logprob for t, step in zip(ids, comp.logprobs)]
                 results.append(Sampled(ids, np.asarray(lps, dtype=np.float64), topk_rows(comp.logprobs, topk) if topk else None,
                                        kept_sets(comp.sampling_mask, len(ids)) if kept else None,
-                                       span_versions(comp.weight_versions, len(ids)) if self.labelled else None))
+                                       span_versions(comp.weight_versions, len(ids)) if self.labelled else None,
+                                       int(out.num_cached_tokens or 0)))
             if progress is not None:
                 progress(len(chunk))
         return results

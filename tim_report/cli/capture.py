@@ -74,6 +74,9 @@ from .text import safe
 @click.option("--device", default="auto", show_default=True, help="Device of the hf engine: auto, cpu, cuda[:N].")
 @click.option("--kv-cache-gib", type=click.IntRange(min=1), default=1, show_default=True,
               help="vLLM CPU KV cache size (VLLM_CPU_KVCACHE_SPACE), unless that variable is set.")
+@click.option("--prefix-caching", is_flag=True,
+              help="Keep the vLLM engines' prefix cache on, as RL engines run (each sequence's cached prompt tokens are "
+                   "recorded: the prefix-cache split); off by default, so that no prompt is served from a cache.")
 @click.option("--top-k-logprobs", "top_k_logprobs", type=int, default=TOPK_LOGPROBS_DEFAULT, show_default=True, metavar="K",
               help="Record both sides' K most likely tokens and log-probs at every position (whole-distribution "
                    "KL and top-1 agreement in the report); 0 turns it off.")
@@ -84,7 +87,7 @@ from .text import safe
 def capture_command(model, prompts, rollouts, trainers, matrix, shadow, recompute, trainer_floor, routes, stale,
                     trainer_version, n_samples, max_new_tokens,
                     temperature, top_p, top_k, seed, kept_sets, lm_head_fp32, no_chat_template, max_prompts, device, kv_cache_gib,
-                    top_k_logprobs, verbose, out) -> None:
+                    prefix_caching, top_k_logprobs, verbose, out) -> None:
     """Generate with the rollout engine, re-score the same tokens with the trainer, save step batch(es)."""
     from ..capture import CaptureOptions, EngineFailed, capture, pair_filename, parse_spec
     from ..capture.run import matrix_specs
@@ -103,6 +106,7 @@ def capture_command(model, prompts, rollouts, trainers, matrix, shadow, recomput
                           seed=seed, shadow=shadow, trainer_floor=trainer_floor, routes=routes, lm_head_fp32=lm_head_fp32,
                           chat_template=not no_chat_template,
                           device=device, max_prompts=max_prompts, kv_cache_gib=kv_cache_gib, top_k_logprobs=top_k_logprobs,
+                          prefix_caching=prefix_caching,
                           verbose=verbose, recompute=parse_spec(recompute, "--recompute") if recompute else None,
                           stale=parse_stale(stale), trainer_version=trainer_version, default_rollout=not rollouts,
                           kept_sets=kept_sets)

@@ -32,11 +32,11 @@ RULE = ("a hit is a sequence whose prompt the engine served partly or wholly fro
 
 
 def cache_split(batch, tok: Tokens) -> dict | None:
-    """The mismatch of cache hits against misses; None when the batch does not say which prompts were cached."""
+    """The mismatch of cache hits against misses; None when the batch does not say which prompts were cached, or says
+    none was (an engine without a prefix cache, or with it off, records 0 for every sequence: nothing to compare)."""
     cached = batch.cached_tokens
-    if cached is None:
+    if cached is None or not (hit_seq := np.asarray(cached) > 0)[tok.present].any():
         return None
-    hit_seq = np.asarray(cached) > 0
     per = {"n": tok.counts.astype(np.float64), "abs": tok.seq_sum_of("abs_delta"), "k3": tok.seq_sum_of("k3"),
            "delta": tok.seq_sum_of("delta")}  # the batch's shared per-sequence sums (Tokens.seq_sum_of)
     groups = {name: _group(per, tok.present & keep) for name, keep in (("hit", hit_seq), ("miss", ~hit_seq))}
