@@ -120,8 +120,9 @@ class Tokens:
         """These tokens without those `keep` is False for (same sequences, same batch)."""
         if keep.all():
             return self
-        return Tokens(self.rollout[keep], self.trainer[keep], self.delta[keep], self.log_r[keep], self.seq[keep],
-                      self.index[keep], self.batch_offsets, self.n_seqs)
+        at = np.flatnonzero(keep)  # one scan of the mask for the six arrays; the index is `at` when all are valid
+        return Tokens(self.rollout[at], self.trainer[at], self.delta[at], self.log_r[at], self.seq[at],
+                      at if self.valid_index is None else self.valid_index[at], self.batch_offsets, self.n_seqs)
 
     @cached_property
     def starts(self) -> np.ndarray:

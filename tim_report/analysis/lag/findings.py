@@ -39,7 +39,8 @@ def lag0_only(s: Scene) -> np.ndarray | None:
     if not st or st["trainer_version"] is None or not any(isinstance(r["lag"], int) and r["lag"] >= 1 for r in st["by_lag"]):
         return None
     lag_tok, seq_lag = token_lags(s.batch, s.tok, st["trainer_version"])
-    return (lag_tok == 0) if lag_tok is not None else (seq_lag[s.tok.seq] == 0)
+    # per sequence: each sequence's verdict repeated over its run of valid tokens (they are in sequence order)
+    return (lag_tok == 0) if lag_tok is not None else np.repeat(seq_lag == 0, s.tok.counts)
 
 
 def _numbers(s: Scene) -> dict | None:
