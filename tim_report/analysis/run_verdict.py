@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from ..catalogue import run_words as words
 from ..catalogue import staleness as lag_words
+from ..catalogue.findings.lag import STALE
 from ..catalogue.numbers import plain
 from ..catalogue.verdicts import REGIMES
 from ..config import CHANGE_POINT_MIN_SIZE, RUN_VERDICT_SHARE, SEVERITIES
@@ -132,8 +133,8 @@ def _lag_evidence(rows: list[dict], run: str) -> list[str]:
     history): 'At step 8, KL k3 at lag 1 0.0286 ± 0.0078 is 10.6× the run's own (…).' ([] otherwise)."""
     row = next((r for r in rows if r["id"] == run), {})
     reading = row.get("lag_reading") or {}
-    if reading.get("status") != "beyond":
-        return []
+    if reading.get("status") != "beyond" or STALE not in (row.get("findings") or [])[:1]:
+        return []  # not beyond, or the step names its own cause (a stale prefix cache, the digests): its words lead
     return [f"At step {plain(row['step'])}, {lag_words.run_reading(reading)}."]
 
 
