@@ -263,7 +263,10 @@ def test_parser_limits_are_one_line_from_ray_tasks(hostile_parses, batch_file, t
         import ray  # noqa: F401
     except ImportError:
         skip_or_fail('ray is not installed (pip install -e ".[ray]")')
-    res = run("build", batch_file, hostile_parses["npz meta digits"], "-o", tmp_path / "site", "--executor", "ray")
+    # in its own process: a Ray driver that fails can take its process down, which must fail this test, not the worker
+    res = subprocess.run([sys.executable, "-m", "tim_report", "build", str(batch_file), str(hostile_parses["npz meta digits"]),
+                          "-o", str(tmp_path / "site"), "--executor", "ray"], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         capture_output=True, text=True, timeout=300)
     one_line(res, "4,300 digits")
 
 
