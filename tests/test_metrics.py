@@ -290,11 +290,15 @@ def test_numbers_do_not_depend_on_how_many_blas_threads_run():
     assert outs[0] == outs[1]
 
 
-def test_the_abs_and_k3_ladders_read_off_the_signed_sort_are_those_of_sorting_them():
-    """|x|'s and k3's percentiles come from x's one sort (a binary search over its two sides): |x|'s exactly as a
-    second sort gives them, k3's as sorting the per-token k3 does."""
+@pytest.mark.parametrize("merge_below", [0, 1 << 18], ids=["binary search", "merge"])
+def test_the_abs_and_k3_ladders_read_off_the_signed_sort_are_those_of_sorting_them(monkeypatch, merge_below):
+    """|x|'s and k3's percentiles come from x's one sort (a binary search over its two sides, or, for fewer values, a
+    merge of its two sides): |x|'s exactly as a second sort gives them, k3's as sorting the per-token k3 does."""
+    from tim_report.analysis import stats
     from tim_report.analysis.metrics import FOLDS
     from tim_report.analysis.stats import percentile_ladder, sorted_ladders
+
+    monkeypatch.setattr(stats, "MERGE_BELOW", merge_below)
 
     rng = np.random.default_rng(1)
     cases = [rng.standard_normal(1001), np.round(rng.standard_normal(5000), 1), np.array([0.5]), np.array([-0.5]),

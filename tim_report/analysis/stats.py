@@ -177,14 +177,26 @@ def percentile_ladder(values: np.ndarray, scratch: bool = False, in_order: bool 
     return ladder(lambda k: s[k], n)
 
 
+MERGE_BELOW = 1 << 18  # values: below this, sorted_ladders evaluates each fold whole (vectorised) and merges its sides
+
+
 def sorted_ladders(s: np.ndarray, folds: dict[str, Any]) -> tuple[list[float], dict[str, list[float]]]:
     """The percentile ladder of the sorted values `s`, and of each fold g(s): a function that falls on the negative
     side and rises on the rest (|x|, k3 of x), so that g(s) in order is the merge of the negative side (reversed)
     and the rest. Each order statistic of g(s) is found by a binary search over the two sides, not by sorting g(s):
-    one sort serves every ladder (`selection_wins` says where sorting wins). For |x| it is bit-identical to sorting
-    |x| (negation is exact); a fold is evaluated by the same numpy function as its per-token array."""
+    one sort serves every ladder (`selection_wins` says where sorting wins). Up to MERGE_BELOW values a fold is
+    evaluated whole and its two sides merged instead (at a few thousand tokens the Python of the binary searches cost
+    more than the analysis). For |x| it is bit-identical to sorting |x| (negation is exact); a fold is evaluated by
+    the same numpy function as its per-token array."""
     n = s.shape[0]
     z = int(np.searchsorted(s, 0.0, side="left"))  # s[:z] < 0 ≤ s[z:]
+    if n <= MERGE_BELOW:  # a few thousand binary-search steps in Python cost more than g over every value and a merge
+        def merged(g) -> np.ndarray:
+            out = np.concatenate([g(s[:z])[::-1], g(s[z:])])  # two rising runs: the stable sort (timsort) merges them
+            out.sort(kind="stable")
+            return out
+
+        return ladder(lambda k: s[k], n), {name: ladder(merged(g).__getitem__, n) for name, g in folds.items()}
 
     def kth_of(g):
         def one(i: int) -> float:
