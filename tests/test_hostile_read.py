@@ -48,14 +48,14 @@ def one_line(res, *phrases: str) -> str:
     return lines[0]
 
 
-def cli(args: list, cwd: Path, stdin: str = "") -> subprocess.CompletedProcess:
-    """The command line in its own process; a read that blocks fails the test after HANG seconds."""
+def cli(args: list, cwd: Path, stdin: str = "", hang: float = HANG) -> subprocess.CompletedProcess:
+    """The command line in its own process; a read that blocks fails the test after `hang` seconds."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     try:
         return subprocess.run([sys.executable, "-m", "tim_report", *map(str, args)], cwd=cwd, env=env, input=stdin,
-                              capture_output=True, text=True, timeout=HANG)
+                              capture_output=True, text=True, timeout=hang)
     except subprocess.TimeoutExpired:
-        pytest.fail(f"tim-report {' '.join(map(str, args))} hung for {HANG} s")
+        pytest.fail(f"tim-report {' '.join(map(str, args))} hung for {hang} s")
 
 
 @pytest.fixture(scope="module")
@@ -264,9 +264,8 @@ def test_parser_limits_are_one_line_from_ray_tasks(hostile_parses, batch_file, t
     except ImportError:
         skip_or_fail('ray is not installed (pip install -e ".[ray]")')
     # in its own process: a Ray driver that fails can take its process down, which must fail this test, not the worker
-    res = subprocess.run([sys.executable, "-m", "tim_report", "build", str(batch_file), str(hostile_parses["npz meta digits"]),
-                          "-o", str(tmp_path / "site"), "--executor", "ray"], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT)},
-                         capture_output=True, text=True, timeout=300)
+    res = cli(["build", batch_file, hostile_parses["npz meta digits"], "-o", tmp_path / "site", "--executor", "ray"], tmp_path,
+              hang=300)  # starting a local Ray takes 10-20 s
     one_line(res, "4,300 digits")
 
 

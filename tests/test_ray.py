@@ -53,7 +53,8 @@ def files(root: Path) -> dict[str, bytes]:
 def env() -> dict[str, str]:
     """tests/ and the repository on the path of the command and of its Ray workers (a task can be
     helpers.analyze_or_die)."""
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), str(TESTS.parent), os.environ.get("PYTHONPATH", "")])}
+    paths = (str(TESTS), str(TESTS.parent), os.environ.get("PYTHONPATH"))
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
 
 
 def children() -> set[int]:
